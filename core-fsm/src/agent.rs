@@ -1,0 +1,1 @@
+//! The agent composite on a node: boot readiness, stage controllers, worker supervision.

@@ -1,0 +1,1 @@
+//! The BootstrapSession: SSH from endpoint to agent convergence (seed 000 §11-12).

@@ -1,0 +1,128 @@
+//! Identifiers. Counters or values that come in as inputs; never random UUIDs.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_owned())
+            }
+        }
+    };
+}
+
+macro_rules! number_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub struct $name(pub u64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A logical node, stable for the run: `workers-0`.
+    LogicalNodeId
+);
+string_id!(
+    /// A node group of the plan: `workers`.
+    GroupId
+);
+string_id!(
+    /// The role a node plays: `worker`.
+    RoleId
+);
+string_id!(
+    /// A provider's lease (billing resource): `vastai:123456`, `local:7`.
+    LeaseId
+);
+string_id!(
+    /// A node agent's identity on the control plane (its iroh endpoint id).
+    AgentId
+);
+
+number_id!(
+    /// One run of a plan.
+    RunId,
+    "run-"
+);
+number_id!(
+    /// One SSH bootstrap session; unique within an orchestrator's life.
+    SessionId,
+    "session-"
+);
+number_id!(
+    /// Correlates an effect that starts I/O with the input that answers it.
+    OpId,
+    "op-"
+);
+number_id!(
+    /// The nonce of a lease intent; it also goes into the provider label, so a
+    /// create whose answer was lost can be found and adopted after a restart.
+    Nonce,
+    "nonce-"
+);
+
+/// Hands out fresh, increasing ids from a counter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    next: u64,
+}
+
+impl Counter {
+    /// A counter whose first id is `first`.
+    pub fn starting_at(first: u64) -> Counter {
+        Counter { next: first }
+    }
+
+    /// The next id.
+    pub fn next(&mut self) -> u64 {
+        let id = self.next;
+        self.next = self.next.checked_add(1).expect("id counter overflow");
+        id
+    }
+
+    /// The id the next call to `next` returns.
+    pub fn peek(&self) -> u64 {
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_display_and_count() {
+        assert_eq!(OpId(3).to_string(), "op-3");
+        assert_eq!(LogicalNodeId::from("workers-0").to_string(), "workers-0");
+        let mut c = Counter::starting_at(5);
+        assert_eq!(c.next(), 5);
+        assert_eq!(c.next(), 6);
+        assert_eq!(c.peek(), 7);
+    }
+}

@@ -1,0 +1,194 @@
+//! The run plan: node groups with their desired shape, boot spec and join spec
+//! (seed 000 §5), validated with precise errors and expanded into logical
+//! nodes with stable ids (`workers` x3 -> `workers-0..2`).
+//!
+//! Parsing (TOML, line numbers) lives in `runtime-real`; this module owns the
+//! data and the rules, so the simulator and the real runtime agree on them.
+
+use crate::ids::{GroupId, LogicalNodeId, RoleId, RunId};
+use crate::time::Duration;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Which provider adapter leases a group's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Child processes on this machine, each an SSH server on 127.0.0.1.
+    Local,
+    /// Machines the user already has, listed in the plan.
+    Static,
+    /// Containers of a locally built image.
+    Docker,
+    /// Vast.ai instances.
+    Vastai,
+}
+
+/// A full run plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunPlan {
+    /// The run these nodes belong to.
+    pub run_id: RunId,
+    /// The node groups, in plan order.
+    pub groups: Vec<NodeGroupSpec>,
+    /// What happens to a node that fails before handoff.
+    pub replacement: ReplacementPolicy,
+}
+
+/// One node group of the plan (seed 000 §5 `RunNodeGroupSpec`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeGroupSpec {
+    /// The group's name; logical node ids are `{group_id}-{index}`.
+    pub group_id: GroupId,
+    /// The role every node of the group plays.
+    pub role: RoleId,
+    /// How many logical nodes the group wants.
+    pub count: u32,
+    /// Which provider leases the nodes.
+    pub provider: ProviderKind,
+    /// Provider-neutral desired machine shape.
+    pub shape: DesiredShape,
+    /// How to bootstrap a node over SSH.
+    pub boot: BootSpec,
+    /// How the node's agent joins the control plane.
+    pub join: JoinSpec,
+}
+
+/// Provider-neutral desired shape (seed 000 §5 `DesiredNodeShape`).
+///
+/// Fractions are integers (per mille, cents) so the core stays float-free and
+/// every value has one exact representation in a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredShape {
+    /// Container image to run.
+    pub image: String,
+    /// Disk to allocate, in GB.
+    pub disk_gb: u32,
+    /// GPU model name, e.g. `RTX 4090`.
+    pub gpu_name: Option<String>,
+    /// Minimum GPU memory in MB.
+    pub min_gpu_ram_mb: Option<u64>,
+    /// Minimum download bandwidth in Mbit/s.
+    pub min_down_mbps: Option<u32>,
+    /// Minimum upload bandwidth in Mbit/s.
+    pub min_up_mbps: Option<u32>,
+    /// Minimum host reliability, per mille (0.98 -> 980).
+    pub min_reliability_per_mille: Option<u32>,
+    /// Only verified hosts.
+    pub require_verified: bool,
+    /// Minimum CUDA compute capability times 100 (8.6 -> 860).
+    pub min_compute_capability: Option<u32>,
+    /// Highest acceptable price, in cents per hour.
+    pub max_price_cents_per_hour: Option<u32>,
+    /// Extra labels for the provider.
+    pub provider_labels: BTreeMap<String, String>,
+}
+
+/// How to bootstrap a node (seed 000 §5 `BootSpec`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootSpec {
+    /// The SSH user.
+    pub ssh_user: String,
+    /// Commands that must each exit 0 before the agent is started.
+    pub verify_commands: Vec<String>,
+    /// Starts the node agent; `${ORCH_ADDR}`, `${LOGICAL_NODE_ID}`,
+    /// `${RUN_ID}`, `${LEASE_ID}` and `${JOIN_TOKEN}` are substituted by the SSH
+    /// port (the token never enters the core).
+    pub start_command: String,
+    /// Remote files whose lines are forwarded as stdout.
+    pub stdout_sources: Vec<String>,
+    /// Remote files whose lines are forwarded as stderr.
+    pub stderr_sources: Vec<String>,
+    /// Timeouts of the bootstrap session and the node manager.
+    pub timeouts: TimeoutPolicy,
+}
+
+/// Every wait of provisioning has a bound (seed 000 §5 `BootstrapTimeoutPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutPolicy {
+    /// How long the provider may take to answer a create.
+    pub lease_create_timeout: Duration,
+    /// How long to wait for the provider to expose an SSH endpoint.
+    pub endpoint_timeout: Duration,
+    /// Interval between endpoint lookups.
+    pub endpoint_poll_interval: Duration,
+    /// How long to keep trying to connect over SSH, all attempts together.
+    pub ssh_connect_timeout: Duration,
+    /// Interval between SSH connect attempts.
+    pub ssh_retry_interval: Duration,
+    /// Each probe and verify command's own timeout.
+    pub command_timeout: Duration,
+    /// The start command's timeout.
+    pub start_timeout: Duration,
+    /// How long to wait for the agent to join after the start command.
+    pub join_timeout: Duration,
+    /// How long the provider may take to answer a destroy before it is retried.
+    pub destroy_timeout: Duration,
+}
+
+impl Default for TimeoutPolicy {
+    fn default() -> Self {
+        TimeoutPolicy {
+            lease_create_timeout: Duration::from_secs(120),
+            endpoint_timeout: Duration::from_secs(600),
+            endpoint_poll_interval: Duration::from_secs(5),
+            ssh_connect_timeout: Duration::from_secs(300),
+            ssh_retry_interval: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(60),
+            join_timeout: Duration::from_secs(120),
+            destroy_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How a node's agent joins (seed 000 §5 `SwarmJoinSpec`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinSpec {
+    /// The orchestrator's control-plane address; `auto` means "this process's
+    /// own endpoint", filled in by the runtime.
+    pub orchestrator_addr: String,
+    /// A reference to where the join token comes from (never the token).
+    pub join_token_ref: String,
+}
+
+/// What to do about a node that fails before handoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplacementPolicy {
+    /// The MVP rule (seed 000 §13): a failed node stays failed.
+    None,
+    /// Replace a failed node with a new lease, a bounded number of times.
+    Bounded {
+        /// Leases tried per logical node, the first included.
+        attempts_max: u32,
+        /// Backoff before the second attempt; doubles per attempt.
+        backoff_base: Duration,
+        /// Backoff ceiling.
+        backoff_max: Duration,
+        /// Failures on one host before it is quarantined (no new leases there).
+        quarantine_after_failures: u32,
+    },
+}
+
+/// One expanded logical node: everything its NodeManager needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogicalNodeSpec {
+    /// The run.
+    pub run_id: RunId,
+    /// `{group}-{index}`, stable for the run.
+    pub node_id: LogicalNodeId,
+    /// The node's group.
+    pub group_id: GroupId,
+    /// Index within the group.
+    pub index: u32,
+    /// The role.
+    pub role: RoleId,
+    /// The provider.
+    pub provider: ProviderKind,
+    /// The desired shape.
+    pub shape: DesiredShape,
+    /// The boot spec.
+    pub boot: BootSpec,
+    /// The join spec.
+    pub join: JoinSpec,
+}

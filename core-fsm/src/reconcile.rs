@@ -1,0 +1,1 @@
+//! The level-triggered pool reconciler (seed 002).

@@ -1,0 +1,1 @@
+//! The StageController (seed 004 §6.5-6.6).

@@ -1,0 +1,1 @@
+//! drover workers: the compute process an agent starts.
