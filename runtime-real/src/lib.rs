@@ -1,1 +1,9 @@
-//! drover runtime-real: the thin real runtime binding core-fsm to real I/O.
+//! drover's thin real runtime: binds the machines of `core-fsm`, through the
+//! shared effect loop of `driver`, to real I/O: processes, russh, iroh, disk.
+
+pub mod datastream;
+pub mod journal;
+pub mod plan_toml;
+pub mod provider;
+pub mod ssh;
+pub mod transport;

@@ -1,0 +1,1 @@
+//! Datastream: bootstrap log records as NDJSON files under the state dir.

@@ -1,0 +1,1 @@
+//! `journal`: not yet written.

@@ -1,0 +1,1 @@
+//! `plan_toml`: not yet written.

@@ -1,0 +1,1 @@
+//! `provider`: not yet written.
