@@ -1,0 +1,142 @@
+//! `cargo xtask tidy`: core-fsm stays pure.
+//!
+//! Two checks, both cheap enough to run as a test:
+//! - core-fsm's normal dependency tree holds serde and its derive only (an
+//!   allowlist, so a new dependency is a deliberate change here);
+//! - core-fsm's sources use no wall clock, OS randomness, threads, I/O,
+//!   async or unordered maps.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Crates allowed in core-fsm's normal dependency tree.
+pub const ALLOWED_CRATES: &[&str] = &[
+    "core-fsm",
+    "serde",
+    "serde_core",
+    "serde_derive",
+    "proc-macro2",
+    "quote",
+    "syn",
+    "unicode-ident",
+];
+
+/// Source patterns core-fsm must not contain, with why.
+pub const FORBIDDEN_PATTERNS: &[(&str, &str)] = &[
+    ("Instant::now", "wall clock: time is a parameter"),
+    ("SystemTime", "wall clock: time is a parameter"),
+    ("thread_rng", "OS randomness: use DetRng"),
+    ("rand::", "OS randomness: use DetRng"),
+    ("getrandom", "OS randomness: use DetRng"),
+    ("Uuid::new_v4", "random ids: use counters"),
+    ("std::fs", "I/O: the effect loop does I/O"),
+    ("std::net", "I/O: the effect loop does I/O"),
+    ("std::io", "I/O: the effect loop does I/O"),
+    ("std::process", "processes: the runtime starts them"),
+    ("std::thread", "threads: machines are single-threaded"),
+    ("std::sync", "threads: machines are single-threaded"),
+    ("tokio", "async runtime: machines are sans-IO"),
+    ("madsim", "async runtime: machines are sans-IO"),
+    ("async fn", "async: machines are sans-IO"),
+    (".await", "async: machines are sans-IO"),
+    ("HashMap", "unordered iteration: use BTreeMap"),
+    ("HashSet", "unordered iteration: use BTreeSet"),
+];
+
+/// One problem tidy found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Where.
+    pub location: String,
+    /// What and why.
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// Runs every check; an empty list means tidy.
+pub fn check(root: &Path) -> Result<Vec<Finding>, String> {
+    let mut findings = check_dependencies(root)?;
+    findings.extend(check_sources(&root.join("core-fsm/src"))?);
+    Ok(findings)
+}
+
+/// core-fsm's normal dependency tree against the allowlist.
+pub fn check_dependencies(root: &Path) -> Result<Vec<Finding>, String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["tree", "-p", "core-fsm", "-e", "normal", "--prefix", "none", "--offline"])
+        .output()
+        .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo tree failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(dependency_findings(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Findings for a `cargo tree --prefix none` listing.
+pub fn dependency_findings(tree: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for line in tree.lines() {
+        let Some(name) = line.split_whitespace().next() else { continue };
+        if !ALLOWED_CRATES.contains(&name) {
+            findings.push(Finding {
+                location: "core-fsm/Cargo.toml".into(),
+                message: format!("dependency `{name}` is not allowed in core-fsm (serde only)"),
+            });
+        }
+    }
+    findings.dedup();
+    findings
+}
+
+/// Scans every `.rs` file under `dir`.
+pub fn check_sources(dir: &Path) -> Result<Vec<Finding>, String> {
+    let mut files = Vec::new();
+    collect_rs(dir, &mut files).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    files.sort();
+    let mut findings = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        findings.extend(source_findings(&file.display().to_string(), &text));
+    }
+    Ok(findings)
+}
+
+/// Findings in one source text. Comment lines are skipped: the rule is about
+/// code, and docs may name what they avoid.
+pub fn source_findings(name: &str, text: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        for (pattern, why) in FORBIDDEN_PATTERNS {
+            if code.contains(pattern) {
+                findings.push(Finding {
+                    location: format!("{name}:{}", index + 1),
+                    message: format!("`{pattern}` is forbidden in core-fsm ({why})"),
+                });
+            }
+        }
+    }
+    findings
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_rs(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

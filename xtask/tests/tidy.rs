@@ -1,0 +1,27 @@
+//! `cargo xtask tidy` as a test, plus proof that its checks can fail.
+
+use xtask::tidy;
+
+#[test]
+fn core_fsm_is_tidy() {
+    let findings = tidy::check(&xtask::workspace_root()).expect("tidy runs");
+    let text: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+    assert!(text.is_empty(), "core-fsm is not tidy:\n{}", text.join("\n"));
+}
+
+#[test]
+fn forbidden_sources_are_found() {
+    let text = "use std::collections::HashMap;\n// HashMap in a comment is fine\nlet t = std::time::Instant::now();\nasync fn f() {}\n";
+    let found = tidy::source_findings("x.rs", text);
+    let locations: Vec<&str> = found.iter().map(|f| f.location.as_str()).collect();
+    assert_eq!(locations, ["x.rs:1", "x.rs:3", "x.rs:4"]);
+}
+
+#[test]
+fn forbidden_dependencies_are_found() {
+    let tree = "core-fsm v0.1.0 (/w/core-fsm)\nserde v1.0.0\ntokio v1.0.0\nrand v0.10.0\n";
+    let found = tidy::dependency_findings(tree);
+    assert_eq!(found.len(), 2);
+    assert!(found[0].message.contains("tokio"));
+    assert!(found[1].message.contains("rand"));
+}
