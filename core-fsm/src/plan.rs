@@ -4,8 +4,18 @@
 //!
 //! Parsing (TOML, line numbers) lives in `runtime-real`; this module owns the
 //! data and the rules, so the simulator and the real runtime agree on them.
+//! The rules are numbered P1.. in `spec/plan-boot-reconcile.md`.
+
+mod examples;
+mod validate;
+
+pub use validate::{
+    GROUP_COUNT_MAX, GROUP_ID_LEN_MAX, PLAN_NODES_MAX, PlanError, REPLACEMENT_ATTEMPTS_MAX,
+    START_PLACEHOLDERS, validate,
+};
 
 use crate::ids::{GroupId, LogicalNodeId, RoleId, RunId};
+use crate::reconcile::Desired;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -191,4 +201,50 @@ pub struct LogicalNodeSpec {
     pub boot: BootSpec,
     /// The join spec.
     pub join: JoinSpec,
+}
+
+/// The logical node id of `index` in `group`: `{group}-{index}` (seed 000 §5).
+///
+/// Validation (P2) keeps group ids DNS-label-like, so these ids are safe in
+/// file paths, provider labels and log fields.
+pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
+    LogicalNodeId(format!("{}-{}", group.as_str(), index))
+}
+
+/// Expands a plan into one logical node spec per wanted node, in plan order
+/// (groups as listed, indexes ascending): `workers` x3 -> `workers-0..2`.
+///
+/// Meant for a plan that passed [`validate`]; on any other plan it still
+/// returns without panicking, but ids may collide.
+pub fn expand(plan: &RunPlan) -> Vec<LogicalNodeSpec> {
+    plan.groups
+        .iter()
+        .flat_map(|group| {
+            (0..group.count).map(move |index| LogicalNodeSpec {
+                run_id: plan.run_id,
+                node_id: node_id(&group.group_id, index),
+                group_id: group.group_id.clone(),
+                index,
+                role: group.role.clone(),
+                provider: group.provider,
+                shape: group.shape.clone(),
+                boot: group.boot.clone(),
+                join: group.join.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The pool shape the reconciler drives towards: each group's wanted count.
+///
+/// Meant for a validated plan (unique group ids); with duplicates the last
+/// group of a name wins.
+pub fn desired(plan: &RunPlan) -> Desired {
+    Desired {
+        groups: plan
+            .groups
+            .iter()
+            .map(|group| (group.group_id.clone(), group.count))
+            .collect(),
+    }
 }
