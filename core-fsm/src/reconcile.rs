@@ -11,12 +11,28 @@
 //! - `reconcile(&Config, &Desired, &[NodeView], &Quarantine, now) -> Decision`.
 //! - Applying the same decision's effects and calling again with the
 //!   resulting observations yields no new actions (idempotence).
+//!
+//! The rules (R1..R10 in `spec/plan-boot-reconcile.md`):
+//!
+//! - A wanted `{group}-{index}` (`index < count`) with no record gets a
+//!   `Create`.
+//! - A recorded node the plan no longer wants (`index >= count`, or its group
+//!   is gone) gets a `Destroy` unless it is already `Destroying`/`Destroyed`;
+//!   highest index first.
+//! - A wanted `Failed` node: with `ReplacementPolicy::None` nothing, ever (the
+//!   MVP rule, seed 000 §13); with `Bounded`, a `Replace` with `attempt + 1`
+//!   once its backoff has elapsed and while `attempt < attempts_max`, else a
+//!   requeue at the backoff's end; at `attempts_max` it stays failed.
+//! - `Provisioning`, `Ready`, `Destroying` and wanted `Destroyed` records get
+//!   nothing: the node managers own those (a handed-off node is never
+//!   repaired, seed 000 §13; a destroyed id is not reused within a run).
+//! - Order: destroys, then replaces, then creates; groups in name order.
 
 use crate::ids::{GroupId, LogicalNodeId};
-use crate::plan::ReplacementPolicy;
-use crate::time::Instant;
+use crate::plan::{ReplacementPolicy, node_id};
+use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The reconciler's policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,4 +124,178 @@ pub struct Decision {
     pub actions: Vec<Action>,
     /// When to call again even if nothing changes (a backoff expiring).
     pub requeue_at: Option<Instant>,
+}
+
+impl Decision {
+    /// Nothing to do now and nothing scheduled: until an observation
+    /// changes, another pass would decide the same empty thing (R9).
+    pub fn is_quiescent(&self) -> bool {
+        self.actions.is_empty() && self.requeue_at.is_none()
+    }
+}
+
+impl Config {
+    /// The failures after which a host is quarantined, when the policy
+    /// quarantines at all (only `Bounded` does).
+    pub fn quarantine_threshold(&self) -> Option<u32> {
+        match self.replacement {
+            ReplacementPolicy::None => None,
+            ReplacementPolicy::Bounded {
+                quarantine_after_failures,
+                ..
+            } => Some(quarantine_after_failures),
+        }
+    }
+}
+
+impl Quarantine {
+    /// Counts one more node failure on `host`.
+    pub fn record_failure(&mut self, host: &str) {
+        let failures = self.failures_by_host.entry(host.to_owned()).or_insert(0);
+        *failures = failures.saturating_add(1);
+    }
+}
+
+/// Whether `host` has failed at least `threshold` nodes. A threshold of 0 is
+/// rejected by plan validation; here it quarantines nothing rather than
+/// everything, so a bad config cannot starve the pool.
+pub fn is_quarantined(quarantine: &Quarantine, host: &str, threshold: u32) -> bool {
+    threshold > 0
+        && quarantine
+            .failures_by_host
+            .get(host)
+            .is_some_and(|failures| *failures >= threshold)
+}
+
+/// Every quarantined host, in name order: what a create asks the provider
+/// to avoid (`CreateLeaseRequest::excluded_hosts`).
+pub fn excluded_hosts(quarantine: &Quarantine, threshold: u32) -> Vec<String> {
+    quarantine
+        .failures_by_host
+        .keys()
+        .filter(|host| is_quarantined(quarantine, host, threshold))
+        .cloned()
+        .collect()
+}
+
+/// The wait before lease attempt `attempt + 1` of a node whose attempt
+/// `attempt` failed: `min(base * 2^(attempt - 1), max)` (attempt 0 counts as 1).
+pub fn backoff(attempt: u32, backoff_base: Duration, backoff_max: Duration) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(63);
+    let factor = 1u64 << doublings;
+    backoff_base.saturating_mul(factor).min(backoff_max)
+}
+
+/// One level-triggered pass: what to do about `nodes` so the pool matches
+/// `desired`, given the time `now`. Pure; the same arguments always give the
+/// same decision, and it acts only on nodes in `nodes` (R1).
+///
+/// `quarantine` does not change which actions are taken: it only decides
+/// where new leases may go, which the orchestrator applies through
+/// [`excluded_hosts`] when it performs a `Create` or `Replace`. It is an
+/// argument so that every input of the decision is visible at the call.
+///
+/// Panics if two views share a node id or `(group, index)`, or a view's id
+/// is not `{group}-{index}`: those are ledger bugs, not observations.
+pub fn reconcile(
+    config: &Config,
+    desired: &Desired,
+    nodes: &[NodeView],
+    quarantine: &Quarantine,
+    now: Instant,
+) -> Decision {
+    // Deliberately unused: see the doc comment.
+    let _ = quarantine;
+    let by_group = index_views(nodes);
+    let mut decision = Decision::default();
+    // Scale down first, so a pass that also grows another group sheds cost
+    // before it adds any. Per group, highest index first: a group shrinks
+    // from its tail and its remaining ids stay dense.
+    for (group, views) in &by_group {
+        let wanted = desired.groups.get(*group).copied().unwrap_or(0);
+        for view in views.range(wanted..).rev().map(|(_, v)| v) {
+            if !matches!(view.condition, Condition::Destroying | Condition::Destroyed) {
+                let node = view.node.clone();
+                decision.actions.push(Action::Destroy { node });
+            }
+        }
+    }
+    for (group, views) in &by_group {
+        let wanted = desired.groups.get(*group).copied().unwrap_or(0);
+        for view in views.range(..wanted).map(|(_, v)| v) {
+            let Condition::Failed { at } = view.condition else {
+                continue;
+            };
+            match replacement_due(config, view.attempt, at, now) {
+                Replacement::Now => decision.actions.push(Action::Replace {
+                    node: view.node.clone(),
+                    attempt: view.attempt.saturating_add(1),
+                }),
+                Replacement::At(due) => {
+                    decision.requeue_at = Some(decision.requeue_at.map_or(due, |r| r.min(due)));
+                }
+                Replacement::Never => {}
+            }
+        }
+    }
+    for (group, count) in &desired.groups {
+        let views = by_group.get(group);
+        for index in 0..*count {
+            if !views.is_some_and(|v| v.contains_key(&index)) {
+                let group = group.clone();
+                decision.actions.push(Action::Create { group, index });
+            }
+        }
+    }
+    decision
+}
+
+/// Views by group and index, checked for ledger consistency.
+fn index_views(nodes: &[NodeView]) -> BTreeMap<&GroupId, BTreeMap<u32, &NodeView>> {
+    let mut by_group: BTreeMap<&GroupId, BTreeMap<u32, &NodeView>> = BTreeMap::new();
+    let mut ids = BTreeSet::new();
+    for view in nodes {
+        assert!(
+            view.node == node_id(&view.group, view.index),
+            "node view {} is not {}-{}",
+            view.node,
+            view.group,
+            view.index
+        );
+        assert!(ids.insert(&view.node), "two node views for {}", view.node);
+        by_group
+            .entry(&view.group)
+            .or_default()
+            .insert(view.index, view);
+    }
+    by_group
+}
+
+/// When a failed, wanted node gets its next lease.
+enum Replacement {
+    Now,
+    At(Instant),
+    Never,
+}
+
+fn replacement_due(config: &Config, attempt: u32, failed_at: Instant, now: Instant) -> Replacement {
+    match config.replacement {
+        ReplacementPolicy::None => Replacement::Never,
+        ReplacementPolicy::Bounded {
+            attempts_max,
+            backoff_base,
+            backoff_max,
+            ..
+        } => {
+            if attempt >= attempts_max {
+                return Replacement::Never;
+            }
+            let due = failed_at + backoff(attempt, backoff_base, backoff_max);
+            if now >= due {
+                Replacement::Now
+            } else {
+                Replacement::At(due)
+            }
+        }
+    }
 }
