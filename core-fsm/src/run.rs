@@ -1,1 +1,276 @@
-//! The OrchestratorRun: readiness barrier through teardown (seed 004 §4-6, §9).
+//! The OrchestratorRun (seed 004 §4-6, §9): one run of a pipeline, from the
+//! readiness barrier to a terminal outcome.
+//!
+//! The run waits until every planned node has a runtime-ready report for this
+//! run, from the agent the membership says is Alive for that node; it then
+//! acknowledges each report (retried, bounded), provisions the stages one at
+//! a time (stage `i + 1` only after stage `i` reports its weights loaded),
+//! waits for every stage and both token endpoints, opens the prompt service
+//! and serves requests one at a time. Every report is filtered by run,
+//! node, stage and request; a mismatch is ignored and counted. Any failure or
+//! a stop ends in a teardown that always reaches `Stopped` or `Failed`: every
+//! stage is stopped and awaited, bounded by a stop timeout.
+
+mod errors;
+mod planning;
+mod serving;
+mod startup;
+mod teardown;
+mod transitions;
+mod types;
+
+pub use errors::{PhaseName, RunError, exit_code};
+pub use planning::{PlanningError, StageAssignment, plan_stages};
+pub use types::{
+    Acks, Active, Barrier, DoneReason, Ignored, Input, PromptEvent, PromptFault, Queued, RequestId,
+    Serving, StageProgress, Teardown, TimerKind, TokenEndpoint, Worker,
+};
+
+use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
+use crate::membership::Liveness;
+use crate::stage::{Provision, StageIndex};
+use crate::time::{Duration, Instant};
+use crate::timer::TimerTable;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a run needs to know before it starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// The run.
+    pub run_id: RunId,
+    /// The orchestrator's own identity, written into every provision.
+    pub orchestrator: AgentId,
+    /// The model's identity.
+    pub model_id: String,
+    /// How many layers the model has.
+    pub layers: u32,
+    /// How many pipeline stages to run.
+    pub stages: u32,
+    /// The node of each stage, in stage order.
+    pub nodes: Vec<LogicalNodeId>,
+    /// How long every node may take to pass the readiness barrier.
+    pub readiness_timeout: Duration,
+    /// Interval between resends of unanswered acknowledgements.
+    pub ack_retry_interval: Duration,
+    /// Acknowledgement sends per node, the first included.
+    pub ack_attempts_max: u32,
+    /// How long the acknowledgements may take, all together.
+    pub ack_timeout: Duration,
+    /// How long one stage may take to load its weights.
+    pub weights_timeout: Duration,
+    /// How long, after the last weights, every stage and endpoint may take.
+    pub stage_ready_timeout: Duration,
+    /// How long the prompt service may take to open.
+    pub prompt_open_timeout: Duration,
+    /// Longest wait for the next token of the active request.
+    pub token_timeout: Duration,
+    /// Most requests waiting behind the active one.
+    pub queue_max: usize,
+    /// How long teardown may wait for stop facts.
+    pub stop_timeout: Duration,
+}
+
+/// The run's state (seed 004 §6.4 logical states).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Waiting until every node passes the readiness barrier.
+    AwaitingReadiness(Barrier),
+    /// Acknowledging every node's runtime-ready report.
+    Acknowledging(Acks),
+    /// Stage `stage` was provisioned and is loading its weights; the earlier
+    /// stages have theirs.
+    LoadingWeights {
+        /// The stage loading.
+        stage: StageIndex,
+        /// Stage and endpoint readiness seen so far.
+        progress: StageProgress,
+    },
+    /// Every stage has its weights; waiting for every stage and both token
+    /// endpoints to be ready.
+    AwaitingStageReady(StageProgress),
+    /// Waiting for the prompt service to open.
+    OpeningPrompt {
+        /// The open operation.
+        op: OpId,
+    },
+    /// Serving requests, one at a time.
+    Serving(Serving),
+    /// Stopping every stage and the token endpoints.
+    TearingDown(Teardown),
+    /// Ended by a controlled stop; every stop fact arrived.
+    Stopped,
+    /// Ended by a failure (the first one).
+    Failed(RunError),
+}
+
+impl Phase {
+    /// Whether the run has ended.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Phase::Stopped | Phase::Failed(_))
+    }
+}
+
+/// What the run asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Acknowledge a node's runtime-ready report (seed 004 §9.6).
+    SendReadyAck {
+        /// The node.
+        node: LogicalNodeId,
+        /// Its agent.
+        agent: AgentId,
+        /// The run.
+        run_id: RunId,
+        /// The node's stage.
+        stage: StageIndex,
+        /// The report being acknowledged.
+        readiness_id: u64,
+    },
+    /// Open the orchestrator's token-in and token-out endpoints.
+    OpenTokenEndpoints,
+    /// Send a stage its provision.
+    ProvisionStage {
+        /// The node.
+        node: LogicalNodeId,
+        /// Its agent.
+        agent: AgentId,
+        /// The provision.
+        provision: Provision,
+    },
+    /// Open the prompt service (seed 004 §4.10); answered by
+    /// [`Input::PromptServiceOpened`].
+    OpenPromptService {
+        /// The operation.
+        op: OpId,
+    },
+    /// Feed tokens into the token-in edge of stage 0.
+    Inject {
+        /// The request.
+        request: RequestId,
+        /// 0 for the prompt, `k + 1` for generated token `k` fed back.
+        seq: u64,
+        /// The tokens.
+        tokens: Vec<u32>,
+    },
+    /// Tell the request's client.
+    Prompt {
+        /// The request.
+        request: RequestId,
+        /// What happened.
+        event: PromptEvent,
+    },
+    /// Stop a stage.
+    StopStage {
+        /// The node.
+        node: LogicalNodeId,
+        /// The stage.
+        stage: StageIndex,
+    },
+    /// Close the token endpoints.
+    CloseTokenEndpoints,
+    /// The run ended; the process exits with [`exit_code`] of this.
+    Finished(Result<(), RunError>),
+}
+
+/// The OrchestratorRun.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    config: Config,
+    plan: Vec<StageAssignment>,
+    phase: Phase,
+    timers: TimerTable<TimerKind>,
+    ignored: Ignored,
+    /// What membership last said of each planned node.
+    members: BTreeMap<LogicalNodeId, (AgentId, Liveness)>,
+    /// The agents that passed the barrier, by stage; empty before.
+    workers: BTreeMap<StageIndex, Worker>,
+    /// Stages sent a provision (they must be stopped).
+    provisioned: BTreeSet<StageIndex>,
+    /// The highest request id seen; ids must increase.
+    last_request: Option<RequestId>,
+    next_op: crate::ids::Counter,
+}
+
+impl Machine {
+    /// Plans the pipeline and starts waiting for readiness at `now`.
+    pub fn new(config: Config, now: Instant) -> Result<Machine, PlanningError> {
+        let plan = plan_stages(config.layers, config.stages, &config.nodes)?;
+        assert!(
+            config.ack_attempts_max > 0,
+            "run: ack_attempts_max must be positive"
+        );
+        assert!(config.queue_max > 0, "run: queue_max must be positive");
+        let mut timers = TimerTable::new();
+        timers.set(TimerKind::Readiness, now + config.readiness_timeout);
+        Ok(Machine {
+            config,
+            plan,
+            phase: Phase::AwaitingReadiness(Barrier::default()),
+            timers,
+            ignored: Ignored::default(),
+            members: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            provisioned: BTreeSet::new(),
+            last_request: None,
+            next_op: crate::ids::Counter::starting_at(1),
+        })
+    }
+
+    /// The run's state.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// The pipeline plan.
+    pub fn plan(&self) -> &[StageAssignment] {
+        &self.plan
+    }
+
+    /// Reports and answers ignored so far.
+    pub fn ignored(&self) -> &Ignored {
+        &self.ignored
+    }
+
+    /// How the run ended, once it has.
+    pub fn outcome(&self) -> Option<Result<(), &RunError>> {
+        match &self.phase {
+            Phase::Stopped => Some(Ok(())),
+            Phase::Failed(error) => Some(Err(error)),
+            _ => None,
+        }
+    }
+
+    fn stage_of(&self, node: &LogicalNodeId) -> Option<StageIndex> {
+        self.plan.iter().find(|a| a.node == *node).map(|a| a.stage)
+    }
+
+    fn stage_count(&self) -> StageIndex {
+        self.config.stages
+    }
+}
+
+impl crate::Machine for Machine {
+    type Input = Input;
+    type Effect = Effect;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if matches!(input, Input::Tick) {
+            for kind in self.timers.take_expired(now) {
+                self.step(now, transitions::Event::Fire(kind), &mut out);
+            }
+        } else {
+            self.step(now, transitions::Event::In(input), &mut out);
+        }
+        out
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    fn check_invariants(&self) {
+        transitions::check(self);
+    }
+}

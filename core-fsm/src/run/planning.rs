@@ -1,0 +1,123 @@
+//! Pipeline planning (seed 004 §5.3, §7.4, §9.3): which node runs which
+//! layers, and how the stages are wired.
+
+use crate::ids::LogicalNodeId;
+use crate::stage::{Edge, EdgeKind, LayerRange, StageIndex};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// One stage of the plan: where it runs, what it computes, how it is wired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageAssignment {
+    /// The stage's index.
+    pub stage: StageIndex,
+    /// The node that runs it.
+    pub node: LogicalNodeId,
+    /// Its layers.
+    pub layers: LayerRange,
+    /// The edge it reads: token-in for stage 0, activations otherwise.
+    pub inbound: Edge,
+    /// The edge it writes: token-out for the last stage, activations otherwise.
+    pub outbound: Edge,
+}
+
+/// Why a pipeline cannot be planned; raised before any worker starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlanningError {
+    /// A pipeline needs at least one stage.
+    NoStages,
+    /// Every stage needs at least one layer.
+    MoreStagesThanLayers {
+        /// Stages asked for.
+        stages: u32,
+        /// Layers the model has.
+        layers: u32,
+    },
+    /// One node per stage is needed.
+    NodeCountMismatch {
+        /// Stages asked for.
+        stages: u32,
+        /// Nodes given.
+        nodes: usize,
+    },
+    /// A node was given twice.
+    DuplicateNode(LogicalNodeId),
+}
+
+impl fmt::Display for PlanningError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanningError::NoStages => write!(f, "a pipeline needs at least one stage"),
+            PlanningError::MoreStagesThanLayers { stages, layers } => write!(
+                f,
+                "{stages} stages for a model of {layers} layers: every stage needs a layer"
+            ),
+            PlanningError::NodeCountMismatch { stages, nodes } => {
+                write!(f, "{stages} stages need {stages} nodes, got {nodes}")
+            }
+            PlanningError::DuplicateNode(node) => write!(f, "node {node} is given twice"),
+        }
+    }
+}
+
+/// Splits `layers` into `stages` contiguous, balanced ranges and wires them:
+/// the first `layers % stages` stages get one layer more than the rest;
+/// edge `k` flows into stage `k`, so edge 0 is the token-in edge, edges
+/// `1..stages` carry activations and edge `stages` is the token-out edge.
+/// Stage `i` runs on `nodes[i]`.
+pub fn plan_stages(
+    layers: u32,
+    stages: u32,
+    nodes: &[LogicalNodeId],
+) -> Result<Vec<StageAssignment>, PlanningError> {
+    if stages == 0 {
+        return Err(PlanningError::NoStages);
+    }
+    if stages > layers {
+        return Err(PlanningError::MoreStagesThanLayers { stages, layers });
+    }
+    if nodes.len() != stages as usize {
+        return Err(PlanningError::NodeCountMismatch {
+            stages,
+            nodes: nodes.len(),
+        });
+    }
+    let mut seen = BTreeSet::new();
+    if let Some(node) = nodes.iter().find(|n| !seen.insert(*n)) {
+        return Err(PlanningError::DuplicateNode(node.clone()));
+    }
+    let (base, extra) = (layers / stages, layers % stages);
+    let edge = |id: u32| Edge {
+        id,
+        kind: match id {
+            0 => EdgeKind::TokenIn,
+            id if id == stages => EdgeKind::TokenOut,
+            _ => EdgeKind::Activation,
+        },
+    };
+    let mut start = 0;
+    let plan: Vec<StageAssignment> = (0..stages)
+        .zip(nodes)
+        .map(|(stage, node)| {
+            let len = base + u32::from(stage < extra);
+            let layers = LayerRange {
+                start,
+                end_exclusive: start + len,
+            };
+            start += len;
+            StageAssignment {
+                stage,
+                node: node.clone(),
+                layers,
+                inbound: edge(stage),
+                outbound: edge(stage + 1),
+            }
+        })
+        .collect();
+    assert_eq!(
+        start, layers,
+        "planning must cover every layer exactly once"
+    );
+    Ok(plan)
+}

@@ -1,0 +1,192 @@
+//! Request serving (seed 004 §4.11, §5.8, §9.9-9.13): one active request, a
+//! bounded queue, token records in sequence, exactly one terminal event per
+//! request.
+
+use super::types::Active;
+use super::{
+    DoneReason, Effect, Input, Machine, Phase, PromptEvent, PromptFault, Queued, RequestId,
+    RunError, Serving, TimerKind,
+};
+use crate::time::Instant;
+
+impl Machine {
+    pub(super) fn on_submit(
+        &mut self,
+        now: Instant,
+        phase: Phase,
+        request: RequestId,
+        prompt: Vec<u32>,
+        max_tokens: u32,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        // Ids only increase, so a request can never be answered twice.
+        if self.last_request.is_some_and(|last| request <= last) {
+            self.ignored.stale_request += 1;
+            return phase;
+        }
+        self.last_request = Some(request);
+        let fault = |fault| Effect::Prompt {
+            request,
+            event: PromptEvent::Fault(fault),
+        };
+        let Phase::Serving(mut serving) = phase else {
+            out.push(fault(PromptFault::NotServing));
+            return phase;
+        };
+        let queued = Queued {
+            request,
+            prompt,
+            max_tokens,
+        };
+        if queued.prompt.is_empty() || max_tokens == 0 {
+            let reason = "a request needs a prompt and max_tokens above 0".to_owned();
+            out.push(fault(PromptFault::Invalid { reason }));
+        } else if serving.active.is_none() {
+            self.start(now, &mut serving, queued, out);
+        } else if serving.queue.len() >= self.config.queue_max {
+            out.push(fault(PromptFault::QueueFull));
+        } else {
+            serving.queue.push_back(queued);
+        }
+        Phase::Serving(serving)
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        serving: &mut Serving,
+        queued: Queued,
+        out: &mut Vec<Effect>,
+    ) {
+        assert!(serving.active.is_none(), "run: one active request at most");
+        out.push(Effect::Inject {
+            request: queued.request,
+            seq: 0,
+            tokens: queued.prompt,
+        });
+        serving.active = Some(Active {
+            request: queued.request,
+            max_tokens: queued.max_tokens,
+            next_seq: 0,
+        });
+        self.timers
+            .set(TimerKind::TokenGap, now + self.config.token_timeout);
+    }
+
+    /// Ends the active request with `event` and starts the next one, if any.
+    fn end_active(
+        &mut self,
+        now: Instant,
+        mut serving: Serving,
+        event: PromptEvent,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        assert!(event.is_terminal());
+        let active = serving.active.take().expect("an active request to end");
+        out.push(Effect::Prompt {
+            request: active.request,
+            event,
+        });
+        self.timers.cancel(&TimerKind::TokenGap);
+        if let Some(next) = serving.queue.pop_front() {
+            self.start(now, &mut serving, next, out);
+        }
+        Phase::Serving(serving)
+    }
+
+    pub(super) fn on_token(
+        &mut self,
+        now: Instant,
+        mut serving: Serving,
+        input: Input,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        let Input::Token {
+            request,
+            seq,
+            token,
+            eos,
+            ..
+        } = input
+        else {
+            unreachable!("matched Token");
+        };
+        let Some(active) = serving.active.as_mut().filter(|a| a.request == request) else {
+            // Late records of an ended request land here too.
+            self.ignored.wrong_request += 1;
+            return Phase::Serving(serving);
+        };
+        let expected = active.next_seq;
+        if seq != expected {
+            // Out-of-order output cannot be fed back: the request faults and
+            // prompt serving fails (seed 004 §9.13, §10.10).
+            serving.active = None;
+            self.timers.cancel(&TimerKind::TokenGap);
+            let fault = PromptFault::TokenSequence { expected, got: seq };
+            out.push(Effect::Prompt {
+                request,
+                event: PromptEvent::Fault(fault),
+            });
+            let error = RunError::TokenSequence {
+                request,
+                expected,
+                got: seq,
+            };
+            return self.fail_from(now, Phase::Serving(serving), error, out);
+        }
+        active.next_seq += 1;
+        let (produced, max_tokens) = (active.next_seq, active.max_tokens);
+        out.push(Effect::Prompt {
+            request,
+            event: PromptEvent::Token { seq, token },
+        });
+        let done = match (eos, produced >= u64::from(max_tokens)) {
+            (true, _) => Some(DoneReason::Eos),
+            (false, true) => Some(DoneReason::MaxTokens),
+            (false, false) => None,
+        };
+        if let Some(reason) = done {
+            let event = PromptEvent::Done {
+                tokens: produced,
+                reason,
+            };
+            return self.end_active(now, serving, event, out);
+        }
+        // Feed the token back for the next position.
+        out.push(Effect::Inject {
+            request,
+            seq: seq + 1,
+            tokens: vec![token],
+        });
+        self.timers
+            .set(TimerKind::TokenGap, now + self.config.token_timeout);
+        Phase::Serving(serving)
+    }
+
+    pub(super) fn on_prompt_fault(
+        &mut self,
+        now: Instant,
+        serving: Serving,
+        request: RequestId,
+        reason: String,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        if serving.active.as_ref().is_none_or(|a| a.request != request) {
+            self.ignored.wrong_request += 1;
+            return Phase::Serving(serving);
+        }
+        // A prompt-level fault ends the request, not the run (§10.10).
+        let event = PromptEvent::Fault(PromptFault::Worker { reason });
+        self.end_active(now, serving, event, out)
+    }
+
+    pub(super) fn on_token_timeout(
+        &mut self,
+        now: Instant,
+        serving: Serving,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        let event = PromptEvent::Fault(PromptFault::Timeout);
+        self.end_active(now, serving, event, out)
+    }
+}
