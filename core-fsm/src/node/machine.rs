@@ -1,0 +1,461 @@
+//! The node manager's state, its one `match (phase, input)`, and its
+//! invariants. The transitions themselves live in `transitions.rs`.
+
+use super::{Config, Effect, Input, Record, Stage, TimerKind};
+use crate::ids::{Counter, OpId, SessionId};
+use crate::plan::LogicalNodeSpec;
+use crate::rng::DetRng;
+use crate::time::Instant;
+use crate::timer::TimerTable;
+
+/// What to do once an ambiguous intent is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Then {
+    /// Go on towards a bootstrap.
+    Bootstrap,
+    /// Destroy the lease if one turns up.
+    Destroy,
+}
+
+/// The node's phase: each variant holds only what is valid in it. The
+/// public [`Stage`] is derived from it (transient stages such as
+/// `EndpointKnown` and `HandedOff` are announced but never rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    New,
+    /// A create is in flight.
+    Requesting {
+        op: OpId,
+        intents: u32,
+        destroy_after: bool,
+    },
+    /// Finding out whether a create took effect (list by nonce). `op` is
+    /// `None` while waiting for a retry (or for `Start` after a restore).
+    Resolving {
+        op: Option<OpId>,
+        tries: u32,
+        intents: u32,
+        then: Then,
+    },
+    /// Polling for the endpoint; `op` is `None` between polls.
+    Locating {
+        op: Option<OpId>,
+    },
+    Bootstrapping {
+        session: SessionId,
+    },
+    Joined {
+        session: SessionId,
+    },
+    /// Ready. `rejoin_allowed` after a restore: the agent may reconnect once.
+    Dormant {
+        rejoin_allowed: bool,
+    },
+    /// Failed; `unresolved` when an intent's outcome could not be learned.
+    Failed {
+        unresolved: bool,
+    },
+    /// Destroying; `op` is `None` while waiting for a retry or a new Destroy.
+    /// `replace` is the attempt of a replacement lease due once it is gone
+    /// (0: none).
+    Destroying {
+        op: Option<OpId>,
+        tries: u32,
+        replace: u32,
+    },
+    Destroyed,
+}
+
+impl Phase {
+    pub(super) fn stage(self) -> Stage {
+        match self {
+            Phase::New => Stage::New,
+            Phase::Requesting { .. } | Phase::Resolving { .. } => Stage::LeaseRequested,
+            Phase::Locating { .. } => Stage::LeaseCreated,
+            Phase::Bootstrapping { .. } => Stage::BootstrapRunning,
+            Phase::Joined { .. } => Stage::AgentJoined,
+            Phase::Dormant { .. } => Stage::Dormant,
+            Phase::Failed { .. } => Stage::Failed,
+            Phase::Destroying { .. } => Stage::Destroying,
+            Phase::Destroyed => Stage::Destroyed,
+        }
+    }
+}
+
+/// The NodeManager of one logical node.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub(super) config: Config,
+    pub(super) record: Record,
+    pub(super) phase: Phase,
+    pub(super) timers: TimerTable<TimerKind>,
+    pub(super) rng: DetRng,
+    /// Operation ids; the composite lends its own counter (see `swap_ids`).
+    pub(super) ops: Counter,
+    /// Session ids; lent by the composite like `ops`.
+    pub(super) sessions: Counter,
+    /// Hosts the next create must avoid.
+    pub(super) excluded_hosts: Vec<String>,
+    /// A restore left work pending that `Start` resumes.
+    pub(super) resume: bool,
+    /// Inputs ignored as late, duplicate, unknown or out of place.
+    pub(super) ignored: u64,
+    /// Leases granted to an abandoned create and destroyed on sight.
+    pub(super) stray_leases: u64,
+}
+
+impl Machine {
+    /// A node manager in `New` for `spec`, drawing nonces from `rng`.
+    pub fn new(config: Config, spec: LogicalNodeSpec, rng: DetRng) -> Machine {
+        Machine {
+            config,
+            record: Record {
+                desired: spec,
+                stage: Stage::New,
+                ready: false,
+                attempt: 0,
+                nonce: None,
+                lease: None,
+                endpoint: None,
+                bootstrap: None,
+                agent: None,
+                failed_reason: None,
+                failed_at: None,
+                destroy_error: None,
+                destroyed_at: None,
+            },
+            phase: Phase::New,
+            timers: TimerTable::new(),
+            rng,
+            ops: Counter::starting_at(1),
+            sessions: Counter::starting_at(1),
+            excluded_hosts: Vec::new(),
+            resume: false,
+            ignored: 0,
+            stray_leases: 0,
+        }
+    }
+
+    /// The ledger.
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
+    /// The stage.
+    pub fn stage(&self) -> Stage {
+        self.record.stage
+    }
+
+    /// Inputs ignored as late, duplicate, unknown or out of place.
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
+
+    /// Leases granted to abandoned creates, destroyed on sight.
+    pub fn stray_leases(&self) -> u64 {
+        self.stray_leases
+    }
+
+    /// Swaps the machine's id counters with the caller's: a composite lends
+    /// its counters for one `handle` call so that every id of a run comes
+    /// from one counter.
+    pub fn swap_ids(&mut self, ops: &mut Counter, sessions: &mut Counter) {
+        std::mem::swap(&mut self.ops, ops);
+        std::mem::swap(&mut self.sessions, sessions);
+    }
+
+    /// Whether a provider operation of this node is awaiting its answer, a
+    /// retry is pending, or a restore left work for `Start`.
+    pub fn in_flight(&self) -> bool {
+        self.resume
+            || !self.timers.is_empty()
+            || matches!(
+                self.phase,
+                Phase::Requesting { .. }
+                    | Phase::Resolving { .. }
+                    | Phase::Locating { .. }
+                    | Phase::Bootstrapping { .. }
+                    | Phase::Joined { .. }
+                    | Phase::Destroying { op: Some(_), .. }
+            )
+    }
+
+    /// Whether `Start` has work to do: a fresh node, or restored work.
+    pub fn awaits_start(&self) -> bool {
+        self.phase == Phase::New || self.resume
+    }
+
+    /// Whether the node is on its way out: destroying, destroyed, or going to
+    /// destroy whatever lease an outstanding create yields.
+    pub fn is_winding_down(&self) -> bool {
+        match self.phase {
+            Phase::Requesting { destroy_after, .. } => destroy_after,
+            Phase::Resolving { then, .. } => then == Then::Destroy,
+            Phase::Destroying { .. } | Phase::Destroyed => true,
+            Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
+            _ => false,
+        }
+    }
+
+    /// Whether the node certainly holds no lease that still stands: never
+    /// leased, failed before a lease existed, or destroyed.
+    pub fn holds_no_lease(&self) -> bool {
+        match self.phase {
+            Phase::New | Phase::Destroyed => true,
+            Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
+            _ => false,
+        }
+    }
+
+    /// Whether an `AgentJoined` for `lease_id` would be accepted now.
+    pub fn expects_join(&self, lease_id: &crate::ids::LeaseId) -> bool {
+        let lease_matches = self.record.lease_id() == Some(lease_id);
+        match self.phase {
+            Phase::Bootstrapping { .. }
+            | Phase::Dormant {
+                rejoin_allowed: true,
+            } => lease_matches,
+            _ => false,
+        }
+    }
+
+    /// The active bootstrap session, if any.
+    pub fn session(&self) -> Option<SessionId> {
+        match self.phase {
+            Phase::Bootstrapping { session } | Phase::Joined { session } => Some(session),
+            _ => None,
+        }
+    }
+}
+
+impl crate::Machine for Machine {
+    type Input = Input;
+    type Effect = Effect;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match (self.phase, input) {
+            (_, Input::Tick) => self.on_tick(now, &mut out),
+            (Phase::New, Input::Start { excluded_hosts }) => {
+                self.excluded_hosts = excluded_hosts;
+                let attempt = self.record.attempt.max(1);
+                self.request_lease(now, attempt, 1, &mut out)
+            }
+            (_, Input::Start { excluded_hosts }) if self.resume => {
+                self.excluded_hosts = excluded_hosts;
+                self.resume(now, &mut out)
+            }
+            (
+                Phase::Destroyed | Phase::Failed { unresolved: false },
+                Input::Replace {
+                    attempt,
+                    excluded_hosts,
+                },
+            ) if attempt > self.record.attempt => {
+                self.excluded_hosts = excluded_hosts;
+                self.on_replace(now, attempt, &mut out);
+            }
+            (_, Input::Destroy) => self.on_destroy(now, &mut out),
+            (
+                Phase::Requesting {
+                    op,
+                    intents,
+                    destroy_after,
+                },
+                Input::LeaseCreated { op: got, result },
+            ) if op == got => {
+                let then = if destroy_after {
+                    Then::Destroy
+                } else {
+                    Then::Bootstrap
+                };
+                self.on_lease_created(now, result, intents, then, &mut out)
+            }
+            (
+                _,
+                Input::LeaseCreated {
+                    result: Ok(granted),
+                    ..
+                },
+            ) => self.on_stray_lease(now, granted, &mut out),
+            (Phase::Locating { op: Some(op) }, Input::EndpointLooked { op: got, result })
+                if op == got =>
+            {
+                self.on_endpoint(now, result, &mut out)
+            }
+            (
+                Phase::Resolving {
+                    op: Some(op),
+                    tries,
+                    intents,
+                    then,
+                },
+                Input::LeasesListed { op: got, result },
+            ) if op == got => self.on_listed(now, result, tries, intents, then, &mut out),
+            (
+                Phase::Destroying {
+                    op: Some(op),
+                    tries,
+                    replace,
+                },
+                Input::LeaseDestroyed { op: got, result },
+            ) if op == got => self.on_destroyed(now, result, tries, replace, &mut out),
+            (Phase::Bootstrapping { .. } | Phase::Joined { .. }, Input::BootstrapObserved(obs)) => {
+                self.on_observed(now, obs)
+            }
+            (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })
+                if self.record.lease_id() == Some(&lease_id) =>
+            {
+                self.on_joined(now, session, agent, &mut out)
+            }
+            (
+                Phase::Dormant {
+                    rejoin_allowed: true,
+                },
+                Input::AgentJoined { lease_id, agent },
+            ) if self.record.lease_id() == Some(&lease_id) => {
+                self.on_rejoined(now, agent, &mut out)
+            }
+            (Phase::Joined { .. }, Input::BootstrapClosed) => self.on_handed_off(now, &mut out),
+            (
+                Phase::Bootstrapping { .. } | Phase::Joined { .. },
+                Input::BootstrapFailed { reason },
+            ) => self.fail(now, reason, &mut out),
+            _ => self.ignored += 1,
+        }
+        out
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    fn check_invariants(&self) {
+        self.check_ledger();
+        self.check_timers();
+    }
+}
+
+impl Machine {
+    fn check_ledger(&self) {
+        let r = &self.record;
+        let id = r.node();
+        assert_eq!(
+            r.stage,
+            self.phase.stage(),
+            "N0 {id}: stage matches the phase"
+        );
+        assert_eq!(
+            r.ready,
+            r.stage == Stage::Dormant,
+            "N1 {id}: ready iff Dormant"
+        );
+        if r.stage == Stage::Dormant {
+            let agent = r.agent.as_ref();
+            assert!(agent.is_some(), "N2 {id}: Dormant has agent facts");
+            assert!(
+                agent.is_some_and(|a| a.handed_off_at.is_some()),
+                "N2 {id}: Dormant was handed off"
+            );
+            assert!(self.session().is_none(), "N2 {id}: Dormant has no session");
+        }
+        if matches!(
+            self.phase,
+            Phase::Destroying { .. } | Phase::Locating { .. }
+        ) {
+            assert!(
+                r.lease.is_some(),
+                "N3 {id}: destroy and lookup only of a known lease"
+            );
+        }
+        if matches!(r.stage, Stage::BootstrapRunning | Stage::AgentJoined) {
+            assert!(
+                r.lease.is_some() && r.endpoint.is_some(),
+                "N4 {id}: bootstrap needs lease and endpoint"
+            );
+            assert!(r.bootstrap.is_some(), "N4 {id}: bootstrap facts recorded");
+        }
+        if r.stage == Stage::AgentJoined {
+            assert!(r.agent.is_some(), "N5 {id}: AgentJoined has agent facts");
+        }
+        if r.stage == Stage::Failed {
+            assert!(r.failed_reason.is_some(), "N6 {id}: Failed has a reason");
+        }
+        if r.stage != Stage::New {
+            assert!(
+                r.attempt >= 1 || r.stage == Stage::Destroyed,
+                "N7 {id}: an intent precedes every stage"
+            );
+        }
+        if r.lease.is_some() {
+            assert!(
+                r.nonce.is_some(),
+                "N8 {id}: a lease is known only through an intent"
+            );
+        }
+        if r.stage == Stage::Destroyed && r.lease.is_some() {
+            assert!(
+                r.destroyed_at.is_some(),
+                "N9 {id}: a destroyed lease has destroyed_at"
+            );
+        }
+    }
+
+    fn check_timers(&self) {
+        let id = self.record.node();
+        let t = &self.timers;
+        match self.phase {
+            Phase::New | Phase::Dormant { .. } | Phase::Failed { .. } | Phase::Destroyed => {
+                assert!(
+                    t.is_empty(),
+                    "N10 {id}: no timer armed in {:?}",
+                    self.phase.stage()
+                )
+            }
+            Phase::Bootstrapping { .. } | Phase::Joined { .. } => {
+                assert!(
+                    t.is_empty(),
+                    "N10 {id}: the session owns the bootstrap timers"
+                )
+            }
+            Phase::Requesting { .. } => {
+                assert!(
+                    t.is_set(&TimerKind::LeaseCreate) && t.len() == 1,
+                    "N11 {id}: a create has its timeout"
+                )
+            }
+            Phase::Locating { op } => {
+                assert!(
+                    self.resume || t.is_set(&TimerKind::EndpointDeadline),
+                    "N11 {id}: lookups are bounded"
+                );
+                let polls = usize::from(t.is_set(&TimerKind::EndpointPoll));
+                assert!(op.is_none() || polls == 0, "N12 {id}: one lookup at a time");
+            }
+            Phase::Resolving { op, .. } => {
+                let armed = if op.is_some() {
+                    TimerKind::ListDeadline
+                } else {
+                    TimerKind::ListRetry
+                };
+                assert!(
+                    self.resume || t.is_set(&armed) && t.len() == 1,
+                    "N11 {id}: a list is bounded"
+                );
+            }
+            Phase::Destroying { op, .. } => {
+                if op.is_some() {
+                    assert!(
+                        t.is_set(&TimerKind::DestroyDeadline) && t.len() == 1,
+                        "N11 {id}: a destroy has its timeout"
+                    );
+                } else {
+                    assert!(
+                        t.len() <= 1 && !t.is_set(&TimerKind::DestroyDeadline),
+                        "N12 {id}: one destroy at a time"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Rebuilding a node manager from the journal after a restart.
+//!
+//! The journal holds only what a crash must not lose: intents (with their
+//! nonces), known leases, failures, readiness, destroy requests and releases.
+//! [`Journaled`] folds one node's records; [`Machine::restore`] turns the
+//! fold into a phase whose pending work the next `Start` resumes.
+
+use super::machine::{Machine, Phase, Then};
+use super::{AgentFacts, Config, Stage};
+use crate::ids::{AgentId, LogicalNodeId, Nonce};
+use crate::plan::LogicalNodeSpec;
+use crate::port::{JournalRecord, LeaseFacts};
+use crate::rng::DetRng;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+
+/// What the journal says of one node, folded in journal order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journaled {
+    /// Attempt of the last intent.
+    pub attempt: u32,
+    /// Nonce of the last intent.
+    pub nonce: Option<Nonce>,
+    /// The last intent has neither a known lease nor an abandonment.
+    pub intent_open: bool,
+    /// The lease of the last intent.
+    pub lease: Option<LeaseFacts>,
+    /// Why the node failed, if it did.
+    pub failed: Option<String>,
+    /// The agent of a ready node.
+    pub agent: Option<AgentId>,
+    /// A destroy was requested.
+    pub destroy_requested: bool,
+    /// The lease was released.
+    pub released: bool,
+}
+
+impl Journaled {
+    /// The node a record is about, if it is about one.
+    pub fn node_of(record: &JournalRecord) -> Option<&LogicalNodeId> {
+        match record {
+            JournalRecord::RunStarted { .. } => None,
+            JournalRecord::LeaseIntent { node, .. }
+            | JournalRecord::LeaseKnown { node, .. }
+            | JournalRecord::IntentAbandoned { node, .. }
+            | JournalRecord::NodeFailed { node, .. }
+            | JournalRecord::NodeReady { node, .. }
+            | JournalRecord::DestroyRequested { node }
+            | JournalRecord::LeaseReleased { node, .. } => Some(node),
+        }
+    }
+
+    /// Folds one record of this node.
+    pub fn apply(&mut self, record: &JournalRecord) {
+        match record {
+            JournalRecord::RunStarted { .. } => {}
+            // A new intent starts a new lease's story (first lease, a
+            // successor of an abandoned intent, or a replacement).
+            JournalRecord::LeaseIntent { nonce, attempt, .. } => {
+                *self = Journaled {
+                    attempt: *attempt,
+                    nonce: Some(*nonce),
+                    intent_open: true,
+                    ..Journaled::default()
+                }
+            }
+            JournalRecord::LeaseKnown { lease, .. } => {
+                self.nonce = Some(lease.nonce);
+                self.lease = Some(lease.clone());
+                self.intent_open = false;
+            }
+            JournalRecord::IntentAbandoned { nonce, .. } => {
+                if self.nonce == Some(*nonce) {
+                    self.intent_open = false;
+                }
+            }
+            JournalRecord::NodeFailed { reason, .. } => self.failed = Some(reason.clone()),
+            JournalRecord::NodeReady { agent, .. } => self.agent = Some(agent.clone()),
+            JournalRecord::DestroyRequested { .. } => self.destroy_requested = true,
+            JournalRecord::LeaseReleased { .. } => self.released = true,
+        }
+    }
+
+    /// The phase a restart resumes from, and whether `Start` has work to do.
+    fn phase(&self) -> (Phase, bool) {
+        let resolving = |then| Phase::Resolving {
+            op: None,
+            tries: 0,
+            intents: 1,
+            then,
+        };
+        let has_lease = self.lease.is_some() && !self.released;
+        if self.destroy_requested {
+            return match (has_lease, self.intent_open) {
+                (true, _) => (
+                    Phase::Destroying {
+                        op: None,
+                        tries: 0,
+                        replace: 0,
+                    },
+                    true,
+                ),
+                (false, true) => (resolving(Then::Destroy), true),
+                (false, false) => (Phase::Destroyed, false),
+            };
+        }
+        match (has_lease, self.intent_open) {
+            (_, true) if self.failed.is_some() => (Phase::Failed { unresolved: true }, false),
+            (_, true) => (resolving(Then::Bootstrap), true),
+            (true, _) if self.agent.is_some() => (
+                Phase::Dormant {
+                    rejoin_allowed: true,
+                },
+                false,
+            ),
+            (true, _) if self.failed.is_some() => (Phase::Failed { unresolved: false }, false),
+            // Known lease, not ready: bootstrap again from endpoint lookup.
+            (true, _) => (Phase::Locating { op: None }, true),
+            (false, false) if self.released => (Phase::Destroyed, false),
+            (false, false) if self.failed.is_some() => (Phase::Failed { unresolved: false }, false),
+            (false, false) => (Phase::New, false),
+        }
+    }
+}
+
+impl Machine {
+    /// A node manager rebuilt from its journal fold; `Start` resumes it.
+    pub fn restore(
+        config: Config,
+        spec: LogicalNodeSpec,
+        rng: DetRng,
+        journaled: &Journaled,
+    ) -> Machine {
+        let mut machine = Machine::new(config, spec, rng);
+        let (phase, resume) = journaled.phase();
+        let r = &mut machine.record;
+        r.attempt = journaled.attempt;
+        r.nonce = journaled.nonce;
+        r.lease = journaled.lease.clone();
+        if journaled.released && r.lease.is_some() {
+            r.destroyed_at = Some(Instant::ZERO);
+        }
+        if matches!(phase, Phase::Failed { .. }) {
+            r.failed_reason = journaled.failed.clone();
+        }
+        if matches!(phase, Phase::Dormant { .. }) {
+            let agent = journaled.agent.clone().expect("Dormant needs an agent");
+            r.agent = Some(AgentFacts {
+                agent,
+                joined_at: Instant::ZERO,
+                handed_off_at: Some(Instant::ZERO),
+            });
+        }
+        r.stage = phase.stage();
+        r.ready = r.stage == Stage::Dormant;
+        machine.phase = phase;
+        machine.resume = resume;
+        machine
+    }
+}

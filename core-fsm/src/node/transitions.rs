@@ -1,0 +1,673 @@
+//! The node manager's transitions: small helpers the one `match` in
+//! `machine.rs` calls. Each one sets the phase first, then pushes the
+//! effects, journal records before the I/O they guard.
+
+use super::machine::{Phase, Then};
+use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff};
+use crate::bootstrap;
+use crate::ids::{AgentId, Nonce, OpId, SessionId};
+use crate::port::{
+    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
+    ProviderErrorKind, SshEndpoint,
+};
+use crate::time::Instant;
+
+type Out = Vec<Effect>;
+
+impl super::Machine {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out) {
+        for kind in self.timers.take_expired(now) {
+            match (kind, self.phase) {
+                (
+                    TimerKind::LeaseCreate,
+                    Phase::Requesting {
+                        intents,
+                        destroy_after,
+                        ..
+                    },
+                ) => {
+                    // The create may have happened: find out, never create again.
+                    let then = if destroy_after {
+                        Then::Destroy
+                    } else {
+                        Then::Bootstrap
+                    };
+                    self.issue_list(now, 1, intents, then, out);
+                }
+                (TimerKind::EndpointPoll, Phase::Locating { op: None }) => self.issue_lookup(out),
+                (TimerKind::EndpointDeadline, Phase::Locating { .. }) => {
+                    let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
+                    self.fail(now, format!("no SSH endpoint within {timeout}"), out);
+                }
+                (
+                    TimerKind::ListDeadline,
+                    Phase::Resolving {
+                        op: Some(_),
+                        tries,
+                        intents,
+                        then,
+                    },
+                ) => {
+                    self.list_failed(now, tries, intents, then, "lease list timed out", out);
+                }
+                (
+                    TimerKind::ListRetry,
+                    Phase::Resolving {
+                        op: None,
+                        tries,
+                        intents,
+                        then,
+                    },
+                ) => {
+                    self.issue_list(now, tries + 1, intents, then, out);
+                }
+                (
+                    TimerKind::DestroyDeadline,
+                    Phase::Destroying {
+                        op: Some(_),
+                        tries,
+                        replace,
+                    },
+                ) => {
+                    self.destroy_failed(now, tries, replace, "destroy timed out".to_owned());
+                }
+                (
+                    TimerKind::DestroyRetry,
+                    Phase::Destroying {
+                        op: None,
+                        tries,
+                        replace,
+                    },
+                ) => {
+                    self.issue_destroy(now, tries + 1, replace, out);
+                }
+                // A timer of a phase already left: transitions clear timers,
+                // so this is only reachable within one multi-expiry tick.
+                _ => {}
+            }
+        }
+    }
+
+    /// A fresh intent: journal it, then ask the provider.
+    pub(super) fn request_lease(
+        &mut self,
+        now: Instant,
+        attempt: u32,
+        intents: u32,
+        out: &mut Out,
+    ) {
+        let nonce = self.draw_nonce();
+        let r = &mut self.record;
+        r.attempt = attempt;
+        r.nonce = Some(nonce);
+        r.lease = None;
+        r.endpoint = None;
+        r.bootstrap = None;
+        r.agent = None;
+        r.failed_reason = None;
+        r.failed_at = None;
+        r.destroy_error = None;
+        r.destroyed_at = None;
+        self.resume = false;
+        self.timers.clear();
+        let op = self.next_op();
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::LeaseIntent {
+            node: node.clone(),
+            nonce,
+            attempt,
+        }));
+        self.enter(
+            Phase::Requesting {
+                op,
+                intents,
+                destroy_after: false,
+            },
+            out,
+        );
+        let d = &self.record.desired;
+        let request = CreateLeaseRequest {
+            run_id: d.run_id,
+            node,
+            nonce,
+            provider: d.provider,
+            shape: d.shape.clone(),
+            excluded_hosts: self.excluded_hosts.clone(),
+        };
+        out.push(Effect::CreateLease { op, request });
+        let timeout = self.record.desired.boot.timeouts.lease_create_timeout;
+        self.timers.set(TimerKind::LeaseCreate, now + timeout);
+    }
+
+    /// Continues what a restore left pending.
+    pub(super) fn resume(&mut self, now: Instant, out: &mut Out) {
+        self.resume = false;
+        match self.phase {
+            Phase::Resolving {
+                op: None,
+                intents,
+                then,
+                ..
+            } => self.issue_list(now, 1, intents, then, out),
+            Phase::Locating { op: None } => {
+                let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
+                self.timers.set(TimerKind::EndpointDeadline, now + timeout);
+                self.issue_lookup(out);
+            }
+            Phase::Destroying {
+                op: None, replace, ..
+            } => self.issue_destroy(now, 1, replace, out),
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
+        match self.phase {
+            Phase::New => self.enter(Phase::Destroyed, out),
+            Phase::Requesting {
+                op,
+                intents,
+                destroy_after: false,
+            } => {
+                // The lease is not known yet: destroy it once the answer says.
+                self.persist_destroy_requested(out);
+                self.phase = Phase::Requesting {
+                    op,
+                    intents,
+                    destroy_after: true,
+                };
+            }
+            Phase::Resolving {
+                op,
+                tries,
+                intents,
+                then: Then::Bootstrap,
+            } => {
+                self.persist_destroy_requested(out);
+                self.phase = Phase::Resolving {
+                    op,
+                    tries,
+                    intents,
+                    then: Then::Destroy,
+                };
+            }
+            Phase::Locating { .. } | Phase::Dormant { .. } => self.begin_destroy(now, out),
+            Phase::Bootstrapping { session } | Phase::Joined { session } => {
+                out.push(Effect::CancelBootstrap { session });
+                self.begin_destroy(now, out);
+            }
+            Phase::Failed { unresolved: true } => {
+                self.persist_destroy_requested(out);
+                let intents = self.config.intents_max;
+                self.issue_list(now, 1, intents, Then::Destroy, out);
+            }
+            Phase::Failed { unresolved: false } if self.record.lease.is_some() => {
+                self.begin_destroy(now, out)
+            }
+            Phase::Failed { unresolved: false } => self.enter(Phase::Destroyed, out),
+            // Waiting for a retry, or retries spent: a new Destroy tries now,
+            // and an explicit Destroy outranks a pending replacement.
+            Phase::Destroying { op: None, .. } => self.issue_destroy(now, 1, 0, out),
+            Phase::Destroying {
+                op: Some(op),
+                tries,
+                replace,
+            } if replace > 0 => {
+                self.phase = Phase::Destroying {
+                    op: Some(op),
+                    tries,
+                    replace: 0,
+                };
+            }
+            Phase::Requesting { .. }
+            | Phase::Resolving { .. }
+            | Phase::Destroying { .. }
+            | Phase::Destroyed => self.ignored += 1,
+        }
+    }
+
+    pub(super) fn on_lease_created(
+        &mut self,
+        now: Instant,
+        result: Result<LeaseGranted, ProviderError>,
+        intents: u32,
+        then: Then,
+        out: &mut Out,
+    ) {
+        self.timers.clear();
+        match result {
+            Ok(granted) => self.lease_known(now, granted.lease, granted.endpoint, then, out),
+            Err(e) if e.kind == ProviderErrorKind::Ambiguous => {
+                self.issue_list(now, 1, intents, then, out)
+            }
+            Err(e) => {
+                self.persist_abandoned(out);
+                match then {
+                    Then::Destroy => self.enter(Phase::Destroyed, out),
+                    Then::Bootstrap => {
+                        self.fail(now, format!("lease create failed: {}", e.message), out)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A create answer that is not the awaited one. The lease it names is
+    /// real and costs money: adopt it if it is the intent being resolved,
+    /// ignore it if it is the lease already known, destroy it otherwise.
+    pub(super) fn on_stray_lease(&mut self, now: Instant, granted: LeaseGranted, out: &mut Out) {
+        let lease = granted.lease;
+        if let Phase::Resolving { then, .. } = self.phase
+            && Some(lease.nonce) == self.record.nonce
+        {
+            self.timers.clear();
+            return self.lease_known(now, lease, granted.endpoint, then, out);
+        }
+        if self.record.lease_id() == Some(&lease.lease_id) {
+            self.ignored += 1;
+            return;
+        }
+        self.stray_leases += 1;
+        let op = self.next_op();
+        out.push(Effect::DestroyLease { op, lease });
+    }
+
+    fn lease_known(
+        &mut self,
+        now: Instant,
+        lease: LeaseFacts,
+        endpoint: Option<SshEndpoint>,
+        then: Then,
+        out: &mut Out,
+    ) {
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::LeaseKnown {
+            node,
+            lease: lease.clone(),
+        }));
+        self.record.nonce = Some(lease.nonce);
+        self.record.lease = Some(lease);
+        self.set_stage(Stage::LeaseCreated, out);
+        match (then, endpoint) {
+            (Then::Destroy, _) => self.issue_destroy(now, 1, 0, out),
+            (Then::Bootstrap, Some(endpoint)) => self.endpoint_known(now, endpoint, out),
+            (Then::Bootstrap, None) => {
+                let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
+                self.enter(Phase::Locating { op: None }, out);
+                self.timers.set(TimerKind::EndpointDeadline, now + timeout);
+                self.issue_lookup(out);
+            }
+        }
+    }
+
+    pub(super) fn on_endpoint(
+        &mut self,
+        now: Instant,
+        result: Result<EndpointStatus, ProviderError>,
+        out: &mut Out,
+    ) {
+        let transient = |e: &ProviderError| {
+            matches!(
+                e.kind,
+                ProviderErrorKind::Transient | ProviderErrorKind::Ambiguous
+            )
+        };
+        match result {
+            Ok(EndpointStatus::Ready(endpoint)) => self.endpoint_known(now, endpoint, out),
+            Ok(EndpointStatus::Pending { .. }) => self.poll_later(now),
+            Err(e) if transient(&e) => self.poll_later(now),
+            Ok(EndpointStatus::Failed { reason }) => {
+                self.fail(now, format!("endpoint failed: {reason}"), out)
+            }
+            Ok(EndpointStatus::Gone) => self.fail(
+                now,
+                "lease gone before its endpoint was known".to_owned(),
+                out,
+            ),
+            Err(e) => self.fail(now, format!("endpoint lookup failed: {}", e.message), out),
+        }
+    }
+
+    fn poll_later(&mut self, now: Instant) {
+        self.phase = Phase::Locating { op: None };
+        let interval = self.record.desired.boot.timeouts.endpoint_poll_interval;
+        self.timers.set(TimerKind::EndpointPoll, now + interval);
+    }
+
+    fn endpoint_known(&mut self, now: Instant, endpoint: SshEndpoint, out: &mut Out) {
+        self.timers.clear();
+        self.record.endpoint = Some(endpoint.clone());
+        self.set_stage(Stage::EndpointKnown, out);
+        let session = SessionId(self.sessions.next());
+        self.record.bootstrap = Some(BootstrapFacts {
+            session,
+            last_stage: bootstrap::Stage::Created,
+            last_stdout_seq: None,
+            last_stderr_seq: None,
+            last_observed_at: now,
+        });
+        self.enter(Phase::Bootstrapping { session }, out);
+        let lease_id = self
+            .record
+            .lease_id()
+            .expect("endpoint_known needs a lease")
+            .clone();
+        out.push(Effect::StartBootstrap {
+            session,
+            endpoint,
+            lease_id,
+        });
+    }
+
+    pub(super) fn on_listed(
+        &mut self,
+        now: Instant,
+        result: Result<Vec<LeaseFacts>, ProviderError>,
+        tries: u32,
+        intents: u32,
+        then: Then,
+        out: &mut Out,
+    ) {
+        self.timers.clear();
+        let leases = match result {
+            Ok(leases) => leases,
+            Err(e) => return self.list_failed(now, tries, intents, then, &e.message, out),
+        };
+        let nonce = self.record.nonce;
+        if let Some(lease) = leases.into_iter().find(|lease| Some(lease.nonce) == nonce) {
+            return self.lease_known(now, lease, None, then, out);
+        }
+        // The list succeeded and no lease carries the nonce: the create did
+        // not take effect, so the intent is closed for good.
+        self.persist_abandoned(out);
+        match then {
+            Then::Destroy => self.enter(Phase::Destroyed, out),
+            Then::Bootstrap if intents < self.config.intents_max => {
+                let attempt = self.record.attempt.max(1);
+                self.request_lease(now, attempt, intents + 1, out);
+            }
+            Then::Bootstrap => self.fail(now, format!("no lease after {intents} intents"), out),
+        }
+    }
+
+    fn list_failed(
+        &mut self,
+        now: Instant,
+        tries: u32,
+        intents: u32,
+        then: Then,
+        why: &str,
+        out: &mut Out,
+    ) {
+        self.timers.clear();
+        if tries < self.config.list_attempts_max {
+            let c = &self.config;
+            self.timers.set(
+                TimerKind::ListRetry,
+                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+            );
+            self.phase = Phase::Resolving {
+                op: None,
+                tries,
+                intents,
+                then,
+            };
+            return;
+        }
+        // A failed list is never an empty list: the intent stays open, and
+        // only an explicit Destroy tries to resolve it again.
+        let reason = format!("lease intent unresolved after {tries} lists: {why}");
+        if then == Then::Destroy {
+            self.record.destroy_error = Some(reason.clone());
+        }
+        self.fail_with(now, reason, true, out);
+    }
+
+    /// Replacement: destroy the lease the failed node still holds, then a
+    /// fresh intent with `attempt`.
+    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Out) {
+        if self.holds_no_lease() {
+            return self.request_lease(now, attempt, 1, out);
+        }
+        self.persist_destroy_requested(out);
+        self.issue_destroy(now, 1, attempt, out);
+    }
+
+    pub(super) fn on_destroyed(
+        &mut self,
+        now: Instant,
+        result: Result<(), ProviderError>,
+        tries: u32,
+        replace: u32,
+        out: &mut Out,
+    ) {
+        self.timers.clear();
+        match result {
+            Err(e) if e.kind != ProviderErrorKind::NotFound => {
+                self.destroy_failed(now, tries, replace, e.message)
+            }
+            _ => {
+                let lease_id = self
+                    .record
+                    .lease_id()
+                    .expect("a destroy needs a lease")
+                    .clone();
+                let node = self.record.desired.node_id.clone();
+                out.push(Effect::Persist(JournalRecord::LeaseReleased {
+                    node,
+                    lease_id,
+                }));
+                self.record.destroyed_at = Some(now);
+                self.record.destroy_error = None;
+                self.enter(Phase::Destroyed, out);
+                if replace > 0 {
+                    self.request_lease(now, replace, 1, out);
+                }
+            }
+        }
+    }
+
+    fn destroy_failed(&mut self, now: Instant, tries: u32, replace: u32, why: String) {
+        self.timers.clear();
+        self.record.destroy_error = Some(why);
+        self.phase = Phase::Destroying {
+            op: None,
+            tries,
+            replace,
+        };
+        if tries < self.config.destroy_attempts_max {
+            let c = &self.config;
+            self.timers.set(
+                TimerKind::DestroyRetry,
+                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+            );
+        }
+    }
+
+    pub(super) fn on_observed(&mut self, now: Instant, obs: bootstrap::Observation) {
+        let Some(facts) = self.record.bootstrap.as_mut() else {
+            return self.ignored += 1;
+        };
+        facts.last_stage = obs.stage;
+        facts.last_observed_at = now;
+        facts.last_stdout_seq = obs.last_stdout_seq.or(facts.last_stdout_seq);
+        facts.last_stderr_seq = obs.last_stderr_seq.or(facts.last_stderr_seq);
+    }
+
+    pub(super) fn on_joined(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        agent: AgentId,
+        out: &mut Out,
+    ) {
+        self.record.agent = Some(AgentFacts {
+            agent: agent.clone(),
+            joined_at: now,
+            handed_off_at: None,
+        });
+        self.enter(Phase::Joined { session }, out);
+        out.push(Effect::ConvergenceObserved { session, agent });
+    }
+
+    /// The agent of a restored, ready node reconnected; it may do so once.
+    pub(super) fn on_rejoined(&mut self, now: Instant, agent: AgentId, out: &mut Out) {
+        let handed_off_at = self.record.agent.as_ref().and_then(|a| a.handed_off_at);
+        self.record.agent = Some(AgentFacts {
+            agent: agent.clone(),
+            joined_at: now,
+            handed_off_at,
+        });
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::NodeReady { node, agent }));
+        self.phase = Phase::Dormant {
+            rejoin_allowed: false,
+        };
+    }
+
+    /// SSH closed after the join: the handoff is complete (seed 000 §12).
+    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut Out) {
+        let agent = self.record.agent.as_mut().expect("Joined has agent facts");
+        agent.handed_off_at = Some(now);
+        let agent = agent.agent.clone();
+        self.set_stage(Stage::HandedOff, out);
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::NodeReady { node, agent }));
+        self.enter(
+            Phase::Dormant {
+                rejoin_allowed: false,
+            },
+            out,
+        );
+    }
+
+    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut Out) {
+        self.fail_with(now, reason, false, out);
+    }
+
+    fn fail_with(&mut self, now: Instant, reason: String, unresolved: bool, out: &mut Out) {
+        self.timers.clear();
+        self.record.failed_reason = Some(reason.clone());
+        self.record.failed_at = Some(now);
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::NodeFailed { node, reason }));
+        self.enter(Phase::Failed { unresolved }, out);
+    }
+
+    fn begin_destroy(&mut self, now: Instant, out: &mut Out) {
+        self.persist_destroy_requested(out);
+        self.issue_destroy(now, 1, 0, out);
+    }
+
+    fn issue_destroy(&mut self, now: Instant, tries: u32, replace: u32, out: &mut Out) {
+        self.resume = false;
+        self.timers.clear();
+        let op = self.next_op();
+        self.enter(
+            Phase::Destroying {
+                op: Some(op),
+                tries,
+                replace,
+            },
+            out,
+        );
+        let lease = self
+            .record
+            .lease
+            .clone()
+            .expect("destroy only a known lease (N3)");
+        out.push(Effect::DestroyLease { op, lease });
+        let timeout = self.record.desired.boot.timeouts.destroy_timeout;
+        self.timers.set(TimerKind::DestroyDeadline, now + timeout);
+    }
+
+    fn issue_list(&mut self, now: Instant, tries: u32, intents: u32, then: Then, out: &mut Out) {
+        self.resume = false;
+        self.timers.clear();
+        let op = self.next_op();
+        self.enter(
+            Phase::Resolving {
+                op: Some(op),
+                tries,
+                intents,
+                then,
+            },
+            out,
+        );
+        let d = &self.record.desired;
+        out.push(Effect::ListLeases {
+            op,
+            run_id: d.run_id,
+            provider: d.provider,
+        });
+        let timeout = d.boot.timeouts.lease_create_timeout;
+        self.timers.set(TimerKind::ListDeadline, now + timeout);
+    }
+
+    fn issue_lookup(&mut self, out: &mut Out) {
+        self.timers.cancel(&TimerKind::EndpointPoll);
+        let op = self.next_op();
+        self.phase = Phase::Locating { op: Some(op) };
+        let lease = self
+            .record
+            .lease
+            .clone()
+            .expect("lookup only a known lease (N3)");
+        out.push(Effect::LookupEndpoint { op, lease });
+    }
+
+    fn persist_destroy_requested(&mut self, out: &mut Out) {
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
+    }
+
+    fn persist_abandoned(&mut self, out: &mut Out) {
+        let node = self.record.desired.node_id.clone();
+        let nonce = self.record.nonce.expect("an intent has a nonce");
+        out.push(Effect::Persist(JournalRecord::IntentAbandoned {
+            node,
+            nonce,
+        }));
+    }
+
+    /// Enters `phase` and announces its stage if it changed.
+    pub(super) fn enter(&mut self, phase: Phase, out: &mut Out) {
+        self.phase = phase;
+        self.set_stage(phase.stage(), out);
+    }
+
+    /// Records `stage` (also a transient one) and announces it if it changed.
+    fn set_stage(&mut self, stage: Stage, out: &mut Out) {
+        if self.record.stage == stage {
+            return;
+        }
+        self.record.stage = stage;
+        self.record.ready = stage == Stage::Dormant;
+        let failed_reason = if stage == Stage::Failed {
+            self.record.failed_reason.clone()
+        } else {
+            None
+        };
+        out.push(Effect::Changed {
+            stage,
+            ready: self.record.ready,
+            failed_reason,
+        });
+    }
+
+    fn next_op(&mut self) -> OpId {
+        OpId(self.ops.next())
+    }
+
+    /// A nonce never equal to the previous intent's, so an abandoned intent
+    /// and its successor cannot be confused in a lease list.
+    fn draw_nonce(&mut self) -> Nonce {
+        for _ in 0..8 {
+            let nonce = Nonce(self.rng.next_u64());
+            if Some(nonce) != self.record.nonce {
+                return nonce;
+            }
+        }
+        panic!("DetRng produced the same nonce eight times");
+    }
+}

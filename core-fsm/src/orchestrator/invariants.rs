@@ -1,0 +1,121 @@
+//! The composite's invariants (O1..), checked after every step by tests and
+//! the simulator, together with every child's own.
+
+use super::{Orchestrator, Owner};
+use crate::node::Stage;
+use std::collections::BTreeMap;
+
+impl Orchestrator {
+    pub(super) fn check_composite(&self) {
+        use crate::Machine as _;
+        for machine in self.nodes.values() {
+            machine.check_invariants();
+        }
+        for session in self.sessions.values() {
+            session.machine.check_invariants();
+        }
+        self.check_sessions();
+        self.check_ids();
+        self.check_ledger();
+    }
+
+    fn check_sessions(&self) {
+        for (id, session) in &self.sessions {
+            let node = self.nodes.get(&session.node);
+            assert!(
+                node.is_some(),
+                "O1 {id}: a session belongs to a ledger node"
+            );
+            let stage = node.map(|n| n.stage()).unwrap_or(Stage::New);
+            assert!(
+                matches!(
+                    stage,
+                    Stage::BootstrapRunning
+                        | Stage::AgentJoined
+                        | Stage::Destroying
+                        | Stage::Destroyed
+                ),
+                "O1 {id}: a session lives only while its node bootstraps or is being destroyed ({stage:?})"
+            );
+            assert!(
+                !session.machine.is_ended(),
+                "O1 {id}: an ended session is dropped"
+            );
+        }
+        let mut per_node: BTreeMap<_, u32> = BTreeMap::new();
+        for session in self.sessions.values() {
+            *per_node.entry(&session.node).or_default() += 1;
+        }
+        for (node, count) in per_node {
+            assert!(count <= 1, "O2 {node}: at most one session per node");
+        }
+        for (id, machine) in &self.nodes {
+            if let Some(session) = machine.session() {
+                let owner = self.sessions.get(&session).map(|s| &s.node);
+                assert_eq!(
+                    owner,
+                    Some(id),
+                    "O2 {id}: a bootstrapping node's session exists and is its own"
+                );
+            }
+        }
+    }
+
+    fn check_ids(&self) {
+        for (op, owner) in &self.routes {
+            assert!(
+                op.0 < self.ops.peek(),
+                "O3 {op}: routed ids come from the counter"
+            );
+            match owner {
+                Owner::Node(node) => assert!(
+                    self.nodes.contains_key(node),
+                    "O4 {op}: routed to a ledger node"
+                ),
+                Owner::Session(session) => {
+                    let known = self
+                        .sessions
+                        .get(session)
+                        .is_some_and(|s| s.ops.contains(op));
+                    assert!(known, "O4 {op}: routed to a live session that knows it");
+                }
+            }
+        }
+        for id in self.sessions.keys() {
+            assert!(
+                id.0 < self.session_ids.peek(),
+                "O3 {id}: session ids come from the counter"
+            );
+        }
+    }
+
+    fn check_ledger(&self) {
+        let mut leases = BTreeMap::new();
+        for (id, machine) in &self.nodes {
+            assert!(
+                self.specs.contains_key(id),
+                "O5 {id}: every ledger node is in the plan"
+            );
+            assert_eq!(machine.record().node(), id, "O5 {id}: keyed by its own id");
+            if machine.stage() != Stage::Destroyed
+                && let Some(lease) = machine.record().lease_id()
+            {
+                let other = leases.insert(lease.clone(), id);
+                assert!(other.is_none(), "O6 {lease}: one lease, one node");
+            }
+            if self.tearing_down {
+                assert!(
+                    machine.is_winding_down() || machine.holds_no_lease(),
+                    "O7 {id}: after Teardown every node winds down ({:?})",
+                    machine.stage()
+                );
+            }
+            if !self.started && !self.tearing_down {
+                assert!(
+                    !machine.in_flight() || machine.awaits_start(),
+                    "O8 {id}: nothing runs before Start"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Routing: answers to their owners by operation id, child effects to the
+//! world (recording routes) or to a sibling child (a node's session, a
+//! session's node), depth first and in order.
+
+use super::{Orchestrator, Owner, Session};
+use crate::bootstrap;
+use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
+use crate::node;
+use crate::plan::ReplacementPolicy;
+use crate::port::{Effect, Input};
+use crate::time::Instant;
+
+type Out = Vec<Effect>;
+
+impl Orchestrator {
+    /// Routes an answer by its operation id.
+    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Out) {
+        match answer {
+            Input::LeaseCreated { op, result } => {
+                self.answer_node(now, op, node::Input::LeaseCreated { op, result }, out)
+            }
+            Input::EndpointLooked { op, result } => {
+                self.answer_node(now, op, node::Input::EndpointLooked { op, result }, out)
+            }
+            Input::LeaseDestroyed { op, result } => {
+                self.answer_node(now, op, node::Input::LeaseDestroyed { op, result }, out)
+            }
+            Input::LeasesListed { op, result } => {
+                self.answer_node(now, op, node::Input::LeasesListed { op, result }, out)
+            }
+            Input::SshConnected { op, result } => self.answer_session(
+                now,
+                op,
+                true,
+                bootstrap::Input::SshConnected { op, result },
+                out,
+            ),
+            Input::SshOutput { op, stream, line } => self.answer_session(
+                now,
+                op,
+                false,
+                bootstrap::Input::SshOutput { op, stream, line },
+                out,
+            ),
+            Input::SshExited { op, result } => self.answer_session(
+                now,
+                op,
+                true,
+                bootstrap::Input::SshExited { op, result },
+                out,
+            ),
+            Input::SshClosed { op } => {
+                self.answer_session(now, op, true, bootstrap::Input::SshClosed { op }, out)
+            }
+            Input::Tick
+            | Input::Start
+            | Input::Teardown
+            | Input::Destroy { .. }
+            | Input::AgentJoined { .. } => {
+                unreachable!("route_answer is given answers only")
+            }
+        }
+    }
+
+    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out) {
+        let Some(Owner::Node(_)) = self.routes.get(&op) else {
+            self.counters.unknown_ops += 1;
+            return;
+        };
+        let Some(Owner::Node(id)) = self.routes.remove(&op) else {
+            unreachable!("checked above")
+        };
+        self.deliver_node(now, &id, input, out);
+    }
+
+    fn answer_session(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        last: bool,
+        input: bootstrap::Input,
+        out: &mut Out,
+    ) {
+        let Some(&Owner::Session(id)) = self.routes.get(&op) else {
+            self.counters.unknown_ops += 1;
+            return;
+        };
+        if last {
+            self.routes.remove(&op);
+        }
+        self.deliver_session(now, id, input, out);
+    }
+
+    /// A join goes to the node its token was minted for, if that node
+    /// expects one for that lease; anything else is ignored and counted.
+    pub(super) fn on_joined(
+        &mut self,
+        now: Instant,
+        id: LogicalNodeId,
+        lease_id: LeaseId,
+        agent: AgentId,
+        out: &mut Out,
+    ) {
+        match self.nodes.get(&id) {
+            Some(machine) if machine.expects_join(&lease_id) => {
+                self.deliver_node(now, &id, node::Input::AgentJoined { lease_id, agent }, out)
+            }
+            _ => self.counters.ignored_joins += 1,
+        }
+    }
+
+    /// Runs one input through a node manager and wraps its effects.
+    pub(super) fn deliver_node(
+        &mut self,
+        now: Instant,
+        id: &LogicalNodeId,
+        input: node::Input,
+        out: &mut Out,
+    ) {
+        use crate::Machine as _;
+        let Some(machine) = self.nodes.get_mut(id) else {
+            self.counters.unknown_nodes += 1;
+            return;
+        };
+        let (ignored, strays) = (machine.ignored(), machine.stray_leases());
+        machine.swap_ids(&mut self.ops, &mut self.session_ids);
+        let effects = machine.handle(now, input);
+        machine.swap_ids(&mut self.ops, &mut self.session_ids);
+        self.counters.ignored_by_nodes += machine.ignored() - ignored;
+        self.counters.stray_leases += machine.stray_leases() - strays;
+        for effect in effects {
+            self.node_effect(now, id, effect, out);
+        }
+    }
+
+    fn node_effect(
+        &mut self,
+        now: Instant,
+        id: &LogicalNodeId,
+        effect: node::Effect,
+        out: &mut Out,
+    ) {
+        let owner = || Owner::Node(id.clone());
+        match effect {
+            node::Effect::Persist(record) => out.push(Effect::Persist(record)),
+            node::Effect::CreateLease { op, request } => {
+                self.routes.insert(op, owner());
+                out.push(Effect::CreateLease { op, request });
+            }
+            node::Effect::LookupEndpoint { op, lease } => {
+                self.routes.insert(op, owner());
+                out.push(Effect::LookupEndpoint { op, lease });
+            }
+            node::Effect::ListLeases {
+                op,
+                run_id,
+                provider,
+            } => {
+                self.routes.insert(op, owner());
+                out.push(Effect::ListLeases {
+                    op,
+                    run_id,
+                    provider,
+                });
+            }
+            node::Effect::DestroyLease { op, lease } => {
+                self.routes.insert(op, owner());
+                out.push(Effect::DestroyLease { op, lease });
+            }
+            node::Effect::StartBootstrap {
+                session,
+                endpoint,
+                lease_id,
+            } => {
+                let spec = &self.nodes[id].record().desired;
+                let config = bootstrap::Config::new(session, spec, lease_id, endpoint);
+                let machine = bootstrap::Machine::new(config);
+                self.sessions.insert(
+                    session,
+                    Session {
+                        node: id.clone(),
+                        machine,
+                        ops: Vec::new(),
+                    },
+                );
+                self.deliver_session(now, session, bootstrap::Input::Start, out);
+            }
+            node::Effect::ConvergenceObserved { session, agent } => self.deliver_session(
+                now,
+                session,
+                bootstrap::Input::ConvergenceObserved { agent },
+                out,
+            ),
+            node::Effect::CancelBootstrap { session } => {
+                self.deliver_session(now, session, bootstrap::Input::Cancel, out)
+            }
+            node::Effect::Changed {
+                stage,
+                ready,
+                failed_reason,
+            } => {
+                self.node_changed(id, stage);
+                out.push(Effect::NodeChanged {
+                    node: id.clone(),
+                    stage,
+                    ready,
+                    failed_reason,
+                });
+            }
+        }
+    }
+
+    /// Feeds the quarantine and schedules a reconcile pass when a node
+    /// reaches a stage the reconciler acts on.
+    fn node_changed(&mut self, id: &LogicalNodeId, stage: node::Stage) {
+        if stage == node::Stage::Failed {
+            let host = self.nodes[id]
+                .record()
+                .lease
+                .as_ref()
+                .and_then(|lease| lease.host_id.clone());
+            if let Some(host) = host {
+                self.quarantine.record_failure(&host);
+            }
+        }
+        let replaces = matches!(
+            self.reconciler.replacement,
+            ReplacementPolicy::Bounded { .. }
+        );
+        if replaces && matches!(stage, node::Stage::Failed | node::Stage::Destroyed) {
+            self.reconcile_due = true;
+        }
+    }
+
+    /// Runs one input through a session and wraps its effects.
+    pub(super) fn deliver_session(
+        &mut self,
+        now: Instant,
+        id: SessionId,
+        input: bootstrap::Input,
+        out: &mut Out,
+    ) {
+        use crate::Machine as _;
+        let Some(session) = self.sessions.get_mut(&id) else {
+            self.counters.ignored_by_sessions += 1;
+            return;
+        };
+        let ignored = session.machine.ignored();
+        session.machine.swap_ids(&mut self.ops);
+        let effects = session.machine.handle(now, input);
+        session.machine.swap_ids(&mut self.ops);
+        self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
+        let node = session.node.clone();
+        for effect in effects {
+            self.session_effect(now, id, &node, effect, out);
+        }
+    }
+
+    fn session_effect(
+        &mut self,
+        now: Instant,
+        id: SessionId,
+        node: &LogicalNodeId,
+        effect: bootstrap::Effect,
+        out: &mut Out,
+    ) {
+        match effect {
+            bootstrap::Effect::SshConnect {
+                op,
+                endpoint,
+                lease_id,
+            } => {
+                self.route_session(op, id);
+                out.push(Effect::SshConnect {
+                    op,
+                    session: id,
+                    endpoint,
+                    lease_id,
+                });
+            }
+            bootstrap::Effect::SshExec {
+                op,
+                command,
+                purpose,
+                join,
+            } => {
+                self.route_session(op, id);
+                out.push(Effect::SshExec {
+                    op,
+                    session: id,
+                    command,
+                    purpose,
+                    join,
+                });
+            }
+            bootstrap::Effect::SshClose { op } => {
+                self.route_session(op, id);
+                out.push(Effect::SshClose { op, session: id });
+            }
+            bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
+            bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
+            bootstrap::Effect::Observed(observation) => {
+                self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
+            }
+            bootstrap::Effect::Finished(outcome) => {
+                let session = self
+                    .sessions
+                    .remove(&id)
+                    .expect("a finishing session exists");
+                for op in session.ops {
+                    self.routes.remove(&op);
+                }
+                let input = match outcome {
+                    bootstrap::Outcome::Converged => node::Input::BootstrapClosed,
+                    bootstrap::Outcome::Failed { stage, reason } => node::Input::BootstrapFailed {
+                        reason: format!("bootstrap {stage:?}: {reason}"),
+                    },
+                    // The node asked for the cancel and has moved on.
+                    bootstrap::Outcome::Cancelled => return,
+                };
+                self.deliver_node(now, node, input, out);
+            }
+        }
+    }
+
+    fn route_session(&mut self, op: OpId, id: SessionId) {
+        self.routes.insert(op, Owner::Session(id));
+        self.sessions
+            .get_mut(&id)
+            .expect("a routing session exists")
+            .ops
+            .push(op);
+    }
+}
