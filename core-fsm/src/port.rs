@@ -159,6 +159,9 @@ pub enum CommandPurpose {
     Verify(u32),
     /// The agent start command (carries the join binding).
     Start,
+    /// Follows the boot spec's stdout/stderr sources; runs until the
+    /// connection closes, so it has no command timeout.
+    Tail,
 }
 
 /// The identity a join token is minted for; the token itself stays in the port.
