@@ -12,7 +12,7 @@
 //! - Applying the same decision's effects and calling again with the
 //!   resulting observations yields no new actions (idempotence).
 //!
-//! The rules (R1..R10 in `spec/plan-boot-reconcile.md`):
+//! The rules (R1..R12 in `spec/plan-boot-reconcile.md`):
 //!
 //! - A wanted `{group}-{index}` (`index < count`) with no record gets a
 //!   `Create`.
@@ -102,13 +102,14 @@ pub enum Action {
         /// Index in the group; the node id is `{group}-{index}`.
         index: u32,
     },
-    /// Destroy a recorded node's lease (scale down, or a failed node whose
-    /// replacement is due).
+    /// Destroy a recorded node's lease (scale down: its index is no longer
+    /// wanted).
     Destroy {
         /// The node.
         node: LogicalNodeId,
     },
-    /// Give a recorded, failed (and destroyed) node a fresh lease attempt.
+    /// Give a recorded, failed node a fresh lease attempt; the orchestrator
+    /// destroys the old lease (if any) before it asks for the new one.
     Replace {
         /// The node.
         node: LogicalNodeId,
@@ -188,7 +189,7 @@ pub fn backoff(attempt: u32, backoff_base: Duration, backoff_max: Duration) -> D
 
 /// One level-triggered pass: what to do about `nodes` so the pool matches
 /// `desired`, given the time `now`. Pure; the same arguments always give the
-/// same decision, and it acts only on nodes in `nodes` (R1).
+/// same decision, and it acts only on nodes in `nodes` (R2).
 ///
 /// `quarantine` does not change which actions are taken: it only decides
 /// where new leases may go, which the orchestrator applies through

@@ -1,5 +1,5 @@
 //! Plan validation: every rule checked, every violation reported with the
-//! dotted path of the offending field (rules P1..P9 of
+//! dotted path of the offending field (rules P1..P10 of
 //! `spec/plan-boot-reconcile.md`).
 //!
 //! Reasons never quote a command line or an address: a plan may carry
@@ -16,7 +16,7 @@ use std::fmt;
 /// must not rent ten thousand machines.
 pub const GROUP_COUNT_MAX: u32 = 1024;
 
-/// Most logical nodes a whole plan may ask for (P3).
+/// Most logical nodes a whole plan may ask for (P1).
 pub const PLAN_NODES_MAX: u32 = 4096;
 
 /// Longest group id (P2): a node id `{group}-{index}` must fit a DNS label
