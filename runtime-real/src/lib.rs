@@ -1,9 +1,11 @@
 //! drover's thin real runtime: binds the machines of `core-fsm`, through the
 //! shared effect loop of `driver`, to real I/O: processes, russh, iroh, disk.
 
+pub mod cli;
 pub mod datastream;
 pub mod journal;
 pub mod plan_toml;
 pub mod provider;
 pub mod ssh;
 pub mod transport;
+pub mod up;

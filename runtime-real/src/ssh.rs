@@ -1,1 +1,359 @@
-//! `ssh`: not yet written.
+//! The SSH port: a russh client with one ed25519 identity per state dir,
+//! host keys pinned per lease on first connect, one connection per bootstrap
+//! session, every command's output streamed line by line.
+//!
+//! The start command's placeholders are substituted here, the join token
+//! among them; the token never leaves this module except inside the command
+//! sent to the node, and any output line that echoes it is redacted.
+
+pub mod identity;
+
+use core_fsm::ids::{LeaseId, OpId};
+use core_fsm::port::{Input, LogStream, SshEndpoint, SshError, SshErrorKind};
+use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use russh::{ChannelMsg, Disconnect};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The port's own bound on one connect attempt (TCP, handshake and auth).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest output line forwarded; longer lines are cut (and say so).
+const LINE_MAX_BYTES: usize = 16 * 1024;
+
+/// What replaces the join token in any output line that echoes it.
+pub const REDACTED: &str = "[redacted]";
+
+/// An open, authenticated connection to one node.
+pub struct Connection {
+    handle: russh::client::Handle<Client>,
+}
+
+/// The client side's handler: pins the host key of the lease.
+struct Client {
+    pin_file: PathBuf,
+    mismatch: Arc<AtomicBool>,
+}
+
+impl russh::client::Handler for Client {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let PublicKeyOrCertificate::PublicKey { key, .. } = key else {
+            return Ok(false);
+        };
+        let offered = key.to_openssh().map_err(|e| russh::Error::Keys(e.into()))?;
+        match std::fs::read_to_string(&self.pin_file) {
+            Ok(pinned) if pinned.trim() == offered.trim() => Ok(true),
+            Ok(_) => {
+                self.mismatch.store(true, Ordering::SeqCst);
+                Ok(false)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // First connect to this lease: pin what it shows.
+                if let Some(dir) = self.pin_file.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                crate::provider::local::write_atomic(
+                    &self.pin_file,
+                    format!("{offered}\n").as_bytes(),
+                )?;
+                Ok(true)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The file pinning the host key of `lease` under `state_dir`.
+pub fn pin_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
+    let name: String = lease
+        .as_str()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    state_dir.join("known_hosts").join(name)
+}
+
+/// Forgets the pinned host key of a destroyed lease.
+pub fn forget_host(state_dir: &Path, lease: &LeaseId) {
+    let _ = std::fs::remove_file(pin_file(state_dir, lease));
+}
+
+/// Connects and authenticates with `key`; the host key must match the one
+/// pinned for `lease` (pinned now if this is the first connect).
+pub async fn connect(
+    state_dir: &Path,
+    endpoint: &SshEndpoint,
+    lease: &LeaseId,
+    key: Arc<PrivateKey>,
+) -> Result<Connection, SshError> {
+    let mismatch = Arc::new(AtomicBool::new(false));
+    let client = Client {
+        pin_file: pin_file(state_dir, lease),
+        mismatch: mismatch.clone(),
+    };
+    let config = Arc::new(russh::client::Config {
+        inactivity_timeout: None,
+        nodelay: true,
+        ..Default::default()
+    });
+    let address = (endpoint.host.clone(), endpoint.port);
+    let attempt = async {
+        let mut handle = russh::client::connect(config, address, client).await?;
+        let auth = handle
+            .authenticate_publickey(&endpoint.user, PrivateKeyWithHashAlg::new(key, None))
+            .await?;
+        Ok::<_, russh::Error>((handle, auth.success()))
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Err(_) => Err(ssh_error(SshErrorKind::Timeout, "connect timed out")),
+        Ok(Err(e)) => Err(classify(&e, mismatch.load(Ordering::SeqCst))),
+        Ok(Ok((_, false))) => Err(ssh_error(SshErrorKind::AuthDenied, "public key refused")),
+        Ok(Ok((handle, true))) => Ok(Connection { handle }),
+    }
+}
+
+impl Connection {
+    /// Runs `command`, forwarding each output line as `Input::SshOutput`
+    /// for `op` (with `secret` redacted), and answers the exit code.
+    pub async fn exec(
+        &self,
+        op: OpId,
+        command: &str,
+        secret: Option<&str>,
+        lines: &mpsc::Sender<Input>,
+    ) -> Result<i32, SshError> {
+        let mut channel = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(|e| classify(&e, false))?;
+        channel
+            .exec(true, command.as_bytes())
+            .await
+            .map_err(|e| classify(&e, false))?;
+        let mut stdout = LineSplitter::default();
+        let mut stderr = LineSplitter::default();
+        let mut code = None;
+        while let Some(message) = channel.wait().await {
+            let (splitter, stream, data) = match message {
+                ChannelMsg::Data { data } => (&mut stdout, LogStream::Stdout, data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => (&mut stderr, LogStream::Stderr, data),
+                ChannelMsg::ExitStatus { exit_status } => {
+                    code = Some(exit_status as i32);
+                    continue;
+                }
+                ChannelMsg::ExitSignal { signal_name, .. } => {
+                    code = Some(128 + signal_number(&signal_name));
+                    continue;
+                }
+                _ => continue,
+            };
+            for line in splitter.push(&data) {
+                forward(op, stream, line, secret, lines).await;
+            }
+        }
+        for (splitter, stream) in [
+            (&mut stdout, LogStream::Stdout),
+            (&mut stderr, LogStream::Stderr),
+        ] {
+            if let Some(line) = splitter.finish() {
+                forward(op, stream, line, secret, lines).await;
+            }
+        }
+        code.ok_or_else(|| ssh_error(SshErrorKind::Reset, "channel closed without an exit status"))
+    }
+
+    /// Disconnects politely.
+    pub async fn close(self) {
+        let _ = self
+            .handle
+            .disconnect(Disconnect::ByApplication, "", "en")
+            .await;
+    }
+}
+
+async fn forward(
+    op: OpId,
+    stream: LogStream,
+    line: String,
+    secret: Option<&str>,
+    lines: &mpsc::Sender<Input>,
+) {
+    let line = redact(line, secret);
+    // The loop may be gone at shutdown; the line is then nobody's.
+    let _ = lines.send(Input::SshOutput { op, stream, line }).await;
+}
+
+/// `line` with every occurrence of `secret` replaced.
+pub fn redact(line: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(secret) if !secret.is_empty() && line.contains(secret) => {
+            line.replace(secret, REDACTED)
+        }
+        _ => line,
+    }
+}
+
+fn signal_number(name: &russh::Sig) -> i32 {
+    match name {
+        russh::Sig::KILL => 9,
+        russh::Sig::TERM => 15,
+        russh::Sig::INT => 2,
+        russh::Sig::HUP => 1,
+        _ => 0,
+    }
+}
+
+/// Splits a byte stream into lines (without their newline), bounding the
+/// length of a line that never ends.
+#[derive(Default)]
+struct LineSplitter {
+    partial: Vec<u8>,
+}
+
+impl LineSplitter {
+    fn push(&mut self, data: &[u8]) -> Vec<String> {
+        let mut lines = Vec::new();
+        for &byte in data {
+            if byte == b'\n' {
+                lines.push(take_line(&mut self.partial));
+            } else if self.partial.len() < LINE_MAX_BYTES {
+                self.partial.push(byte);
+            }
+        }
+        lines
+    }
+
+    fn finish(&mut self) -> Option<String> {
+        (!self.partial.is_empty()).then(|| take_line(&mut self.partial))
+    }
+}
+
+fn take_line(partial: &mut Vec<u8>) -> String {
+    let mut line = String::from_utf8_lossy(partial).into_owned();
+    partial.clear();
+    if line.ends_with('\r') {
+        line.pop();
+    }
+    line
+}
+
+fn ssh_error(kind: SshErrorKind, message: impl Into<String>) -> SshError {
+    SshError {
+        kind,
+        message: message.into(),
+    }
+}
+
+/// Maps a russh error onto the kinds the machines act on.
+pub fn classify(error: &russh::Error, host_key_mismatch: bool) -> SshError {
+    use std::io::ErrorKind as Io;
+    let kind = match error {
+        russh::Error::UnknownKey if host_key_mismatch => SshErrorKind::HostKeyMismatch,
+        russh::Error::IO(e) => match e.kind() {
+            Io::ConnectionRefused => SshErrorKind::Refused,
+            Io::TimedOut => SshErrorKind::Timeout,
+            Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe | Io::UnexpectedEof => {
+                SshErrorKind::Reset
+            }
+            _ => SshErrorKind::Other,
+        },
+        russh::Error::ConnectionTimeout
+        | russh::Error::Elapsed(_)
+        | russh::Error::KeepaliveTimeout => SshErrorKind::Timeout,
+        russh::Error::NotAuthenticated | russh::Error::NoAuthMethod => SshErrorKind::AuthDenied,
+        russh::Error::HUP | russh::Error::Disconnect | russh::Error::SendError => {
+            SshErrorKind::Reset
+        }
+        _ => SshErrorKind::Other,
+    };
+    let message = if kind == SshErrorKind::HostKeyMismatch {
+        "host key differs from the one pinned for this lease".to_owned()
+    } else {
+        error.to_string()
+    };
+    ssh_error(kind, message)
+}
+
+/// The values the start command's placeholders take.
+pub struct Placeholders<'a> {
+    /// `${ORCH_ADDR}`: the control plane's address.
+    pub orch_addr: &'a str,
+    /// `${LOGICAL_NODE_ID}`.
+    pub node: &'a str,
+    /// `${RUN_ID}`.
+    pub run_id: &'a str,
+    /// `${LEASE_ID}`.
+    pub lease_id: &'a str,
+    /// `${JOIN_TOKEN}`: the secret, only for the start command.
+    pub join_token: Option<&'a str>,
+}
+
+/// `command` with its placeholders substituted.
+pub fn substitute(command: &str, values: &Placeholders<'_>) -> String {
+    let mut out = command
+        .replace("${ORCH_ADDR}", values.orch_addr)
+        .replace("${LOGICAL_NODE_ID}", values.node)
+        .replace("${RUN_ID}", values.run_id)
+        .replace("${LEASE_ID}", values.lease_id);
+    if let Some(token) = values.join_token {
+        out = out.replace("${JOIN_TOKEN}", token);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_split_across_chunks_and_bounded() {
+        let mut s = LineSplitter::default();
+        assert_eq!(s.push(b"ab"), Vec::<String>::new());
+        assert_eq!(s.push(b"c\r\nd\n\ne"), vec!["abc", "d", ""]);
+        assert_eq!(s.finish().as_deref(), Some("e"));
+        assert_eq!(s.finish(), None);
+        let long = vec![b'x'; LINE_MAX_BYTES + 10];
+        let lines = s.push(&[&long[..], b"\n"].concat());
+        assert_eq!(lines[0].len(), LINE_MAX_BYTES);
+    }
+
+    #[test]
+    fn placeholders_are_substituted_and_the_token_redacted() {
+        let values = Placeholders {
+            orch_addr: "ADDR",
+            node: "w-1",
+            run_id: "7",
+            lease_id: "local:3",
+            join_token: Some("s3cr3t"),
+        };
+        let cmd = substitute(
+            "a --join ${ORCH_ADDR} --node ${LOGICAL_NODE_ID} ${RUN_ID} ${LEASE_ID} ${JOIN_TOKEN}",
+            &values,
+        );
+        assert_eq!(cmd, "a --join ADDR --node w-1 7 local:3 s3cr3t");
+        assert_eq!(
+            redact("token=s3cr3t!".into(), Some("s3cr3t")),
+            "token=[redacted]!"
+        );
+        assert_eq!(redact("nothing".into(), Some("s3cr3t")), "nothing");
+        let no_token = Placeholders {
+            join_token: None,
+            ..values
+        };
+        assert_eq!(substitute("${JOIN_TOKEN}", &no_token), "${JOIN_TOKEN}");
+    }
+}

@@ -1,0 +1,194 @@
+//! The `drover` command line: arguments (clap derive) and the commands that
+//! only read the state dir (`plan`, `status`, `logs`) or clean it up
+//! (`down`). `up` lives in [`crate::up`].
+
+mod down;
+mod ledger;
+mod logs;
+mod plan_file;
+
+pub use ledger::{Ledger, NodeRow};
+
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+/// Exit code: success, or a controlled shutdown after which every lease is gone.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: a runtime failure (a node failed, a destroy failed, I/O).
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code: a configuration error (bad plan, bad arguments); nothing was
+/// written.
+pub const EXIT_CONFIG: i32 = 2;
+
+/// drover: rent machines, bootstrap them over SSH, hand them to their agents,
+/// tear down exactly what it created.
+#[derive(Debug, Parser)]
+#[command(name = "drover", version)]
+pub struct Cli {
+    /// The state dir: journal, datastream, keys, local nodes.
+    #[arg(long, global = true, default_value = ".drover")]
+    pub state_dir: PathBuf,
+    /// Machine-readable output (one JSON document or NDJSON lines).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bring a plan up, in the foreground, until stopped (Ctrl-C, `stop` on
+    /// stdin, SIGTERM or `drover down`); then tear everything down.
+    Up {
+        /// The plan file (TOML).
+        plan: PathBuf,
+    },
+    /// Dry run: what `up` would create.
+    Plan {
+        /// The plan file (TOML).
+        plan: PathBuf,
+    },
+    /// The ledger, rebuilt from the journal.
+    Status,
+    /// A node's log lines from the datastream.
+    Logs {
+        /// The logical node, e.g. `workers-0`.
+        node: String,
+        /// Keep printing lines as they arrive.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Destroy every lease the journal knows, whether or not `up` runs.
+    Down,
+    /// The process that plays a rented machine for the local provider.
+    #[command(hide = true)]
+    LocalNode {
+        /// The node's folder.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The public key allowed in.
+        #[arg(long)]
+        authorized_key: PathBuf,
+        /// Where to write the listening port.
+        #[arg(long)]
+        port_file: PathBuf,
+    },
+}
+
+/// Runs a parsed command line; returns the process exit code.
+pub fn main(cli: Cli) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("drover: cannot start the async runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let state_dir = cli.state_dir.clone();
+    let json = cli.json;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Up { plan } => crate::up::run(&state_dir, &plan, json).await,
+            Command::Plan { plan } => plan_command(&plan, json),
+            Command::Status => status_command(&state_dir, json),
+            Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,
+            Command::Down => down::run(&state_dir, json).await,
+            Command::LocalNode {
+                dir,
+                authorized_key,
+                port_file,
+            } => {
+                let args = crate::provider::local::node::NodeArgs {
+                    dir,
+                    authorized_key,
+                    port_file,
+                };
+                match crate::provider::local::node::serve(args).await {
+                    Ok(()) => EXIT_OK,
+                    Err(e) => {
+                        eprintln!("drover local-node: {e:#}");
+                        EXIT_FAILURE
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Loads and validates a plan, or says why not (with line and field).
+pub fn load_plan(path: &Path) -> Result<core_fsm::plan::RunPlan, String> {
+    plan_file::load(path)
+}
+
+fn plan_command(path: &Path, json: bool) -> i32 {
+    let plan = match load_plan(path) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let nodes = core_fsm::plan::expand(&plan);
+    if json {
+        let rows: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.node_id, "group": n.group_id, "role": n.role,
+                    "provider": n.provider, "image": n.shape.image,
+                    "verify_commands": n.boot.verify_commands.len(),
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({ "run_id": plan.run_id.0, "nodes": rows, "would_create": nodes.len() });
+        println!("{doc}");
+    } else {
+        println!(
+            "run {}: {} logical node(s); `drover up` would create one lease each",
+            plan.run_id,
+            nodes.len()
+        );
+        println!(
+            "{:<24} {:<10} {:<8} {:<24} verify",
+            "node", "role", "provider", "image"
+        );
+        for n in &nodes {
+            let provider = serde_json::to_value(n.provider).unwrap_or_default();
+            let provider = provider.as_str().unwrap_or("?");
+            println!(
+                "{:<24} {:<10} {:<8} {:<24} {}",
+                n.node_id,
+                n.role,
+                provider,
+                n.shape.image,
+                n.boot.verify_commands.len()
+            );
+        }
+    }
+    EXIT_OK
+}
+
+fn status_command(state_dir: &Path, json: bool) -> i32 {
+    match Ledger::from_state_dir(state_dir) {
+        Ok(ledger) => {
+            if json {
+                println!("{}", ledger.to_json());
+            } else {
+                print!("{}", ledger.table());
+                if let Some(tail) = &ledger.tail_note {
+                    eprintln!("drover: journal: {tail}");
+                }
+            }
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("drover: {e}");
+            EXIT_FAILURE
+        }
+    }
+}

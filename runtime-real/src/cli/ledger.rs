@@ -1,0 +1,273 @@
+//! The ledger as the journal tells it: one row per logical node, folded
+//! from the journal's records, for `status` and `down` (which run without
+//! the plan and without the orchestrator machine).
+//!
+//! Stages between the journaled ones (endpoint known, bootstrap running)
+//! are not journaled; while `drover up` runs, it writes its live view to
+//! `<state>/live.json`, which `status` overlays.
+
+use core_fsm::ids::{AgentId, LogicalNodeId, Nonce, RunId};
+use core_fsm::node::Stage;
+use core_fsm::port::{JournalRecord, LeaseFacts};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One node's row.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRow {
+    /// The logical node.
+    pub id: LogicalNodeId,
+    /// Its stage.
+    pub stage: Stage,
+    /// Handed off and dormant.
+    pub ready: bool,
+    /// Its current lease, while one stands.
+    pub lease: Option<LeaseFacts>,
+    /// Why it failed, if it did.
+    pub failed_reason: Option<String>,
+    /// Its agent, once joined.
+    pub agent: Option<AgentId>,
+    /// Nonces of lease intents not yet resolved (a lease may exist for
+    /// them that the journal never heard of).
+    pub pending_nonces: Vec<Nonce>,
+    /// A destroy was requested.
+    pub destroy_requested: bool,
+}
+
+/// Every node's row, and the run.
+#[derive(Clone, Debug, Default)]
+pub struct Ledger {
+    /// The run, once started.
+    pub run_id: Option<RunId>,
+    /// Rows by node.
+    pub nodes: BTreeMap<LogicalNodeId, NodeRow>,
+    /// What reading the journal found at its end, when not clean.
+    pub tail_note: Option<String>,
+}
+
+impl Ledger {
+    /// Folds `records` into rows.
+    pub fn from_records(records: &[JournalRecord]) -> Ledger {
+        let mut ledger = Ledger::default();
+        for record in records {
+            ledger.apply(record);
+        }
+        ledger
+    }
+
+    /// Reads `<state>/journal.bin` and overlays the live view of a running
+    /// `up`.
+    pub fn from_state_dir(state_dir: &Path) -> std::io::Result<Ledger> {
+        let recovered = crate::journal::Journal::read(state_dir)?;
+        let mut ledger = Ledger::from_records(&recovered.records);
+        if recovered.tail != crate::journal::Tail::Clean {
+            ledger.tail_note = Some(recovered.tail.to_string());
+        }
+        if crate::up::control::running_pid(state_dir).is_some() {
+            for live in crate::up::control::read_live(state_dir) {
+                if let Some(row) = ledger.nodes.get_mut(&live.id) {
+                    row.stage = live.stage;
+                    row.ready = live.ready;
+                    row.failed_reason = live.failed_reason.or(row.failed_reason.take());
+                }
+            }
+        }
+        Ok(ledger)
+    }
+
+    fn row(&mut self, node: &LogicalNodeId) -> &mut NodeRow {
+        self.nodes.entry(node.clone()).or_insert_with(|| NodeRow {
+            id: node.clone(),
+            stage: Stage::New,
+            ready: false,
+            lease: None,
+            failed_reason: None,
+            agent: None,
+            pending_nonces: vec![],
+            destroy_requested: false,
+        })
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, record: &JournalRecord) {
+        match record {
+            JournalRecord::RunStarted { run_id } => self.run_id = Some(*run_id),
+            JournalRecord::LeaseIntent { node, nonce, .. } => {
+                let row = self.row(node);
+                row.stage = Stage::LeaseRequested;
+                row.ready = false;
+                row.failed_reason = None;
+                row.destroy_requested = false;
+                row.pending_nonces.push(*nonce);
+            }
+            JournalRecord::LeaseKnown { node, lease } => {
+                let row = self.row(node);
+                row.pending_nonces.retain(|n| *n != lease.nonce);
+                if row.stage < Stage::LeaseCreated {
+                    row.stage = Stage::LeaseCreated;
+                }
+                row.lease = Some(lease.clone());
+            }
+            JournalRecord::IntentAbandoned { node, nonce } => {
+                let row = self.row(node);
+                row.pending_nonces.retain(|n| n != nonce);
+            }
+            JournalRecord::NodeFailed { node, reason } => {
+                let row = self.row(node);
+                row.stage = Stage::Failed;
+                row.ready = false;
+                row.failed_reason = Some(reason.clone());
+            }
+            JournalRecord::NodeReady { node, agent } => {
+                let row = self.row(node);
+                row.stage = Stage::Dormant;
+                row.ready = true;
+                row.agent = Some(agent.clone());
+            }
+            JournalRecord::DestroyRequested { node } => self.row(node).destroy_requested = true,
+            JournalRecord::LeaseReleased { node, lease_id } => {
+                let row = self.row(node);
+                if row.lease.as_ref().is_some_and(|l| &l.lease_id == lease_id) {
+                    row.lease = None;
+                }
+                row.ready = false;
+                if row.lease.is_none() && row.pending_nonces.is_empty() {
+                    row.stage = Stage::Destroyed;
+                }
+            }
+        }
+    }
+
+    /// Leases the journal knows and has not seen released.
+    pub fn standing_leases(&self) -> Vec<(LogicalNodeId, LeaseFacts)> {
+        self.nodes
+            .values()
+            .filter_map(|r| r.lease.clone().map(|l| (r.id.clone(), l)))
+            .collect()
+    }
+
+    /// Nonces of intents whose create may have happened unseen.
+    pub fn pending_intents(&self) -> Vec<(LogicalNodeId, Nonce)> {
+        self.nodes
+            .values()
+            .flat_map(|r| r.pending_nonces.iter().map(|n| (r.id.clone(), *n)))
+            .collect()
+    }
+
+    /// `status --json`: one object with a `nodes` array.
+    pub fn to_json(&self) -> serde_json::Value {
+        let nodes: Vec<_> = self
+            .nodes
+            .values()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id,
+                    "stage": r.stage,
+                    "ready": r.ready,
+                    "lease": r.lease.as_ref().map(|l| l.lease_id.clone()),
+                    "failed_reason": r.failed_reason,
+                    "agent": r.agent,
+                })
+            })
+            .collect();
+        serde_json::json!({ "run_id": self.run_id.map(|r| r.0), "nodes": nodes })
+    }
+
+    /// The human table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        match self.run_id {
+            Some(run) => out.push_str(&format!("{run}\n")),
+            None => out.push_str("no run in this state dir\n"),
+        }
+        out.push_str(&format!(
+            "{:<24} {:<16} {:<6} {:<12} reason\n",
+            "node", "stage", "ready", "lease"
+        ));
+        for r in self.nodes.values() {
+            let lease = r
+                .lease
+                .as_ref()
+                .map(|l| l.lease_id.to_string())
+                .unwrap_or_else(|| "-".into());
+            out.push_str(&format!(
+                "{:<24} {:<16} {:<6} {:<12} {}\n",
+                r.id,
+                format!("{:?}", r.stage),
+                r.ready,
+                lease,
+                r.failed_reason.as_deref().unwrap_or("")
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core_fsm::ids::LeaseId;
+    use core_fsm::plan::ProviderKind;
+
+    fn lease(n: u64, nonce: u64) -> LeaseFacts {
+        LeaseFacts {
+            provider: ProviderKind::Local,
+            lease_id: LeaseId(format!("local:{n}")),
+            contract_id: "1".into(),
+            offer_id: None,
+            host_id: None,
+            nonce: Nonce(nonce),
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn folds_intents_leases_failures_and_releases() {
+        let a = LogicalNodeId::from("w-0");
+        let b = LogicalNodeId::from("w-1");
+        let records = vec![
+            JournalRecord::RunStarted { run_id: RunId(5) },
+            JournalRecord::LeaseIntent {
+                node: a.clone(),
+                nonce: Nonce(1),
+                attempt: 1,
+            },
+            JournalRecord::LeaseIntent {
+                node: b.clone(),
+                nonce: Nonce(2),
+                attempt: 1,
+            },
+            JournalRecord::LeaseKnown {
+                node: a.clone(),
+                lease: lease(0, 1),
+            },
+            JournalRecord::NodeReady {
+                node: a.clone(),
+                agent: AgentId::from("agent-a"),
+            },
+            JournalRecord::NodeFailed {
+                node: b.clone(),
+                reason: "verify exited 1".into(),
+            },
+        ];
+        let ledger = Ledger::from_records(&records);
+        assert_eq!(ledger.run_id, Some(RunId(5)));
+        assert_eq!(ledger.standing_leases(), vec![(a.clone(), lease(0, 1))]);
+        assert_eq!(ledger.pending_intents(), vec![(b.clone(), Nonce(2))]);
+        let json = ledger.to_json();
+        assert_eq!(json["nodes"][0]["ready"], true);
+        assert_eq!(json["nodes"][0]["stage"], "Dormant");
+        assert_eq!(json["nodes"][1]["failed_reason"], "verify exited 1");
+        let mut ledger = ledger;
+        ledger.apply(&JournalRecord::LeaseReleased {
+            node: a.clone(),
+            lease_id: LeaseId("local:0".into()),
+        });
+        ledger.apply(&JournalRecord::IntentAbandoned {
+            node: b.clone(),
+            nonce: Nonce(2),
+        });
+        assert!(ledger.standing_leases().is_empty() && ledger.pending_intents().is_empty());
+        assert_eq!(ledger.nodes[&a].stage, Stage::Destroyed);
+    }
+}

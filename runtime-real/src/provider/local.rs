@@ -1,0 +1,340 @@
+//! The local provider: each lease is a child process that plays the rented
+//! machine, `drover local-node`, an SSH server on 127.0.0.1 that runs every
+//! command with `/bin/sh -c` in the node's own folder.
+//!
+//! Layout under the state dir:
+//!
+//! ```text
+//! nodes/next            the next lease number (never reused, so a host key
+//!                       pinned for `local:3` never meets another `local:3`)
+//! nodes/<n>/label       drover-run=<run>;nonce=<nonce>   (before the spawn)
+//! nodes/<n>/pid         written by the node itself, first thing
+//! nodes/<n>/port        written by the node once it listens
+//! nodes/<n>/server.log  the node server's own stderr
+//! ```
+//!
+//! The node runs in its own process group, so a Ctrl-C of `drover up` does
+//! not kill it (teardown does), and destroying the lease kills everything it
+//! started. Listing by label reads `nodes/*/label` of live nodes, which is
+//! how a restarted `drover up` adopts a create whose answer it lost.
+
+pub mod node;
+pub mod process;
+
+use super::{BoxFuture, Provider, error, label, parse_label};
+use core_fsm::ids::{LeaseId, RunId};
+use core_fsm::plan::ProviderKind;
+use core_fsm::port::{
+    CreateLeaseRequest, EndpointStatus, LeaseFacts, LeaseGranted, ProviderError,
+    ProviderErrorKind::{NotFound, Rejected, Transient},
+    SshEndpoint,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// How long a new node may take to listen.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a node's group gets between SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The user name the local SSH server reports (it accepts any name with the
+/// right key).
+pub const SSH_USER: &str = "drover";
+
+/// The local provider of one state dir.
+pub struct LocalProvider {
+    state_dir: PathBuf,
+    drover_binary: PathBuf,
+    authorized_key: PathBuf,
+    /// Children this process spawned, kept so they are reaped on destroy.
+    children: Mutex<BTreeMap<u32, tokio::process::Child>>,
+    /// Serialises lease-number allocation within this process.
+    allocate: Mutex<()>,
+}
+
+impl LocalProvider {
+    /// A provider whose nodes live under `<state_dir>/nodes`, run by
+    /// `drover_binary local-node`, and accept the key in `authorized_key`.
+    /// Commands on a node find the binaries next to `drover_binary` on PATH.
+    pub fn new(state_dir: &Path, drover_binary: &Path, authorized_key: &Path) -> LocalProvider {
+        LocalProvider {
+            state_dir: state_dir.to_owned(),
+            drover_binary: drover_binary.to_owned(),
+            authorized_key: authorized_key.to_owned(),
+            children: Mutex::new(BTreeMap::new()),
+            allocate: Mutex::new(()),
+        }
+    }
+
+    fn nodes_dir(&self) -> PathBuf {
+        self.state_dir.join("nodes")
+    }
+
+    /// The folder of lease `local:<n>`.
+    pub fn lease_dir(&self, lease_id: &LeaseId) -> Option<PathBuf> {
+        let n: u64 = lease_id.as_str().strip_prefix("local:")?.parse().ok()?;
+        Some(self.nodes_dir().join(n.to_string()))
+    }
+
+    /// Takes the next lease number and creates its folder.
+    fn allocate_dir(&self) -> std::io::Result<(u64, PathBuf)> {
+        let _guard = self.allocate.lock().expect("allocation lock");
+        std::fs::create_dir_all(self.nodes_dir())?;
+        let counter = self.nodes_dir().join("next");
+        let mut n: u64 = match std::fs::read_to_string(&counter) {
+            Ok(text) => text.trim().parse().unwrap_or(0),
+            Err(_) => 0,
+        };
+        loop {
+            let dir = self.nodes_dir().join(n.to_string());
+            n += 1;
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    write_atomic(&counter, n.to_string().as_bytes())?;
+                    return Ok((n - 1, dir));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn create(&self, request: CreateLeaseRequest) -> Result<LeaseGranted, ProviderError> {
+        let transient = |e: std::io::Error| error(Transient, format!("local node: {e}"));
+        let (n, dir) = self.allocate_dir().map_err(transient)?;
+        // The label goes first: a crash after the spawn still leaves a node
+        // that a restarted orchestrator finds by label.
+        write_atomic(
+            &dir.join("label"),
+            label(request.run_id, request.nonce).as_bytes(),
+        )
+        .map_err(transient)?;
+        let (pid, port) = self.spawn_node(&dir).await?;
+        let mut metadata = BTreeMap::new();
+        metadata.insert("dir".to_owned(), dir.display().to_string());
+        let lease = LeaseFacts {
+            provider: ProviderKind::Local,
+            lease_id: LeaseId(format!("local:{n}")),
+            contract_id: pid.to_string(),
+            offer_id: None,
+            host_id: Some("localhost".to_owned()),
+            nonce: request.nonce,
+            metadata,
+        };
+        Ok(LeaseGranted {
+            lease,
+            endpoint: Some(endpoint(port)),
+        })
+    }
+
+    /// Spawns `drover local-node` in its own process group and waits (with
+    /// a bound) for the line that says it listens.
+    async fn spawn_node(&self, dir: &Path) -> Result<(u32, u16), ProviderError> {
+        let log = std::fs::File::create(dir.join("server.log"))
+            .map_err(|e| error(Transient, format!("local node log: {e}")))?;
+        let mut command = tokio::process::Command::new(&self.drover_binary);
+        command
+            .arg("local-node")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--authorized-key")
+            .arg(&self.authorized_key)
+            .arg("--port-file")
+            .arg(dir.join("port"))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .process_group(0);
+        let mut child = command.spawn().map_err(|e| {
+            error(
+                Rejected,
+                format!("cannot start {}: {e}", self.drover_binary.display()),
+            )
+        })?;
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let listening = tokio::time::timeout(LISTEN_TIMEOUT, lines.next_line()).await;
+        let port = match listening {
+            Ok(Ok(Some(line))) => line
+                .strip_prefix("listening ")
+                .and_then(|p| p.trim().parse().ok()),
+            _ => None,
+        };
+        self.children
+            .lock()
+            .expect("children lock")
+            .insert(pid, child);
+        match port {
+            Some(port) => Ok((pid, port)),
+            None => {
+                let _ = process::stop_group(pid, STOP_GRACE).await;
+                self.reap(pid).await;
+                let reason = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+                let reason = reason.lines().last().unwrap_or("no output").to_owned();
+                Err(error(
+                    Transient,
+                    format!("local node did not listen: {reason}"),
+                ))
+            }
+        }
+    }
+
+    async fn reap(&self, pid: u32) {
+        let child = self.children.lock().expect("children lock").remove(&pid);
+        if let Some(mut child) = child {
+            let _ = child.wait().await;
+        }
+    }
+
+    async fn lookup(&self, lease: LeaseFacts) -> Result<EndpointStatus, ProviderError> {
+        let Some(dir) = self.lease_dir(&lease.lease_id).filter(|d| d.is_dir()) else {
+            return Ok(EndpointStatus::Gone);
+        };
+        let pid: u32 = lease
+            .contract_id
+            .parse()
+            .map_err(|_| error(Rejected, "bad local contract id"))?;
+        if !process::is_our_node(pid, &dir) {
+            return Ok(EndpointStatus::Failed {
+                reason: "local node process exited".into(),
+            });
+        }
+        match std::fs::read_to_string(dir.join("port"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+        {
+            Some(port) => Ok(EndpointStatus::Ready(endpoint(port))),
+            None => Ok(EndpointStatus::Pending {
+                detail: "not listening yet".into(),
+            }),
+        }
+    }
+
+    /// Destroys a lease: stops its process group and removes its folder.
+    async fn destroy(&self, lease: LeaseFacts) -> Result<(), ProviderError> {
+        let dir = self
+            .lease_dir(&lease.lease_id)
+            .ok_or_else(|| error(Rejected, "not a local lease id"))?;
+        let pid: Option<u32> = lease.contract_id.parse().ok();
+        let mut found = dir.is_dir();
+        if let Some(pid) = pid {
+            if process::is_our_node(pid, &dir) {
+                found = true;
+                process::stop_group(pid, STOP_GRACE)
+                    .await
+                    .map_err(|e| error(Transient, format!("stopping local node {pid}: {e}")))?;
+            }
+            if found {
+                // Members that outlived their leader (or whose leader was
+                // killed by someone else) still run in the node's folder.
+                process::sweep_group(pid, &dir, STOP_GRACE)
+                    .await
+                    .map_err(|e| error(Transient, format!("sweep: {e}")))?;
+            }
+            self.reap(pid).await;
+        }
+        if !found {
+            return Err(error(
+                NotFound,
+                format!("{} does not exist", lease.lease_id),
+            ));
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(error(Transient, format!("removing {}: {e}", dir.display()))),
+        }
+    }
+
+    /// Every live node labelled with `run_id`.
+    fn list(&self, run_id: RunId) -> Result<Vec<LeaseFacts>, ProviderError> {
+        let entries = match std::fs::read_dir(self.nodes_dir()) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(error(Transient, format!("listing local nodes: {e}"))),
+        };
+        let mut leases = Vec::new();
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Some(n) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+            let Some((run, nonce)) = read("label").as_deref().and_then(parse_label) else {
+                continue;
+            };
+            let Some(pid) = read("pid").and_then(|p| p.trim().parse::<u32>().ok()) else {
+                continue;
+            };
+            if run != run_id || !process::is_our_node(pid, &dir) {
+                continue;
+            }
+            let mut metadata = BTreeMap::new();
+            metadata.insert("dir".to_owned(), dir.display().to_string());
+            leases.push(LeaseFacts {
+                provider: ProviderKind::Local,
+                lease_id: LeaseId(format!("local:{n}")),
+                contract_id: pid.to_string(),
+                offer_id: None,
+                host_id: Some("localhost".to_owned()),
+                nonce,
+                metadata,
+            });
+        }
+        leases.sort();
+        Ok(leases)
+    }
+}
+
+impl Provider for LocalProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Local
+    }
+
+    fn create_lease(
+        &self,
+        request: CreateLeaseRequest,
+    ) -> BoxFuture<'_, Result<LeaseGranted, ProviderError>> {
+        Box::pin(self.create(request))
+    }
+
+    fn lookup_endpoint(
+        &self,
+        lease: LeaseFacts,
+    ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>> {
+        Box::pin(self.lookup(lease))
+    }
+
+    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>> {
+        Box::pin(self.destroy(lease))
+    }
+
+    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>> {
+        Box::pin(async move { self.list(run_id) })
+    }
+}
+
+fn endpoint(port: u16) -> SshEndpoint {
+    SshEndpoint {
+        host: "127.0.0.1".to_owned(),
+        port,
+        user: SSH_USER.to_owned(),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a
+/// reader never sees half of it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,267 @@
+//! `drover up`: the orchestrator composite, driven by the shared effect loop
+//! of `driver` over real ports (tokio clock, input channel, journal, real
+//! sink), in the foreground until stopped; then teardown.
+//!
+//! Order of business: load and validate the plan (a bad plan exits 2 before
+//! anything is written), refuse a second `up` on the same state dir, open
+//! the journal (records there mean: restore and adopt, never create twice),
+//! bind the control plane, then `Start`; run until every node settled, show
+//! the summary, keep running until a stop arrives (SIGINT, SIGTERM, `stop`
+//! on stdin, `drover down`), deliver `Teardown`, run until torn down.
+
+pub mod control;
+pub mod ports;
+pub mod sink;
+pub mod view;
+pub mod wiring;
+
+use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
+use crate::journal::{Journal, Tail};
+use crate::provider::Provider;
+use crate::provider::local::LocalProvider;
+use crate::ssh::identity;
+use core_fsm::Machine;
+use core_fsm::node::Stage;
+use core_fsm::plan::{ProviderKind, RunPlan};
+use core_fsm::port::{Input, JournalRecord};
+use driver::{Driver, Ports};
+use ports::{ChannelSource, JournalDisk, TokioClock};
+use sink::{Joins, RealSink, SinkParts};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use view::LiveView;
+
+/// Inputs that may wait in the channel before senders are slowed down.
+const INPUT_QUEUE_MAX: usize = 1024;
+/// How long teardown may take before `up` gives up (leases then stay in the
+/// journal for `drover down`).
+const TEARDOWN_BOUND: Duration = Duration::from_secs(300);
+
+/// What `up` needs of the orchestrator composite beyond [`Machine`].
+pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> {
+    /// Every node is Dormant, Failed or Destroyed, and no session is open.
+    fn is_settled(&self) -> bool;
+    /// After `Teardown`: every known lease is destroyed (or its destroy
+    /// failed for good).
+    fn is_torn_down(&self) -> bool;
+}
+
+/// `drover up PLAN`; returns the exit code.
+pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
+    let plan = match crate::cli::load_plan(plan_path) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let previous = match Journal::read(state_dir) {
+        Ok(recovered) => recovered,
+        Err(e) => {
+            eprintln!(
+                "drover: cannot read the journal in {}: {e}",
+                state_dir.display()
+            );
+            return EXIT_FAILURE;
+        }
+    };
+    if let Some(JournalRecord::RunStarted { run_id }) = previous.records.first() {
+        if *run_id != plan.run_id {
+            eprintln!(
+                "drover: {} holds {run_id}, the plan is {}; use another --state-dir or `drover down` first",
+                state_dir.display(),
+                plan.run_id
+            );
+            return EXIT_CONFIG;
+        }
+    }
+    if let Some(pid) = control::running_pid(state_dir) {
+        eprintln!(
+            "drover: another `drover up` (pid {pid}) runs on {}",
+            state_dir.display()
+        );
+        return EXIT_FAILURE;
+    }
+    match wiring::up(state_dir, plan, json).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("drover: {e:#}");
+            let _ = std::fs::remove_file(control::pid_file(state_dir));
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Everything `up` built that the run needs, besides the machine.
+pub struct Runtime<J> {
+    /// The state dir.
+    pub state_dir: PathBuf,
+    /// The plan.
+    pub plan: RunPlan,
+    /// `--json`.
+    pub json: bool,
+    /// The control plane (join tokens).
+    pub joins: Arc<J>,
+    /// Inputs the control plane produces (`AgentJoined`), forwarded into
+    /// the loop.
+    pub control_inputs: mpsc::Receiver<Input>,
+}
+
+/// Prepares the state dir (pid file, plan copy, journal, identity) and
+/// returns the open journal with the records a restore starts from.
+pub fn prepare_state(
+    state_dir: &Path,
+    plan: &RunPlan,
+) -> anyhow::Result<(Journal, Vec<JournalRecord>)> {
+    std::fs::create_dir_all(state_dir)?;
+    crate::provider::local::write_atomic(
+        &control::pid_file(state_dir),
+        std::process::id().to_string().as_bytes(),
+    )?;
+    crate::provider::local::write_atomic(
+        &state_dir.join("plan.json"),
+        &serde_json::to_vec_pretty(plan)?,
+    )?;
+    let (journal, recovered) = Journal::open(state_dir)?;
+    if recovered.tail != Tail::Clean {
+        eprintln!(
+            "drover: journal: {} (the records before it are used)",
+            recovered.tail
+        );
+    }
+    identity::load_or_create(state_dir)?;
+    Ok((journal, recovered.records))
+}
+
+/// The providers this runtime offers.
+pub fn providers(state_dir: &Path) -> anyhow::Result<BTreeMap<ProviderKind, Arc<dyn Provider>>> {
+    let drover = std::env::current_exe()?;
+    let local = LocalProvider::new(state_dir, &drover, &identity::public_key_path(state_dir));
+    let mut providers: BTreeMap<ProviderKind, Arc<dyn Provider>> = BTreeMap::new();
+    providers.insert(ProviderKind::Local, Arc::new(local));
+    Ok(providers)
+}
+
+/// Drives `machine` until it is torn down; returns the exit code.
+pub async fn drive<M: Orchestrated, J: Joins + 'static>(
+    runtime: Runtime<J>,
+    machine: M,
+    journal: Journal,
+) -> anyhow::Result<i32> {
+    let Runtime {
+        state_dir,
+        plan,
+        json,
+        joins,
+        mut control_inputs,
+    } = runtime;
+    let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
+    let forward = tx.clone();
+    tokio::spawn(async move {
+        while let Some(input) = control_inputs.recv().await {
+            if forward.send(input).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    tokio::spawn(stop_requests(tx.clone(), stop.clone()));
+    let view = Arc::new(Mutex::new(LiveView::new(state_dir.clone(), json)));
+    let key = identity::load_or_create(&state_dir)?;
+    let sink = RealSink::new(SinkParts {
+        state_dir: state_dir.clone(),
+        run_id: plan.run_id,
+        key,
+        providers: providers(&state_dir)?,
+        joins,
+        tx,
+        view: view.clone(),
+    });
+    let clock = TokioClock::start();
+    let ports = Ports {
+        clock,
+        source: ChannelSource { rx, clock },
+        disk: JournalDisk { journal },
+        sink,
+    };
+    let mut driver = Driver::new(machine, ports);
+    let started = std::time::Instant::now();
+    driver.step(Input::Start).await?;
+    driver
+        .run_until(|m| m.is_settled() || stop.load(Ordering::SeqCst))
+        .await?;
+    if !stop.load(Ordering::SeqCst) {
+        view.lock()
+            .expect("view")
+            .print_summary(started.elapsed().as_millis());
+        let open = driver.ports().sink.open_sessions();
+        if open > 0 {
+            eprintln!("drover: {open} SSH session(s) still open after settling");
+        }
+        driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
+    }
+    let torn = tokio::time::timeout(TEARDOWN_BOUND, driver.run_until(|m| m.is_torn_down())).await;
+    let (_, mut ports) = driver.into_parts();
+    ports.sink.flush();
+    let _ = std::fs::remove_file(control::pid_file(&state_dir));
+    let _ = std::fs::remove_file(control::live_file(&state_dir));
+    let view = view.lock().expect("view");
+    let all_destroyed = view.nodes().all(|n| n.stage == Stage::Destroyed);
+    let code = match torn {
+        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_OK,
+        Ok(Ok(_)) => {
+            for (node, reason) in &view.failed {
+                eprintln!("drover: {node} failed: {reason}");
+            }
+            EXIT_FAILURE
+        }
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => {
+            eprintln!("drover: teardown did not finish in {TEARDOWN_BOUND:?}; run `drover down`");
+            EXIT_FAILURE
+        }
+    };
+    Ok(code)
+}
+
+/// Waits for the first stop request, delivers `Teardown`; a second one
+/// leaves at once (the journal keeps the leases for `drover down`).
+async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
+    use tokio::io::AsyncBufReadExt;
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        eprintln!("drover: cannot install signal handlers; stop with `stop` on stdin");
+        return;
+    };
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut stdin_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+            line = stdin.next_line(), if stdin_open => match line {
+                Ok(Some(word)) if matches!(word.trim(), "stop" | "shutdown" | "quit") => break,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => stdin_open = false,
+            },
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    view::println_flush("drover: stopping: tearing down every lease");
+    let _ = tx.send(Input::Teardown).await;
+    tokio::select! {
+        biased;
+        _ = interrupt.recv() => {},
+        _ = terminate.recv() => {},
+    }
+    eprintln!("drover: second stop: leaving now; `drover down` destroys what is left");
+    std::process::exit(EXIT_FAILURE);
+}

@@ -1,0 +1,316 @@
+//! The real effect sink: every effect other than `Persist` becomes a spawned
+//! task (provider call, SSH connect/exec/close) whose answer comes back on
+//! the input channel with the effect's `OpId`, or a local action (revoke a
+//! join token, append a log line, show a node's new stage).
+
+use super::view::LiveView;
+use crate::datastream;
+use crate::provider::Provider;
+use crate::ssh;
+use core_fsm::Instant;
+use core_fsm::ids::{LeaseId, LogicalNodeId, RunId, SessionId};
+use core_fsm::plan::ProviderKind;
+use core_fsm::port::{
+    Effect, Input, JoinBinding, ProviderError, ProviderErrorKind, SshError, SshErrorKind,
+};
+use russh::keys::PrivateKey;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// What the sink needs of the control plane: its address and join tokens.
+pub trait Joins: Send + Sync {
+    /// What `${ORCH_ADDR}` becomes.
+    fn addr_string(&self) -> String;
+    /// A fresh one-time token for `binding` (a secret).
+    fn mint(&self, binding: JoinBinding) -> String;
+    /// Revokes any unused token of `binding`.
+    fn revoke(&self, binding: &JoinBinding);
+}
+
+/// Shared between the sink and its tasks.
+struct Shared {
+    state_dir: PathBuf,
+    run_id: RunId,
+    key: Arc<PrivateKey>,
+    providers: BTreeMap<ProviderKind, Arc<dyn Provider>>,
+    joins: Arc<dyn Joins>,
+    tx: mpsc::Sender<Input>,
+    sessions: Mutex<BTreeMap<SessionId, Session>>,
+    lease_nodes: Mutex<BTreeMap<LeaseId, LogicalNodeId>>,
+}
+
+/// One bootstrap session's connection (once connected) and its lease.
+struct Session {
+    lease: LeaseId,
+    connection: Option<Arc<ssh::Connection>>,
+}
+
+/// The sink the driver dispatches to.
+pub struct RealSink {
+    shared: Arc<Shared>,
+    datastream: datastream::Writer,
+    view: Arc<Mutex<LiveView>>,
+}
+
+/// What a [`RealSink`] is built from.
+pub struct SinkParts {
+    /// The state dir.
+    pub state_dir: PathBuf,
+    /// The run.
+    pub run_id: RunId,
+    /// The SSH identity.
+    pub key: Arc<PrivateKey>,
+    /// Providers by kind.
+    pub providers: BTreeMap<ProviderKind, Arc<dyn Provider>>,
+    /// The control plane.
+    pub joins: Arc<dyn Joins>,
+    /// Where answers go.
+    pub tx: mpsc::Sender<Input>,
+    /// The live view the sink keeps current.
+    pub view: Arc<Mutex<LiveView>>,
+}
+
+impl RealSink {
+    /// A sink from its parts.
+    pub fn new(parts: SinkParts) -> RealSink {
+        let datastream = datastream::Writer::new(&parts.state_dir);
+        let shared = Shared {
+            state_dir: parts.state_dir,
+            run_id: parts.run_id,
+            key: parts.key,
+            providers: parts.providers,
+            joins: parts.joins,
+            tx: parts.tx,
+            sessions: Mutex::new(BTreeMap::new()),
+            lease_nodes: Mutex::new(BTreeMap::new()),
+        };
+        RealSink {
+            shared: Arc::new(shared),
+            datastream,
+            view: parts.view,
+        }
+    }
+
+    /// Syncs the datastream files (before exit).
+    pub fn flush(&mut self) {
+        if let Err(e) = self.datastream.flush() {
+            eprintln!("drover: datastream flush: {e}");
+        }
+    }
+
+    /// SSH connections still open (a settled run has none).
+    pub fn open_sessions(&self) -> usize {
+        self.shared
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .filter(|s| s.connection.is_some())
+            .count()
+    }
+
+    fn spawn<F>(&self, task: impl FnOnce(Arc<Shared>) -> F)
+    where
+        F: std::future::Future<Output = Option<Input>> + Send + 'static,
+    {
+        let shared = self.shared.clone();
+        let future = task(shared.clone());
+        tokio::spawn(async move {
+            if let Some(input) = future.await {
+                // A closed channel means the loop has stopped; the answer is
+                // nobody's any more.
+                let _ = shared.tx.send(input).await;
+            }
+        });
+    }
+}
+
+impl driver::EffectSink for RealSink {
+    async fn dispatch(&mut self, _now: Instant, effect: Effect) {
+        match effect {
+            Effect::Persist(_) => unreachable!("the driver completes Persist itself"),
+            Effect::CreateLease { op, request } => self.spawn(|s| async move {
+                let node = request.node.clone();
+                let result = match s.provider(request.provider) {
+                    Ok(p) => p.create_lease(request).await,
+                    Err(e) => Err(e),
+                };
+                if let Ok(granted) = &result {
+                    s.lease_nodes
+                        .lock()
+                        .expect("lease nodes")
+                        .insert(granted.lease.lease_id.clone(), node);
+                }
+                Some(Input::LeaseCreated { op, result })
+            }),
+            Effect::LookupEndpoint { op, lease } => self.spawn(|s| async move {
+                let result = match s.provider(lease.provider) {
+                    Ok(p) => p.lookup_endpoint(lease).await,
+                    Err(e) => Err(e),
+                };
+                Some(Input::EndpointLooked { op, result })
+            }),
+            Effect::DestroyLease { op, lease } => self.spawn(|s| async move {
+                let lease_id = lease.lease_id.clone();
+                let result = match s.provider(lease.provider) {
+                    Ok(p) => p.destroy_lease(lease).await,
+                    Err(e) => Err(e),
+                };
+                if matches!(
+                    &result,
+                    Ok(())
+                        | Err(ProviderError {
+                            kind: ProviderErrorKind::NotFound,
+                            ..
+                        })
+                ) {
+                    ssh::forget_host(&s.state_dir, &lease_id);
+                }
+                Some(Input::LeaseDestroyed { op, result })
+            }),
+            Effect::ListLeases {
+                op,
+                run_id,
+                provider,
+            } => self.spawn(|s| async move {
+                let result = match s.provider(provider) {
+                    Ok(p) => p.list_leases(run_id).await,
+                    Err(e) => Err(e),
+                };
+                Some(Input::LeasesListed { op, result })
+            }),
+            Effect::SshConnect {
+                op,
+                session,
+                endpoint,
+                lease_id,
+            } => {
+                let entry = Session {
+                    lease: lease_id.clone(),
+                    connection: None,
+                };
+                self.shared
+                    .sessions
+                    .lock()
+                    .expect("sessions")
+                    .insert(session, entry);
+                self.spawn(|s| async move {
+                    let result =
+                        ssh::connect(&s.state_dir, &endpoint, &lease_id, s.key.clone()).await;
+                    let result = result.map(|connection| s.attach(session, connection));
+                    Some(Input::SshConnected { op, result })
+                })
+            }
+            Effect::SshExec {
+                op,
+                session,
+                command,
+                purpose: _,
+                join,
+            } => self.spawn(|s| async move {
+                Some(Input::SshExited {
+                    op,
+                    result: s.exec(op, session, &command, join).await,
+                })
+            }),
+            Effect::SshClose { op, session } => self.spawn(|s| async move {
+                let entry = s.sessions.lock().expect("sessions").remove(&session);
+                if let Some(connection) = entry.and_then(|e| e.connection) {
+                    // Other tasks of the session may still hold it; the
+                    // connection closes when the last one lets go.
+                    if let Ok(connection) = Arc::try_unwrap(connection) {
+                        connection.close().await;
+                    }
+                }
+                Some(Input::SshClosed { op })
+            }),
+            Effect::RevokeJoin(binding) => self.shared.joins.revoke(&binding),
+            Effect::Log(record) => {
+                if let Err(e) = self.datastream.append(&record) {
+                    eprintln!("drover: datastream write for {}: {e}", record.node);
+                }
+            }
+            Effect::NodeChanged {
+                node,
+                stage,
+                ready,
+                failed_reason,
+            } => {
+                self.view
+                    .lock()
+                    .expect("view")
+                    .changed(node, stage, ready, failed_reason);
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn provider(&self, kind: ProviderKind) -> Result<Arc<dyn Provider>, ProviderError> {
+        self.providers
+            .get(&kind)
+            .cloned()
+            .ok_or_else(|| ProviderError {
+                kind: ProviderErrorKind::Rejected,
+                message: format!("provider {kind:?} is not available in this runtime"),
+            })
+    }
+
+    /// Keeps the connection for the session; a session closed meanwhile
+    /// (its close raced the connect) gets the connection dropped.
+    fn attach(&self, session: SessionId, connection: ssh::Connection) {
+        let mut sessions = self.sessions.lock().expect("sessions");
+        if let Some(entry) = sessions.get_mut(&session) {
+            entry.connection = Some(Arc::new(connection));
+        }
+    }
+
+    async fn exec(
+        &self,
+        op: core_fsm::ids::OpId,
+        session: SessionId,
+        command: &str,
+        join: Option<JoinBinding>,
+    ) -> Result<i32, SshError> {
+        let entry = {
+            let sessions = self.sessions.lock().expect("sessions");
+            sessions
+                .get(&session)
+                .map(|e| (e.lease.clone(), e.connection.clone()))
+        };
+        let Some((lease, Some(connection))) = entry else {
+            return Err(SshError {
+                kind: SshErrorKind::Other,
+                message: format!("{session} has no connection"),
+            });
+        };
+        let node = match &join {
+            Some(binding) => Some(binding.node.clone()),
+            None => self
+                .lease_nodes
+                .lock()
+                .expect("lease nodes")
+                .get(&lease)
+                .cloned(),
+        };
+        let token = join.map(|binding| self.joins.mint(binding));
+        let values = ssh::Placeholders {
+            orch_addr: &self.joins.addr_string(),
+            node: node.as_ref().map(|n| n.as_str()).unwrap_or(""),
+            run_id: &self.run_id.0.to_string(),
+            lease_id: lease.as_str(),
+            join_token: token.as_deref(),
+        };
+        let command = ssh::substitute(command, &values);
+        let result = connection
+            .exec(op, &command, token.as_deref(), &self.tx)
+            .await;
+        // An error message never carries the token, even if russh echoed it.
+        result.map_err(|e| SshError {
+            message: ssh::redact(e.message, token.as_deref()),
+            ..e
+        })
+    }
+}
