@@ -142,9 +142,12 @@ impl Script {
     fn to_dormant(&mut self) -> &mut Script {
         self.at(0, start()).granted(1_000, 123, true);
         let session = self.session();
-        self.at(1_100, observed(session, bootstrap::Stage::SshReady, None))
-            .at(1_200, joined(123))
-            .at(1_300, Input::BootstrapClosed)
+        self.at(
+            1_100,
+            observed(session, bootstrap::Stage::WaitingForJoin, None),
+        )
+        .at(1_200, joined(123))
+        .at(1_300, Input::BootstrapClosed)
     }
 }
 
@@ -250,7 +253,7 @@ fn lease_with_endpoint_to_dormant_then_destroyed() {
     assert!(r.ready && r.agent.as_ref().unwrap().handed_off_at == Some(Instant(1_300)));
     assert_eq!(
         r.bootstrap.as_ref().unwrap().last_stage,
-        bootstrap::Stage::SshReady
+        bootstrap::Stage::WaitingForJoin
     );
     s.at(2_000, Input::Destroy);
     let op = s.last_op();
@@ -649,6 +652,13 @@ fn late_duplicate_unknown_and_out_of_place_inputs_are_ignored() {
     s.note("a duplicate of the create answer");
     s.granted(1_010, 123, true);
     s.at(1_020, Input::BootstrapClosed);
+    s.note("a join before the start command ran is not expected");
+    s.at(1_025, joined(123));
+    let session = s.session();
+    s.at(
+        1_028,
+        observed(session, bootstrap::Stage::WaitingForJoin, None),
+    );
     s.at(1_030, joined(124));
     s.at(1_040, joined(123));
     s.at(1_050, joined(123));
@@ -663,7 +673,7 @@ fn late_duplicate_unknown_and_out_of_place_inputs_are_ignored() {
         },
     );
     assert!(s.node.record().ready);
-    assert_eq!(s.node.ignored(), 11);
+    assert_eq!(s.node.ignored(), 12);
     insta::assert_snapshot!(s.log);
 }
 

@@ -209,10 +209,18 @@ impl Machine {
 
     /// Whether an `AgentJoined` for `lease_id` would be accepted now.
     pub fn expects_join(&self, lease_id: &crate::ids::LeaseId) -> bool {
+        // No token exists before the start command runs, and a join that
+        // came earlier would reach a session unable to use it.
         let lease_matches = self.record.lease_id() == Some(lease_id);
+        let started = self.record.bootstrap.as_ref().is_some_and(|b| {
+            matches!(
+                b.last_stage,
+                crate::bootstrap::Stage::AgentStarting | crate::bootstrap::Stage::WaitingForJoin
+            )
+        });
         match self.phase {
-            Phase::Bootstrapping { .. }
-            | Phase::Dormant {
+            Phase::Bootstrapping { .. } => lease_matches && started,
+            Phase::Dormant {
                 rejoin_allowed: true,
             } => lease_matches,
             _ => false,
@@ -304,7 +312,7 @@ impl crate::Machine for Machine {
                 self.on_observed(now, obs)
             }
             (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })
-                if self.record.lease_id() == Some(&lease_id) =>
+                if self.expects_join(&lease_id) =>
             {
                 self.on_joined(now, session, agent, &mut out)
             }
@@ -313,9 +321,7 @@ impl crate::Machine for Machine {
                     rejoin_allowed: true,
                 },
                 Input::AgentJoined { lease_id, agent },
-            ) if self.record.lease_id() == Some(&lease_id) => {
-                self.on_rejoined(now, agent, &mut out)
-            }
+            ) if self.expects_join(&lease_id) => self.on_rejoined(now, agent, &mut out),
             (Phase::Joined { .. }, Input::BootstrapClosed) => self.on_handed_off(now, &mut out),
             (
                 Phase::Bootstrapping { .. } | Phase::Joined { .. },

@@ -162,6 +162,23 @@ impl super::Machine {
     }
 
     pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
+        // A restored open intent waits for Start; a Destroy (say, Teardown
+        // before Start) resolves it now, so its lease is found and destroyed.
+        if let (
+            true,
+            Phase::Resolving {
+                op: None,
+                intents,
+                then,
+                ..
+            },
+        ) = (self.resume, self.phase)
+        {
+            if then == Then::Bootstrap {
+                self.persist_destroy_requested(out);
+            }
+            return self.issue_list(now, 1, intents, Then::Destroy, out);
+        }
         match self.phase {
             Phase::New => self.enter(Phase::Destroyed, out),
             Phase::Requesting {

@@ -1,0 +1,330 @@
+//! The composite: routing by operation id, joins by (node, lease), teardown,
+//! restart from the journal (adoption by nonce, list retries, abandonment),
+//! and replacement with the reconciler.
+
+mod orchestrator_harness;
+
+use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId};
+use core_fsm::node::Stage;
+use core_fsm::plan::{ReplacementPolicy, RunPlan};
+use core_fsm::port::{Input, JournalRecord, LogStream, ProviderErrorKind, SshErrorKind};
+use core_fsm::time::Duration;
+use orchestrator_harness::{Harness, joined, lease, provider_error, ssh_error};
+
+fn id(node: &str) -> LogicalNodeId {
+    LogicalNodeId::from(node)
+}
+
+#[test]
+fn unknown_duplicate_and_misrouted_answers_are_counted() {
+    let mut h = Harness::new(RunPlan::example_two_workers());
+    h.at(0, Input::Start);
+    h.at(10, Input::Start);
+    h.at(
+        20,
+        Input::LeaseDestroyed {
+            op: OpId(999),
+            result: Ok(()),
+        },
+    );
+    h.at(30, Input::SshClosed { op: OpId(1) });
+    h.grant(1_000, "workers-0", 123, true);
+    let (op, _) = h.create("workers-0");
+    h.note("the same answer again: its route is gone");
+    h.grant(1_010, "workers-0", 123, true);
+    h.at(
+        1_020,
+        Input::LeasesListed {
+            op,
+            result: Ok(vec![]),
+        },
+    );
+    h.at(
+        1_030,
+        Input::Destroy {
+            node: id("workers-9"),
+        },
+    );
+    h.at(
+        1_040,
+        Input::SshOutput {
+            op: OpId(998),
+            stream: LogStream::Stdout,
+            line: "stray".to_owned(),
+        },
+    );
+    let c = h.orchestrator.counters();
+    assert_eq!(
+        (c.unknown_ops, c.unknown_nodes, c.ignored_commands),
+        (5, 1, 1)
+    );
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn joins_are_routed_by_node_and_lease() {
+    let mut h = Harness::new(RunPlan::example_two_workers());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, true);
+    h.at(1_100, joined("workers-0", 123, "agent-early"));
+    h.at(1_150, joined("workers-1", 124, "agent-nobody"));
+    h.at(1_160, joined("workers-7", 123, "agent-unknown"));
+    h.bootstrap_to_join(2_000, "workers-0");
+    h.at(3_000, joined("workers-0", 999, "agent-wrong-lease"));
+    h.at(3_100, joined("workers-0", 123, "agent-a7"));
+    h.at(3_200, joined("workers-0", 123, "agent-second"));
+    let session = h.session("workers-0");
+    h.at(3_300, Input::SshClosed { op: h.ssh(session) });
+    h.at(3_400, joined("workers-0", 123, "agent-after-handoff"));
+    let record = h.orchestrator.node(&id("workers-0")).unwrap();
+    assert_eq!(record.agent.as_ref().unwrap().agent.as_str(), "agent-a7");
+    assert_eq!(h.orchestrator.counters().ignored_joins, 6);
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn a_failed_session_fails_the_node_and_mvp_policy_never_replaces() {
+    let mut h = Harness::new(RunPlan::example_two_workers());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, true);
+    let session = h.session("workers-0");
+    h.at(
+        1_100,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    h.at(
+        1_200,
+        Input::SshExited {
+            op: h.ssh(session),
+            result: Ok(0),
+        },
+    );
+    h.at(
+        1_300,
+        Input::SshExited {
+            op: h.ssh(session),
+            result: Ok(1),
+        },
+    );
+    h.at(1_400, Input::SshClosed { op: h.ssh(session) });
+    assert_eq!(
+        h.orchestrator.node(&id("workers-0")).unwrap().stage,
+        Stage::Failed
+    );
+    h.note("an answer to the ended session's probe is unknown now");
+    h.at(
+        1_500,
+        Input::SshExited {
+            op: OpId(5),
+            result: Ok(0),
+        },
+    );
+    h.at(900_000, Input::Tick);
+    assert_eq!(
+        h.orchestrator.node(&id("workers-0")).unwrap().stage,
+        Stage::Failed
+    );
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn teardown_cancels_sessions_and_waits_for_creates_in_flight() {
+    let mut h = Harness::new(RunPlan::example_two_workers());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, true);
+    let session = h.session("workers-0");
+    h.at(
+        1_100,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    h.at(2_000, Input::Teardown);
+    assert!(!h.orchestrator.is_torn_down());
+    h.at(
+        2_100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    h.note("the session's close answer arrives after the lease is gone");
+    h.at(2_200, Input::SshClosed { op: h.ssh(session) });
+    h.note("workers-1's create answers only now: its lease is destroyed at once");
+    h.grant(2_300, "workers-1", 124, true);
+    h.at(
+        2_400,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:124"),
+            result: Ok(()),
+        },
+    );
+    assert!(h.orchestrator.is_torn_down());
+    h.at(2_500, Input::Start);
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn restart_adopts_an_ambiguous_create_by_nonce_and_rebootstraps() {
+    let plan = RunPlan::example_two_workers();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    first.grant(1_000, "workers-1", 124, true);
+    let (_, nonce) = first.create("workers-0");
+    let journal = first.journal();
+    let mut h = Harness::restore(plan, &journal);
+    h.at(5_000, Input::Start);
+    h.note("the first list fails: it is retried, never read as empty");
+    h.at(
+        5_100,
+        Input::LeasesListed {
+            op: h.list(),
+            result: Err(provider_error(ProviderErrorKind::Transient, "503")),
+        },
+    );
+    h.tick();
+    let list = h.list();
+    let now = h.now.0;
+    h.at(
+        now + 100,
+        Input::LeasesListed {
+            op: list,
+            result: Ok(vec![lease(777, Nonce(1)), lease(123, nonce)]),
+        },
+    );
+    let lookup = h.lookup("vastai:123");
+    let ready = core_fsm::port::EndpointStatus::Ready(orchestrator_harness::endpoint(123));
+    h.at(
+        now + 200,
+        Input::EndpointLooked {
+            op: lookup,
+            result: Ok(ready),
+        },
+    );
+    let creates = h
+        .effects
+        .iter()
+        .filter(|e| matches!(e, core_fsm::port::Effect::CreateLease { .. }))
+        .count();
+    assert_eq!(creates, 0, "never create twice for one intent");
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn restart_abandons_an_intent_the_list_proves_void_and_keeps_ready_nodes() {
+    let plan = RunPlan::example_two_workers();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    first.grant(1_000, "workers-1", 124, true);
+    first.bootstrap_to_join(1_100, "workers-1");
+    first.join_and_close(1_200, "workers-1", 124, "agent-b2");
+    let journal = first.journal();
+    let mut h = Harness::restore(plan, &journal);
+    assert!(h.orchestrator.node(&id("workers-1")).unwrap().ready);
+    h.at(5_000, Input::Start);
+    h.at(
+        5_100,
+        Input::LeasesListed {
+            op: h.list(),
+            result: Ok(vec![lease(124, Nonce(3))]),
+        },
+    );
+    h.note("the restarted agent of the ready node reconnects once");
+    h.at(
+        5_200,
+        Input::AgentJoined {
+            node: id("workers-1"),
+            lease_id: LeaseId::from("vastai:124"),
+            agent: AgentId::from("agent-b2"),
+        },
+    );
+    h.at(5_300, joined("workers-1", 124, "agent-b2"));
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn restart_finishes_a_requested_destroy() {
+    let plan = RunPlan::example_two_workers();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    first.grant(1_000, "workers-0", 123, true);
+    first.at(2_000, Input::Teardown);
+    let journal = first.journal();
+    assert!(matches!(
+        journal.last(),
+        Some(JournalRecord::DestroyRequested { .. })
+    ));
+    let mut h = Harness::restore(plan, &journal);
+    h.at(5_000, Input::Teardown);
+    h.at(
+        5_100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    h.at(
+        5_200,
+        Input::LeasesListed {
+            op: h.list(),
+            result: Ok(vec![]),
+        },
+    );
+    assert!(h.orchestrator.is_torn_down());
+    insta::assert_snapshot!(h.transcript);
+}
+
+fn bounded_plan() -> RunPlan {
+    let mut plan = RunPlan::example_two_workers();
+    plan.groups[0].count = 1;
+    plan.replacement = ReplacementPolicy::Bounded {
+        attempts_max: 2,
+        backoff_base: Duration::from_secs(10),
+        backoff_max: Duration::from_secs(60),
+        quarantine_after_failures: 1,
+    };
+    plan
+}
+
+#[test]
+fn bounded_replacement_destroys_the_failed_lease_then_tries_once_more() {
+    let mut h = Harness::new(bounded_plan());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, true);
+    let session = h.session("workers-0");
+    h.at(
+        1_100,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Err(ssh_error(SshErrorKind::HostKeyMismatch, "changed")),
+        },
+    );
+    h.at(1_200, Input::SshClosed { op: h.ssh(session) });
+    h.note("the backoff expires: destroy the failed lease, then a new intent avoiding host-123");
+    h.tick();
+    let now = h.now.0;
+    h.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    h.at(
+        now + 200,
+        Input::LeaseCreated {
+            op: h.create("workers-0").0,
+            result: Err(provider_error(ProviderErrorKind::Rejected, "no offer")),
+        },
+    );
+    assert_eq!(h.orchestrator.node(&id("workers-0")).unwrap().attempt, 2);
+    assert!(
+        h.orchestrator.is_settled(),
+        "attempts are spent: it stays failed"
+    );
+    insta::assert_snapshot!(h.transcript);
+}
