@@ -111,9 +111,11 @@ impl Orchestrator {
                 );
             }
             if !self.started && !self.tearing_down {
+                let idle =
+                    !machine.in_flight() || machine.awaits_start() || machine.is_winding_down();
                 assert!(
-                    !machine.in_flight() || machine.awaits_start(),
-                    "O8 {id}: nothing runs before Start"
+                    idle,
+                    "O8 {id}: before Start only restored work or a destroy is pending"
                 );
             }
         }
