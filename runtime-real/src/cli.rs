@@ -7,6 +7,8 @@ mod ledger;
 mod logs;
 mod plan_file;
 
+pub use plan_file::to_toml as plan_to_toml;
+
 pub use ledger::{Ledger, NodeRow};
 
 use clap::{Parser, Subcommand};
@@ -91,7 +93,7 @@ pub fn main(cli: Cli) -> i32 {
     };
     let state_dir = cli.state_dir.clone();
     let json = cli.json;
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         match cli.command {
             Command::Up { plan } => crate::up::run(&state_dir, &plan, json).await,
             Command::Plan { plan } => plan_command(&plan, json),
@@ -117,7 +119,11 @@ pub fn main(cli: Cli) -> i32 {
                 }
             }
         }
-    })
+    });
+    // A task may still block on stdin (the stop reader); it must not keep
+    // the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
 }
 
 /// Loads and validates a plan, or says why not (with line and field).

@@ -176,8 +176,9 @@ impl Connection {
         code.ok_or_else(|| ssh_error(SshErrorKind::Reset, "channel closed without an exit status"))
     }
 
-    /// Disconnects politely.
-    pub async fn close(self) {
+    /// Disconnects politely; commands still running on the connection (a
+    /// tail of the node's logs) end with it.
+    pub async fn close(&self) {
         let _ = self
             .handle
             .disconnect(Disconnect::ByApplication, "", "en")

@@ -15,3 +15,8 @@ pub fn load(path: &Path) -> Result<RunPlan, String> {
     })?;
     Ok(plan)
 }
+
+/// A plan as plan-file text that [`load`] reads back to the same plan.
+pub fn to_toml(plan: &RunPlan) -> String {
+    toml::to_string(plan).expect("a run plan always has a TOML form")
+}

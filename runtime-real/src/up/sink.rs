@@ -218,11 +218,8 @@ impl driver::EffectSink for RealSink {
             Effect::SshClose { op, session } => self.spawn(|s| async move {
                 let entry = s.sessions.lock().expect("sessions").remove(&session);
                 if let Some(connection) = entry.and_then(|e| e.connection) {
-                    // Other tasks of the session may still hold it; the
-                    // connection closes when the last one lets go.
-                    if let Ok(connection) = Arc::try_unwrap(connection) {
-                        connection.close().await;
-                    }
+                    // Commands still running on it (a tail) end with it.
+                    connection.close().await;
                 }
                 Some(Input::SshClosed { op })
             }),

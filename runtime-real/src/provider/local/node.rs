@@ -6,9 +6,10 @@
 use russh::keys::{Algorithm, PrivateKey, PublicKey};
 use russh::server::{Auth, Handle, Msg, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId, MethodKind, MethodSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
@@ -57,6 +58,7 @@ pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
             authorized: authorized.clone(),
             dir: args.dir.clone(),
             path: path.clone(),
+            running: Arc::default(),
         };
         let config = config.clone();
         tokio::spawn(async move {
@@ -86,6 +88,60 @@ struct Node {
     authorized: PublicKey,
     dir: PathBuf,
     path: String,
+    /// Shells of this connection's commands that still run.
+    running: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+impl Drop for Node {
+    /// The connection is gone: its commands still running (a `tail -F` of
+    /// the node's logs) go with it, as they would with sshd. Jobs a command
+    /// put in the background (the agent) are not its children any more
+    /// and stay.
+    fn drop(&mut self) {
+        let running = std::mem::take(&mut *self.running.lock().expect("running lock"));
+        for pid in running {
+            for child in children_of(pid) {
+                kill(child);
+            }
+            kill(pid);
+        }
+    }
+}
+
+fn kill(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    let mut children = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            children.push(pid);
+        }
+    }
+    children
 }
 
 impl russh::server::Handler for Node {
@@ -136,9 +192,11 @@ impl russh::server::Handler for Node {
         session.channel_success(channel)?;
         let command = String::from_utf8_lossy(data).into_owned();
         let handle = session.handle();
-        let (dir, path) = (self.dir.clone(), self.path.clone());
+        let (dir, path, running) = (self.dir.clone(), self.path.clone(), self.running.clone());
         // Never block the session loop: the command runs in its own task.
-        tokio::spawn(async move { run_command(handle, channel, command, dir, path).await });
+        tokio::spawn(
+            async move { run_command(handle, channel, command, dir, path, running).await },
+        );
         Ok(())
     }
 }
@@ -150,6 +208,7 @@ async fn run_command(
     command: String,
     dir: PathBuf,
     path: String,
+    running: Arc<Mutex<BTreeSet<u32>>>,
 ) {
     let spawned = tokio::process::Command::new("/bin/sh")
         .arg("-c")
@@ -174,6 +233,8 @@ async fn run_command(
             return;
         }
     };
+    let pid = child.id().expect("a just-spawned child has a pid");
+    running.lock().expect("running lock").insert(pid);
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
     let mut out = tokio::spawn(pump(stdout, handle.clone(), channel, None));
@@ -182,6 +243,7 @@ async fn run_command(
         Ok(status) => status.code().unwrap_or(128 + status_signal(&status)),
         Err(_) => 255,
     };
+    running.lock().expect("running lock").remove(&pid);
     // The shell is gone; its output usually ends with it. A background job
     // that kept a pipe open is not waited for beyond a bound.
     let drained = async {
