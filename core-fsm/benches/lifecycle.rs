@@ -1,0 +1,127 @@
+//! How many node lifecycles (New -> Dormant -> Destroyed) the orchestrator
+//! composite drives per second on one thread, effects included: every
+//! effect is answered by a minimal in-memory world, and every answer goes
+//! back through `handle`. A plain timed loop; prints
+//! `node lifecycles/s: N`. Run with `cargo bench -p core-fsm --bench lifecycle`.
+
+use core_fsm::Machine;
+use core_fsm::ids::{AgentId, LeaseId};
+use core_fsm::orchestrator::{Config, Orchestrator};
+use core_fsm::plan::RunPlan;
+use core_fsm::port::{CommandPurpose, Effect, Input, LeaseFacts, LeaseGranted, SshEndpoint};
+use core_fsm::time::Instant;
+use std::collections::{BTreeMap, VecDeque};
+use std::hint::black_box;
+
+/// Nodes per orchestrator: one run plan with one group this large.
+const NODES: u32 = 1_000;
+/// How long to measure, in milliseconds of wall time.
+const MEASURE_MS: u128 = 3_000;
+
+/// Answers every effect that starts I/O at once, successfully.
+fn answer(effects: Vec<Effect>, queue: &mut VecDeque<Input>) {
+    for effect in effects {
+        match effect {
+            Effect::CreateLease { op, request } => {
+                let lease = LeaseFacts {
+                    provider: request.provider,
+                    lease_id: LeaseId(format!("bench:{}", op.0)),
+                    contract_id: String::new(),
+                    offer_id: None,
+                    host_id: None,
+                    nonce: request.nonce,
+                    metadata: BTreeMap::new(),
+                };
+                let endpoint = SshEndpoint {
+                    host: "127.0.0.1".to_owned(),
+                    port: 22,
+                    user: "root".to_owned(),
+                };
+                queue.push_back(Input::LeaseCreated {
+                    op,
+                    result: Ok(LeaseGranted {
+                        lease,
+                        endpoint: Some(endpoint),
+                    }),
+                });
+            }
+            Effect::SshConnect { op, .. } => {
+                queue.push_back(Input::SshConnected { op, result: Ok(()) })
+            }
+            Effect::SshExec {
+                op,
+                purpose: CommandPurpose::Start,
+                join: Some(binding),
+                ..
+            } => {
+                queue.push_back(Input::SshExited { op, result: Ok(0) });
+                let agent = AgentId(String::from("agent"));
+                queue.push_back(Input::AgentJoined {
+                    node: binding.node,
+                    lease_id: binding.lease_id,
+                    agent,
+                });
+            }
+            Effect::SshExec { op, .. } => queue.push_back(Input::SshExited { op, result: Ok(0) }),
+            Effect::SshClose { op, .. } => queue.push_back(Input::SshClosed { op }),
+            Effect::DestroyLease { op, .. } => {
+                queue.push_back(Input::LeaseDestroyed { op, result: Ok(()) })
+            }
+            other => {
+                black_box(other);
+            }
+        }
+    }
+}
+
+/// Drives `input` and everything it causes until the world is quiet.
+fn drive(
+    orchestrator: &mut Orchestrator,
+    now: &mut u64,
+    input: Input,
+    queue: &mut VecDeque<Input>,
+) {
+    queue.push_back(input);
+    while let Some(input) = queue.pop_front() {
+        *now += 1;
+        let effects = orchestrator.handle(Instant(*now), input);
+        answer(effects, queue);
+    }
+}
+
+/// One orchestrator's full run: returns the lifecycles completed.
+fn run(plan: &RunPlan, seed: u64, queue: &mut VecDeque<Input>) -> u64 {
+    let mut orchestrator = Orchestrator::new(Config {
+        plan: plan.clone(),
+        seed,
+    });
+    let mut now = 0;
+    drive(&mut orchestrator, &mut now, Input::Start, queue);
+    assert!(
+        orchestrator.is_settled() && orchestrator.nodes().all(|r| r.ready),
+        "every node Dormant"
+    );
+    drive(&mut orchestrator, &mut now, Input::Teardown, queue);
+    assert!(orchestrator.is_torn_down(), "every lease destroyed");
+    orchestrator.nodes().count() as u64
+}
+
+// A benchmark measures wall time; this file is not part of the pure core.
+#[allow(clippy::disallowed_methods)]
+fn main() {
+    let mut plan = RunPlan::example_two_workers();
+    plan.groups[0].count = NODES;
+    let mut queue = VecDeque::new();
+    // Warm up allocator and caches.
+    run(&plan, 0, &mut queue);
+    let started = std::time::Instant::now();
+    let mut lifecycles = 0u64;
+    let mut seed = 1;
+    while started.elapsed().as_millis() < MEASURE_MS {
+        lifecycles += run(&plan, seed, &mut queue);
+        seed += 1;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!("node lifecycles/s: {:.0}", lifecycles as f64 / seconds);
+    println!("({lifecycles} lifecycles in {seconds:.2}s, {NODES} nodes per run, single thread)");
+}
