@@ -1,0 +1,460 @@
+//! The seeded swarm generator: a seed first draws a swarm profile (which
+//! faults are on, at which integer per-mille rates, node counts, plan shape,
+//! replacement policy, timings), then a timed explicit plan of items.
+//!
+//! Swarm testing (Groce et al.): each fault is switched on for only some
+//! seeds, so rare interleavings are not drowned by the common faults.
+
+use crate::case::{Action, Case, HostFault, Item, LeaseFault, NetFault, OpFault, OpKind, Profile};
+use core_fsm::plan::ReplacementPolicy;
+use core_fsm::rng::DetRng;
+use core_fsm::time::Duration;
+use std::collections::BTreeMap;
+
+/// A named family of profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scenario {
+    /// A small pool with bounded replacement and light faults of every kind.
+    SmallPool,
+    /// The MVP rule: replacement `none`, faults on.
+    Mvp,
+    /// Bounded replacement, 30% of the hosts bad, quarantine on.
+    BadHosts,
+    /// The orchestrator is killed and restarted again and again.
+    CrashStorm,
+    /// The bench's standard run: 3 nodes, 10 simulated minutes, faults on.
+    Standard,
+}
+
+impl Scenario {
+    /// Every scenario.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::SmallPool,
+        Scenario::Mvp,
+        Scenario::BadHosts,
+        Scenario::CrashStorm,
+        Scenario::Standard,
+    ];
+
+    /// The scenario's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::SmallPool => "small-pool",
+            Scenario::Mvp => "mvp",
+            Scenario::BadHosts => "bad-hosts",
+            Scenario::CrashStorm => "crash-storm",
+            Scenario::Standard => "standard",
+        }
+    }
+
+    /// Parses a scenario name.
+    pub fn parse(text: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == text)
+    }
+
+    /// The fault names the scenario may switch on, with their rate range in
+    /// per mille.
+    fn palette(self) -> Vec<(&'static str, u32, u32)> {
+        let all: Vec<(&'static str, u32, u32)> = crate::fault::ALL
+            .iter()
+            .map(|(name, _)| (*name, 10, 80))
+            .collect();
+        match self {
+            Scenario::SmallPool | Scenario::Standard | Scenario::Mvp => all
+                .into_iter()
+                .map(|(n, lo, hi)| match n {
+                    "crash" | "crash-after-effect" | "crash-before-sync" => (n, 5, 20),
+                    "early-teardown" | "operator-destroy" | "bad-host" => (n, 5, 30),
+                    _ => (n, lo, hi),
+                })
+                .collect(),
+            Scenario::BadHosts => all
+                .into_iter()
+                .filter(|(n, _, _)| !n.starts_with("crash") && *n != "early-teardown")
+                .map(|(n, lo, hi)| {
+                    if n == "bad-host" {
+                        (n, 300, 300)
+                    } else {
+                        (n, lo / 2, hi / 2)
+                    }
+                })
+                .collect(),
+            Scenario::CrashStorm => all
+                .into_iter()
+                .map(|(n, lo, hi)| match n {
+                    "crash" => (n, 150, 400),
+                    "crash-after-effect" => (n, 20, 60),
+                    "crash-before-sync" => (n, 50, 200),
+                    "create-ambiguous" | "create-lost" => (n, 50, 200),
+                    _ => (n, lo / 2, hi / 2),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Draws the case of `seed` in `scenario`.
+pub fn generate(scenario: Scenario, seed: u64) -> Case {
+    let rng = DetRng::new(seed).derive(scenario as u64 + 1);
+    let profile = draw_profile(scenario, &mut rng.derive(1));
+    let rates: BTreeMap<String, u32> = profile.rates.iter().cloned().collect();
+    let mut draw = Gen {
+        rng: rng.derive(2),
+        rates,
+        items: Vec::new(),
+    };
+    draw.timed(&profile);
+    draw.ops(&profile);
+    draw.leases(&profile);
+    draw.hosts(scenario, &profile);
+    Case {
+        scenario: scenario.name().to_owned(),
+        seed,
+        profile,
+        items: draw.items,
+    }
+}
+
+fn draw_profile(scenario: Scenario, rng: &mut DetRng) -> Profile {
+    let groups = match scenario {
+        Scenario::Standard => vec![3],
+        Scenario::BadHosts => vec![rng.between(2, 4) as u32],
+        _ if rng.ratio(1, 3) => vec![rng.between(1, 2) as u32, rng.between(1, 2) as u32],
+        _ => vec![rng.between(1, 3) as u32],
+    };
+    let replacement = match scenario {
+        Scenario::Mvp => ReplacementPolicy::None,
+        Scenario::BadHosts => ReplacementPolicy::Bounded {
+            attempts_max: 4,
+            backoff_base: Duration::from_secs(2),
+            backoff_max: Duration::from_secs(20),
+            quarantine_after_failures: 1,
+        },
+        _ => ReplacementPolicy::Bounded {
+            attempts_max: rng.between(2, 3) as u32,
+            backoff_base: Duration::from_secs(rng.between(1, 5)),
+            backoff_max: Duration::from_secs(30),
+            quarantine_after_failures: rng.between(1, 3) as u32,
+        },
+    };
+    // Swarm testing: each fault of the palette is on with probability 1/2
+    // (always on where the scenario is about it).
+    let mut rates = Vec::new();
+    for (name, lo, hi) in scenario.palette() {
+        let forced = matches!(
+            (scenario, name),
+            (Scenario::BadHosts, "bad-host") | (Scenario::CrashStorm, "crash")
+        );
+        if forced || rng.ratio(1, 2) {
+            rates.push((
+                name.to_owned(),
+                rng.between(u64::from(lo), u64::from(hi)) as u32,
+            ));
+        }
+    }
+    rates.sort();
+    Profile {
+        groups,
+        verify_commands: rng.between(0, 2) as u32,
+        replacement,
+        hosts: if scenario == Scenario::BadHosts {
+            10
+        } else {
+            rng.between(3, 8) as u32
+        },
+        endpoint_on_create: rng.ratio(1, 4),
+        fsync_ms: rng.between(1, 10),
+        latency_ms: rng.between(50, 800),
+        boot_ms: rng.between(5_000, 60_000),
+        ssh_ms: rng.between(1_000, 15_000),
+        join_ms: rng.between(300, 3_000),
+        system_seed: rng.next_u64() >> 16,
+        heal_at_ms: match scenario {
+            Scenario::Standard => 600_000,
+            _ => rng.between(120_000, 300_000),
+        },
+        rates,
+    }
+}
+
+struct Gen {
+    rng: DetRng,
+    rates: BTreeMap<String, u32>,
+    items: Vec<Item>,
+}
+
+impl Gen {
+    /// Draws `name` at its rate; false when the fault is off.
+    fn hit(&mut self, name: &str) -> bool {
+        match self.rates.get(name) {
+            Some(rate) => self.rng.ratio(u64::from(*rate), 1000),
+            None => false,
+        }
+    }
+
+    fn restart_ms(&mut self) -> u64 {
+        self.rng.between(500, 20_000)
+    }
+
+    /// Timed actions, on a 5 s grid across the fault phase.
+    fn timed(&mut self, p: &Profile) {
+        let mut at = 0;
+        let mut teardown = false;
+        while at < p.heal_at_ms {
+            at += 5_000;
+            let jitter = self.rng.below(5_000);
+            if self.hit("crash") {
+                let restart_after_ms = self.restart_ms();
+                self.push_at(at + jitter, Action::Crash { restart_after_ms });
+            }
+            if self.hit("storm-429") {
+                let ms = self.rng.between(2_000, 30_000);
+                self.push_at(at + jitter, Action::Storm { ms });
+            }
+            if self.hit("unknown-answer") {
+                self.push_at(at + jitter, Action::UnknownAnswer);
+            }
+            if self.hit("operator-destroy") && self.rng.ratio(1, 4) {
+                let node = self.rng.below(u64::from(p.node_count())) as u32;
+                self.push_at(at + jitter, Action::Destroy { node });
+            }
+            if !teardown && self.hit("early-teardown") && self.rng.ratio(1, 8) {
+                teardown = true;
+                self.push_at(at + jitter, Action::Teardown);
+            }
+        }
+    }
+
+    fn push_at(&mut self, at: u64, action: Action) {
+        self.items.push(Item::At { at, action });
+    }
+
+    /// Faults keyed by operation ordinal.
+    fn ops(&mut self, p: &Profile) {
+        let n = p.node_count().max(1);
+        for op in OpKind::ALL {
+            let cap = match op {
+                OpKind::Create | OpKind::Connect => n * 8,
+                OpKind::Lookup => n * 30,
+                OpKind::Destroy | OpKind::Close | OpKind::Probe | OpKind::Start => n * 6,
+                OpKind::Tail => n * 8,
+                OpKind::Verify => n * 6 * p.verify_commands.max(1),
+                OpKind::List => 12,
+            };
+            for nth in 0..cap {
+                if let Some(fault) = self.op_fault(op) {
+                    self.items.push(Item::Op { op, nth, fault });
+                }
+                if let Some(fault) = self.net_fault(op) {
+                    self.items.push(Item::Net { op, nth, fault });
+                }
+            }
+        }
+        for nth in 0..n * 40 {
+            if self.hit("crash-after-effect") && self.rng.ratio(1, 4) {
+                let restart_after_ms = self.restart_ms();
+                self.items.push(Item::CrashAfterEffect {
+                    nth,
+                    restart_after_ms,
+                });
+            }
+        }
+        for nth in 0..n * 10 {
+            if self.hit("crash-before-sync") {
+                let restart_after_ms = self.restart_ms();
+                self.items.push(Item::CrashBeforeSync {
+                    nth,
+                    restart_after_ms,
+                });
+            }
+        }
+    }
+
+    fn op_fault(&mut self, op: OpKind) -> Option<OpFault> {
+        let provider_blip = |g: &mut Gen, name: &str| -> Option<OpFault> {
+            if g.hit(name) {
+                Some(if g.rng.ratio(1, 2) {
+                    OpFault::RateLimited
+                } else {
+                    OpFault::ServerError
+                })
+            } else {
+                None
+            }
+        };
+        match op {
+            OpKind::Create => {
+                if let Some(f) = provider_blip(self, "create-fails") {
+                    return Some(f);
+                }
+                let table: [(&str, OpFault); 5] = [
+                    ("offer-gone", OpFault::OfferGone),
+                    ("create-ambiguous", OpFault::AmbiguousCreated),
+                    ("create-lost", OpFault::AmbiguousNotCreated),
+                    ("double-rent", OpFault::DoubleRent),
+                    ("create-invisible", OpFault::Invisible { ms: 0 }),
+                ];
+                for (name, fault) in table {
+                    if self.hit(name) {
+                        return Some(match fault {
+                            OpFault::Invisible { .. } => OpFault::Invisible {
+                                ms: self.rng.between(2_000, 60_000),
+                            },
+                            other => other,
+                        });
+                    }
+                }
+                None
+            }
+            OpKind::Lookup => provider_blip(self, "rate-limited")
+                .or_else(|| self.hit("server-error").then_some(OpFault::ServerError)),
+            OpKind::Destroy => provider_blip(self, "destroy-fails"),
+            OpKind::List => provider_blip(self, "list-fails"),
+            OpKind::Connect => {
+                let table = [
+                    ("ssh-refused", OpFault::Refused),
+                    ("ssh-timeout", OpFault::Timeout),
+                    ("ssh-auth-denied", OpFault::AuthDenied),
+                ];
+                table
+                    .into_iter()
+                    .find(|(name, _)| self.hit(name))
+                    .map(|(_, f)| f)
+            }
+            OpKind::Probe | OpKind::Verify | OpKind::Start => {
+                let exit_name = match op {
+                    OpKind::Probe => "probe-fails",
+                    OpKind::Verify => "verify-fails",
+                    _ => "start-fails",
+                };
+                let table = [
+                    ("ssh-reset", OpFault::Reset),
+                    ("ssh-timeout", OpFault::Timeout),
+                    (exit_name, OpFault::Exit { code: 1 }),
+                ];
+                table
+                    .into_iter()
+                    .find(|(name, _)| self.hit(name))
+                    .map(|(_, f)| f)
+            }
+            OpKind::Tail => self.hit("ssh-reset").then_some(OpFault::Reset),
+            OpKind::Close => None,
+        }
+    }
+
+    fn net_fault(&mut self, op: OpKind) -> Option<NetFault> {
+        if self.hit("latency") {
+            return Some(NetFault::Delay {
+                ms: self.rng.between(500, 20_000),
+            });
+        }
+        // Only answers the machines hold their own deadline for may vanish;
+        // the real ports always answer the others (with an error at worst).
+        let droppable = matches!(
+            op,
+            OpKind::Create
+                | OpKind::Destroy
+                | OpKind::Connect
+                | OpKind::Probe
+                | OpKind::Verify
+                | OpKind::Start
+        );
+        if droppable && self.hit("answer-dropped") {
+            return Some(NetFault::Drop);
+        }
+        if self.hit("answer-duplicated") {
+            return Some(NetFault::Duplicate);
+        }
+        None
+    }
+
+    /// Faults of created leases, by creation ordinal.
+    fn leases(&mut self, p: &Profile) {
+        for nth in 0..p.node_count().max(1) * 8 {
+            let life = self.rng.between(5_000, 120_000);
+            let extra = self.rng.between(5_000, 90_000);
+            let table = [
+                ("stuck-loading", LeaseFault::StuckLoading),
+                ("slow-boot", LeaseFault::SlowBoot { ms: extra }),
+                ("ssh-late", LeaseFault::SshLate { ms: extra }),
+                ("exited", LeaseFault::Exits { after_ms: life }),
+                ("offline", LeaseFault::Offline { after_ms: life }),
+                ("outbid", LeaseFault::Outbid { after_ms: life }),
+                ("agent-never-joins", LeaseFault::AgentNeverJoins),
+                ("agent-wrong-token", LeaseFault::AgentWrongToken),
+                ("agent-joins-twice", LeaseFault::AgentJoinsTwice),
+                ("agent-crashes", LeaseFault::AgentCrashesAfterHandoff),
+                ("agent-stale-join", LeaseFault::StaleJoin),
+            ];
+            for (name, fault) in table {
+                if self.hit(name) {
+                    self.items.push(Item::Lease { nth, fault });
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Bad hosts: exactly the rate's share of hosts, at least one when on.
+    fn hosts(&mut self, scenario: Scenario, p: &Profile) {
+        let Some(rate) = self.rates.get("bad-host").copied() else {
+            return;
+        };
+        let bad = if scenario == Scenario::BadHosts {
+            (p.hosts * rate).div_ceil(1000)
+        } else {
+            u32::from(self.rng.ratio(u64::from(rate) * 10, 1000))
+        };
+        for host in 0..bad.min(p.hosts.saturating_sub(1)) {
+            let fault = match self.rng.below(3) {
+                0 => HostFault::Refuses,
+                1 => HostFault::VerifyFails,
+                _ => HostFault::Exits,
+            };
+            // Spread bad hosts over the pool rather than the first few.
+            let host = (host * 7 + self.rng.below(u64::from(p.hosts)) as u32) % p.hosts;
+            if !self
+                .items
+                .iter()
+                .any(|i| matches!(i, Item::Host { host: h, .. } if *h == host))
+            {
+                self.items.push(Item::Host { host, fault });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_is_deterministic_and_round_trips_as_text() {
+        for scenario in Scenario::ALL {
+            for seed in 0..20 {
+                let a = generate(scenario, seed);
+                assert_eq!(a, generate(scenario, seed));
+                let text = crate::trace::write(&a);
+                let mut back = crate::trace::parse(&text).expect("parses");
+                back.items.sort();
+                let mut items = a.items.clone();
+                items.sort();
+                assert_eq!(back.items, items);
+                assert_eq!(back.profile, a.profile);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_hosts_has_thirty_percent_bad() {
+        for seed in 0..10 {
+            let case = generate(Scenario::BadHosts, seed);
+            let bad = case
+                .items
+                .iter()
+                .filter(|i| matches!(i, Item::Host { .. }))
+                .count();
+            assert!((1..=3).contains(&bad), "seed {seed}: {bad} bad hosts");
+        }
+    }
+}

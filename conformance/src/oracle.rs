@@ -1,0 +1,463 @@
+//! The invariant oracle: world-level safety guarantees, checked after every
+//! step from observations alone, so the same oracle judges every backend.
+//! It lives outside the machines (TigerBeetle's checkers live outside the
+//! replicas): it sees what the world saw, never the machines' insides.
+//!
+//! The invariants (W1..W11) are listed in `spec/simulation.md`.
+
+use crate::backend::{NodeView, Violation};
+use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, SessionId};
+use core_fsm::port::{Effect, Input, JournalRecord, LeaseFacts};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Something the world saw.
+#[derive(Clone, Copy, Debug)]
+pub enum Observation<'a> {
+    /// Incarnation `inc` of the orchestrator was started (1 = first boot).
+    Started {
+        /// The incarnation.
+        inc: u32,
+    },
+    /// The running incarnation was killed; its connections dropped.
+    Crashed,
+    /// An input was handed to the orchestrator.
+    Delivered(&'a Input),
+    /// The orchestrator emitted an effect (in order, for the last input).
+    Emitted(&'a Effect),
+    /// The journal made a record durable.
+    Synced(&'a JournalRecord),
+    /// A create request reached the provider; `created` is the lease it made.
+    CreateReceived {
+        /// The intent's nonce.
+        nonce: Nonce,
+        /// The lease, if the create took effect.
+        created: Option<&'a LeaseFacts>,
+    },
+    /// The provider destroyed a lease.
+    LeaseGone(&'a LeaseId),
+    /// An SSH connection of `session` to `lease` is open.
+    ConnectionOpened {
+        /// The session.
+        session: SessionId,
+        /// The lease it is connected to.
+        lease: &'a LeaseId,
+    },
+    /// The connection of `session` is closed (close, reset or crash).
+    ConnectionClosed(SessionId),
+}
+
+#[derive(Clone, Debug)]
+enum OpInfo {
+    Session(SessionId),
+    Other,
+}
+
+#[derive(Clone, Debug, Default)]
+struct SessionFacts {
+    lease: Option<LeaseId>,
+    outputs: u64,
+    close_emitted: bool,
+    closed_delivered: bool,
+}
+
+/// Per-incarnation bookkeeping; dropped on a crash.
+#[derive(Clone, Debug, Default)]
+struct Incarnation {
+    number: u32,
+    ops: BTreeMap<OpId, OpInfo>,
+    sessions: BTreeMap<SessionId, SessionFacts>,
+    teardown: bool,
+    log_seq: BTreeMap<(LogicalNodeId, LeaseId, core_fsm::port::LogStream), u64>,
+    logs: BTreeMap<(LogicalNodeId, LeaseId), u64>,
+    logs_after_close: BTreeMap<(LogicalNodeId, LeaseId), u64>,
+    closed_leases: BTreeSet<LeaseId>,
+    /// (node, lease) pairs seen ready in this incarnation.
+    ready: BTreeSet<(LogicalNodeId, LeaseId)>,
+}
+
+/// The oracle of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Oracle {
+    step: u64,
+    at_ms: u64,
+    inc: Incarnation,
+    created: BTreeMap<LeaseId, LeaseFacts>,
+    creates_by_nonce: BTreeMap<Nonce, u32>,
+    learned: BTreeSet<LeaseId>,
+    gone: BTreeSet<LeaseId>,
+    synced_intents: BTreeSet<Nonce>,
+    abandoned: BTreeSet<Nonce>,
+    joins: BTreeSet<(LogicalNodeId, LeaseId, AgentId)>,
+    open: BTreeMap<SessionId, LeaseId>,
+}
+
+type Checked = Result<(), Violation>;
+
+impl Oracle {
+    /// A fresh oracle.
+    pub fn new() -> Oracle {
+        Oracle::default()
+    }
+
+    /// Sets the step and time later violations are reported at.
+    pub fn at(&mut self, step: u64, at_ms: u64) {
+        self.step = step;
+        self.at_ms = at_ms;
+    }
+
+    fn fail(&self, id: &'static str, message: String) -> Checked {
+        Err(Violation {
+            id,
+            step: self.step,
+            at_ms: self.at_ms,
+            message,
+        })
+    }
+
+    /// Leases the provider holds that were never destroyed.
+    pub fn live_leases(&self) -> Vec<&LeaseFacts> {
+        self.created
+            .iter()
+            .filter(|(id, _)| !self.gone.contains(*id))
+            .map(|(_, l)| l)
+            .collect()
+    }
+
+    /// Feeds one observation.
+    pub fn observe(&mut self, obs: Observation<'_>) -> Checked {
+        match obs {
+            Observation::Started { inc } => {
+                self.inc = Incarnation {
+                    number: inc,
+                    ..Incarnation::default()
+                };
+                Ok(())
+            }
+            Observation::Crashed => {
+                self.inc = Incarnation::default();
+                self.open.clear();
+                Ok(())
+            }
+            Observation::Delivered(input) => self.delivered(input),
+            Observation::Emitted(effect) => self.emitted(effect),
+            Observation::Synced(record) => self.synced(record),
+            Observation::CreateReceived { nonce, created } => self.create_received(nonce, created),
+            Observation::LeaseGone(id) => {
+                self.gone.insert(id.clone());
+                Ok(())
+            }
+            Observation::ConnectionOpened { session, lease } => {
+                self.open.insert(session, lease.clone());
+                Ok(())
+            }
+            Observation::ConnectionClosed(session) => {
+                self.open.remove(&session);
+                Ok(())
+            }
+        }
+    }
+
+    fn create_received(&mut self, nonce: Nonce, created: Option<&LeaseFacts>) -> Checked {
+        if !self.synced_intents.contains(&nonce) {
+            return self.fail(
+                "W4",
+                format!("a create with {nonce} reached the provider before its intent was durable"),
+            );
+        }
+        if self.abandoned.contains(&nonce) {
+            return self.fail(
+                "W3",
+                format!("a create with {nonce} after its intent was abandoned"),
+            );
+        }
+        let Some(lease) = created else { return Ok(()) };
+        let count = self.creates_by_nonce.entry(nonce).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            return self.fail(
+                "W1",
+                format!(
+                    "a second lease ({}) created for intent {nonce}",
+                    lease.lease_id
+                ),
+            );
+        }
+        self.created.insert(lease.lease_id.clone(), lease.clone());
+        Ok(())
+    }
+
+    fn synced(&mut self, record: &JournalRecord) -> Checked {
+        match record {
+            JournalRecord::LeaseIntent { nonce, .. } => {
+                self.synced_intents.insert(*nonce);
+            }
+            JournalRecord::IntentAbandoned { nonce, .. } => {
+                self.abandoned.insert(*nonce);
+                if let Some(lease) = self.created.values().find(|l| l.nonce == *nonce)
+                    && !self.gone.contains(&lease.lease_id)
+                {
+                    return self.fail(
+                        "W3",
+                        format!(
+                            "intent {nonce} abandoned in the journal while its lease {} exists",
+                            lease.lease_id
+                        ),
+                    );
+                }
+            }
+            JournalRecord::LeaseReleased { lease_id, .. }
+                if self.created.contains_key(lease_id) && !self.gone.contains(lease_id) =>
+            {
+                return self.fail(
+                    "W3",
+                    format!("journal says {lease_id} released, the provider still has it"),
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn delivered(&mut self, input: &Input) -> Checked {
+        match input {
+            Input::Teardown => self.inc.teardown = true,
+            Input::LeaseCreated {
+                result: Ok(granted),
+                ..
+            } => {
+                self.learned.insert(granted.lease.lease_id.clone());
+            }
+            Input::LeasesListed {
+                result: Ok(leases), ..
+            } => {
+                for lease in leases {
+                    self.learned.insert(lease.lease_id.clone());
+                }
+            }
+            Input::SshOutput { op, .. } => {
+                if let Some(OpInfo::Session(s)) = self.inc.ops.get(op)
+                    && let Some(facts) = self.inc.sessions.get_mut(s)
+                {
+                    facts.outputs += 1;
+                }
+            }
+            Input::SshClosed { op } => {
+                if let Some(OpInfo::Session(s)) = self.inc.ops.get(op)
+                    && let Some(facts) = self.inc.sessions.get_mut(s)
+                {
+                    facts.closed_delivered = true;
+                    if let Some(lease) = facts.lease.clone() {
+                        self.inc.closed_leases.insert(lease);
+                    }
+                }
+            }
+            Input::AgentJoined {
+                node,
+                lease_id,
+                agent,
+            } => {
+                self.joins
+                    .insert((node.clone(), lease_id.clone(), agent.clone()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn op_seen(&mut self, op: OpId, info: OpInfo) -> Checked {
+        if self.inc.ops.insert(op, info).is_some() {
+            return self.fail(
+                "W11",
+                format!(
+                    "{op} used for two requests in incarnation {}",
+                    self.inc.number
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn known_lease(&self, what: &str, lease: &LeaseFacts) -> Checked {
+        match self.created.get(&lease.lease_id) {
+            None => self.fail(
+                "W2",
+                format!("{what} names {} which no provider created", lease.lease_id),
+            ),
+            Some(facts) if facts != lease => self.fail(
+                "W2",
+                format!(
+                    "{what} names {} with facts that differ from the provider's",
+                    lease.lease_id
+                ),
+            ),
+            Some(_) if !self.learned.contains(&lease.lease_id) => self.fail(
+                "W2",
+                format!(
+                    "{what} names {} which the orchestrator never learned",
+                    lease.lease_id
+                ),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn emitted(&mut self, effect: &Effect) -> Checked {
+        match effect {
+            Effect::CreateLease { op, request } => {
+                if self.inc.teardown {
+                    return self.fail("W10", format!("create for {} after Teardown", request.node));
+                }
+                self.op_seen(*op, OpInfo::Other)
+            }
+            Effect::DestroyLease { op, lease } => {
+                self.op_seen(*op, OpInfo::Other)?;
+                self.known_lease("DestroyLease", lease)
+            }
+            Effect::LookupEndpoint { op, lease } => {
+                self.op_seen(*op, OpInfo::Other)?;
+                self.known_lease("LookupEndpoint", lease)
+            }
+            Effect::ListLeases { op, .. } => self.op_seen(*op, OpInfo::Other),
+            Effect::SshConnect {
+                op,
+                session,
+                lease_id,
+                ..
+            } => {
+                self.op_seen(*op, OpInfo::Session(*session))?;
+                if !self.learned.contains(lease_id) {
+                    return self.fail(
+                        "W2",
+                        format!("SshConnect to {lease_id} which was never learned"),
+                    );
+                }
+                self.inc.sessions.entry(*session).or_default().lease = Some(lease_id.clone());
+                self.inc.closed_leases.remove(lease_id);
+                Ok(())
+            }
+            Effect::SshExec { op, session, .. } => self.op_seen(*op, OpInfo::Session(*session)),
+            Effect::SshClose { op, session } => {
+                self.op_seen(*op, OpInfo::Session(*session))?;
+                self.inc.sessions.entry(*session).or_default().close_emitted = true;
+                Ok(())
+            }
+            Effect::Log(record) => self.log(record),
+            _ => Ok(()),
+        }
+    }
+
+    fn log(&mut self, record: &core_fsm::port::LogRecord) -> Checked {
+        let key = (record.node.clone(), record.lease_id.clone(), record.stream);
+        let prev = self.inc.log_seq.get(&key).copied().unwrap_or(0);
+        if record.seq != prev + 1 {
+            return self.fail(
+                "W6",
+                format!(
+                    "log of {} on {} {:?} jumps from seq {prev} to {}",
+                    record.node, record.lease_id, record.stream, record.seq
+                ),
+            );
+        }
+        self.inc.log_seq.insert(key, record.seq);
+        let pair = (record.node.clone(), record.lease_id.clone());
+        if self.inc.ready.contains(&pair) {
+            return self.fail(
+                "W5",
+                format!("log line for {} after its handoff", record.node),
+            );
+        }
+        if self.inc.closed_leases.contains(&record.lease_id) {
+            *self.inc.logs_after_close.entry(pair.clone()).or_insert(0) += 1;
+        }
+        *self.inc.logs.entry(pair).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Checks one node record after a step.
+    pub fn node(&mut self, view: NodeView<'_>) -> Checked {
+        use core_fsm::node::Stage;
+        if view.ready != (view.stage == Stage::Dormant) {
+            return self.fail(
+                "W5",
+                format!(
+                    "{} ready={} in stage {:?}",
+                    view.node, view.ready, view.stage
+                ),
+            );
+        }
+        if !view.ready {
+            return Ok(());
+        }
+        let (Some(lease), Some(agent)) = (view.lease, view.agent) else {
+            return self.fail("W5", format!("{} ready without lease and agent", view.node));
+        };
+        let pair = (view.node.clone(), lease.lease_id.clone());
+        if self.inc.ready.contains(&pair) {
+            return Ok(());
+        }
+        self.handoff(view.node, lease, agent)?;
+        self.inc.ready.insert(pair);
+        Ok(())
+    }
+
+    /// The handoff contract (seed 000 §12), checked when a node first shows
+    /// ready in an incarnation.
+    fn handoff(&self, node: &LogicalNodeId, lease: &LeaseFacts, agent: &AgentId) -> Checked {
+        let id = &lease.lease_id;
+        if !self
+            .joins
+            .contains(&(node.clone(), id.clone(), agent.clone()))
+        {
+            return self.fail(
+                "W5",
+                format!("{node} ready with agent {agent} on {id}, but no such join was delivered"),
+            );
+        }
+        if self.open.values().any(|l| l == id) {
+            return self.fail(
+                "W5",
+                format!("{node} ready while an SSH connection to {id} is open"),
+            );
+        }
+        let sessions: Vec<&SessionFacts> = self
+            .inc
+            .sessions
+            .values()
+            .filter(|s| s.lease.as_ref() == Some(id))
+            .collect();
+        let Some(last) = sessions.last() else {
+            // Ready restored from the journal: the handoff happened in an
+            // earlier incarnation, whose connections died with it.
+            return Ok(());
+        };
+        if !last.closed_delivered {
+            return self.fail(
+                "W5",
+                format!("{node} ready before its SSH close was confirmed"),
+            );
+        }
+        let key = (node.clone(), id.clone());
+        if let Some(late) = self.inc.logs_after_close.get(&key) {
+            return self.fail(
+                "W5",
+                format!("{node} ready with {late} log lines after its SSH close"),
+            );
+        }
+        let logs = self
+            .inc
+            .logs
+            .get(&(node.clone(), id.clone()))
+            .copied()
+            .unwrap_or(0);
+        if logs < last.outputs {
+            return self.fail(
+                "W5",
+                format!(
+                    "{node} ready with {} output lines seen but only {logs} logged",
+                    last.outputs
+                ),
+            );
+        }
+        Ok(())
+    }
+}

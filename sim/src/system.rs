@@ -1,0 +1,118 @@
+//! The orchestrator composite as the kit's [`System`] (a newtype, since
+//! neither the trait nor the composite is this crate's).
+
+use conformance::{NodeView, System};
+use core_fsm::Machine;
+use core_fsm::orchestrator::{Config, Orchestrator};
+use core_fsm::plan::RunPlan;
+use core_fsm::port::{Effect, Input, JournalRecord};
+use core_fsm::time::Instant;
+
+/// The real orchestrator composite, driven by the worlds.
+#[derive(Clone, Debug)]
+pub struct Composite(pub Orchestrator);
+
+impl Machine for Composite {
+    type Input = Input;
+    type Effect = Effect;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        self.0.handle(now, input)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.0.next_deadline()
+    }
+
+    fn check_invariants(&self) {
+        self.0.check_invariants();
+    }
+}
+
+impl System for Composite {
+    fn boot(plan: &RunPlan, seed: u64) -> Self {
+        Composite(Orchestrator::new(Config {
+            plan: plan.clone(),
+            seed,
+        }))
+    }
+
+    fn restore(plan: &RunPlan, seed: u64, journal: &[JournalRecord]) -> Self {
+        Composite(Orchestrator::restore(
+            Config {
+                plan: plan.clone(),
+                seed,
+            },
+            journal,
+        ))
+    }
+
+    fn visit_nodes(&self, visit: &mut dyn FnMut(NodeView<'_>)) {
+        for record in self.0.nodes() {
+            visit(NodeView {
+                node: record.node(),
+                stage: record.stage,
+                ready: record.ready,
+                lease: record.lease.as_ref(),
+                agent: record.agent.as_ref().map(|a| &a.agent),
+                failed_reason: record.failed_reason.as_deref(),
+            });
+        }
+    }
+
+    fn is_settled(&self) -> bool {
+        self.0.is_settled()
+    }
+
+    fn is_torn_down(&self) -> bool {
+        self.0.is_torn_down()
+    }
+
+    fn probe_labels(&self, visit: &mut dyn FnMut(&str)) {
+        for record in self.0.nodes() {
+            if let Some(facts) = &record.bootstrap {
+                visit(bootstrap_label(facts.last_stage));
+            }
+        }
+    }
+}
+
+fn bootstrap_label(stage: core_fsm::bootstrap::Stage) -> &'static str {
+    use core_fsm::bootstrap::Stage;
+    match stage {
+        Stage::Created => "bootstrap:Created",
+        Stage::SshConnecting => "bootstrap:SshConnecting",
+        Stage::SshReady => "bootstrap:SshReady",
+        Stage::StdoutStreaming => "bootstrap:StdoutStreaming",
+        Stage::BootChecking => "bootstrap:BootChecking",
+        Stage::AgentStarting => "bootstrap:AgentStarting",
+        Stage::WaitingForJoin => "bootstrap:WaitingForJoin",
+        Stage::Converged => "bootstrap:Converged",
+        Stage::Closed => "bootstrap:Closed",
+        Stage::SshTimeout => "bootstrap:SshTimeout",
+        Stage::BootCheckFailed => "bootstrap:BootCheckFailed",
+        Stage::StartFailed => "bootstrap:StartFailed",
+        Stage::JoinTimeout => "bootstrap:JoinTimeout",
+        Stage::StreamError => "bootstrap:StreamError",
+        Stage::Cancelled => "bootstrap:Cancelled",
+    }
+}
+
+/// Every bootstrap stage label, the universe of the bootstrap probe.
+pub const BOOTSTRAP_LABELS: [&str; 15] = [
+    "bootstrap:Created",
+    "bootstrap:SshConnecting",
+    "bootstrap:SshReady",
+    "bootstrap:StdoutStreaming",
+    "bootstrap:BootChecking",
+    "bootstrap:AgentStarting",
+    "bootstrap:WaitingForJoin",
+    "bootstrap:Converged",
+    "bootstrap:Closed",
+    "bootstrap:SshTimeout",
+    "bootstrap:BootCheckFailed",
+    "bootstrap:StartFailed",
+    "bootstrap:JoinTimeout",
+    "bootstrap:StreamError",
+    "bootstrap:Cancelled",
+];
