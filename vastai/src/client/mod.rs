@@ -10,7 +10,9 @@
 
 mod config;
 mod http;
+mod instance;
 mod lease;
+mod list;
 mod offers;
 mod status;
 

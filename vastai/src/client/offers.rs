@@ -210,9 +210,10 @@ pub struct ChosenOffers {
     pub candidates: u32,
     /// What the chosen offers cost together, dollars per hour.
     pub expected_dollars_per_hour: f64,
-    /// The bound drover can promise: `count` nodes on the most expensive
-    /// fitting offer (offers vanish, so any candidate may end up rented), or
-    /// on the shape's price cap when it has one.
+    /// The bound drover can promise: `count` nodes at the shape's price cap
+    /// when it has one, else `count` nodes on the most expensive fitting offer
+    /// of the current catalog (offers vanish, so any candidate may end up
+    /// rented).
     pub worst_case_dollars_per_hour: f64,
     /// The worst case rounded up to whole cents.
     pub worst_case_cents_per_hour: u64,
@@ -234,10 +235,9 @@ pub fn choose(
         .iter()
         .map(|o| o.price_dollars_per_hour(bid))
         .fold(0.0_f64, f64::max);
-    let per_node = match cap_cents {
-        Some(cents) => highest.min(f64::from(cents) / 100.0),
-        None => highest,
-    };
+    // With a cap, every create filters `dph_total <= cap`, so the cap is a
+    // true bound; without one, the dearest candidate of today's catalog is.
+    let per_node = cap_cents.map_or(highest, |cents| f64::from(cents) / 100.0);
     let worst = per_node * f64::from(count);
     ChosenOffers {
         shortfall: count.saturating_sub(chosen.len() as u32),
