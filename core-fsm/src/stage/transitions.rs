@@ -177,10 +177,7 @@ impl Machine {
         provision: Provision,
         out: &mut Vec<Effect>,
     ) -> Phase {
-        let authorised = from == self.config.orchestrator
-            && provision.orchestrator == self.config.orchestrator
-            && provision.node == self.config.node
-            && provision.run_id == self.config.run_id;
+        let authorised = self.authorised(&from, &provision);
         if !authorised {
             let fault = Fault::Unauthorised {
                 from,
@@ -214,9 +211,7 @@ impl Machine {
         provision: Provision,
         out: &mut Vec<Effect>,
     ) -> Phase {
-        let authorised = from == self.config.orchestrator
-            && provision.orchestrator == self.config.orchestrator
-            && provision.node == self.config.node;
+        let authorised = self.authorised(&from, &provision);
         match phase {
             Phase::Faulted { .. } | Phase::Stopping { .. } | Phase::Stopped => {
                 self.ignored.after_fault += u64::from(matches!(phase, Phase::Faulted { .. }));
@@ -287,6 +282,15 @@ impl Machine {
         } else {
             Phase::AwaitingReady { provision, facts }
         }
+    }
+
+    /// Seed 004 §6.6: the sender and the provision's own field name the
+    /// expected orchestrator, and the provision is for this node and run.
+    fn authorised(&self, from: &crate::ids::AgentId, provision: &Provision) -> bool {
+        *from == self.config.orchestrator
+            && provision.orchestrator == self.config.orchestrator
+            && provision.node == self.config.node
+            && provision.run_id == self.config.run_id
     }
 
     fn fault(
