@@ -114,7 +114,7 @@ impl Script {
     }
 
     /// From Created to WaitingForJoin.
-    fn to_waiting(&mut self) -> &mut Script {
+    fn run_to_waiting(&mut self) -> &mut Script {
         self.at(0, Input::Start).connected().ok().ok().ok().ok()
     }
 }
@@ -245,7 +245,7 @@ fn each_command_failure_has_its_stage() {
             s.at(0, Input::Start).connected().ok().ok().ok().tick();
         }),
         ("join times out", |s| {
-            s.to_waiting().tick();
+            s.run_to_waiting().tick();
         }),
     ];
     for (name, script) in cases {
@@ -280,7 +280,7 @@ fn cancel_from_every_live_stage() {
             s.at(0, Input::Start).connected().ok().ok().ok();
         }),
         ("WaitingForJoin", |s| {
-            s.to_waiting();
+            s.run_to_waiting();
         }),
     ];
     for (name, script) in cases {

@@ -139,7 +139,7 @@ impl Script {
     }
 
     /// From `New` to `Dormant`.
-    fn to_dormant(&mut self) -> &mut Script {
+    fn run_to_dormant(&mut self) -> &mut Script {
         self.at(0, start()).granted(1_000, 123, true);
         let session = self.session();
         self.at(
@@ -248,7 +248,7 @@ fn effect_line(e: &Effect) -> String {
 #[test]
 fn lease_with_endpoint_to_dormant_then_destroyed() {
     let mut s = Script::new();
-    s.to_dormant();
+    s.run_to_dormant();
     let r = s.node.record();
     assert!(r.ready && r.agent.as_ref().unwrap().handed_off_at == Some(Instant(1_300)));
     assert_eq!(
@@ -523,7 +523,7 @@ fn list_failures_are_bounded_and_never_read_as_empty() {
 #[test]
 fn destroy_failures_retry_with_backoff_then_wait_for_a_new_destroy() {
     let mut s = Script::new();
-    s.to_dormant();
+    s.run_to_dormant();
     s.at(2_000, Input::Destroy);
     s.at(
         2_100,

@@ -65,7 +65,7 @@ impl World {
         let dt = u64::from(n % 2_000);
         match what % 16 {
             0 => self.send(dt, Input::Start),
-            1 if pick % 8 == 0 => self.send(dt, Input::Teardown),
+            1 if pick.is_multiple_of(8) => self.send(dt, Input::Teardown),
             2 => {
                 let node = LogicalNodeId(format!("workers-{}", pick % 3));
                 self.send(dt, Input::Destroy { node });
@@ -99,7 +99,7 @@ impl World {
         let Some(effect) = self.take(pick) else {
             return;
         };
-        let fail = n % 5 == 0;
+        let fail = n.is_multiple_of(5);
         let input = match effect {
             Effect::CreateLease { op, request } => {
                 self.contracts += 1;
@@ -144,7 +144,7 @@ impl World {
                     .journal()
                     .into_iter()
                     .filter_map(|r| match r {
-                        JournalRecord::LeaseIntent { nonce, .. } if n % 2 == 0 => {
+                        JournalRecord::LeaseIntent { nonce, .. } if n.is_multiple_of(2) => {
                             Some(lease(u32::from(n) + 5_000, nonce))
                         }
                         _ => None,
@@ -192,7 +192,7 @@ impl World {
             })
             .collect();
         if let Some(op) = execs.get(usize::from(pick) % execs.len().max(1)) {
-            let stream = if pick % 2 == 0 {
+            let stream = if pick.is_multiple_of(2) {
                 LogStream::Stdout
             } else {
                 LogStream::Stderr
@@ -216,7 +216,7 @@ impl World {
             .node(&node)
             .and_then(|r| r.lease_id().cloned())
         {
-            Some(lease) if pick % 5 != 0 => lease,
+            Some(lease) if !pick.is_multiple_of(5) => lease,
             _ => LeaseId::from("vastai:0"),
         };
         let agent = core_fsm::ids::AgentId(format!("agent-{pick}"));
@@ -350,7 +350,7 @@ fn random_runs_reach_every_stage() {
     let mut rng = core_fsm::rng::DetRng::new(2024);
     let mut seen = BTreeSet::new();
     let mut session_stages = BTreeSet::new();
-    for case in 0..400 {
+    for case in 0..400u32 {
         let steps: Vec<Step> = (0..200)
             .map(|_| {
                 (
@@ -360,7 +360,7 @@ fn random_runs_reach_every_stage() {
                 )
             })
             .collect();
-        let world = run(case % 2 == 0, &steps);
+        let world = run(case.is_multiple_of(2), &steps);
         for effect in &world.h.effects {
             if let Effect::NodeChanged { stage, .. } = effect {
                 seen.insert(*stage);
