@@ -190,17 +190,18 @@ impl Orchestrator {
         self.sessions.get(&id).map(|s| s.machine.stage())
     }
 
-    /// Every node is Dormant, Failed or Destroyed and nothing is in flight.
+    /// Every node is Dormant, Failed or Destroyed, or Destroying with its
+    /// automatic retries spent (the failure is in `destroy_error`; another
+    /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
-        use node::Stage::{Destroyed, Dormant, Failed};
+        use node::Stage::{Destroyed, Destroying, Dormant, Failed};
         self.started
             && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
-            && self
-                .nodes
-                .values()
-                .all(|n| matches!(n.stage(), Dormant | Failed | Destroyed) && !n.in_flight())
+            && self.nodes.values().all(|n| {
+                matches!(n.stage(), Dormant | Failed | Destroying | Destroyed) && !n.in_flight()
+            })
     }
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.

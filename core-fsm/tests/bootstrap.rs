@@ -369,3 +369,33 @@ impl Script {
         writeln!(self.log, "# {text}").unwrap();
     }
 }
+
+#[test]
+fn a_foreground_start_command_is_logged_until_ssh_closes() {
+    let mut s = Script::new();
+    s.at(0, Input::Start).connected().ok().ok().ok();
+    let start = s.op();
+    s.then(converged());
+    s.then(Input::SshOutput {
+        op: start,
+        stream: LogStream::Stdout,
+        line: "agent running".to_owned(),
+    });
+    s.then(Input::SshExited {
+        op: start,
+        result: Ok(0),
+    });
+    s.closed();
+    s.then(Input::SshOutput {
+        op: start,
+        stream: LogStream::Stdout,
+        line: "after close".to_owned(),
+    });
+    assert_eq!(s.session.stage(), Stage::Closed);
+    assert_eq!(
+        s.session.ignored(),
+        2,
+        "the exit during the close and the line after it"
+    );
+    insta::assert_snapshot!(s.log);
+}

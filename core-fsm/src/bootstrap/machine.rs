@@ -129,6 +129,8 @@ pub struct Machine {
     pub(super) connect_issued: bool,
     /// The start command ran, so an unused token may exist.
     pub(super) join_minted: bool,
+    /// The start command's operation, once it ran.
+    pub(super) start_op: Option<OpId>,
     /// Why the session failed.
     pub(super) reason: Option<String>,
     /// Inputs ignored as late, duplicate, unknown or out of place.
@@ -148,6 +150,7 @@ impl Machine {
             tails: Vec::new(),
             connect_issued: false,
             join_minted: false,
+            start_op: None,
             reason: None,
             ignored: 0,
         }
@@ -203,7 +206,11 @@ impl Machine {
     }
 
     pub(super) fn owns_output(&self, op: OpId) -> bool {
-        self.phase.command_op() == Some(op) || self.tails.contains(&op)
+        // A foreground start command keeps printing after the agent joined;
+        // its lines are logged until SSH is closed (seed 000 §12: flushed
+        // before close).
+        let start_live = self.start_op == Some(op) && !matches!(self.phase, Phase::Ended { .. });
+        self.phase.command_op() == Some(op) || self.tails.contains(&op) || start_live
     }
 }
 

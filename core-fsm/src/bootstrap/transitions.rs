@@ -168,6 +168,7 @@ impl super::Machine {
             }
             Phase::Starting { .. } => {
                 self.join_minted = true;
+                self.start_op = Some(op);
                 let join = Some(self.config.join_binding());
                 let command = self.config.boot.start_command.clone();
                 (
