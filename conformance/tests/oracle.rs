@@ -121,7 +121,7 @@ fn w3_abandoned_intent_whose_lease_exists() {
 }
 
 #[test]
-fn w10_create_after_teardown_and_w11_reused_op() {
+fn w9_create_after_teardown_and_w10_reused_op() {
     let mut o = started();
     let request = CreateLeaseRequest {
         run_id: RunId(1),
@@ -138,17 +138,15 @@ fn w10_create_after_teardown_and_w11_reused_op() {
     o.observe(Observation::Emitted(&create)).expect("ok");
     assert_eq!(
         o.observe(Observation::Emitted(&create))
-            .expect_err("W11")
+            .expect_err("W10")
             .id,
-        "W11"
+        "W10"
     );
     o.observe(Observation::Delivered(&Input::Teardown))
         .expect("ok");
     assert_eq!(
-        o.observe(Observation::Emitted(&create))
-            .expect_err("W10")
-            .id,
-        "W10"
+        o.observe(Observation::Emitted(&create)).expect_err("W9").id,
+        "W9"
     );
 }
 

@@ -15,6 +15,7 @@ pub mod faults;
 mod phases;
 pub mod provider;
 pub mod ssh;
+mod ssh_ops;
 
 use crate::plan;
 use conformance::case::{Action, Case, OpKind};
@@ -425,7 +426,7 @@ impl<'c, S: System> World<'c, S> {
             .pairs
             .insert((stage, format::input_kind(&input)));
         let line = self.transcript.as_ref().map(|_| format::input(&input));
-        self.digest.update_debug(&(self.now, self.inc, &input));
+        fold(&mut self.digest, &(self.now, self.inc, &input));
         let now = self.now;
         let Some(orch) = self.orch.as_mut() else {
             return;
@@ -440,7 +441,7 @@ impl<'c, S: System> World<'c, S> {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| orch.sys.check_invariants())) {
             return self.violate("W8", format!("check_invariants: {}", panic_text(&panic)));
         }
-        self.digest.update_debug(&effects);
+        fold(&mut self.digest, &effects);
         self.step_digests.push(self.digest.0);
         for effect in &effects {
             self.observe(Observation::Emitted(effect));
@@ -473,7 +474,12 @@ impl<'c, S: System> World<'c, S> {
         let mut failed = None;
         orch.sys.visit_nodes(&mut |view| {
             coverage.stages.insert(view.stage);
-            stages.insert(view.node.clone(), view.stage);
+            match stages.get_mut(view.node) {
+                Some(stage) => *stage = view.stage,
+                None => {
+                    stages.insert(view.node.clone(), view.stage);
+                }
+            }
             if failed.is_none() {
                 failed = oracle.node(view).err();
             }
@@ -515,6 +521,19 @@ impl<'c, S: System> World<'c, S> {
             None => "Orchestrator".to_owned(),
         }
     }
+}
+
+/// Folds a value's `Debug` text into the digest without building a string.
+fn fold<T: std::fmt::Debug>(digest: &mut Digest, value: &T) {
+    struct Sink<'a>(&'a mut Digest);
+    impl std::fmt::Write for Sink<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.update(s.as_bytes());
+            Ok(())
+        }
+    }
+    let _ = std::fmt::Write::write_fmt(&mut Sink(digest), format_args!("{value:?}"));
+    digest.update(b"\n");
 }
 
 fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
