@@ -1,1 +1,220 @@
-//! `transport`: not yet written.
+//! The control plane: an iroh (QUIC) endpoint on the orchestrator that node
+//! agents dial with the orchestrator's endpoint id and a one-time join token.
+//!
+//! - [`ControlPlane`] is the orchestrator side: it binds the endpoint (its
+//!   key persisted in the state dir), mints and revokes join tokens, admits
+//!   agents and reports [`ControlEvent`]s on a bounded channel.
+//! - [`agent`] is the node side, run by the `drover-agent` binary.
+//! - [`wire`] is the frame format both sides speak.
+//!
+//! The agent's authenticated endpoint id (`conn.remote_id()`) becomes its
+//! [`AgentId`]. The contract is `spec/control-plane.md`.
+
+pub mod agent;
+mod control;
+mod serve;
+mod store;
+mod tokens;
+pub mod wire;
+
+pub use control::{ControlConfig, ControlPlane};
+
+use anyhow::{Context, Result, bail};
+use core_fsm::ids::{AgentId, LogicalNodeId};
+use core_fsm::port::JoinBinding;
+use iroh::endpoint::{Endpoint, RelayMode, VarInt, presets};
+use iroh::{EndpointAddr, EndpointId, SecretKey};
+use std::fmt;
+use std::net::SocketAddr;
+
+/// QUIC close code: the agent is done (after a `Shutdown`).
+pub const CLOSE_DONE: VarInt = VarInt::from_u32(0);
+/// QUIC close code: the join or rejoin was refused.
+pub const CLOSE_REJECTED: VarInt = VarInt::from_u32(1);
+/// QUIC close code: a malformed, oversized, wrong-version or unexpected frame.
+pub const CLOSE_PROTOCOL: VarInt = VarInt::from_u32(2);
+/// QUIC close code: the orchestrator told the agent to exit.
+pub const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(3);
+/// QUIC close code: the orchestrator is going away; agents reconnect.
+pub const CLOSE_GOING_AWAY: VarInt = VarInt::from_u32(4);
+/// QUIC close code: a newer connection of the same agent replaced this one.
+pub const CLOSE_SUPERSEDED: VarInt = VarInt::from_u32(5);
+
+/// What the control plane reports to the orchestrator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlEvent {
+    /// An agent redeemed a valid token minted for `binding`.
+    Joined {
+        /// What the token was minted for.
+        binding: JoinBinding,
+        /// The agent's authenticated endpoint id.
+        agent: AgentId,
+    },
+    /// An already admitted agent reconnected (after a network loss or an
+    /// orchestrator restart) and was admitted again by its endpoint id.
+    Rejoined {
+        /// The binding it was first admitted for.
+        binding: JoinBinding,
+        /// The agent.
+        agent: AgentId,
+    },
+    /// A heartbeat of an admitted agent (observational; dropped, and
+    /// counted, when the event channel is full).
+    Heartbeat {
+        /// The agent.
+        agent: AgentId,
+        /// Its node.
+        node: LogicalNodeId,
+        /// The agent's heartbeat sequence number.
+        seq: u64,
+    },
+    /// An admitted agent's connection ended.
+    Disconnected {
+        /// The agent.
+        agent: AgentId,
+        /// Its node.
+        node: LogicalNodeId,
+    },
+    /// A connection was refused or closed for misbehaving.
+    Rejected {
+        /// The peer's authenticated endpoint id.
+        peer: AgentId,
+        /// Why.
+        reason: RejectReason,
+    },
+}
+
+/// Why the control plane refused or closed a connection. Never holds a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The token is not one this orchestrator minted (or is not a token).
+    UnknownToken,
+    /// The token was already redeemed (tokens are one-time).
+    TokenReplayed,
+    /// The token was revoked.
+    TokenRevoked,
+    /// The token was minted for another node, run or lease.
+    BindingMismatch {
+        /// The node the agent claimed.
+        node: LogicalNodeId,
+    },
+    /// A `Rejoin` from an endpoint id not admitted for that node.
+    UnknownAgent {
+        /// The node the agent claimed.
+        node: LogicalNodeId,
+    },
+    /// The agent speaks another protocol version.
+    VersionMismatch {
+        /// The agent's version.
+        version: u8,
+    },
+    /// A frame could not be read: malformed, oversized, wrong wire version.
+    BadFrame {
+        /// What was wrong.
+        detail: String,
+    },
+    /// A valid frame at the wrong time (e.g. a heartbeat before joining).
+    UnexpectedFrame {
+        /// The frame's name.
+        frame: &'static str,
+    },
+    /// No stream or no first frame within the hello timeout.
+    NoHello,
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectReason::UnknownToken => f.write_str("unknown join token"),
+            RejectReason::TokenReplayed => f.write_str("join token already used"),
+            RejectReason::TokenRevoked => f.write_str("join token revoked"),
+            RejectReason::BindingMismatch { node } => {
+                write!(f, "join token was not minted for node {node}")
+            }
+            RejectReason::UnknownAgent { node } => {
+                write!(f, "rejoin from an agent not admitted for node {node}")
+            }
+            RejectReason::VersionMismatch { version } => write!(
+                f,
+                "protocol version {version}, expected {}",
+                wire::PROTOCOL_VERSION
+            ),
+            RejectReason::BadFrame { detail } => write!(f, "bad frame: {detail}"),
+            RejectReason::UnexpectedFrame { frame } => write!(f, "unexpected {frame} frame"),
+            RejectReason::NoHello => f.write_str("no join frame in time"),
+        }
+    }
+}
+
+/// The text form of an orchestrator address, what `${ORCH_ADDR}` becomes:
+/// `<endpoint id, hex>@<ip:port>[,<ip:port>...]`.
+pub fn format_addr(addr: &EndpointAddr) -> String {
+    let sockets: Vec<String> = addr.ip_addrs().map(ToString::to_string).collect();
+    format!("{}@{}", addr.id, sockets.join(","))
+}
+
+/// Parses [`format_addr`]'s form.
+pub fn parse_addr(text: &str) -> Result<EndpointAddr> {
+    let (id, sockets) = text
+        .trim()
+        .split_once('@')
+        .context("an orchestrator address is <endpoint id>@<ip:port>[,<ip:port>...]")?;
+    let id: EndpointId = id
+        .parse()
+        .with_context(|| format!("bad endpoint id in orchestrator address `{text}`"))?;
+    let mut addr = EndpointAddr::new(id);
+    for socket in sockets.split(',').filter(|s| !s.is_empty()) {
+        let socket: SocketAddr = socket
+            .parse()
+            .with_context(|| format!("bad socket address `{socket}` in orchestrator address"))?;
+        addr = addr.with_ip_addr(socket);
+    }
+    if addr.ip_addrs().next().is_none() {
+        bail!("orchestrator address `{text}` names no ip:port");
+    }
+    Ok(addr)
+}
+
+/// An iroh endpoint for drover: relays and address lookup off (peers are
+/// reached on the direct addresses they are given), one IP socket at `bind`.
+pub(crate) async fn build_endpoint(
+    key: SecretKey,
+    bind: SocketAddr,
+    alpns: Vec<Vec<u8>>,
+) -> Result<Endpoint> {
+    let endpoint = Endpoint::builder(presets::Minimal)
+        .secret_key(key)
+        .relay_mode(RelayMode::Disabled)
+        .clear_address_lookup()
+        .clear_ip_transports()
+        .bind_addr(bind)
+        .context("bad bind address")?
+        .alpns(alpns)
+        .bind()
+        .await
+        .with_context(|| format!("binding the iroh endpoint on {bind}"))?;
+    Ok(endpoint)
+}
+
+/// The agent id of an endpoint id: its hex form (what `remote_id()` gives).
+pub fn agent_id_of(id: EndpointId) -> AgentId {
+    AgentId(id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip() {
+        let id = SecretKey::from_bytes(&[7; 32]).public();
+        let addr = EndpointAddr::new(id)
+            .with_ip_addr("127.0.0.1:4000".parse().unwrap())
+            .with_ip_addr("[::1]:4001".parse().unwrap());
+        let text = format_addr(&addr);
+        assert_eq!(parse_addr(&text).unwrap(), addr);
+        assert!(parse_addr("nonsense").is_err());
+        assert!(parse_addr(&format!("{id}@")).is_err());
+        assert!(parse_addr(&format!("{id}@localhost")).is_err());
+    }
+}

@@ -1,5 +1,109 @@
-//! The `drover-agent` node agent.
+//! The `drover-agent` node agent: joins the orchestrator's control plane with
+//! a one-time token, heartbeats, and exits 0 when told to shut down.
+//!
+//! `drover-agent --join ADDR --node NODE --token TOKEN [--heartbeat-ms N]`
+//!
+//! Exit codes: 0 shut down by the orchestrator, 1 could not start, 2 bad
+//! arguments, 3 rejected, 4 orchestrator unreachable for too long. The token
+//! is never printed, not even by `Debug`.
+
+use clap::Parser;
+use core_fsm::ids::{LeaseId, LogicalNodeId, RunId};
+use runtime_real::transport::agent::{Agent, AgentConfig};
+use runtime_real::transport::parse_addr;
+use runtime_real::transport::wire::JoinToken;
+use std::time::Duration;
+
+/// drover's node agent.
+#[derive(Debug, Parser)]
+#[command(name = "drover-agent", version, about = "drover's node agent")]
+struct Args {
+    /// The orchestrator's address: `<endpoint id>@<ip:port>[,<ip:port>...]`.
+    #[arg(long, value_name = "ADDR")]
+    join: String,
+    /// The logical node this agent runs as.
+    #[arg(long, value_name = "NODE")]
+    node: String,
+    /// The one-time join token.
+    #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
+    token: JoinToken,
+    /// The run id, checked against the token's binding when given.
+    #[arg(long, value_name = "RUN")]
+    run: Option<u64>,
+    /// The lease id, checked against the token's binding when given.
+    #[arg(long, value_name = "LEASE")]
+    lease: Option<String>,
+    /// Milliseconds between heartbeats.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    heartbeat_ms: u64,
+    /// How long to keep redialling a lost orchestrator, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 300_000)]
+    reconnect_ms: u64,
+    /// Local socket to bind (default: loopback for a loopback orchestrator).
+    #[arg(long, value_name = "IP:PORT")]
+    bind: Option<std::net::SocketAddr>,
+}
+
+fn parse_token(text: &str) -> Result<JoinToken, String> {
+    if text.trim().is_empty() {
+        return Err("the join token is empty".to_owned());
+    }
+    Ok(JoinToken::new(text.trim()))
+}
+
 fn main() {
-    eprintln!("drover-agent: not yet wired");
-    std::process::exit(1);
+    let args = Args::parse();
+    let orchestrator = match parse_addr(&args.join) {
+        Ok(addr) => addr,
+        Err(err) => {
+            eprintln!("drover-agent: {err:#}");
+            std::process::exit(2);
+        }
+    };
+    let mut config = AgentConfig::new(orchestrator, LogicalNodeId(args.node), args.token);
+    config.run = args.run.map(RunId);
+    config.lease = args.lease.map(LeaseId);
+    config.heartbeat = Duration::from_millis(args.heartbeat_ms);
+    config.reconnect_for = Duration::from_millis(args.reconnect_ms);
+    config.bind = args.bind;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("drover-agent: cannot start the runtime: {err}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match Agent::bind(config).await {
+            Ok(agent) => agent.run().await.code(),
+            Err(err) => {
+                eprintln!("drover-agent: {err:#}");
+                1
+            }
+        }
+    });
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let args = Args::try_parse_from([
+            "drover-agent",
+            "--join",
+            "x@127.0.0.1:1",
+            "--node",
+            "w-0",
+            "--token",
+            "supersecret",
+        ])
+        .unwrap();
+        assert!(!format!("{args:?}").contains("supersecret"));
+    }
 }

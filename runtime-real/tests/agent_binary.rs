@@ -1,0 +1,138 @@
+//! The real `drover-agent` binary against a real control plane on loopback:
+//! join, heartbeat, exit 0 on shutdown; exit 3 when rejected; exit 4 when
+//! the orchestrator stays unreachable; the token never appears in its output.
+
+mod transport_support;
+
+use runtime_real::transport::{ControlEvent, ControlPlane, RejectReason};
+use std::process::Stdio;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+use transport_support::*;
+
+fn agent_command(addr: &str, node: &str, token: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_drover-agent"))
+        .args(["--join", addr, "--node", node, "--token", token])
+        .args(["--heartbeat-ms", "50", "--reconnect-ms", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("drover-agent starts")
+}
+
+/// Waits, bounded, for the process to exit; its code and all its output.
+async fn finish(mut child: Child) -> (Option<i32>, String) {
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let status = tokio::time::timeout(WAIT, async {
+        let (a, b) = tokio::join!(
+            stdout.read_to_string(&mut out),
+            stderr.read_to_string(&mut err)
+        );
+        a.unwrap();
+        b.unwrap();
+        child.wait().await.unwrap()
+    })
+    .await
+    .expect("drover-agent did not exit in time");
+    (status.code(), format!("{out}{err}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_joins_heartbeats_and_exits_0_on_shutdown() {
+    let dir = state_dir("bin-join");
+    let mut control = ControlPlane::bind(&dir).await.unwrap();
+    let mut events = control.take_events();
+    let token = control.mint(binding("w-0"));
+    let child = agent_command(&control.addr_string(), "w-0", &token);
+    let agent = wait_for(&mut events, "Joined", |e| match e {
+        ControlEvent::Joined { binding: b, agent } if *b == binding("w-0") => Some(agent.clone()),
+        _ => None,
+    })
+    .await;
+    wait_for(&mut events, "Heartbeat", |e| match e {
+        ControlEvent::Heartbeat {
+            agent: a, seq: 2, ..
+        } if *a == agent => Some(()),
+        _ => None,
+    })
+    .await;
+    assert!(control.shutdown_agent(&agent));
+    let (code, output) = finish(child).await;
+    assert_eq!(code, Some(0), "{output}");
+    assert!(
+        output.contains("joined the orchestrator as node w-0"),
+        "{output}"
+    );
+    assert!(
+        output.contains(agent.as_str()),
+        "the agent prints its id: {output}"
+    );
+    assert!(!output.contains(&token), "the token leaked: {output}");
+    control.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exits_3_when_rejected() {
+    let dir = state_dir("bin-reject");
+    let mut control = ControlPlane::bind(&dir).await.unwrap();
+    let mut events = control.take_events();
+    let token = "ab".repeat(32);
+    let child = agent_command(&control.addr_string(), "w-0", &token);
+    let (code, output) = finish(child).await;
+    assert_eq!(code, Some(3), "{output}");
+    assert!(output.contains("rejected: unknown join token"), "{output}");
+    assert!(!output.contains(&token), "the token leaked: {output}");
+    let reason = wait_for(&mut events, "Rejected", |e| match e {
+        ControlEvent::Rejected { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(reason, RejectReason::UnknownToken);
+    control.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exits_4_when_nobody_answers() {
+    let dir = state_dir("bin-unreachable");
+    let control = ControlPlane::bind(&dir).await.unwrap();
+    let addr = control.addr_string();
+    control.shutdown().await;
+    drop(control);
+    let child = Command::new(env!("CARGO_BIN_EXE_drover-agent"))
+        .args(["--join", &addr, "--node", "w-0", "--token", "secret-token"])
+        .args(["--reconnect-ms", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (code, output) = finish(child).await;
+    assert_eq!(code, Some(4), "{output}");
+    assert!(output.contains("giving up"), "{output}");
+    assert!(
+        !output.contains("secret-token"),
+        "the token leaked: {output}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_exit_2_without_echoing_the_token() {
+    let output = Command::new(env!("CARGO_BIN_EXE_drover-agent"))
+        .args([
+            "--join",
+            "not-an-address",
+            "--node",
+            "w-0",
+            "--token",
+            "secret-token",
+        ])
+        .output();
+    let output = tokio::time::timeout(WAIT, output).await.unwrap().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(text.contains("orchestrator address"), "{text}");
+    assert!(!text.contains("secret-token"), "{text}");
+}
