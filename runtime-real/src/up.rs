@@ -69,15 +69,15 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    if let Some(JournalRecord::RunStarted { run_id }) = previous.records.first() {
-        if *run_id != plan.run_id {
-            eprintln!(
-                "drover: {} holds {run_id}, the plan is {}; use another --state-dir or `drover down` first",
-                state_dir.display(),
-                plan.run_id
-            );
-            return EXIT_CONFIG;
-        }
+    if let Some(JournalRecord::RunStarted { run_id }) = previous.records.first()
+        && *run_id != plan.run_id
+    {
+        eprintln!(
+            "drover: {} holds {run_id}, the plan is {}; use another --state-dir or `drover down` first",
+            state_dir.display(),
+            plan.run_id
+        );
+        return EXIT_CONFIG;
     }
     if let Some(pid) = control::running_pid(state_dir) {
         eprintln!(

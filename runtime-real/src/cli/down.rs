@@ -18,15 +18,14 @@ const UP_TEARDOWN_WAIT: Duration = Duration::from_secs(120);
 
 /// Runs `drover down`; returns the exit code.
 pub async fn run(state_dir: &Path, json: bool) -> i32 {
-    if let Some(pid) = control::running_pid(state_dir) {
-        if pid != std::process::id() {
-            if let Err(e) = wait_for_up(pid).await {
-                eprintln!("drover: {e}; destroying from the journal instead");
-            }
-        }
+    if let Some(pid) = control::running_pid(state_dir)
+        && pid != std::process::id()
+        && let Err(e) = wait_for_up(pid).await
+    {
+        eprintln!("drover: {e}; destroying from the journal instead");
     }
     match destroy_from_journal(state_dir, json).await {
-        Ok(failures) if failures == 0 => EXIT_OK,
+        Ok(0) => EXIT_OK,
         Ok(_) => EXIT_FAILURE,
         Err(e) => {
             eprintln!("drover: {e:#}");

@@ -20,7 +20,7 @@ pub fn is_our_node(pid: u32, dir: &Path) -> bool {
     };
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let dir = dir.as_os_str().as_encoded_bytes();
-    args.iter().any(|a| *a == b"local-node") && args.iter().any(|a| *a == dir)
+    args.iter().any(|a| *a == b"local-node") && args.contains(&dir)
 }
 
 /// True when `pid` exists and has not exited (a zombie has exited).
