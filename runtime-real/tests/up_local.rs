@@ -1,0 +1,176 @@
+//! `drover up` end to end on the local provider: real node processes, real
+//! SSH, real iroh, the built binaries. Every wait is on an event (a line of
+//! `up`'s output, a process exit) with a bound.
+
+mod up_support;
+
+use core_fsm::ids::GroupId;
+use std::time::Duration;
+use up_support::*;
+
+const SETTLE: Duration = Duration::from_secs(90);
+const EXIT: Duration = Duration::from_secs(60);
+
+fn is_settled(line: &serde_json::Value) -> bool {
+    line["event"] == "settled"
+}
+
+#[test]
+fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_all() {
+    let dir = scratch("three");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(3));
+    let mut up = Up::start(&state, &plan);
+    let settled = up.wait_line(SETTLE, is_settled);
+    let nodes = settled["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{settled}");
+    let status = status(&state);
+    for i in 0..3 {
+        let node = node(&status, &format!("workers-{i}"));
+        assert_eq!(
+            (node["stage"].as_str(), node["ready"].as_bool()),
+            (Some("Dormant"), Some(true)),
+            "{node}"
+        );
+        assert!(
+            node["lease"].as_str().unwrap().starts_with("local:"),
+            "{node}"
+        );
+        assert!(node["failed_reason"].is_null());
+    }
+    // Handoff closed every SSH connection: none is established to a node.
+    let ports = node_ports(&state);
+    assert_eq!(ports.len(), 3);
+    assert_eq!(
+        established_to(&ports),
+        0,
+        "SSH sessions left open to {ports:?}"
+    );
+    let pids = node_pids(&state);
+    assert_eq!(running(&pids).len(), 3);
+
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    let status = status_after(&state);
+    for i in 0..3 {
+        assert_eq!(
+            node(&status, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{status}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn status_after(state: &std::path::Path) -> serde_json::Value {
+    status(state)
+}
+
+#[test]
+fn a_failing_verify_fails_its_node_with_reason_and_logs_others_ready_and_down_destroys_all() {
+    let dir = scratch("verify");
+    let state = dir.join("state");
+    let mut plan = local_plan(2);
+    let mut bad = plan.groups[0].clone();
+    bad.group_id = GroupId::from("bad");
+    bad.count = 1;
+    bad.boot.verify_commands =
+        vec!["echo checking the gpu; echo no gpu found >&2; exit 3".to_owned()];
+    plan.groups.push(bad);
+    let plan = write_plan(&dir, &plan);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, is_settled);
+    let status = status(&state);
+    for good in ["workers-0", "workers-1"] {
+        assert_eq!(node(&status, good)["ready"], true, "{status}");
+    }
+    let failed = node(&status, "bad-0");
+    assert_eq!(
+        (failed["stage"].as_str(), failed["ready"].as_bool()),
+        (Some("Failed"), Some(false)),
+        "{failed}"
+    );
+    let reason = failed["failed_reason"].as_str().unwrap();
+    assert!(
+        reason.contains('3'),
+        "the reason names the exit status: {reason}"
+    );
+    let logs = drover(&state, &["logs", "bad-0"]);
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.contains("checking the gpu") && logs.contains("no gpu found"),
+        "{logs}"
+    );
+    let pids = node_pids(&state);
+    assert_eq!(running(&pids).len(), 3);
+
+    // `down` from another shell: `up` tears down and exits 1 (a node failed).
+    let down = drover(&state, &["down"]);
+    assert!(
+        down.status.success(),
+        "down: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_eq!(up.wait_exit(EXIT), 1);
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn kill_9_of_up_mid_bootstrap_then_down_leaves_no_node_process() {
+    let dir = scratch("kill9");
+    let state = dir.join("state");
+    let mut plan = local_plan(3);
+    // Bootstrap blocks in verify: the kill lands mid-bootstrap.
+    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".to_owned()];
+    let plan = write_plan(&dir, &plan);
+    let mut up = Up::start(&state, &plan);
+    for _ in 0..3 {
+        up.wait_line(SETTLE, |l| {
+            l["event"] == "node" && l["stage"] == "BootstrapRunning"
+        });
+    }
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    let pids = node_pids(&state);
+    assert_eq!(running(&pids).len(), 3, "three nodes run after the crash");
+    let down = drover(&state, &["down"]);
+    assert!(
+        down.status.success(),
+        "down: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_eq!(
+        running(&pids),
+        Vec::<u32>::new(),
+        "node processes left after down"
+    );
+    assert!(!state.join("nodes/0").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_malformed_plan_exits_2_naming_line_and_field_and_writes_nothing() {
+    let dir = scratch("malformed");
+    let state = dir.join("state");
+    let plan = dir.join("bad.toml");
+    let mut text = runtime_real::cli::plan_to_toml(&local_plan(1));
+    text.insert_str(0, "run_id = = 3\n");
+    std::fs::write(&plan, &text).unwrap();
+    let out = drover(&state, &["up", plan.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 1"), "names the line: {stderr}");
+    assert!(!state.exists(), "a config error writes nothing");
+
+    let mut invalid = local_plan(1);
+    invalid.groups[0].count = 0;
+    std::fs::write(&plan, runtime_real::cli::plan_to_toml(&invalid)).unwrap();
+    let out = drover(&state, &["up", plan.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("count"), "names the field: {stderr}");
+    assert!(!state.exists(), "a config error writes nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,238 @@
+//! Driving the built `drover` binary like an operator does: a plan file, a
+//! state dir, `drover up` in the background with its output read line by
+//! line, and the other commands from "another shell". Every wait is on an
+//! event (a line, an exit) with a bound.
+
+#![allow(dead_code)]
+
+use core_fsm::plan::RunPlan;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The `drover` binary under test.
+pub const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+
+/// A fresh, empty folder for one test (the state dir goes inside it).
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `plan` as a plan file in `dir`.
+pub fn write_plan(dir: &Path, plan: &RunPlan) -> PathBuf {
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, runtime_real::cli::plan_to_toml(plan)).unwrap();
+    path
+}
+
+/// The local plan of `count` workers whose agents start for real.
+pub fn local_plan(count: u32) -> RunPlan {
+    let mut plan = RunPlan::local(count);
+    for group in &mut plan.groups {
+        group.boot.start_command = AGENT_START.to_owned();
+    }
+    plan
+}
+
+/// Starts the agent in the background, as a real start command would.
+pub const AGENT_START: &str = "nohup drover-agent --join '${ORCH_ADDR}' --node '${LOGICAL_NODE_ID}' \
+     --token '${JOIN_TOKEN}' --heartbeat-ms 200 > agent.log 2>&1 &";
+
+/// Runs a `drover` command to completion.
+pub fn drover(state: &Path, args: &[&str]) -> Output {
+    Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A `drover up` running in the background.
+pub struct Up {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    /// Every stdout line seen so far.
+    pub seen: Vec<String>,
+}
+
+impl Up {
+    /// `drover --state-dir STATE --json up PLAN`.
+    pub fn start(state: &Path, plan: &Path) -> Up {
+        let mut child = Command::new(DROVER)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--json")
+            .arg("up")
+            .arg(plan)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Up {
+            child,
+            stdin,
+            lines,
+            seen: vec![],
+        }
+    }
+
+    /// Waits, at most `bound`, for a stdout line matching `want`.
+    pub fn wait_line(
+        &mut self,
+        bound: Duration,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(e) => panic!(
+                    "no matching line within {bound:?} ({e}); seen:\n{}",
+                    self.seen.join("\n")
+                ),
+            };
+            self.seen.push(line.clone());
+            if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
+                && want(&value)
+            {
+                return value;
+            }
+        }
+    }
+
+    /// Types `stop` on its stdin.
+    pub fn type_stop(&mut self) {
+        let mut stdin = self.stdin.take().unwrap();
+        writeln!(stdin, "stop").unwrap();
+    }
+
+    /// Waits, at most `bound`, for it to exit; its exit code. Its stdout
+    /// closes when it exits, which is the event waited on.
+    pub fn wait_exit(&mut self, bound: Duration) -> i32 {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "drover up did not exit within {bound:?}; seen:\n{}",
+                        self.seen.join("\n")
+                    );
+                }
+            }
+        }
+        self.child.wait().unwrap().code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // A failed test must not leave an orchestrator behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `drover status --json`.
+pub fn status(state: &Path) -> serde_json::Value {
+    let out = drover(state, &["--json", "status"]);
+    assert!(
+        out.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The node of `status` with this id.
+pub fn node<'a>(status: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {status}"))
+}
+
+/// Pids of every local node the state dir ever had (from the node folders
+/// while they exist, and from the journal's leases).
+pub fn node_pids(state: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(state.join("nodes")) {
+        for entry in entries.flatten() {
+            if let Ok(pid) = std::fs::read_to_string(entry.path().join("pid")) {
+                pids.push(pid.trim().parse().unwrap());
+            }
+        }
+    }
+    let journal = runtime_real::journal::Journal::read(state).unwrap();
+    for record in journal.records {
+        if let core_fsm::port::JournalRecord::LeaseKnown { lease, .. } = record {
+            pids.push(lease.contract_id.parse().unwrap());
+        }
+    }
+    pids.sort();
+    pids.dedup();
+    pids
+}
+
+/// Pids that still run (not exited, not zombies).
+pub fn running(pids: &[u32]) -> Vec<u32> {
+    pids.iter()
+        .copied()
+        .filter(|p| runtime_real::provider::local::process::is_running(*p))
+        .collect()
+}
+
+/// Ports the state dir's local nodes listen on.
+pub fn node_ports(state: &Path) -> Vec<u16> {
+    let mut ports = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(state.join("nodes")) {
+        for entry in entries.flatten() {
+            if let Ok(port) = std::fs::read_to_string(entry.path().join("port")) {
+                ports.push(port.trim().parse().unwrap());
+            }
+        }
+    }
+    ports
+}
+
+/// Established TCP connections whose local or remote port is one of
+/// `ports` (IPv4 loopback, from `/proc/net/tcp`).
+pub fn established_to(ports: &[u16]) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port_of =
+                |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap(), 16).unwrap();
+            fields[3] == "01"
+                && (ports.contains(&port_of(fields[1])) || ports.contains(&port_of(fields[2])))
+        })
+        .count()
+}
