@@ -13,24 +13,9 @@ use sim::cli::{self, BatteryOptions};
 /// (invariant, message fragment, the known bug and its trace).
 const KNOWN: &[(&str, &str, &str)] = &[
     (
-        "W5",
-        "output lines seen but only",
-        "KB1 traces/known-start-output-dropped.trace",
-    ),
-    (
         "W3",
         "abandoned in the journal while its lease",
         "KB2 traces/known-invisible-create-abandoned.trace",
-    ),
-    (
-        "L1",
-        "Destroying",
-        "KB3 traces/known-destroy-retries-exhausted.trace",
-    ),
-    (
-        "L1",
-        "LeaseRequested",
-        "KB4 traces/known-teardown-after-restore-open-intent.trace",
     ),
 ];
 

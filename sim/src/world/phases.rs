@@ -58,10 +58,12 @@ impl<S: System> World<'_, S> {
             return false;
         };
         let mut settled = true;
+        // `Destroying` counts once the composite says it is settled: a
+        // destroy whose retries are spent waits for the next teardown.
         orch.sys.visit_nodes(&mut |view| {
             settled &= matches!(
                 view.stage,
-                Stage::Dormant | Stage::Failed | Stage::Destroyed
+                Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
             );
         });
         settled

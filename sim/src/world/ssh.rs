@@ -86,12 +86,13 @@ impl Ssh {
         self.tokens.get(binding).is_some_and(|t| !t.revoked)
     }
 
-    /// An unrevoked binding of the same node for another lease.
+    /// A binding minted earlier for the same node and another lease
+    /// (revoked or not: the transport decides).
     pub fn stale_binding(&self, binding: &JoinBinding) -> Option<JoinBinding> {
         self.tokens
-            .iter()
-            .find(|(b, t)| !t.revoked && b.node == binding.node && b.lease_id != binding.lease_id)
-            .map(|(b, _)| b.clone())
+            .keys()
+            .find(|b| b.node == binding.node && b.lease_id != binding.lease_id)
+            .cloned()
     }
 }
 
