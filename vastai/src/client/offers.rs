@@ -144,7 +144,7 @@ pub fn fits(
     let at_least = |have: f64, want: Option<u32>| want.is_none_or(|w| have >= f64::from(w));
     let excluded = offer
         .host_key()
-        .is_some_and(|host| excluded_hosts.iter().any(|h| *h == host));
+        .is_some_and(|host| excluded_hosts.contains(&host));
     !excluded
         && offer.num_gpus >= 1
         && (!shape.require_verified || offer.verified)

@@ -129,7 +129,7 @@ impl FakeInstance {
             }
             Some(Scenario::F09ImagePullFailure) if age >= loading_at => {
                 let mut status = Status::plain(
-                    Some(if self.id % 2 == 0 {
+                    Some(if self.id & 1 == 0 {
                         "loading"
                     } else {
                         "created"
@@ -233,7 +233,7 @@ impl FakeInstance {
                 json!({"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": addr.direct.1.to_string()}]})
             }
             // F8 in both shapes seen in the wild: the key missing, or null.
-            Some(_) if self.id % 2 == 0 => {
+            Some(_) if self.id & 1 == 0 => {
                 json!({"8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "48080"}]})
             }
             Some(_) => json!({"22/tcp": null}),
