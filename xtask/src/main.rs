@@ -23,9 +23,12 @@ enum Task {
     Ci,
     /// core-fsm stays pure: dependencies and sources.
     Tidy,
-    /// Run a simulation battery (arguments go to `drover-sim battery`).
+    /// Run a simulation battery on all cores (tier 1, or `--madsim` for tier 2).
     Sim {
-        /// Arguments for drover-sim, e.g. `--seeds 10000 --scenario small`.
+        /// Run the madsim tier instead of the property-trace world.
+        #[arg(long)]
+        madsim: bool,
+        /// Arguments for the battery, e.g. `--seeds 10000 --scenario mvp`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -53,8 +56,12 @@ fn main() -> ExitCode {
     let ok = match cli.task {
         Task::Ci => ci(),
         Task::Tidy => tidy(),
-        Task::Sim { args } => {
-            let mut all = vec!["battery".to_string()];
+        Task::Sim { madsim: true, args } => drover_madsim(&args),
+        Task::Sim {
+            madsim: false,
+            args,
+        } => {
+            let mut all = vec!["sim".to_string()];
             all.extend(args);
             drover_sim(&all)
         }
@@ -63,7 +70,11 @@ fn main() -> ExitCode {
         Task::Bench { what } => bench(&what),
         Task::Mutants => mutants(),
     };
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn cargo(args: &[&str]) -> Command {
@@ -84,7 +95,10 @@ fn step(name: &str, mut cmd: Command) -> bool {
         }
     };
     let secs = started.elapsed().as_secs_f64();
-    println!("==> {name}: {} in {secs:.1}s", if ok { "ok" } else { "FAILED" });
+    println!(
+        "==> {name}: {} in {secs:.1}s",
+        if ok { "ok" } else { "FAILED" }
+    );
     ok
 }
 
@@ -93,9 +107,20 @@ fn ci() -> bool {
         ("fmt", cargo(&["fmt", "--all", "--", "--check"])),
         (
             "clippy",
-            cargo(&["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]),
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]),
         ),
-        ("tidy", cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "tidy"])),
+        (
+            "tidy",
+            cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "tidy"]),
+        ),
         ("test", cargo(&["test", "--workspace", "--locked"])),
     ];
     let mut failed = Vec::new();
@@ -134,18 +159,58 @@ fn tidy() -> bool {
 }
 
 fn drover_sim(args: &[String]) -> bool {
-    let mut cmd = cargo(&["run", "--quiet", "--release", "-p", "sim", "--bin", "drover-sim", "--"]);
+    let mut cmd = cargo(&[
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "sim",
+        "--bin",
+        "drover-sim",
+        "--",
+    ]);
     cmd.args(args);
     step("drover-sim", cmd)
 }
 
+/// The madsim tier builds with `--cfg madsim` in its own target dir, so it
+/// never invalidates the normal build.
+fn drover_madsim(args: &[String]) -> bool {
+    let root = xtask::workspace_root();
+    let mut cmd = cargo(&[
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "sim-madsim",
+        "--bin",
+        "drover-madsim",
+        "--",
+    ]);
+    cmd.env("RUSTFLAGS", "--cfg madsim")
+        .env("CARGO_TARGET_DIR", root.join("target/madsim"));
+    cmd.args(args);
+    step("drover-madsim", cmd)
+}
+
 fn bench(what: &str) -> bool {
     match what {
-        "fsm" => step("bench fsm", cargo(&["bench", "-p", "core-fsm", "--bench", "lifecycle"])),
+        "fsm" => step(
+            "bench fsm",
+            cargo(&["bench", "-p", "core-fsm", "--bench", "lifecycle"]),
+        ),
         "sim" => drover_sim(&["bench".into()]),
         "up" => step(
             "bench up",
-            cargo(&["run", "--quiet", "--release", "-p", "runtime-real", "--example", "bench_up"]),
+            cargo(&[
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "runtime-real",
+                "--example",
+                "bench_up",
+            ]),
         ),
         other => {
             eprintln!("xtask bench: unknown benchmark `{other}` (fsm, sim, up)");
@@ -159,11 +224,23 @@ fn mutants() -> bool {
         .args(["mutants", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !have && !step("install cargo-mutants", cargo(&["install", "--locked", "cargo-mutants"])) {
+    if !have
+        && !step(
+            "install cargo-mutants",
+            cargo(&["install", "--locked", "cargo-mutants"]),
+        )
+    {
         return false;
     }
     step(
         "mutants",
-        cargo(&["mutants", "--package", "core-fsm", "--test-workspace", "false", "--no-shuffle"]),
+        cargo(&[
+            "mutants",
+            "--package",
+            "core-fsm",
+            "--test-workspace",
+            "false",
+            "--no-shuffle",
+        ]),
     )
 }
