@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
     token: JoinToken,
     /// The run id, checked against the token's binding when given.
-    #[arg(long, value_name = "RUN")]
+    #[arg(long, value_name = "RUN", value_parser = parse_run)]
     run: Option<u64>,
     /// The lease id, checked against the token's binding when given.
     #[arg(long, value_name = "LEASE")]
@@ -49,6 +49,14 @@ fn parse_token(text: &str) -> Result<JoinToken, String> {
         return Err("the join token is empty".to_owned());
     }
     Ok(JoinToken::new(text.trim()))
+}
+
+/// `42` or `run-42` (the run id's display form).
+fn parse_run(text: &str) -> Result<u64, String> {
+    let digits = text.trim().strip_prefix("run-").unwrap_or(text.trim());
+    digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a run id"))
 }
 
 fn main() {
@@ -105,5 +113,12 @@ mod tests {
         ])
         .unwrap();
         assert!(!format!("{args:?}").contains("supersecret"));
+    }
+
+    #[test]
+    fn run_ids_in_either_form() {
+        assert_eq!(parse_run("42"), Ok(42));
+        assert_eq!(parse_run("run-42"), Ok(42));
+        assert!(parse_run("run-x").is_err());
     }
 }

@@ -1,0 +1,218 @@
+//! Plan files: the examples parse; a plan survives `to_string` and back; a
+//! table of bad plans and every error each one gets (snapshot).
+
+use core_fsm::ids::{GroupId, RunId};
+use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan};
+use core_fsm::time::Duration;
+use runtime_real::plan_toml::{PlanFileError, parse, parse_str, to_string};
+use std::path::Path;
+
+fn example(name: &str) -> RunPlan {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name);
+    parse(&path).unwrap_or_else(|err| panic!("{err}"))
+}
+
+#[test]
+fn the_static_example_parses() {
+    let plan = example("static.toml");
+    assert_eq!(plan.run_id, RunId(7));
+    assert_eq!(plan.replacement, ReplacementPolicy::None);
+    let names: Vec<&str> = plan.groups.iter().map(|g| g.group_id.as_str()).collect();
+    assert_eq!(names, ["head", "gpu"]);
+    let gpu = &plan.groups[1];
+    assert_eq!(gpu.provider, ProviderKind::Static);
+    assert_eq!(gpu.shape.min_compute_capability, Some(890));
+    assert_eq!(
+        plan.groups[0].boot.timeouts.join_timeout,
+        Duration::from_secs(90)
+    );
+    // Unlisted timeouts keep their defaults.
+    let defaults = core_fsm::plan::TimeoutPolicy::default();
+    assert_eq!(gpu.boot.timeouts, defaults);
+}
+
+#[test]
+fn the_vast_fake_example_parses() {
+    let plan = example("vast-fake.toml");
+    let group = &plan.groups[0];
+    assert_eq!(group.group_id, GroupId::from("workers"));
+    assert_eq!(group.provider, ProviderKind::Vastai);
+    assert_eq!(group.shape.min_reliability_per_mille, Some(970));
+    assert_eq!(group.shape.max_price_cents_per_hour, Some(40));
+    assert_eq!(
+        group.boot.timeouts.endpoint_timeout,
+        Duration::from_secs(900)
+    );
+    assert_eq!(
+        plan.replacement,
+        ReplacementPolicy::Bounded {
+            attempts_max: 3,
+            backoff_base: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(120),
+            quarantine_after_failures: 2,
+        }
+    );
+}
+
+#[test]
+fn plans_survive_writing_and_reading() {
+    let mut full = RunPlan::example_two_workers();
+    let shape = &mut full.groups[0].shape;
+    shape.min_down_mbps = Some(100);
+    shape.min_up_mbps = Some(50);
+    shape.min_reliability_per_mille = Some(985);
+    shape.require_verified = true;
+    shape.min_compute_capability = Some(860);
+    shape.max_price_cents_per_hour = Some(45);
+    shape
+        .provider_labels
+        .insert("team \"a\"".to_owned(), "x\\y\u{7f}".to_owned());
+    full.groups[0].boot.stdout_sources = vec!["/var/log/a.log".to_owned()];
+    full.groups[0].boot.timeouts.join_timeout = Duration::from_millis(90_500);
+    full.replacement = ReplacementPolicy::Bounded {
+        attempts_max: 4,
+        backoff_base: Duration::from_millis(1500),
+        backoff_max: Duration::from_secs(3600),
+        quarantine_after_failures: 1,
+    };
+    let mut two = RunPlan::local(3);
+    two.groups
+        .push(RunPlan::example_two_workers().groups.remove(0));
+    two.groups[1].group_id = GroupId::from("gpu");
+    for plan in [RunPlan::local(3), RunPlan::example_two_workers(), full, two] {
+        let text = to_string(&plan);
+        let back = parse_str(&text, "written.toml").unwrap_or_else(|err| panic!("{err}\n{text}"));
+        assert_eq!(back, plan, "{text}");
+    }
+}
+
+#[test]
+fn an_unreadable_file_names_itself() {
+    let err = parse(Path::new("/nonexistent/plan.toml")).unwrap_err();
+    assert!(matches!(err, PlanFileError::Read { .. }));
+    assert!(
+        err.to_string().starts_with("/nonexistent/plan.toml: "),
+        "{err}"
+    );
+}
+
+/// A valid group to break one piece at a time.
+const GROUP: &str = r#"
+[[group]]
+name = "workers"
+role = "worker"
+count = 2
+provider = "local"
+
+[group.shape]
+image = "local"
+disk_gb = 1
+
+[group.boot]
+ssh_user = "drover"
+start_command = "drover-agent --join ${ORCH_ADDR} --node ${LOGICAL_NODE_ID} --token ${JOIN_TOKEN}"
+"#;
+
+fn bad_plans() -> Vec<(&'static str, String)> {
+    let valid = format!("run_id = 1\n{GROUP}");
+    let with = |from: &str, to: &str| {
+        assert!(valid.contains(from), "{from}");
+        valid.replacen(from, to, 1)
+    };
+    vec![
+        ("syntax: an unclosed table header", with("[group.shape]", "[group.shape")),
+        ("syntax: a value without quotes", with("role = \"worker\"", "role = worker")),
+        ("empty file", String::new()),
+        ("no groups", "run_id = 1\n".to_owned()),
+        ("group as a plain table", with("[[group]]", "[group]")),
+        (
+            "wrong types",
+            with("count = 2", "count = \"two\"")
+                .replace("disk_gb = 1", "disk_gb = 8.5\nrequire_verified = \"yes\""),
+        ),
+        ("negative run id", with("run_id = 1", "run_id = -1")),
+        ("count beyond u32", with("count = 2", "count = 5000000000")),
+        (
+            "unknown fields everywhere",
+            with("run_id = 1", "run_id = 1\ncolour = \"blue\"")
+                .replace("disk_gb = 1", "disk_gb = 1\ngpu = \"RTX 4090\"")
+                .replace("ssh_user", "timeout = \"1s\"\nssh_user"),
+        ),
+        (
+            "missing fields",
+            "run_id = 1\n[[group]]\nname = \"workers\"\ncount = 1\n\n[group.boot]\nssh_user = \"root\"\n"
+                .to_owned(),
+        ),
+        ("unknown provider", with("provider = \"local\"", "provider = \"aws\"")),
+        (
+            "fractions",
+            with(
+                "disk_gb = 1",
+                "disk_gb = 1\nmin_reliability = 0.9875\nmin_compute_capability = 8.655\nmax_price_usd_per_hour = 0.455",
+            ),
+        ),
+        ("reliability above 1", with("disk_gb = 1", "disk_gb = 1\nmin_reliability = 1.5")),
+        (
+            "durations",
+            format!(
+                "{valid}\n[group.boot.timeouts]\njoin_timeout = 120\nstart_timeout = \"2 minutes\"\ncommand_timeout = \"0s\"\nendpoint_timeout = \"5m\"\nendpoint_poll_interval = \"10m\"\n"
+            ),
+        ),
+        (
+            "rules of the plan",
+            with("name = \"workers\"", "name = \"Workers_1\"")
+                .replace("count = 2", "count = 0")
+                .replace(" --token ${JOIN_TOKEN}", "")
+                .replace(
+                    "ssh_user",
+                    "verify_commands = [\"true\", \"echo ${JOIN_TOKEN}\"]\nssh_user",
+                ),
+        ),
+        ("duplicate groups", format!("{valid}{GROUP}")),
+        (
+            "a defaulted timeout breaks a rule",
+            format!("{valid}\n[group.boot.timeouts]\nendpoint_timeout = \"1s\"\n"),
+        ),
+        (
+            "bounded replacement rules",
+            format!(
+                "{valid}\n[replacement]\npolicy = \"bounded\"\nattempts_max = 0\nbackoff_base = \"10s\"\nbackoff_max = \"5s\"\nquarantine_after_failures = 0\n"
+            ),
+        ),
+        (
+            "replacement keys without bounded",
+            format!("{valid}\n[replacement]\npolicy = \"none\"\nattempts_max = 3\n"),
+        ),
+        ("unknown policy", format!("{valid}\n[replacement]\npolicy = \"sometimes\"\n")),
+        (
+            "structural and rule errors together",
+            with("count = 2", "count = 0").replace("disk_gb = 1", "disk_gb = \"big\""),
+        ),
+    ]
+}
+
+#[test]
+fn bad_plans_and_their_errors() {
+    let mut out = String::new();
+    for (name, text) in bad_plans() {
+        let file = format!("{}.toml", name.replace([' ', ':'], "-"));
+        let err = match parse_str(&text, &file) {
+            Ok(_) => panic!("{name}: accepted"),
+            Err(err) => err,
+        };
+        assert!(matches!(err, PlanFileError::Invalid { .. }));
+        out.push_str(&format!("## {name}\n{err}\n\n"));
+    }
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn errors_never_quote_a_command() {
+    let text =
+        format!("run_id = 1\n{GROUP}").replace(" --token ${JOIN_TOKEN}", " --password hunter2");
+    let err = parse_str(&text, "plan.toml").unwrap_err().to_string();
+    assert!(err.contains("boot.start_command"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
