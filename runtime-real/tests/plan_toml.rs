@@ -57,6 +57,23 @@ fn the_vast_fake_example_parses() {
 }
 
 #[test]
+fn the_spec_example_parses() {
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/control-plane.md");
+    let spec = std::fs::read_to_string(spec).unwrap();
+    let section = &spec[spec.find("## Plan files").expect("the section exists")..];
+    let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + section[start..].find("```").expect("the block ends");
+    let plan = parse_str(&section[start..end], "spec/control-plane.md")
+        .unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(plan.groups[0].shape.min_reliability_per_mille, Some(980));
+    assert_eq!(plan.groups[0].shape.min_compute_capability, Some(860));
+    assert_eq!(plan.groups[0].shape.max_price_cents_per_hour, Some(45));
+    // The defaults the spec lists are the defaults.
+    let defaults = core_fsm::plan::TimeoutPolicy::default();
+    assert_eq!(plan.groups[0].boot.timeouts, defaults);
+}
+
+#[test]
 fn plans_survive_writing_and_reading() {
     let mut full = RunPlan::example_two_workers();
     let shape = &mut full.groups[0].shape;
