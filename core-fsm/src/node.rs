@@ -61,6 +61,11 @@ pub struct Config {
     pub destroy_attempts_max: u32,
     /// Lease-list attempts to resolve an ambiguous intent (the first included).
     pub list_attempts_max: u32,
+    /// Successful lists without the intent's nonce, spaced by the create
+    /// timeout, before the intent is abandoned: a provider may list a new
+    /// lease only some time after creating it (Vast.ai F4), so one empty
+    /// list proves nothing.
+    pub list_misses_max: u32,
     /// Intents tried within one attempt when lists prove creates did not
     /// happen (the first included).
     pub intents_max: u32,
@@ -75,6 +80,7 @@ impl Default for Config {
         Config {
             destroy_attempts_max: 5,
             list_attempts_max: 5,
+            list_misses_max: 3,
             intents_max: 3,
             retry_backoff_base: Duration::from_secs(2),
             retry_backoff_max: Duration::from_secs(60),

@@ -138,6 +138,18 @@ impl Script {
         )
     }
 
+    /// Answers the last list with `leases`.
+    fn listed(&mut self, ms: u64, leases: Vec<LeaseFacts>) -> &mut Script {
+        let op = self.last_op();
+        self.at(
+            ms,
+            Input::LeasesListed {
+                op,
+                result: Ok(leases),
+            },
+        )
+    }
+
     /// From `New` to `Dormant`.
     fn run_to_dormant(&mut self) -> &mut Script {
         self.at(0, start()).granted(1_000, 123, true);
@@ -427,6 +439,10 @@ fn ambiguous_create_list_failures_then_abandon_then_stray_grant_is_destroyed() {
             result: Ok(vec![]),
         },
     );
+    assert_eq!(s.nonce(), first_nonce, "one empty list proves nothing");
+    s.note("a lease may be listed late (F4): two more lists, a create timeout apart");
+    s.tick().listed(122_800, vec![]);
+    s.tick().listed(242_900, vec![]);
     assert_ne!(s.nonce(), first_nonce, "a new intent has a new nonce");
     s.note("the first create's answer arrives after all: a real lease nobody tracks");
     let stray = LeaseGranted {
@@ -434,14 +450,45 @@ fn ambiguous_create_list_failures_then_abandon_then_stray_grant_is_destroyed() {
         endpoint: None,
     };
     s.at(
-        2_800,
+        243_000,
         Input::LeaseCreated {
             op: first_create,
             result: Ok(stray),
         },
     );
     assert_eq!(s.node.stray_leases(), 1);
-    s.granted(3_000, 123, true);
+    s.granted(243_200, 123, true);
+    insta::assert_snapshot!(s.log);
+}
+
+#[test]
+fn a_lease_missing_from_the_first_lists_is_adopted_by_a_later_one() {
+    let mut s = Script::new();
+    s.at(0, start());
+    s.at(
+        500,
+        Input::LeaseCreated {
+            op: s.last_op(),
+            result: Err(err(ProviderErrorKind::Ambiguous, "reset after send")),
+        },
+    );
+    s.note("created but not listed yet (Vast.ai F4): no abandonment, no second create");
+    s.listed(600, vec![]);
+    s.tick().listed(120_700, vec![lease(999, Nonce(5))]);
+    let ours = lease(123, s.nonce());
+    s.tick().listed(240_800, vec![lease(999, Nonce(5)), ours]);
+    assert_eq!(s.node.record().lease_id().unwrap().as_str(), "vastai:123");
+    let creates = s
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::CreateLease { .. }))
+        .count();
+    assert_eq!(creates, 1, "one intent, one create");
+    assert!(
+        !s.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Persist(JournalRecord::IntentAbandoned { .. })))
+    );
     insta::assert_snapshot!(s.log);
 }
 

@@ -4,6 +4,7 @@
 
 mod orchestrator_harness;
 
+use core_fsm::Machine as _;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId};
 use core_fsm::node::Stage;
 use core_fsm::plan::{ReplacementPolicy, RunPlan};
@@ -169,6 +170,61 @@ fn teardown_cancels_sessions_and_waits_for_creates_in_flight() {
 }
 
 #[test]
+fn spent_destroy_retries_settle_but_the_lease_still_stands() {
+    // sim KB3: a 429 storm outlasts the automatic destroy retries.
+    let mut h = Harness::new(RunPlan::example_two_workers());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, false);
+    h.grant(1_000, "workers-1", 124, false);
+    h.at(2_000, Input::Teardown);
+    h.at(
+        2_100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:124"),
+            result: Ok(()),
+        },
+    );
+    h.note("every destroy of vastai:123 is refused until the retries are spent");
+    loop {
+        h.at(
+            h.now.0 + 100,
+            Input::LeaseDestroyed {
+                op: h.destroy("vastai:123"),
+                result: Err(provider_error(ProviderErrorKind::Transient, "429")),
+            },
+        );
+        if h.orchestrator.next_deadline().is_none() {
+            break;
+        }
+        h.tick();
+    }
+    let r = h.orchestrator.node(&id("workers-0")).unwrap();
+    assert_eq!(r.stage, Stage::Destroying);
+    assert_eq!(r.lease_id().map(LeaseId::as_str), Some("vastai:123"));
+    assert!(
+        r.destroyed_at.is_none(),
+        "the ledger shows the lease standing"
+    );
+    assert!(r.destroy_error.is_some(), "and says why");
+    assert!(
+        h.orchestrator.is_settled(),
+        "nothing more happens by itself"
+    );
+    assert!(!h.orchestrator.is_torn_down(), "a known lease still stands");
+    h.note("a second teardown (drover down) tries again");
+    h.at(h.now.0 + 60_000, Input::Teardown);
+    h.at(
+        h.now.0 + 100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    assert!(h.orchestrator.is_torn_down());
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
 fn restart_adopts_an_ambiguous_create_by_nonce_and_rebootstraps() {
     let plan = RunPlan::example_two_workers();
     let mut first = Harness::new(plan.clone());
@@ -226,23 +282,70 @@ fn restart_abandons_an_intent_the_list_proves_void_and_keeps_ready_nodes() {
     let mut h = Harness::restore(plan, &journal);
     assert!(h.orchestrator.node(&id("workers-1")).unwrap().ready);
     h.at(5_000, Input::Start);
-    h.at(
-        5_100,
-        Input::LeasesListed {
-            op: h.list(),
-            result: Ok(vec![lease(124, Nonce(3))]),
-        },
-    );
+    for ms in [5_100, 125_200, 245_300] {
+        h.at(
+            ms,
+            Input::LeasesListed {
+                op: h.list(),
+                result: Ok(vec![lease(124, Nonce(3))]),
+            },
+        );
+        if ms < 245_300 {
+            h.note("no lease with the nonce yet: list again after the create timeout");
+            h.tick();
+        }
+    }
     h.note("the restarted agent of the ready node reconnects once");
     h.at(
-        5_200,
+        245_400,
         Input::AgentJoined {
             node: id("workers-1"),
             lease_id: LeaseId::from("vastai:124"),
             agent: AgentId::from("agent-b2"),
         },
     );
-    h.at(5_300, joined("workers-1", 124, "agent-b2"));
+    h.at(245_500, joined("workers-1", 124, "agent-b2"));
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn restart_adopts_a_lease_the_first_list_did_not_show() {
+    // sim KB2: the create took effect but the lease is not listed yet (F4)
+    // when the restarted orchestrator first looks.
+    let plan = RunPlan::example_two_workers();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    let (_, nonce) = first.create("workers-0");
+    first.grant(1_000, "workers-1", 124, true);
+    let journal = first.journal();
+    let mut h = Harness::restore(plan, &journal);
+    h.at(5_000, Input::Start);
+    let visible = vec![lease(124, first.create("workers-1").1)];
+    h.at(
+        5_100,
+        Input::LeasesListed {
+            op: h.list(),
+            result: Ok(visible.clone()),
+        },
+    );
+    h.note("one empty list proves nothing: no abandonment, no second create");
+    h.tick();
+    let mut both = visible;
+    both.push(lease(123, nonce));
+    h.at(
+        125_200,
+        Input::LeasesListed {
+            op: h.list(),
+            result: Ok(both),
+        },
+    );
+    let r = h.orchestrator.node(&id("workers-0")).unwrap();
+    assert_eq!(r.lease_id().map(LeaseId::as_str), Some("vastai:123"));
+    let abandoned = h
+        .journal()
+        .iter()
+        .any(|r| matches!(r, JournalRecord::IntentAbandoned { .. }));
+    assert!(!abandoned, "the intent is never abandoned");
     insta::assert_snapshot!(h.transcript);
 }
 
@@ -267,13 +370,20 @@ fn restart_finishes_a_requested_destroy() {
             result: Ok(()),
         },
     );
-    h.at(
-        5_200,
-        Input::LeasesListed {
-            op: h.list(),
-            result: Ok(vec![]),
-        },
-    );
+    h.note("the other node's open intent: three empty lists a create timeout apart");
+    for ms in [5_200, 125_300, 245_400] {
+        assert!(!h.orchestrator.is_torn_down());
+        h.at(
+            ms,
+            Input::LeasesListed {
+                op: h.list(),
+                result: Ok(vec![]),
+            },
+        );
+        if ms < 245_400 {
+            h.tick();
+        }
+    }
     assert!(h.orchestrator.is_torn_down());
     insta::assert_snapshot!(h.transcript);
 }

@@ -17,6 +17,33 @@ pub(super) enum Then {
     Destroy,
 }
 
+/// Where the resolution of an intent stands (list by nonce).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Resolve {
+    /// Lists in the current run of failed ones, the one in flight included
+    /// (at most `list_attempts_max`).
+    pub(super) tries: u32,
+    /// Successful lists that did not show the nonce (at most
+    /// `list_misses_max`): a lease may exist before lists show it.
+    pub(super) misses: u32,
+    /// Intents tried within this attempt, the current one included.
+    pub(super) intents: u32,
+    /// What to do once resolved.
+    pub(super) then: Then,
+}
+
+impl Resolve {
+    /// A fresh resolution of the current intent.
+    pub(super) fn new(intents: u32, then: Then) -> Resolve {
+        Resolve {
+            tries: 0,
+            misses: 0,
+            intents,
+            then,
+        }
+    }
+}
+
 /// The node's phase: each variant holds only what is valid in it. The
 /// public [`Stage`] is derived from it (transient stages such as
 /// `EndpointKnown` and `HandedOff` are announced but never rest).
@@ -33,9 +60,7 @@ pub(super) enum Phase {
     /// `None` while waiting for a retry (or for `Start` after a restore).
     Resolving {
         op: Option<OpId>,
-        tries: u32,
-        intents: u32,
-        then: Then,
+        resolve: Resolve,
     },
     /// Polling for the endpoint; `op` is `None` between polls.
     Locating {
@@ -190,7 +215,7 @@ impl Machine {
     pub fn is_winding_down(&self) -> bool {
         match self.phase {
             Phase::Requesting { destroy_after, .. } => destroy_after,
-            Phase::Resolving { then, .. } => then == Then::Destroy,
+            Phase::Resolving { resolve, .. } => resolve.then == Then::Destroy,
             Phase::Destroying { .. } | Phase::Destroyed => true,
             Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
             _ => false,
@@ -294,12 +319,10 @@ impl crate::Machine for Machine {
             (
                 Phase::Resolving {
                     op: Some(op),
-                    tries,
-                    intents,
-                    then,
+                    resolve,
                 },
                 Input::LeasesListed { op: got, result },
-            ) if op == got => self.on_listed(now, result, tries, intents, then, &mut out),
+            ) if op == got => self.on_listed(now, result, resolve, &mut out),
             (
                 Phase::Destroying {
                     op: Some(op),

@@ -5,7 +5,7 @@
 //! [`Journaled`] folds one node's records; [`Machine::restore`] turns the
 //! fold into a phase whose pending work the next `Start` resumes.
 
-use super::machine::{Machine, Phase, Then};
+use super::machine::{Machine, Phase, Resolve, Then};
 use super::{AgentFacts, Config, Stage};
 use crate::ids::{AgentId, LogicalNodeId, Nonce};
 use crate::plan::LogicalNodeSpec;
@@ -85,9 +85,7 @@ impl Journaled {
     fn phase(&self) -> (Phase, bool) {
         let resolving = |then| Phase::Resolving {
             op: None,
-            tries: 0,
-            intents: 1,
-            then,
+            resolve: Resolve::new(1, then),
         };
         let has_lease = self.lease.is_some() && !self.released;
         if self.destroy_requested {

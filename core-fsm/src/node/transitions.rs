@@ -2,7 +2,7 @@
 //! `machine.rs` calls. Each one sets the phase first, then pushes the
 //! effects, journal records before the I/O they guard.
 
-use super::machine::{Phase, Then};
+use super::machine::{Phase, Resolve, Then};
 use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff};
 use crate::bootstrap;
 use crate::ids::{AgentId, Nonce, OpId, SessionId};
@@ -32,7 +32,7 @@ impl super::Machine {
                     } else {
                         Then::Bootstrap
                     };
-                    self.issue_list(now, 1, intents, then, out);
+                    self.issue_list(now, Resolve::new(intents, then), out);
                 }
                 (TimerKind::EndpointPoll, Phase::Locating { op: None }) => self.issue_lookup(out),
                 (TimerKind::EndpointDeadline, Phase::Locating { .. }) => {
@@ -43,23 +43,13 @@ impl super::Machine {
                     TimerKind::ListDeadline,
                     Phase::Resolving {
                         op: Some(_),
-                        tries,
-                        intents,
-                        then,
+                        resolve,
                     },
                 ) => {
-                    self.list_failed(now, tries, intents, then, "lease list timed out", out);
+                    self.list_failed(now, resolve, "lease list timed out", out);
                 }
-                (
-                    TimerKind::ListRetry,
-                    Phase::Resolving {
-                        op: None,
-                        tries,
-                        intents,
-                        then,
-                    },
-                ) => {
-                    self.issue_list(now, tries + 1, intents, then, out);
+                (TimerKind::ListRetry, Phase::Resolving { op: None, resolve }) => {
+                    self.issue_list(now, resolve, out);
                 }
                 (
                     TimerKind::DestroyDeadline,
@@ -143,12 +133,9 @@ impl super::Machine {
     pub(super) fn resume(&mut self, now: Instant, out: &mut Out) {
         self.resume = false;
         match self.phase {
-            Phase::Resolving {
-                op: None,
-                intents,
-                then,
-                ..
-            } => self.issue_list(now, 1, intents, then, out),
+            Phase::Resolving { op: None, resolve } => {
+                self.issue_list(now, Resolve::new(resolve.intents, resolve.then), out)
+            }
             Phase::Locating { op: None } => {
                 let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
                 self.timers.set(TimerKind::EndpointDeadline, now + timeout);
@@ -164,20 +151,11 @@ impl super::Machine {
     pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
-        if let (
-            true,
-            Phase::Resolving {
-                op: None,
-                intents,
-                then,
-                ..
-            },
-        ) = (self.resume, self.phase)
-        {
-            if then == Then::Bootstrap {
+        if let (true, Phase::Resolving { op: None, resolve }) = (self.resume, self.phase) {
+            if resolve.then == Then::Bootstrap {
                 self.persist_destroy_requested(out);
             }
-            return self.issue_list(now, 1, intents, Then::Destroy, out);
+            return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
         }
         match self.phase {
             Phase::New => self.enter(Phase::Destroyed, out),
@@ -194,19 +172,13 @@ impl super::Machine {
                     destroy_after: true,
                 };
             }
-            Phase::Resolving {
-                op,
-                tries,
-                intents,
-                then: Then::Bootstrap,
-            } => {
+            Phase::Resolving { op, resolve } if resolve.then == Then::Bootstrap => {
                 self.persist_destroy_requested(out);
-                self.phase = Phase::Resolving {
-                    op,
-                    tries,
-                    intents,
+                let resolve = Resolve {
                     then: Then::Destroy,
+                    ..resolve
                 };
+                self.phase = Phase::Resolving { op, resolve };
             }
             Phase::Locating { .. } | Phase::Dormant { .. } => self.begin_destroy(now, out),
             Phase::Bootstrapping { session } | Phase::Joined { session } => {
@@ -216,7 +188,7 @@ impl super::Machine {
             Phase::Failed { unresolved: true } => {
                 self.persist_destroy_requested(out);
                 let intents = self.config.intents_max;
-                self.issue_list(now, 1, intents, Then::Destroy, out);
+                self.issue_list(now, Resolve::new(intents, Then::Destroy), out);
             }
             Phase::Failed { unresolved: false } if self.record.lease.is_some() => {
                 self.begin_destroy(now, out)
@@ -255,7 +227,7 @@ impl super::Machine {
         match result {
             Ok(granted) => self.lease_known(now, granted.lease, granted.endpoint, then, out),
             Err(e) if e.kind == ProviderErrorKind::Ambiguous => {
-                self.issue_list(now, 1, intents, then, out)
+                self.issue_list(now, Resolve::new(intents, then), out)
             }
             Err(e) => {
                 self.persist_abandoned(out);
@@ -274,11 +246,11 @@ impl super::Machine {
     /// ignore it if it is the lease already known, destroy it otherwise.
     pub(super) fn on_stray_lease(&mut self, now: Instant, granted: LeaseGranted, out: &mut Out) {
         let lease = granted.lease;
-        if let Phase::Resolving { then, .. } = self.phase
+        if let Phase::Resolving { resolve, .. } = self.phase
             && Some(lease.nonce) == self.record.nonce
         {
             self.timers.clear();
-            return self.lease_known(now, lease, granted.endpoint, then, out);
+            return self.lease_known(now, lease, granted.endpoint, resolve.then, out);
         }
         if self.record.lease_id() == Some(&lease.lease_id) {
             self.ignored += 1;
@@ -380,24 +352,38 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<Vec<LeaseFacts>, ProviderError>,
-        tries: u32,
-        intents: u32,
-        then: Then,
+        resolve: Resolve,
         out: &mut Out,
     ) {
         self.timers.clear();
         let leases = match result {
             Ok(leases) => leases,
-            Err(e) => return self.list_failed(now, tries, intents, then, &e.message, out),
+            Err(e) => return self.list_failed(now, resolve, &e.message, out),
         };
         let nonce = self.record.nonce;
         if let Some(lease) = leases.into_iter().find(|lease| Some(lease.nonce) == nonce) {
-            return self.lease_known(now, lease, None, then, out);
+            return self.lease_known(now, lease, None, resolve.then, out);
         }
-        // The list succeeded and no lease carries the nonce: the create did
-        // not take effect, so the intent is closed for good.
+        let misses = resolve.misses + 1;
+        if misses < self.config.list_misses_max {
+            // A lease can exist before lists show it (F4): look again after
+            // a create timeout before concluding anything.
+            let resolve = Resolve {
+                tries: 0,
+                misses,
+                ..resolve
+            };
+            self.phase = Phase::Resolving { op: None, resolve };
+            let settle = self.record.desired.boot.timeouts.lease_create_timeout;
+            self.timers.set(TimerKind::ListRetry, now + settle);
+            return;
+        }
+        // Every list, spread over the settle intervals, succeeded without
+        // the nonce: the create did not take effect, so the intent is closed
+        // for good.
         self.persist_abandoned(out);
-        match then {
+        let intents = resolve.intents;
+        match resolve.then {
             Then::Destroy => self.enter(Phase::Destroyed, out),
             Then::Bootstrap if intents < self.config.intents_max => {
                 let attempt = self.record.attempt.max(1);
@@ -407,34 +393,22 @@ impl super::Machine {
         }
     }
 
-    fn list_failed(
-        &mut self,
-        now: Instant,
-        tries: u32,
-        intents: u32,
-        then: Then,
-        why: &str,
-        out: &mut Out,
-    ) {
+    fn list_failed(&mut self, now: Instant, resolve: Resolve, why: &str, out: &mut Out) {
         self.timers.clear();
+        let tries = resolve.tries;
         if tries < self.config.list_attempts_max {
             let c = &self.config;
             self.timers.set(
                 TimerKind::ListRetry,
                 now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
             );
-            self.phase = Phase::Resolving {
-                op: None,
-                tries,
-                intents,
-                then,
-            };
+            self.phase = Phase::Resolving { op: None, resolve };
             return;
         }
         // A failed list is never an empty list: the intent stays open, and
         // only an explicit Destroy tries to resolve it again.
         let reason = format!("lease intent unresolved after {tries} lists: {why}");
-        if then == Then::Destroy {
+        if resolve.then == Then::Destroy {
             self.record.destroy_error = Some(reason.clone());
         }
         self.fail_with(now, reason, true, out);
@@ -598,16 +572,19 @@ impl super::Machine {
         self.timers.set(TimerKind::DestroyDeadline, now + timeout);
     }
 
-    fn issue_list(&mut self, now: Instant, tries: u32, intents: u32, then: Then, out: &mut Out) {
+    /// Lists the run's leases; `resolve.tries` counts this list.
+    fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Out) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();
+        let resolve = Resolve {
+            tries: resolve.tries + 1,
+            ..resolve
+        };
         self.enter(
             Phase::Resolving {
                 op: Some(op),
-                tries,
-                intents,
-                then,
+                resolve,
             },
             out,
         );
