@@ -3,6 +3,7 @@
 //! (`down`). `up` lives in [`crate::up`].
 
 mod down;
+pub mod fake_vast;
 mod ledger;
 mod logs;
 mod plan_file;
@@ -64,6 +65,24 @@ pub enum Command {
     },
     /// Destroy every lease the journal knows, whether or not `up` runs.
     Down,
+    /// A fake Vast.ai server (the real API's paths and quirks) whose
+    /// instances are local SSH nodes; needs `$VAST_API_KEY` (the one key it
+    /// accepts). Runs until SIGINT or SIGTERM, then destroys its nodes.
+    FakeVast {
+        /// Where to listen, e.g. `127.0.0.1:18080` (port 0: any free port).
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// `fast`: instant lifecycles, no rate limits; `realistic`: Vast.ai's
+        /// timings and documented rate limits.
+        #[arg(long, value_enum, default_value = "fast")]
+        profile: fake_vast::Profile,
+        /// The environment variable holding the key the fake accepts.
+        #[arg(long, default_value = "VAST_API_KEY")]
+        api_key_env: String,
+        /// The fake's own folder (its nodes); default `<state dir>/fake-vast`.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// The process that plays a rented machine for the local provider.
     #[command(hide = true)]
     LocalNode {
@@ -96,10 +115,24 @@ pub fn main(cli: Cli) -> i32 {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Up { plan } => crate::up::run(&state_dir, &plan, json).await,
-            Command::Plan { plan } => plan_command(&plan, json),
+            Command::Plan { plan } => plan_command(&plan, json).await,
             Command::Status => status_command(&state_dir, json),
             Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,
             Command::Down => down::run(&state_dir, json).await,
+            Command::FakeVast {
+                listen,
+                profile,
+                api_key_env,
+                dir,
+            } => {
+                let args = fake_vast::Args {
+                    listen,
+                    profile,
+                    api_key_env,
+                    dir,
+                };
+                fake_vast::run(&state_dir, args, json).await
+            }
             Command::LocalNode {
                 dir,
                 authorized_key,
@@ -131,12 +164,24 @@ pub fn load_plan(path: &Path) -> Result<core_fsm::plan::RunPlan, String> {
     plan_file::load(path)
 }
 
-fn plan_command(path: &Path, json: bool) -> i32 {
+async fn plan_command(path: &Path, json: bool) -> i32 {
     let plan = match load_plan(path) {
         Ok(plan) => plan,
         Err(e) => {
             eprintln!("drover: {e}");
             return EXIT_CONFIG;
+        }
+    };
+    if let Err(e) = crate::provider::check_plan(&plan) {
+        eprintln!("drover: {e}");
+        return EXIT_CONFIG;
+    }
+    // Vast.ai groups: the offers `up` would rent now and the worst case.
+    let vast = match crate::provider::vastai::plan::offers(&plan).await {
+        Ok(vast) => vast,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_FAILURE;
         }
     };
     let nodes = core_fsm::plan::expand(&plan);
@@ -151,7 +196,10 @@ fn plan_command(path: &Path, json: bool) -> i32 {
                 })
             })
             .collect();
-        let doc = serde_json::json!({ "run_id": plan.run_id.0, "nodes": rows, "would_create": nodes.len() });
+        let mut doc = serde_json::json!({ "run_id": plan.run_id.0, "nodes": rows, "would_create": nodes.len() });
+        if let Some(vast) = &vast {
+            doc["vastai"] = crate::provider::vastai::plan::to_json(vast);
+        }
         println!("{doc}");
     } else {
         println!(
@@ -174,6 +222,9 @@ fn plan_command(path: &Path, json: bool) -> i32 {
                 n.shape.image,
                 n.boot.verify_commands.len()
             );
+        }
+        if let Some(vast) = &vast {
+            print!("{}", crate::provider::vastai::plan::render(vast));
         }
     }
     EXIT_OK

@@ -1,16 +1,21 @@
 //! Provider adapters: stateless answers to create, look up, destroy and list
-//! leases. Every adapter (local now, vastai and docker later) implements
+//! leases. Every adapter (local, vastai; docker later) implements
 //! [`Provider`]; the effect sink turns its answers into inputs.
+//! [`for_state_dir`] builds the ones a run's plan names.
 
 pub mod local;
+pub mod vastai;
 
 use core_fsm::ids::RunId;
-use core_fsm::plan::ProviderKind;
+use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{
     CreateLeaseRequest, EndpointStatus, LeaseFacts, LeaseGranted, ProviderError, ProviderErrorKind,
 };
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A boxed, sendable future (keeps [`Provider`] usable as a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -38,6 +43,50 @@ pub trait Provider: Send + Sync {
 
     /// Every live lease labelled with `run_id` (adoption after a restart).
     fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>>;
+}
+
+/// The providers of a run, by kind.
+pub type Providers = BTreeMap<ProviderKind, Arc<dyn Provider>>;
+
+/// Checks, before anything is written, that every provider `plan` names can
+/// be built here: its settings read and, for vastai, an API key found.
+pub fn check_plan(plan: &RunPlan) -> Result<(), String> {
+    if vastai::settings::from_plan(plan)?.is_some() {
+        vastai::settings::api_key()?;
+    }
+    Ok(())
+}
+
+/// The providers of the run in `state_dir`: local always, and those the
+/// plan copy `up` left there (`plan.json`) names. `drover down` uses this
+/// too, so it reaches the same APIs `up` rented through.
+pub fn for_state_dir(state_dir: &Path) -> Result<Providers, String> {
+    let plan = match std::fs::read(state_dir.join("plan.json")) {
+        Ok(bytes) => Some(
+            serde_json::from_slice::<RunPlan>(&bytes)
+                .map_err(|e| format!("{}: {e}", state_dir.join("plan.json").display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("{}: {e}", state_dir.join("plan.json").display())),
+    };
+    for_plan(state_dir, plan.as_ref())
+}
+
+/// The providers for `plan` (local only without one) on `state_dir`.
+pub fn for_plan(state_dir: &Path, plan: Option<&RunPlan>) -> Result<Providers, String> {
+    let drover = std::env::current_exe().map_err(|e| format!("the drover binary: {e}"))?;
+    let public_key = crate::ssh::identity::public_key_path(state_dir);
+    let mut providers: Providers = BTreeMap::new();
+    let local = local::LocalProvider::new(state_dir, &drover, &public_key);
+    providers.insert(ProviderKind::Local, Arc::new(local));
+    if let Some(settings) = plan.map(vastai::settings::from_plan).transpose()?.flatten() {
+        let key = vastai::settings::api_key()?;
+        let public = std::fs::read_to_string(&public_key)
+            .map_err(|e| format!("{}: {e}", public_key.display()))?;
+        let provider = vastai::VastProvider::new(&settings, key, &public).map_err(|e| e.message)?;
+        providers.insert(ProviderKind::Vastai, Arc::new(provider));
+    }
+    Ok(providers)
 }
 
 /// The label a provider writes on a lease: `drover-run=<run>;nonce=<nonce>`.

@@ -18,7 +18,6 @@ pub mod wiring;
 use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 use crate::journal::{Journal, Tail};
 use crate::provider::Provider;
-use crate::provider::local::LocalProvider;
 use crate::ssh::identity;
 use core_fsm::Machine;
 use core_fsm::node::Stage;
@@ -59,6 +58,10 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    if let Err(e) = crate::provider::check_plan(&plan) {
+        eprintln!("drover: {e}");
+        return EXIT_CONFIG;
+    }
     let previous = match Journal::read(state_dir) {
         Ok(recovered) => recovered,
         Err(e) => {
@@ -137,13 +140,10 @@ pub fn prepare_state(
     Ok((journal, recovered.records))
 }
 
-/// The providers this runtime offers.
+/// The providers of the run in `state_dir` (see
+/// [`crate::provider::for_state_dir`]).
 pub fn providers(state_dir: &Path) -> anyhow::Result<BTreeMap<ProviderKind, Arc<dyn Provider>>> {
-    let drover = std::env::current_exe()?;
-    let local = LocalProvider::new(state_dir, &drover, &identity::public_key_path(state_dir));
-    let mut providers: BTreeMap<ProviderKind, Arc<dyn Provider>> = BTreeMap::new();
-    providers.insert(ProviderKind::Local, Arc::new(local));
-    Ok(providers)
+    crate::provider::for_state_dir(state_dir).map_err(anyhow::Error::msg)
 }
 
 /// Drives `machine` until it is torn down; returns the exit code.

@@ -1,5 +1,7 @@
 //! `drover local-node`: the process that plays a rented machine. An SSH
-//! server on 127.0.0.1 (russh), public-key auth against one authorized key,
+//! server on 127.0.0.1 (russh), public-key auth against the keys of an
+//! `authorized_keys`-style file (read at each attempt, so a key appended
+//! later is accepted, as sshd does),
 //! a fresh host key per node, and every exec run by `/bin/sh -c` in the
 //! node's folder with its stdout/stderr streamed back as they come.
 
@@ -22,7 +24,7 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 pub struct NodeArgs {
     /// The node's folder: commands run here.
     pub dir: PathBuf,
-    /// The only public key allowed in (OpenSSH format).
+    /// The public keys allowed in: OpenSSH public key lines (usually one).
     pub authorized_key: PathBuf,
     /// Where the listening port is written.
     pub port_file: PathBuf,
@@ -36,7 +38,12 @@ pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
         &args.dir.join("pid"),
         std::process::id().to_string().as_bytes(),
     )?;
-    let authorized = russh::keys::load_public_key(&args.authorized_key)?;
+    // Fail fast on a file without a single key; later reads re-check it.
+    anyhow::ensure!(
+        !authorized_keys(&args.authorized_key).is_empty(),
+        "{} holds no OpenSSH public key",
+        args.authorized_key.display()
+    );
     let host_key = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)?;
     let config = Arc::new(russh::server::Config {
         keys: vec![host_key],
@@ -55,7 +62,7 @@ pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
     loop {
         let (socket, peer) = listener.accept().await?;
         let handler = Node {
-            authorized: authorized.clone(),
+            authorized: args.authorized_key.clone(),
             dir: args.dir.clone(),
             path: path.clone(),
             running: Arc::default(),
@@ -85,7 +92,8 @@ fn path_with_binaries() -> anyhow::Result<String> {
 
 /// One client connection.
 struct Node {
-    authorized: PublicKey,
+    /// The authorized keys file.
+    authorized: PathBuf,
     dir: PathBuf,
     path: String,
     /// Shells of this connection's commands that still run.
@@ -144,6 +152,25 @@ fn children_of(parent: u32) -> Vec<u32> {
     children
 }
 
+/// The public keys in an `authorized_keys`-style file; unreadable lines
+/// (comments, options, garbage) are skipped.
+fn authorized_keys(path: &Path) -> Vec<PublicKey> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .filter_map(|line| PublicKey::from_openssh(line).ok())
+        .collect()
+}
+
+impl Node {
+    fn accepts(&self, key: &PublicKey) -> bool {
+        authorized_keys(&self.authorized)
+            .iter()
+            .any(|k| k.key_data() == key.key_data())
+    }
+}
+
 impl russh::server::Handler for Node {
     type Error = russh::Error;
 
@@ -152,13 +179,11 @@ impl russh::server::Handler for Node {
         _user: &str,
         offer: russh::server::PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
-        Ok(
-            if offer.public_key.key_data() == self.authorized.key_data() {
-                Auth::Accept
-            } else {
-                Auth::reject()
-            },
-        )
+        Ok(if self.accepts(offer.public_key) {
+            Auth::Accept
+        } else {
+            Auth::reject()
+        })
     }
 
     async fn auth_publickey(
@@ -166,7 +191,7 @@ impl russh::server::Handler for Node {
         _user: &str,
         key: VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
-        Ok(if key.public_key.key_data() == self.authorized.key_data() {
+        Ok(if self.accepts(key.public_key) {
             Auth::Accept
         } else {
             Auth::reject()

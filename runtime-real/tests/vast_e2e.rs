@@ -1,0 +1,190 @@
+//! The vastai provider end to end: `drover fake-vast` (the fake Vast.ai
+//! server, its instances real local SSH nodes) and `drover up` / `plan` on a
+//! vastai plan pointed at it, through the real provider code, real SSH and
+//! real agents. Every wait is on an event with a bound.
+
+mod vast_support;
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use vast_support::*;
+
+const SETTLE: Duration = Duration::from_secs(120);
+const EXIT: Duration = Duration::from_secs(90);
+
+#[test]
+fn up_brings_every_vast_node_ready_then_stop_destroys_every_instance_and_the_key_never_leaks() {
+    let dir = scratch("happy");
+    let state = dir.join("state");
+    let mut fake = Fake::start(&dir);
+    let plan = write_plan(&dir, &vast_plan(&fake.url, 3));
+    let started = Instant::now();
+    let mut up = Up::start(&state, &plan);
+    let settled = up.wait_settled(SETTLE);
+    let to_ready = started.elapsed();
+    assert_eq!(settled["nodes"].as_array().unwrap().len(), 3, "{settled}");
+    let status = status(&state);
+    for node in status["nodes"].as_array().unwrap() {
+        assert_eq!(
+            (node["stage"].as_str(), node["ready"].as_bool()),
+            (Some("Dormant"), Some(true)),
+            "{node}"
+        );
+        assert!(
+            node["lease"].as_str().unwrap().starts_with("vastai:"),
+            "{node}"
+        );
+    }
+    // Three instances, each labelled for its node with its intent's nonce,
+    // each reached over SSH with drover's key only (no API key on a host).
+    let instances = fake.live();
+    assert_eq!(instances.len(), 3, "{instances:?}");
+    let mut nodes: Vec<String> = instances
+        .iter()
+        .map(|i| {
+            let label = i["label"].as_str().unwrap();
+            let parsed = vastai::label::LeaseLabel::parse(label).expect("a drover label");
+            assert_eq!(parsed.run_id.0, 1);
+            assert_eq!(i["actual_status"], "running", "{i}");
+            for (_, value) in i["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| (kv[0].clone(), kv[1].clone()))
+            {
+                assert!(!value.as_str().unwrap_or("").contains(KEY));
+            }
+            parsed.node.0
+        })
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["workers-0", "workers-1", "workers-2"]);
+
+    let stop_started = Instant::now();
+    assert_eq!(up.stop(EXIT), 0, "{}", up.transcript().join("\n"));
+    let teardown = stop_started.elapsed();
+    assert_eq!(
+        fake.live(),
+        Vec::<serde_json::Value>::new(),
+        "instances left"
+    );
+    // The fake stopped every machine: no node folder is left.
+    fake.wait_count("stopped", 3, EXIT);
+    // Every machine behind them is gone: no node folder is left.
+    let left: Vec<_> = std::fs::read_dir(fake.dir.join("nodes"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(left, Vec::<std::path::PathBuf>::new(), "node folders left");
+    let mut lines = up.transcript();
+    lines.extend(fake.stop());
+    for args in [
+        &["--json", "status"][..],
+        &["status"],
+        &["logs", "workers-0"],
+    ] {
+        lines.push(text(&drover(&state, args)));
+    }
+    assert_no_key_in_lines(&lines);
+    let files = assert_no_key_in_files(&dir);
+    assert!(state.join("journal.bin").exists());
+    assert!(files > 5, "the key check read the run's files ({files})");
+    eprintln!("timing: 3 vast nodes ready in {to_ready:?}, teardown {teardown:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_ambiguous_create_f5_yields_exactly_one_instance_per_node_end_to_end() {
+    let dir = scratch("f5");
+    let state = dir.join("state");
+    let mut fake = Fake::start(&dir);
+    // The first create is committed, then its answer is cut mid-body: the
+    // client says Ambiguous, the orchestrator lists by label and adopts.
+    fake.add_rule(json!({"scenario": {"kind": "f05_create_lost", "cut": true}, "times": 1}));
+    let plan = write_plan(&dir, &vast_plan(&fake.url, 2));
+    let mut up = Up::start(&state, &plan);
+    up.wait_settled(SETTLE);
+    let status = status(&state);
+    for node in status["nodes"].as_array().unwrap() {
+        assert_eq!(node["ready"], true, "{node}");
+    }
+    let instances = fake.instances();
+    assert_eq!(
+        instances.len(),
+        2,
+        "one instance per intent, never two: {instances:?}"
+    );
+    assert_eq!(fake.creates_seen(), 2);
+    let mut leases: Vec<String> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["lease"].as_str().unwrap().to_owned())
+        .collect();
+    let mut ids: Vec<String> = instances
+        .iter()
+        .map(|i| format!("vastai:{}", i["id"]))
+        .collect();
+    leases.sort();
+    ids.sort();
+    assert_eq!(leases, ids, "both instances are the nodes' leases");
+    assert_eq!(up.stop(EXIT), 0, "{}", up.transcript().join("\n"));
+    assert_eq!(fake.live(), Vec::<serde_json::Value>::new());
+    let mut lines = up.transcript();
+    lines.extend(fake.stop());
+    assert_no_key_in_lines(&lines);
+    assert_no_key_in_files(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plan_shows_the_chosen_offers_and_the_worst_case_per_hour() {
+    let dir = scratch("plan");
+    let state = dir.join("state");
+    let mut fake = Fake::start(&dir);
+    let plan = write_plan(&dir, &vast_plan(&fake.url, 2));
+    let out = drover(&state, &["--json", "plan", plan.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let vast = &doc["vastai"];
+    assert_eq!(vast["base_url"], fake.url.as_str());
+    let group = &vast["groups"][0];
+    // Cheapest fitting first: 18422312 ($0.30 + storage), then 18422311
+    // ($0.32); 18422313 is cheaper but unverified.
+    let offers: Vec<u64> = group["offers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["offer_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(offers, [18_422_312, 18_422_311], "{group}");
+    assert_eq!(group["candidates"], 3);
+    assert_eq!(group["shortfall"], 0);
+    // The price cap bounds every create: 2 x 40 cents.
+    assert_eq!(group["worst_case_cents_per_hour"], 80, "{group}");
+    assert_eq!(vast["worst_case_cents_per_hour"], 80);
+    let expected = group["expected_dollars_per_hour"].as_f64().unwrap();
+    assert!(expected > 0.62 && expected < 0.63, "{expected}");
+
+    let out = drover(&state, &["plan", plan.to_str().unwrap()]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    for needle in [
+        "18422312",
+        "18422311",
+        "RTX 4090",
+        "worst case",
+        "$0.80/h",
+        "80 cents/h",
+    ] {
+        assert!(shown.contains(needle), "{needle} missing from:\n{shown}");
+    }
+    assert!(!state.exists(), "plan writes nothing");
+    assert!(fake.instances().is_empty(), "plan creates nothing");
+    let mut lines = vec![shown, text(&out)];
+    lines.extend(fake.stop());
+    assert_no_key_in_lines(&lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
