@@ -188,3 +188,47 @@ fn plan_shows_the_chosen_offers_and_the_worst_case_per_hour() {
     assert_no_key_in_lines(&lines);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_example_plan_runs_end_to_end_against_the_fake() {
+    let dir = scratch("example");
+    let state = dir.join("state");
+    let mut fake = Fake::start(&dir);
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/vast-fake.toml");
+    let text_of_example = std::fs::read_to_string(example).unwrap();
+    assert!(text_of_example.contains("http://127.0.0.1:18080"));
+    // The same plan, pointed at this test's fake instead of port 18080.
+    let plan = dir.join("vast-fake.toml");
+    std::fs::write(
+        &plan,
+        text_of_example.replace("http://127.0.0.1:18080", &fake.url),
+    )
+    .unwrap();
+    let out = drover(&state, &["--json", "plan", plan.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["vastai"]["groups"][0]["offers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{doc}"
+    );
+    assert_eq!(doc["vastai"]["worst_case_cents_per_hour"], 80, "{doc}");
+    let mut up = Up::start(&state, &plan);
+    up.wait_settled(SETTLE);
+    let status = status(&state);
+    for node in status["nodes"].as_array().unwrap() {
+        assert_eq!(node["ready"], true, "{node}");
+    }
+    assert_eq!(fake.live().len(), 2);
+    assert_eq!(up.stop(EXIT), 0, "{}", up.transcript().join("\n"));
+    assert_eq!(fake.live(), Vec::<serde_json::Value>::new());
+    let mut lines = up.transcript();
+    lines.extend(fake.stop());
+    assert_no_key_in_lines(&lines);
+    assert_no_key_in_files(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

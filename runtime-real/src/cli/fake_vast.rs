@@ -97,13 +97,14 @@ pub async fn run(state_dir: &Path, args: Args, json: bool) -> i32 {
         }
     };
     let url = server.base_url();
+    let profile = format!("{:?}", args.profile).to_lowercase();
     events.say(
-        json!({"event": "listening", "url": url, "profile": format!("{:?}", args.profile).to_lowercase(),
+        json!({"event": "listening", "url": url, "profile": profile,
                "key_env": args.api_key_env, "key_chars": key_len}),
         &format!(
-            "fake-vast: listening on {url} (profile {:?}); clients use the key in ${} ({key_len} characters): \
-             VAST_URL={url} VAST_API_KEY=... drover up PLAN",
-            args.profile, args.api_key_env
+            "fake-vast: listening on {url} (profile {profile}); clients use the key in ${} \
+             ({key_len} characters): VAST_URL={url} VAST_API_KEY=... drover up PLAN",
+            args.api_key_env
         ),
     );
     wait_for_stop().await;
