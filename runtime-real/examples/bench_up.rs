@@ -62,7 +62,7 @@ fn bench(drover: &Path, nodes: u32) -> Result<(Duration, Duration), String> {
     let mut plan = RunPlan::local(nodes);
     plan.groups[0].boot.start_command = AGENT_START.to_owned();
     let plan_path = dir.join("plan.toml");
-    std::fs::write(&plan_path, runtime_real::cli::plan_to_toml(&plan))
+    std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan))
         .map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut up = Command::new(drover)

@@ -107,8 +107,10 @@ pub struct Runtime<J> {
     pub plan: RunPlan,
     /// `--json`.
     pub json: bool,
-    /// The control plane (join tokens).
+    /// The control plane (join tokens, stopping agents).
     pub joins: Arc<J>,
+    /// The lease book the journal's disk keeps (restored records folded in).
+    pub leases: Arc<ports::Leases>,
     /// Inputs the control plane produces (`AgentJoined`), forwarded into
     /// the loop.
     pub control_inputs: mpsc::Receiver<Input>,
@@ -157,6 +159,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         plan,
         json,
         joins,
+        leases,
         mut control_inputs,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
@@ -180,12 +183,13 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         joins,
         tx,
         view: view.clone(),
+        leases: leases.clone(),
     });
     let clock = TokioClock::start();
     let ports = Ports {
         clock,
         source: ChannelSource { rx, clock },
-        disk: JournalDisk { journal },
+        disk: JournalDisk { journal, leases },
         sink,
     };
     let mut driver = Driver::new(machine, ports);

@@ -15,6 +15,30 @@ fn example(name: &str) -> RunPlan {
 }
 
 #[test]
+fn every_example_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in &names {
+        example(name);
+    }
+}
+
+#[test]
+fn the_local_example_has_three_workers() {
+    let plan = example("local.toml");
+    assert_eq!(plan.groups.len(), 1);
+    assert_eq!(plan.groups[0].provider, ProviderKind::Local);
+    assert_eq!(plan.groups[0].count, 3);
+    assert!(plan.groups[0].boot.start_command.contains("${JOIN_TOKEN}"));
+}
+
+#[test]
 fn the_static_example_parses() {
     let plan = example("static.toml");
     assert_eq!(plan.run_id, RunId(7));

@@ -48,10 +48,13 @@ fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_a
     );
     let pids = node_pids(&state);
     assert_eq!(running(&pids).len(), 3);
+    assert_eq!(admitted(&state).len(), 3, "every agent is admitted");
 
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    // A destroyed lease's agent may not rejoin: the control plane forgot it.
+    assert_eq!(admitted(&state), Vec::<String>::new());
     let status = status_after(&state);
     for i in 0..3 {
         assert_eq!(
@@ -65,6 +68,15 @@ fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_a
 
 fn status_after(state: &std::path::Path) -> serde_json::Value {
     status(state)
+}
+
+/// The nodes whose agents the control plane admits (and would let rejoin).
+fn admitted(state: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(state.join("control/admitted.json")).unwrap();
+    let list: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    list.iter()
+        .map(|a| a["binding"]["node"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -155,22 +167,28 @@ fn a_malformed_plan_exits_2_naming_line_and_field_and_writes_nothing() {
     let dir = scratch("malformed");
     let state = dir.join("state");
     let plan = dir.join("bad.toml");
-    let mut text = runtime_real::cli::plan_to_toml(&local_plan(1));
+    let mut text = runtime_real::plan_toml::to_string(&local_plan(1));
     text.insert_str(0, "run_id = = 3\n");
     std::fs::write(&plan, &text).unwrap();
     let out = drover(&state, &["up", plan.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("line 1"), "names the line: {stderr}");
+    assert!(
+        stderr.contains("bad.toml:1:"),
+        "names the file and line: {stderr}"
+    );
     assert!(!state.exists(), "a config error writes nothing");
 
     let mut invalid = local_plan(1);
     invalid.groups[0].count = 0;
-    std::fs::write(&plan, runtime_real::cli::plan_to_toml(&invalid)).unwrap();
+    std::fs::write(&plan, runtime_real::plan_toml::to_string(&invalid)).unwrap();
     let out = drover(&state, &["up", plan.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("count"), "names the field: {stderr}");
+    assert!(
+        stderr.contains("group[0].count"),
+        "names the field: {stderr}"
+    );
     assert!(!state.exists(), "a config error writes nothing");
     std::fs::remove_dir_all(&dir).unwrap();
 }

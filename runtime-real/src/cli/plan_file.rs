@@ -1,22 +1,20 @@
-//! Loading a plan file for the CLI: TOML parsed into a `RunPlan`, then every
-//! rule of `core_fsm::plan::validate` checked; errors name the line and the
-//! field.
+//! Loading a plan file for the CLI: `plan_toml` reads it (every problem at
+//! once, each with file, line, column and field) and checks the rules of
+//! `core_fsm::plan::validate`.
 
 use core_fsm::plan::RunPlan;
 use std::path::Path;
 
-/// Reads, parses and validates the plan at `path`.
+/// Reads, parses and validates the plan at `path`; the error lists every
+/// problem, one per line.
 pub fn load(path: &Path) -> Result<RunPlan, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let plan: RunPlan = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    core_fsm::plan::validate(&plan).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
-        format!("{}: invalid plan:\n{}", path.display(), lines.join("\n"))
-    })?;
-    Ok(plan)
+    crate::plan_toml::parse(path).map_err(|e| match e {
+        crate::plan_toml::PlanFileError::Read { .. } => e.to_string(),
+        crate::plan_toml::PlanFileError::Invalid { .. } => format!("invalid plan:\n{e}"),
+    })
 }
 
 /// A plan as plan-file text that [`load`] reads back to the same plan.
 pub fn to_toml(plan: &RunPlan) -> String {
-    toml::to_string(plan).expect("a run plan always has a TOML form")
+    crate::plan_toml::to_string(plan)
 }

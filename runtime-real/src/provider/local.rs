@@ -38,8 +38,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// How long a new node may take to listen.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a node's group gets between SIGTERM and SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a node's leader gets between SIGTERM and SIGKILL of its group
+/// (the node server exits on SIGTERM at once; the agent was told to shut
+/// down over the control plane before).
+const STOP_GRACE: Duration = Duration::from_millis(500);
 /// The user name the local SSH server reports (it accepts any name with the
 /// right key).
 pub const SSH_USER: &str = "drover";
@@ -232,7 +234,7 @@ impl LocalProvider {
             if found {
                 // Members that outlived their leader (or whose leader was
                 // killed by someone else) still run in the node's folder.
-                process::sweep_group(pid, &dir, STOP_GRACE)
+                process::sweep_group(pid, &dir)
                     .await
                     .map_err(|e| error(Transient, format!("sweep: {e}")))?;
             }

@@ -1,11 +1,14 @@
 //! The real runtime's ports for the shared effect loop: a tokio clock, an
 //! input channel raced against the machine's deadline, and the journal as
-//! the loop's disk.
+//! the loop's disk (with the lease book its records keep).
 
 use crate::journal::Journal;
 use core_fsm::Instant;
+use core_fsm::ids::{LeaseId, LogicalNodeId};
 use core_fsm::port::{Input, JournalRecord};
 use driver::DiskError;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// Milliseconds since the process started driving the run.
@@ -59,10 +62,13 @@ impl driver::InputSource for ChannelSource {
     }
 }
 
-/// The journal as the loop's disk: append and fsync before returning.
+/// The journal as the loop's disk: append and fsync before returning; each
+/// durable record is then shown to the runtime's [`Leases`] book.
 pub struct JournalDisk {
     /// The open journal.
     pub journal: Journal,
+    /// Which lease belongs to which node, kept from the records.
+    pub leases: Arc<Leases>,
 }
 
 impl driver::Disk for JournalDisk {
@@ -71,6 +77,66 @@ impl driver::Disk for JournalDisk {
         let journal = &mut self.journal;
         tokio::task::block_in_place(|| journal.append(record)).map_err(|e| DiskError {
             message: e.to_string(),
-        })
+        })?;
+        self.leases.record(record);
+        Ok(())
+    }
+}
+
+/// The leases of the run by node, folded from the journal's records (those
+/// restored at start and each one persisted since), so the sink knows whose
+/// agent to stop before a lease is destroyed, adopted leases included; and
+/// a released lease's agent is forgotten by the control plane.
+pub struct Leases {
+    nodes: Mutex<BTreeMap<LeaseId, LogicalNodeId>>,
+    released: Box<Released>,
+}
+
+/// What [`Leases`] calls when a lease's release is durable.
+type Released = dyn Fn(&LogicalNodeId, &LeaseId) + Send + Sync;
+
+impl Leases {
+    /// A book that calls `released` for every `LeaseReleased` persisted
+    /// from now on.
+    pub fn new(released: impl Fn(&LogicalNodeId, &LeaseId) + Send + Sync + 'static) -> Leases {
+        Leases {
+            nodes: Mutex::new(BTreeMap::new()),
+            released: Box::new(released),
+        }
+    }
+
+    /// Folds in the records a restore starts from. Their releases are
+    /// history: `released` is not called for them (the control plane's own
+    /// admissions are newer than anything they could say).
+    pub fn restore(&self, records: &[JournalRecord]) {
+        for record in records {
+            self.fold(record);
+        }
+    }
+
+    /// Folds in a record just made durable.
+    pub fn record(&self, record: &JournalRecord) {
+        self.fold(record);
+        if let JournalRecord::LeaseReleased { node, lease_id } = record {
+            (self.released)(node, lease_id);
+        }
+    }
+
+    fn fold(&self, record: &JournalRecord) {
+        let mut nodes = self.nodes.lock().expect("leases");
+        match record {
+            JournalRecord::LeaseKnown { node, lease } => {
+                nodes.insert(lease.lease_id.clone(), node.clone());
+            }
+            JournalRecord::LeaseReleased { lease_id, .. } => {
+                nodes.remove(lease_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The node `lease` belongs to.
+    pub fn node_of(&self, lease: &LeaseId) -> Option<LogicalNodeId> {
+        self.nodes.lock().expect("leases").get(lease).cloned()
     }
 }

@@ -1,11 +1,13 @@
 //! The real effect sink: every effect other than `Persist` becomes a spawned
 //! task (provider call, SSH connect/exec/close) whose answer comes back on
 //! the input channel with the effect's `OpId`, or a local action (revoke a
-//! join token, append a log line, show a node's new stage).
+//! join token, append a log line, show a node's new stage). A destroy first
+//! stops the node's agent over the control plane.
 
+use super::ports::Leases;
 use super::view::LiveView;
 use crate::datastream;
-use crate::provider::Provider;
+use crate::provider::{BoxFuture, Provider};
 use crate::ssh;
 use core_fsm::Instant;
 use core_fsm::ids::{LeaseId, LogicalNodeId, RunId, SessionId};
@@ -19,7 +21,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-/// What the sink needs of the control plane: its address and join tokens.
+/// What the sink needs of the control plane: its address, join tokens, and
+/// a way to stop a node's agent.
 pub trait Joins: Send + Sync {
     /// What `${ORCH_ADDR}` becomes.
     fn addr_string(&self) -> String;
@@ -27,6 +30,11 @@ pub trait Joins: Send + Sync {
     fn mint(&self, binding: JoinBinding) -> String;
     /// Revokes any unused token of `binding`.
     fn revoke(&self, binding: &JoinBinding);
+    /// Tells `node`'s connected agent to shut down and waits, bounded, for
+    /// its connection to end; at once when none is connected. Called before
+    /// the node's lease is destroyed: the agent leaves cleanly (exit 0, its
+    /// connection closed by itself) instead of being killed mid-connection.
+    fn stop_agent(&self, node: &LogicalNodeId) -> BoxFuture<'_, ()>;
 }
 
 /// Shared between the sink and its tasks.
@@ -38,7 +46,7 @@ struct Shared {
     joins: Arc<dyn Joins>,
     tx: mpsc::Sender<Input>,
     sessions: Mutex<BTreeMap<SessionId, Session>>,
-    lease_nodes: Mutex<BTreeMap<LeaseId, LogicalNodeId>>,
+    leases: Arc<Leases>,
 }
 
 /// One bootstrap session's connection (once connected) and its lease.
@@ -70,6 +78,8 @@ pub struct SinkParts {
     pub tx: mpsc::Sender<Input>,
     /// The live view the sink keeps current.
     pub view: Arc<Mutex<LiveView>>,
+    /// Which node each lease belongs to (kept by the journal's disk).
+    pub leases: Arc<Leases>,
 }
 
 impl RealSink {
@@ -84,7 +94,7 @@ impl RealSink {
             joins: parts.joins,
             tx: parts.tx,
             sessions: Mutex::new(BTreeMap::new()),
-            lease_nodes: Mutex::new(BTreeMap::new()),
+            leases: parts.leases,
         };
         RealSink {
             shared: Arc::new(shared),
@@ -132,17 +142,10 @@ impl driver::EffectSink for RealSink {
         match effect {
             Effect::Persist(_) => unreachable!("the driver completes Persist itself"),
             Effect::CreateLease { op, request } => self.spawn(|s| async move {
-                let node = request.node.clone();
                 let result = match s.provider(request.provider) {
                     Ok(p) => p.create_lease(request).await,
                     Err(e) => Err(e),
                 };
-                if let Ok(granted) = &result {
-                    s.lease_nodes
-                        .lock()
-                        .expect("lease nodes")
-                        .insert(granted.lease.lease_id.clone(), node);
-                }
                 Some(Input::LeaseCreated { op, result })
             }),
             Effect::LookupEndpoint { op, lease } => self.spawn(|s| async move {
@@ -154,6 +157,9 @@ impl driver::EffectSink for RealSink {
             }),
             Effect::DestroyLease { op, lease } => self.spawn(|s| async move {
                 let lease_id = lease.lease_id.clone();
+                if let Some(node) = s.leases.node_of(&lease_id) {
+                    s.joins.stop_agent(&node).await;
+                }
                 let result = match s.provider(lease.provider) {
                     Ok(p) => p.destroy_lease(lease).await,
                     Err(e) => Err(e),
@@ -285,12 +291,7 @@ impl Shared {
         };
         let node = match &join {
             Some(binding) => Some(binding.node.clone()),
-            None => self
-                .lease_nodes
-                .lock()
-                .expect("lease nodes")
-                .get(&lease)
-                .cloned(),
+            None => self.leases.node_of(&lease),
         };
         let token = join.map(|binding| self.joins.mint(binding));
         let values = ssh::Placeholders {

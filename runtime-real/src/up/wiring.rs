@@ -2,15 +2,20 @@
 //! orchestrator composite (`core_fsm::orchestrator`) and the iroh control
 //! plane (`crate::transport`).
 
+use super::ports::Leases;
 use super::sink::Joins;
 use super::{Orchestrated, Runtime, drive, prepare_state};
+use crate::provider::BoxFuture;
 use crate::transport::{ControlEvent, ControlPlane};
+use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId};
 use core_fsm::orchestrator::{Config, Orchestrator};
 use core_fsm::plan::RunPlan;
 use core_fsm::port::{Input, JoinBinding};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 
 impl Orchestrated for Orchestrator {
     fn is_settled(&self) -> bool {
@@ -22,11 +27,21 @@ impl Orchestrated for Orchestrator {
     }
 }
 
+/// How long an agent told to shut down may take to close its connection
+/// (the control plane itself closes it after 2 s).
+const AGENT_STOP_BOUND: Duration = Duration::from_millis(2500);
+/// Refused connections reported on stderr; later ones are only counted.
+const REJECTIONS_SHOWN: u64 = 32;
+
 /// The control plane as the sink sees it; a plan that names its own
 /// orchestrator address (anything but `auto`) gets that address.
-struct ControlJoins {
+pub(crate) struct ControlJoins {
     control: Arc<ControlPlane>,
     addr: String,
+    /// The lease each node's agent was last admitted for.
+    admitted: Mutex<BTreeMap<LogicalNodeId, LeaseId>>,
+    /// Bumped on every `Disconnected`, so a waiter re-reads who is connected.
+    disconnects: watch::Sender<u64>,
 }
 
 impl Joins for ControlJoins {
@@ -41,6 +56,52 @@ impl Joins for ControlJoins {
     fn revoke(&self, binding: &JoinBinding) {
         self.control.revoke(binding);
     }
+
+    fn stop_agent(&self, node: &LogicalNodeId) -> BoxFuture<'_, ()> {
+        let node = node.clone();
+        Box::pin(async move {
+            let mut changes = self.disconnects.subscribe();
+            let agents: Vec<AgentId> = self
+                .control
+                .connected()
+                .into_iter()
+                .filter(|(_, n)| *n == node)
+                .map(|(agent, _)| agent)
+                .collect();
+            let told: Vec<AgentId> = agents
+                .into_iter()
+                .filter(|agent| self.control.shutdown_agent(agent))
+                .collect();
+            let gone = async {
+                loop {
+                    let connected = self.control.connected();
+                    if told.iter().all(|a| !connected.contains_key(a)) {
+                        return;
+                    }
+                    if changes.changed().await.is_err() {
+                        return;
+                    }
+                }
+            };
+            // A silent agent is killed with its lease anyway.
+            let _ = tokio::time::timeout(AGENT_STOP_BOUND, gone).await;
+        })
+    }
+}
+
+impl ControlJoins {
+    /// The lease of `node` was released: its agent may no longer rejoin,
+    /// unless it was admitted for a newer lease of the node (a replacement).
+    fn released(&self, node: &LogicalNodeId, lease: &LeaseId) {
+        let mut admitted = self.admitted.lock().expect("admitted");
+        if admitted.get(node).is_some_and(|l| l != lease) {
+            return;
+        }
+        admitted.remove(node);
+        if let Err(e) = self.control.forget(node) {
+            eprintln!("drover: control plane: forgetting {node}'s agent: {e:#}");
+        }
+    }
 }
 
 /// Builds the machine (fresh, or restored from the journal: adoption) and
@@ -48,8 +109,7 @@ impl Joins for ControlJoins {
 pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i32> {
     let (journal, records) = prepare_state(state_dir, &plan)?;
     let mut control = ControlPlane::bind(state_dir).await?;
-    let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(forward_joins(control.take_events(), tx));
+    let events = control.take_events();
     let control = Arc::new(control);
     let addr = match plan
         .groups
@@ -62,7 +122,16 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
     let joins = Arc::new(ControlJoins {
         control: control.clone(),
         addr,
+        admitted: Mutex::new(BTreeMap::new()),
+        disconnects: watch::channel(0).0,
     });
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(forward_events(events, joins.clone(), tx));
+    let released = joins.clone();
+    let leases = Arc::new(Leases::new(move |node, lease| {
+        released.released(node, lease);
+    }));
+    leases.restore(&records);
     let config = Config {
         plan: plan.clone(),
         seed: seed(),
@@ -77,23 +146,53 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
         plan,
         json,
         joins,
+        leases,
         control_inputs: rx,
     };
     let code = drive(runtime, machine, journal).await;
+    // Agents were told to shut down before their leases went, so no
+    // connection is left to drain here (a connection to a killed agent
+    // would hold the endpoint's close for seconds).
     control.shutdown().await;
     code
 }
 
-/// Admitted agents become `AgentJoined` (a rejoin too: a restored node that
-/// waits for its agent takes it, any other node ignores it and counts it).
-async fn forward_joins(mut events: mpsc::Receiver<ControlEvent>, tx: mpsc::Sender<Input>) {
+/// Control-plane events: admitted agents become `AgentJoined` (a rejoin
+/// too: a restored node that waits for its agent takes it, any other node
+/// ignores it and counts it); disconnects wake `stop_agent` waiters;
+/// refused or misbehaving connections are reported (bounded) on stderr.
+async fn forward_events(
+    mut events: mpsc::Receiver<ControlEvent>,
+    joins: Arc<ControlJoins>,
+    tx: mpsc::Sender<Input>,
+) {
+    let mut rejected: u64 = 0;
     while let Some(event) = events.recv().await {
         let (binding, agent) = match event {
             ControlEvent::Joined { binding, agent } | ControlEvent::Rejoined { binding, agent } => {
                 (binding, agent)
             }
-            _ => continue,
+            ControlEvent::Disconnected { .. } => {
+                joins.disconnects.send_modify(|n| *n += 1);
+                continue;
+            }
+            ControlEvent::Rejected { peer, reason } => {
+                rejected += 1;
+                if rejected <= REJECTIONS_SHOWN {
+                    let peer = peer.as_str().get(..12).unwrap_or(peer.as_str());
+                    eprintln!("drover: control plane refused {peer}..: {reason}");
+                } else if rejected == REJECTIONS_SHOWN + 1 {
+                    eprintln!("drover: control plane: further refusals are not shown");
+                }
+                continue;
+            }
+            ControlEvent::Heartbeat { .. } => continue,
         };
+        joins
+            .admitted
+            .lock()
+            .expect("admitted")
+            .insert(binding.node.clone(), binding.lease_id.clone());
         let input = Input::AgentJoined {
             node: binding.node,
             lease_id: binding.lease_id,

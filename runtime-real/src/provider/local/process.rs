@@ -9,6 +9,10 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+/// How long a SIGKILLed process may take to be gone (it cannot refuse; this
+/// bounds a process stuck in the kernel).
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
 /// True when `pid` runs (not a zombie) and its command line is a
 /// `local-node` serving `dir`.
 pub fn is_our_node(pid: u32, dir: &Path) -> bool {
@@ -55,7 +59,10 @@ pub fn signal_group(pid: u32, signal: Signal) -> io::Result<()> {
 
 /// Waits until `pid` has exited, at most `bound`; true when it did. Uses a
 /// pidfd, so it works for processes that are not our children (after a
-/// crash of `drover up`, `drover down` kills nodes it never spawned).
+/// crash of `drover up`, `drover down` kills nodes it never spawned). The
+/// pidfd turns readable when the process exits: `poll(2)` sleeps until that
+/// event (or the bound), on the blocking pool so the runtime's threads stay
+/// free; nothing is polled on a timer.
 pub async fn wait_exit(pid: u32, bound: Duration) -> io::Result<bool> {
     let fd = match rustix::process::pidfd_open(pid_of(pid)?, PidfdFlags::NONBLOCK) {
         Ok(fd) => fd,
@@ -65,8 +72,6 @@ pub async fn wait_exit(pid: u32, bound: Duration) -> io::Result<bool> {
     if !is_running(pid) {
         return Ok(true);
     }
-    // A pidfd turns readable when the process exits; the poll runs on the
-    // blocking pool so the runtime's threads stay free.
     let millis = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
     let polled = tokio::task::spawn_blocking(move || {
         let timeout = rustix::event::Timespec {
@@ -101,7 +106,7 @@ pub async fn stop_group(pid: u32, grace: Duration) -> io::Result<()> {
     let members = group_members(pid, None)?;
     signal_group(pid, Signal::KILL)?;
     for member in members {
-        wait_exit(member, grace).await?;
+        wait_exit(member, KILL_WAIT).await?;
     }
     Ok(())
 }
@@ -143,7 +148,7 @@ pub fn group_members(pgid: u32, inside: Option<&Path>) -> io::Result<Vec<u32>> {
 /// `dir` (their working directory is the node's folder or below it), and
 /// waits for them. Used when the node's leader is already gone: the group
 /// id may since belong to someone else, the folder cannot.
-pub async fn sweep_group(pgid: u32, dir: &Path, grace: Duration) -> io::Result<u32> {
+pub async fn sweep_group(pgid: u32, dir: &Path) -> io::Result<u32> {
     let members = group_members(pgid, Some(dir))?;
     for &member in &members {
         match rustix::process::kill_process(pid_of(member)?, Signal::KILL) {
@@ -152,7 +157,7 @@ pub async fn sweep_group(pgid: u32, dir: &Path, grace: Duration) -> io::Result<u
         }
     }
     for &member in &members {
-        wait_exit(member, grace).await?;
+        wait_exit(member, KILL_WAIT).await?;
     }
     Ok(members.len() as u32)
 }
