@@ -232,3 +232,28 @@ fn the_example_plan_runs_end_to_end_against_the_fake() {
     assert_no_key_in_files(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_vast_plan_without_an_api_key_is_a_config_error_and_writes_nothing() {
+    let dir = scratch("nokey");
+    let state = dir.join("state");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let plan = write_plan(&dir, &vast_plan("http://127.0.0.1:9", 1));
+    for verb in ["up", "plan"] {
+        let out = command(&state)
+            .env_remove("VAST_API_KEY")
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .arg(verb)
+            .arg(&plan)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{verb}: {shown}");
+        assert!(shown.contains("VAST_API_KEY is not set"), "{verb}: {shown}");
+        assert!(!state.exists(), "{verb} wrote the state dir");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

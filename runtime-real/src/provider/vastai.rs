@@ -173,3 +173,67 @@ impl Provider for VastProvider {
         Box::pin(self.list(run_id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core_fsm::ids::{LeaseId, Nonce};
+    use std::collections::BTreeMap;
+
+    const PUBLIC: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDroverUnitTestKey drover@test";
+
+    fn provider() -> VastProvider {
+        let settings = Settings {
+            base_url: "http://127.0.0.1:9".into(),
+            rate_unit_ms: 0,
+        };
+        VastProvider::new(&settings, ApiKey::new("vk-unit-secret"), PUBLIC).unwrap()
+    }
+
+    fn lease(api: Option<&str>) -> LeaseFacts {
+        let mut metadata = BTreeMap::new();
+        if let Some(api) = api {
+            metadata.insert(API_METADATA.to_owned(), api.to_owned());
+        }
+        LeaseFacts {
+            provider: ProviderKind::Vastai,
+            lease_id: LeaseId("vastai:42".into()),
+            contract_id: "42".into(),
+            offer_id: None,
+            host_id: None,
+            nonce: Nonce(1),
+            metadata,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_of_another_api_is_refused_not_read_as_gone() {
+        let p = provider();
+        let foreign = lease(Some("https://console.vast.ai"));
+        for result in [
+            p.destroy_lease(foreign.clone()).await.map(|_| ()),
+            p.lookup_endpoint(foreign).await.map(|_| ()),
+        ] {
+            let err = result.unwrap_err();
+            assert_eq!(err.kind, ProviderErrorKind::Rejected, "{err:?}");
+            assert!(err.message.contains("https://console.vast.ai"), "{err:?}");
+        }
+        assert!(p.check_origin(&lease(Some("http://127.0.0.1:9/"))).is_ok());
+        assert!(p.check_origin(&lease(None)).is_ok());
+        assert_eq!(
+            p.stamp(lease(None)).metadata[API_METADATA],
+            "http://127.0.0.1:9"
+        );
+    }
+
+    #[test]
+    fn errors_lose_the_key_and_debug_shows_none() {
+        let p = provider();
+        let e = p.clean(
+            error(ProviderErrorKind::Transient, "echo vk-unit-secret back"),
+            "",
+        );
+        assert_eq!(e.message, "vastai: echo *** back");
+        assert!(!format!("{p:?}").contains("vk-unit-secret"));
+    }
+}
