@@ -1,0 +1,152 @@
+//! `drover-madsim`: runs the madsim tier's battery.
+//!
+//! ```text
+//! drover-madsim [--scenario NAME|all] [--seeds N] [--first S] [--seed S]
+//!               [--jobs J] [--no-chaos] [--transcript] [--compare]
+//! ```
+//!
+//! `--seed S` runs one seed (twice, digests compared) and, with
+//! `--transcript`, prints its transcript. `--compare` also runs tier 1 on the
+//! same cases and the planted-bug systems in both tiers, and prints the
+//! verdicts side by side. Exit status 1 when a seed fails or a verdict
+//! differs. Built without `--cfg madsim` it only says how to build it.
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!(
+        "drover-madsim is a simulator build; run it as\n  {}",
+        sim_madsim::reproduce_line("small-pool", 0).replace(" --seed 0", " --seeds 200")
+    );
+    std::process::exit(2);
+}
+
+#[cfg(madsim)]
+fn main() {
+    std::process::exit(cli::main(std::env::args().skip(1).collect()));
+}
+
+#[cfg(madsim)]
+mod cli {
+    use conformance::Scenario;
+    use sim_madsim::backend::{self, TierTwo};
+    use sim_madsim::chaos::Level;
+    use sim_madsim::compare;
+
+    struct Args {
+        scenarios: Vec<Scenario>,
+        seeds: u64,
+        first: u64,
+        one: Option<u64>,
+        jobs: usize,
+        level: Level,
+        transcript: bool,
+        compare: bool,
+    }
+
+    fn parse(args: Vec<String>) -> Result<Args, String> {
+        let mut parsed = Args {
+            scenarios: vec![Scenario::SmallPool],
+            seeds: 200,
+            first: 0,
+            one: None,
+            jobs: backend::default_jobs(),
+            level: Level::On,
+            transcript: false,
+            compare: false,
+        };
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+            let number = |text: String| text.parse::<u64>().map_err(|e| format!("{text}: {e}"));
+            match flag.as_str() {
+                "--scenario" => {
+                    let name = value()?;
+                    parsed.scenarios = if name == "all" {
+                        Scenario::ALL.to_vec()
+                    } else {
+                        vec![Scenario::parse(&name).ok_or(format!("unknown scenario {name}"))?]
+                    };
+                }
+                "--seeds" => parsed.seeds = number(value()?)?,
+                "--first" => parsed.first = number(value()?)?,
+                "--seed" => parsed.one = Some(number(value()?)?),
+                "--jobs" => parsed.jobs = number(value()?)? as usize,
+                "--no-chaos" => parsed.level = Level::Off,
+                "--transcript" => parsed.transcript = true,
+                "--compare" => parsed.compare = true,
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        Ok(parsed)
+    }
+
+    pub fn main(args: Vec<String>) -> i32 {
+        let args = match parse(args) {
+            Ok(args) => args,
+            Err(e) => {
+                eprintln!("drover-madsim: {e}");
+                return 2;
+            }
+        };
+        let real = TierTwo::<sim::system::Composite>::new(args.level);
+        let mut failed = false;
+        for scenario in &args.scenarios {
+            if let Some(seed) = args.one {
+                failed |= one(&real, *scenario, seed, args.transcript);
+                continue;
+            }
+            let seeds = args.first..args.first + args.seeds;
+            let report = backend::battery(&real, *scenario, seeds.clone(), args.jobs);
+            print!("{}", report.summary());
+            failed |= report.failures().next().is_some();
+            if args.compare {
+                let table = compare::tiers(*scenario, seeds, args.jobs);
+                print!("{}", table.render());
+                failed |= !table.agrees();
+            }
+        }
+        i32::from(failed)
+    }
+
+    fn one(
+        real: &TierTwo<sim::system::Composite>,
+        scenario: Scenario,
+        seed: u64,
+        transcript: bool,
+    ) -> bool {
+        let case = conformance::generate(scenario, seed);
+        let (outcome, failure) = conformance::battery::check_case(real, &case);
+        if transcript {
+            let options = conformance::RunOptions { transcript: true };
+            let run = conformance::Backend::run(real, &case, options);
+            for line in run.transcript {
+                println!("{line}");
+            }
+        }
+        let stats = &outcome.stats;
+        println!(
+            "madsim {} seed {seed}: {} steps, {} ms simulated, {} restarts, {} leases, {} ready, {} failed, digest {}",
+            scenario.name(),
+            stats.steps.max(outcome.step_digests.len() as u64),
+            stats.end_ms,
+            stats.restarts,
+            stats.leases_created,
+            stats.nodes_ready,
+            stats.nodes_failed,
+            outcome.digest
+        );
+        match failure {
+            Some(f) => {
+                println!(
+                    "FAIL: {f}\n  reproduce: {}",
+                    sim_madsim::reproduce_line(scenario.name(), seed)
+                );
+                true
+            }
+            None => {
+                println!("pass");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The system under test as the driver sees it, with the world's checkers
+//! looking over its shoulder: every transition (time, incarnation, input,
+//! effects) is folded into this tier's digest, fed to the kit's oracle and
+//! coverage, and the system's own invariants and node records are checked
+//! after it. A panic in the system is a violation, not a crash of the world.
+
+use crate::state::{STEP_MAX, World, WorldState};
+use conformance::System;
+use conformance::format;
+use conformance::oracle::Observation;
+use core_fsm::Machine;
+use core_fsm::node::Stage;
+use core_fsm::port::{Effect, Input};
+use core_fsm::time::Instant;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// `S` wrapped for the driver of incarnation `inc`.
+pub struct Observed<S> {
+    sys: S,
+    world: Arc<World>,
+    inc: u32,
+}
+
+impl<S: System> Observed<S> {
+    /// Wraps incarnation `inc`'s system.
+    pub fn new(sys: S, world: Arc<World>, inc: u32) -> Observed<S> {
+        Observed { sys, world, inc }
+    }
+
+    /// The system.
+    pub fn system(&self) -> &S {
+        &self.sys
+    }
+}
+
+impl<S: System> Machine for Observed<S> {
+    type Input = Input;
+    type Effect = Effect;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        let world = Arc::clone(&self.world);
+        let mut w = world.lock();
+        if w.violation.is_some() {
+            // The run is over; the supervisor stops it.
+            return Vec::new();
+        }
+        w.step += 1;
+        w.now_ms = now.as_millis();
+        let (step, inc) = (w.step, self.inc);
+        w.oracle.at(step, now.as_millis());
+        w.observe(now, Observation::Delivered(&input));
+        let pair = (stage_of_input(&w, &input), format::input_kind(&input));
+        w.coverage.pairs.insert(pair);
+        let line = w.transcript.as_ref().map(|_| format::input(&input));
+        w.digest.update_debug(&(now, inc, &input));
+        let sys = &mut self.sys;
+        let effects = match catch_unwind(AssertUnwindSafe(|| sys.handle(now, input))) {
+            Ok(effects) => effects,
+            Err(panic) => {
+                w.violate(
+                    now,
+                    "W7",
+                    format!("handle panicked: {}", panic_text(&*panic)),
+                );
+                world.wake.notify_one();
+                return Vec::new();
+            }
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| sys.check_invariants())) {
+            w.violate(
+                now,
+                "W8",
+                format!("check_invariants: {}", panic_text(&*panic)),
+            );
+            world.wake.notify_one();
+            return Vec::new();
+        }
+        w.digest.update_debug(&effects);
+        let digest = w.digest.0;
+        w.step_digests.push(digest);
+        for effect in &effects {
+            w.observe(now, Observation::Emitted(effect));
+            track(&mut w, effect);
+        }
+        if let (Some(t), Some(line)) = (w.transcript.as_mut(), line) {
+            let out: Vec<String> = effects.iter().map(format::effect).collect();
+            let arrow = if out.is_empty() { "" } else { " => " };
+            t.push(format!(
+                "t={} #{inc} <- {line}{arrow}{}",
+                now.as_millis(),
+                out.join(" | ")
+            ));
+        }
+        after_step(&mut w, &self.sys, now);
+        if w.step > STEP_MAX {
+            w.violate(now, "L3", format!("runaway: more than {STEP_MAX} steps"));
+        }
+        world.wake.notify_one();
+        effects
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.sys.next_deadline()
+    }
+
+    fn check_invariants(&self) {
+        // Checked inside `handle`, where a panic becomes a violation.
+    }
+}
+
+/// Checks every node record, refreshes the settled flags and probes.
+fn after_step<S: System>(w: &mut WorldState, sys: &S, now: Instant) {
+    let mut failed = None;
+    let mut all_settled = true;
+    let WorldState {
+        oracle,
+        coverage,
+        stages,
+        ..
+    } = w;
+    sys.visit_nodes(&mut |view| {
+        coverage.stages.insert(view.stage);
+        stages.insert(view.node.clone(), view.stage);
+        // `Destroying` counts once the composite says it is settled: a
+        // destroy whose retries are spent waits for the next teardown
+        // (tier 1's rule).
+        all_settled &= matches!(
+            view.stage,
+            Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
+        );
+        if failed.is_none() {
+            failed = oracle.node(view).err();
+        }
+    });
+    sys.probe_labels(&mut |label| {
+        if !coverage.labels.contains(label) {
+            coverage.labels.insert(label.to_owned());
+        }
+    });
+    w.nodes_settled = all_settled;
+    w.settled = sys.is_settled();
+    w.torn_down = sys.is_torn_down();
+    if let Some(v) = failed {
+        w.violate(now, v.id, v.message);
+    }
+}
+
+/// Remembers which node an operation concerns (for coverage pairs).
+fn track(w: &mut WorldState, effect: &Effect) {
+    w.coverage.effects.insert(format::effect_kind(effect));
+    match effect {
+        Effect::CreateLease { op, request } => {
+            w.op_node.insert(*op, request.node.clone());
+        }
+        Effect::LookupEndpoint { op, lease } | Effect::DestroyLease { op, lease } => {
+            if let Some(l) = w.provider.get(&lease.lease_id) {
+                let node = l.node.clone();
+                w.op_node.insert(*op, node);
+            }
+        }
+        Effect::SshConnect {
+            op,
+            session,
+            lease_id,
+            ..
+        } => {
+            if let Some(l) = w.provider.get(lease_id) {
+                let node = l.node.clone();
+                w.session_node
+                    .insert(*session, (node.clone(), lease_id.clone()));
+                w.op_node.insert(*op, node);
+            }
+        }
+        Effect::SshExec { op, session, .. } | Effect::SshClose { op, session } => {
+            if let Some((node, _)) = w.session_node.get(session) {
+                let node = node.clone();
+                w.op_node.insert(*op, node);
+            }
+        }
+        Effect::NodeChanged { stage, .. } => {
+            w.coverage.stages.insert(*stage);
+        }
+        _ => {}
+    }
+}
+
+/// The stage of the node an input concerns, as coverage names it.
+fn stage_of_input(w: &WorldState, input: &Input) -> String {
+    let node = match input {
+        Input::LeaseCreated { op, .. }
+        | Input::EndpointLooked { op, .. }
+        | Input::LeaseDestroyed { op, .. }
+        | Input::SshConnected { op, .. }
+        | Input::SshOutput { op, .. }
+        | Input::SshExited { op, .. }
+        | Input::SshClosed { op } => w.op_node.get(op),
+        Input::AgentJoined { node, .. } | Input::Destroy { node } => Some(node),
+        Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
+    };
+    match node.and_then(|n| w.stages.get(n)) {
+        Some(stage) => format!("{stage:?}"),
+        None if node.is_some() => "Unknown".to_owned(),
+        None => "Orchestrator".to_owned(),
+    }
+}
+
+/// The text of a caught panic.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_owned()
+    }
+}
