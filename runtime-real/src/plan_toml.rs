@@ -105,7 +105,30 @@ pub fn parse(path: &Path) -> Result<RunPlan, PlanFileError> {
         file: file.clone(),
         message: err.to_string(),
     })?;
-    parse_str(&text, &file)
+    let mut plan = parse_str(&text, &file)?;
+    resolve_key_files(&mut plan, path.parent().unwrap_or(Path::new(".")));
+    Ok(plan)
+}
+
+/// Static hosts' `key_file`s as absolute paths: `~/` is the home folder, a
+/// relative path is relative to the plan file's folder (so `drover down`
+/// from another folder finds the same key through the plan copy).
+fn resolve_key_files(plan: &mut RunPlan, plan_dir: &Path) {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    for group in &mut plan.groups {
+        for (key, value) in &mut group.shape.provider_labels {
+            if !key.starts_with("static.key_file.") {
+                continue;
+            }
+            let resolved = match (value.strip_prefix("~/"), &home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                _ if Path::new(value.as_str()).is_absolute() => continue,
+                _ => std::path::absolute(plan_dir.join(value.as_str()))
+                    .unwrap_or_else(|_| plan_dir.join(value.as_str())),
+            };
+            *value = resolved.display().to_string();
+        }
+    }
 }
 
 /// Checks plan text; `file_name` is only used in errors.

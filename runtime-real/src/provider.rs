@@ -4,6 +4,7 @@
 //! [`for_state_dir`] builds the ones a run's plan names.
 
 pub mod local;
+pub mod static_hosts;
 pub mod vastai;
 
 use core_fsm::ids::RunId;
@@ -79,6 +80,11 @@ pub fn for_plan(state_dir: &Path, plan: Option<&RunPlan>) -> Result<Providers, S
     let mut providers: Providers = BTreeMap::new();
     let local = local::LocalProvider::new(state_dir, &drover, &public_key);
     providers.insert(ProviderKind::Local, Arc::new(local));
+    if let Some(plan) = plan.filter(|p| p.groups.iter().any(|g| g.provider == ProviderKind::Static))
+    {
+        let provider = static_hosts::StaticProvider::new(state_dir, plan)?;
+        providers.insert(ProviderKind::Static, Arc::new(provider));
+    }
     if let Some(settings) = plan.map(vastai::settings::from_plan).transpose()?.flatten() {
         let key = vastai::settings::api_key()?;
         let public = std::fs::read_to_string(&public_key)

@@ -112,8 +112,18 @@ pub async fn connect(
     let address = (endpoint.host.clone(), endpoint.port);
     let attempt = async {
         let mut handle = russh::client::connect(config, address, client).await?;
+        // An RSA key signs with SHA-2 where the server says it can (OpenSSH
+        // refuses SHA-1 `ssh-rsa` since 8.8); other keys have one algorithm.
+        let hash = if matches!(key.algorithm(), russh::keys::Algorithm::Rsa { .. }) {
+            handle
+                .best_supported_rsa_hash()
+                .await?
+                .unwrap_or(Some(russh::keys::HashAlg::Sha256))
+        } else {
+            None
+        };
         let auth = handle
-            .authenticate_publickey(&endpoint.user, PrivateKeyWithHashAlg::new(key, None))
+            .authenticate_publickey(&endpoint.user, PrivateKeyWithHashAlg::new(key, hash))
             .await?;
         Ok::<_, russh::Error>((handle, auth.success()))
     };
@@ -122,6 +132,28 @@ pub async fn connect(
         Ok(Err(e)) => Err(classify(&e, mismatch.load(Ordering::SeqCst))),
         Ok(Ok((_, false))) => Err(ssh_error(SshErrorKind::AuthDenied, "public key refused")),
         Ok(Ok((handle, true))) => Ok(Connection { handle }),
+    }
+}
+
+/// Reads a private key file (OpenSSH or PEM format, unencrypted): the key
+/// of a `static` host. A key that cannot be used is `AuthDenied`: retrying
+/// would not change it. The message names the file, never its content.
+pub fn load_key(path: &Path) -> Result<Arc<PrivateKey>, SshError> {
+    match russh::keys::load_secret_key(path, None) {
+        Ok(key) => Ok(Arc::new(key)),
+        Err(e) => {
+            let why = match e {
+                russh::keys::Error::IO(e) => e.to_string(),
+                russh::keys::Error::KeyIsEncrypted => {
+                    "the key is passphrase-protected (drover needs an unencrypted key)".to_owned()
+                }
+                _ => "not a private key drover can read".to_owned(),
+            };
+            Err(ssh_error(
+                SshErrorKind::AuthDenied,
+                format!("key file {}: {why}", path.display()),
+            ))
+        }
     }
 }
 
@@ -135,7 +167,32 @@ impl Connection {
         secret: Option<&str>,
         lines: &mpsc::Sender<Input>,
     ) -> Result<i32, SshError> {
-        let mut channel = self
+        let mut running = self.start(command).await?;
+        while let Some((stream, line)) = running.next_line().await {
+            forward(op, stream, line, secret, lines).await;
+        }
+        running.exit_code()
+    }
+
+    /// Runs `command` and answers its exit code with its output (stdout and
+    /// stderr lines interleaved as they came; the first `max_lines` kept).
+    pub async fn exec_collect(
+        &self,
+        command: &str,
+        max_lines: usize,
+    ) -> Result<(i32, Vec<String>), SshError> {
+        let mut running = self.start(command).await?;
+        let mut kept = Vec::new();
+        while let Some((_, line)) = running.next_line().await {
+            if kept.len() < max_lines {
+                kept.push(line);
+            }
+        }
+        Ok((running.exit_code()?, kept))
+    }
+
+    async fn start(&self, command: &str) -> Result<Running, SshError> {
+        let channel = self
             .handle
             .channel_open_session()
             .await
@@ -144,36 +201,14 @@ impl Connection {
             .exec(true, command.as_bytes())
             .await
             .map_err(|e| classify(&e, false))?;
-        let mut stdout = LineSplitter::default();
-        let mut stderr = LineSplitter::default();
-        let mut code = None;
-        while let Some(message) = channel.wait().await {
-            let (splitter, stream, data) = match message {
-                ChannelMsg::Data { data } => (&mut stdout, LogStream::Stdout, data),
-                ChannelMsg::ExtendedData { data, ext: 1 } => (&mut stderr, LogStream::Stderr, data),
-                ChannelMsg::ExitStatus { exit_status } => {
-                    code = Some(exit_status as i32);
-                    continue;
-                }
-                ChannelMsg::ExitSignal { signal_name, .. } => {
-                    code = Some(128 + signal_number(&signal_name));
-                    continue;
-                }
-                _ => continue,
-            };
-            for line in splitter.push(&data) {
-                forward(op, stream, line, secret, lines).await;
-            }
-        }
-        for (splitter, stream) in [
-            (&mut stdout, LogStream::Stdout),
-            (&mut stderr, LogStream::Stderr),
-        ] {
-            if let Some(line) = splitter.finish() {
-                forward(op, stream, line, secret, lines).await;
-            }
-        }
-        code.ok_or_else(|| ssh_error(SshErrorKind::Reset, "channel closed without an exit status"))
+        Ok(Running {
+            channel,
+            stdout: LineSplitter::default(),
+            stderr: LineSplitter::default(),
+            ready: std::collections::VecDeque::new(),
+            code: None,
+            ended: false,
+        })
     }
 
     /// Disconnects politely; commands still running on the connection (a
@@ -183,6 +218,68 @@ impl Connection {
             .handle
             .disconnect(Disconnect::ByApplication, "", "en")
             .await;
+    }
+}
+
+/// A command running on a channel: its output as lines, then its exit code.
+struct Running {
+    channel: russh::Channel<russh::client::Msg>,
+    stdout: LineSplitter,
+    stderr: LineSplitter,
+    /// Lines split off but not handed out yet.
+    ready: std::collections::VecDeque<(LogStream, String)>,
+    code: Option<i32>,
+    ended: bool,
+}
+
+impl Running {
+    /// The next output line; `None` once the channel closed and every line
+    /// (a last one without a newline included) was handed out.
+    async fn next_line(&mut self) -> Option<(LogStream, String)> {
+        loop {
+            if let Some(line) = self.ready.pop_front() {
+                return Some(line);
+            }
+            if self.ended {
+                return None;
+            }
+            let Some(message) = self.channel.wait().await else {
+                self.ended = true;
+                for (splitter, stream) in [
+                    (&mut self.stdout, LogStream::Stdout),
+                    (&mut self.stderr, LogStream::Stderr),
+                ] {
+                    if let Some(text) = splitter.finish() {
+                        self.ready.push_back((stream, text));
+                    }
+                }
+                continue;
+            };
+            let (splitter, stream, data) = match message {
+                ChannelMsg::Data { data } => (&mut self.stdout, LogStream::Stdout, data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => {
+                    (&mut self.stderr, LogStream::Stderr, data)
+                }
+                ChannelMsg::ExitStatus { exit_status } => {
+                    self.code = Some(exit_status as i32);
+                    continue;
+                }
+                ChannelMsg::ExitSignal { signal_name, .. } => {
+                    self.code = Some(128 + signal_number(&signal_name));
+                    continue;
+                }
+                _ => continue,
+            };
+            for text in splitter.push(&data) {
+                self.ready.push_back((stream, text));
+            }
+        }
+    }
+
+    /// The exit code (after `next_line` returned `None`).
+    fn exit_code(&self) -> Result<i32, SshError> {
+        self.code
+            .ok_or_else(|| ssh_error(SshErrorKind::Reset, "channel closed without an exit status"))
     }
 }
 

@@ -1,10 +1,12 @@
 //! Plan files: the examples parse; a plan survives `to_string` and back; a
 //! table of bad plans and every error each one gets (snapshot).
 
+use core_fsm::ids::LogicalNodeId;
 use core_fsm::ids::{GroupId, RunId};
 use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan};
 use core_fsm::time::Duration;
 use runtime_real::plan_toml::{PlanFileError, parse, parse_str, to_string};
+use runtime_real::provider::static_hosts::hosts::of_plan;
 use std::path::Path;
 
 fn example(name: &str) -> RunPlan {
@@ -55,6 +57,70 @@ fn the_static_example_parses() {
     // Unlisted timeouts keep their defaults.
     let defaults = core_fsm::plan::TimeoutPolicy::default();
     assert_eq!(gpu.boot.timeouts, defaults);
+    // One machine per node; `~/` is the home folder.
+    let hosts = of_plan(&plan).unwrap();
+    let home = std::env::var("HOME").unwrap();
+    let names: Vec<String> = hosts.iter().map(|(n, h)| format!("{n} {h}")).collect();
+    assert_eq!(
+        names,
+        [
+            "gpu-0 root@10.0.0.6:22",
+            "gpu-1 root@10.0.0.7:22",
+            "head-0 root@10.0.0.5:22"
+        ]
+    );
+    assert_eq!(
+        hosts[&LogicalNodeId::from("gpu-1")].key_file,
+        format!("{home}/.ssh/id_ed25519")
+    );
+}
+
+#[test]
+fn a_relative_key_file_is_relative_to_the_plan_file() {
+    let dir = std::env::temp_dir().join(format!("drover-plan-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = static_plan().replace("/keys/a", "keys/a");
+    std::fs::write(dir.join("plan.toml"), text).unwrap();
+    let plan = parse(&dir.join("plan.toml")).unwrap();
+    let hosts = of_plan(&plan).unwrap();
+    assert_eq!(
+        Path::new(&hosts[&LogicalNodeId::from("hosts-0")].key_file),
+        dir.join("keys/a")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A valid static group of two machines.
+fn static_plan() -> String {
+    format!("run_id = 1\n{GROUP}")
+        .replace("provider = \"local\"", "provider = \"static\"")
+        .replace("name = \"workers\"", "name = \"hosts\"")
+        + r#"
+[[group.host]]
+host = "127.0.0.1"
+port = 2222
+key_file = "/keys/a"
+
+[[group.host]]
+host = "::1"
+user = "ops"
+key_file = "/keys/b"
+"#
+}
+
+#[test]
+fn static_hosts_are_read_with_defaults() {
+    let plan = parse_str(&static_plan(), "static.toml").unwrap_or_else(|e| panic!("{e}"));
+    let hosts = of_plan(&plan).unwrap();
+    let names: Vec<String> = hosts.iter().map(|(n, h)| format!("{n} {h}")).collect();
+    assert_eq!(
+        names,
+        ["hosts-0 drover@127.0.0.1:2222", "hosts-1 ops@[::1]:22"]
+    );
+    assert_eq!(
+        hosts[&LogicalNodeId::from("hosts-1")].lease_id().as_str(),
+        "static:::1:22"
+    );
 }
 
 #[test]
@@ -95,6 +161,15 @@ fn the_spec_example_parses() {
     // The defaults the spec lists are the defaults.
     let defaults = core_fsm::plan::TimeoutPolicy::default();
     assert_eq!(plan.groups[0].boot.timeouts, defaults);
+    // The static group's block, as a plan of its own.
+    let rest = &section[end..];
+    let start = rest.find("```toml\n").expect("a static block") + "```toml\n".len();
+    let end = start + rest[start..].find("```").expect("the block ends");
+    let text = format!("run_id = 1\n{}", &rest[start..end]);
+    let plan = parse_str(&text, "spec/control-plane.md").unwrap_or_else(|err| panic!("{err}"));
+    let hosts = of_plan(&plan).unwrap();
+    assert_eq!(hosts.len(), 2);
+    assert_eq!(hosts[&LogicalNodeId::from("gpu-1")].user, "root");
 }
 
 #[test]
@@ -122,7 +197,14 @@ fn plans_survive_writing_and_reading() {
     two.groups
         .push(RunPlan::example_two_workers().groups.remove(0));
     two.groups[1].group_id = GroupId::from("gpu");
-    for plan in [RunPlan::local(3), RunPlan::example_two_workers(), full, two] {
+    let statics = parse_str(&static_plan(), "static.toml").unwrap();
+    for plan in [
+        RunPlan::local(3),
+        RunPlan::example_two_workers(),
+        full,
+        two,
+        statics,
+    ] {
         let text = to_string(&plan);
         let back = parse_str(&text, "written.toml").unwrap_or_else(|err| panic!("{err}\n{text}"));
         assert_eq!(back, plan, "{text}");
@@ -227,6 +309,25 @@ fn bad_plans() -> Vec<(&'static str, String)> {
             format!("{valid}\n[replacement]\npolicy = \"none\"\nattempts_max = 3\n"),
         ),
         ("unknown policy", format!("{valid}\n[replacement]\npolicy = \"sometimes\"\n")),
+        (
+            "a static group without hosts",
+            with("provider = \"local\"", "provider = \"static\""),
+        ),
+        (
+            "static hosts: count, names, port, key, unknown key, a machine twice",
+            static_plan()
+                .replace("count = 2", "count = 4")
+                .replace("host = \"::1\"", "host = \"a b\"\nport = 0\nkey_file = \"\"\nkeyfile = \"x\"")
+                .replace("key_file = \"/keys/b\"\n", "")
+                .replace("user = \"ops\"", "user = \"a@b\"")
+                + "\n[[group.host]]\nhost = \"127.0.0.1\"\nport = 2222\nkey_file = \"/k\"\n",
+        ),
+        (
+            "hosts on a local group, a reserved label",
+            format!("{valid}\n[[group.host]]\nhost = \"h\"\nkey_file = \"/k\"\n")
+                .replace("disk_gb = 1", "disk_gb = 1\n\n[group.shape.provider_labels]\n\"static.host.0\" = \"x\""),
+        ),
+        ("hosts as a plain table", static_plan().replacen("[[group.host]]", "[group.host]", 1).replacen("[[group.host]]", "", 1).replace("host = \"::1\"\nuser = \"ops\"\nkey_file = \"/keys/b\"\n", "")),
         (
             "structural and rule errors together",
             with("count = 2", "count = 0").replace("disk_gb = 1", "disk_gb = \"big\""),

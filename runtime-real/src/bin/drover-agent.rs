@@ -1,7 +1,12 @@
 //! The `drover-agent` node agent: joins the orchestrator's control plane with
 //! a one-time token, heartbeats, and exits 0 when told to shut down.
 //!
-//! `drover-agent --join ADDR --node NODE --token TOKEN [--heartbeat-ms N]`
+//! `drover-agent --join ADDR --node NODE --token TOKEN [--heartbeat-ms N]
+//! [--pid-file PATH]`
+//!
+//! With `--pid-file` the agent writes its pid there first (creating the
+//! folder) and removes the file when it exits; a `static` host's destroy
+//! finds the agent to stop by it.
 //!
 //! Exit codes: 0 shut down by the orchestrator, 1 could not start, 2 bad
 //! arguments, 3 rejected, 4 orchestrator unreachable for too long. The token
@@ -12,6 +17,7 @@ use core_fsm::ids::{LeaseId, LogicalNodeId, RunId};
 use runtime_real::transport::agent::{Agent, AgentConfig};
 use runtime_real::transport::parse_addr;
 use runtime_real::transport::wire::JoinToken;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// drover's node agent.
@@ -42,6 +48,27 @@ struct Args {
     /// Local socket to bind (default: loopback for a loopback orchestrator).
     #[arg(long, value_name = "IP:PORT")]
     bind: Option<std::net::SocketAddr>,
+    /// Write the agent's pid here (removed at exit).
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
+}
+
+/// Writes our pid to `path`, creating its folder.
+fn write_pid_file(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, format!("{}\n", std::process::id()))
+}
+
+/// Removes the pid file if it still names this process (a newer agent of
+/// the same node may have taken it over).
+fn remove_pid_file(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .is_ok_and(|text| text.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 fn parse_token(text: &str) -> Result<JoinToken, String> {
@@ -74,6 +101,12 @@ fn main() {
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
     config.reconnect_for = Duration::from_millis(args.reconnect_ms);
     config.bind = args.bind;
+    if let Some(path) = &args.pid_file
+        && let Err(err) = write_pid_file(path)
+    {
+        eprintln!("drover-agent: pid file {}: {err}", path.display());
+        std::process::exit(1);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -93,6 +126,9 @@ fn main() {
             }
         }
     });
+    if let Some(path) = &args.pid_file {
+        remove_pid_file(path);
+    }
     std::process::exit(code);
 }
 

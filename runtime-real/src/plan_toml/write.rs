@@ -2,6 +2,7 @@
 //! same plan (a property test holds the two together).
 
 use super::duration::format_duration;
+use crate::provider::static_hosts::hosts;
 use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan, TimeoutPolicy};
 use std::fmt::Write;
 
@@ -51,6 +52,7 @@ pub fn to_string(plan: &RunPlan) -> String {
             "join_token_ref = {}",
             quote(&group.join.join_token_ref)
         );
+        write_hosts(&mut out, &group.shape);
     }
     out
 }
@@ -87,11 +89,32 @@ fn write_shape(out: &mut String, shape: &core_fsm::plan::DesiredShape) {
         }
     }
     let _ = writeln!(out, "require_verified = {}", shape.require_verified);
-    if !shape.provider_labels.is_empty() {
+    // Static hosts are written as `[[group.host]]` tables, not as labels.
+    let labels: Vec<_> = shape
+        .provider_labels
+        .iter()
+        .filter(|(key, _)| !key.starts_with(hosts::LABEL_PREFIX))
+        .collect();
+    if !labels.is_empty() {
         out.push_str("\n[group.shape.provider_labels]\n");
-        for (key, value) in &shape.provider_labels {
+        for (key, value) in labels {
             let _ = writeln!(out, "{} = {}", quote(key), quote(value));
         }
+    }
+}
+
+fn write_hosts(out: &mut String, shape: &core_fsm::plan::DesiredShape) {
+    // A plan that did not come from a file may hold unreadable labels; they
+    // are written as they are (and the reader will say what is wrong).
+    let Ok(hosts) = hosts::from_labels(&shape.provider_labels) else {
+        return;
+    };
+    for host in hosts {
+        out.push_str("\n[[group.host]]\n");
+        let _ = writeln!(out, "host = {}", quote(&host.host));
+        let _ = writeln!(out, "port = {}", host.port);
+        let _ = writeln!(out, "user = {}", quote(&host.user));
+        let _ = writeln!(out, "key_file = {}", quote(&host.key_file));
     }
 }
 

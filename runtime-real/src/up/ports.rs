@@ -5,7 +5,7 @@
 use crate::journal::Journal;
 use core_fsm::Instant;
 use core_fsm::ids::{LeaseId, LogicalNodeId};
-use core_fsm::port::{Input, JournalRecord};
+use core_fsm::port::{Input, JournalRecord, LeaseFacts};
 use driver::DiskError;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -88,7 +88,7 @@ impl driver::Disk for JournalDisk {
 /// agent to stop before a lease is destroyed, adopted leases included; and
 /// a released lease's agent is forgotten by the control plane.
 pub struct Leases {
-    nodes: Mutex<BTreeMap<LeaseId, LogicalNodeId>>,
+    nodes: Mutex<BTreeMap<LeaseId, (LogicalNodeId, LeaseFacts)>>,
     released: Box<Released>,
 }
 
@@ -126,7 +126,7 @@ impl Leases {
         let mut nodes = self.nodes.lock().expect("leases");
         match record {
             JournalRecord::LeaseKnown { node, lease } => {
-                nodes.insert(lease.lease_id.clone(), node.clone());
+                nodes.insert(lease.lease_id.clone(), (node.clone(), lease.clone()));
             }
             JournalRecord::LeaseReleased { lease_id, .. } => {
                 nodes.remove(lease_id);
@@ -137,6 +137,16 @@ impl Leases {
 
     /// The node `lease` belongs to.
     pub fn node_of(&self, lease: &LeaseId) -> Option<LogicalNodeId> {
-        self.nodes.lock().expect("leases").get(lease).cloned()
+        let nodes = self.nodes.lock().expect("leases");
+        nodes.get(lease).map(|(node, _)| node.clone())
+    }
+
+    /// The private key file to reach `lease` with, when its provider names
+    /// one (a static host's `key_file`); else the state dir's identity.
+    pub fn key_file(&self, lease: &LeaseId) -> Option<String> {
+        let nodes = self.nodes.lock().expect("leases");
+        nodes
+            .get(lease)
+            .and_then(|(_, facts)| facts.metadata.get("key_file").cloned())
     }
 }

@@ -203,8 +203,14 @@ impl driver::EffectSink for RealSink {
                     .expect("sessions")
                     .insert(session, entry);
                 self.spawn(|s| async move {
-                    let result =
-                        ssh::connect(&s.state_dir, &endpoint, &lease_id, s.key.clone()).await;
+                    let key = match s.leases.key_file(&lease_id) {
+                        Some(path) => ssh::load_key(std::path::Path::new(&path)),
+                        None => Ok(s.key.clone()),
+                    };
+                    let result = match key {
+                        Ok(key) => ssh::connect(&s.state_dir, &endpoint, &lease_id, key).await,
+                        Err(e) => Err(e),
+                    };
                     let result = result.map(|connection| s.attach(session, connection));
                     Some(Input::SshConnected { op, result })
                 })

@@ -1,0 +1,302 @@
+//! The `static` provider: machines the user already has, listed in the plan
+//! (`[[group.host]]`: host, port, user, key file per node). Nothing is
+//! rented and nothing is started by a create: a lease is a *reservation* of
+//! the node's machine, `static:<host>:<port>`, kept as a file in the state
+//! dir:
+//!
+//! ```text
+//! static/<lease>.json   {"run_id":..,"lease":{LeaseFacts}}   (the label)
+//! ```
+//!
+//! Destroying a lease stops drover's agent on the machine over SSH (with the
+//! host's key file and the host key pinned at bootstrap) and then releases
+//! the reservation. The agent is found by the pid file its start command
+//! passes as `--pid-file .drover/run-<run>/<node>.pid` (relative to the SSH
+//! login directory); `up` has already told it to shut down over the control
+//! plane, so this is the backstop for an agent that was not connected.
+//! Listing returns the run's reservations, which is how a restarted `up`
+//! adopts a create whose answer it lost.
+
+pub mod hosts;
+
+use super::{BoxFuture, Provider, error};
+use crate::ssh;
+use core_fsm::ids::{LeaseId, LogicalNodeId, RunId};
+use core_fsm::plan::{ProviderKind, RunPlan};
+use core_fsm::port::{
+    CreateLeaseRequest, EndpointStatus, LeaseFacts, LeaseGranted, ProviderError,
+    ProviderErrorKind::{NotFound, Rejected, Transient},
+    SshEndpoint,
+};
+use hosts::StaticHost;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long stopping the agent over SSH may take, connect included.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Output lines of the stop command kept for an error message.
+const STOP_OUTPUT_LINES: usize = 8;
+
+/// A reservation as stored on disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Reservation {
+    run_id: RunId,
+    lease: LeaseFacts,
+}
+
+/// The static provider of one state dir and plan.
+pub struct StaticProvider {
+    state_dir: PathBuf,
+    hosts: BTreeMap<LogicalNodeId, StaticHost>,
+}
+
+impl StaticProvider {
+    /// A provider for the static groups of `plan`, keeping its reservations
+    /// under `<state_dir>/static`.
+    pub fn new(state_dir: &Path, plan: &RunPlan) -> Result<StaticProvider, String> {
+        Ok(StaticProvider {
+            state_dir: state_dir.to_owned(),
+            hosts: hosts::of_plan(plan)?,
+        })
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.state_dir.join("static")
+    }
+
+    fn file(&self, lease: &LeaseId) -> PathBuf {
+        let name: String = lease
+            .as_str()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.dir().join(format!("{name}.json"))
+    }
+
+    fn read(&self, lease: &LeaseId) -> Result<Option<Reservation>, ProviderError> {
+        let path = self.file(lease);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| error(Transient, format!("reservation {}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(error(
+                Transient,
+                format!("reservation {}: {e}", path.display()),
+            )),
+        }
+    }
+
+    fn create(&self, request: CreateLeaseRequest) -> Result<LeaseGranted, ProviderError> {
+        let host = self.hosts.get(&request.node).ok_or_else(|| {
+            error(
+                Rejected,
+                format!("the plan lists no static host for {}", request.node),
+            )
+        })?;
+        let lease_id = host.lease_id();
+        let mut metadata = BTreeMap::new();
+        metadata.insert("node".to_owned(), request.node.to_string());
+        metadata.insert("host".to_owned(), host.host.clone());
+        metadata.insert("port".to_owned(), host.port.to_string());
+        metadata.insert("user".to_owned(), host.user.clone());
+        metadata.insert("key_file".to_owned(), host.key_file.clone());
+        let lease = LeaseFacts {
+            provider: ProviderKind::Static,
+            lease_id,
+            contract_id: "reservation".to_owned(),
+            offer_id: None,
+            host_id: Some(host.host.clone()),
+            nonce: request.nonce,
+            metadata,
+        };
+        // Reserving again (an intent whose answer was lost, then abandoned)
+        // takes the reservation over with the new nonce: a state dir holds
+        // one run, and each machine belongs to one node of it.
+        let reservation = Reservation {
+            run_id: request.run_id,
+            lease: lease.clone(),
+        };
+        let transient = |e: std::io::Error| error(Transient, format!("reserving {host}: {e}"));
+        std::fs::create_dir_all(self.dir()).map_err(transient)?;
+        let bytes = serde_json::to_vec_pretty(&reservation).expect("a reservation serialises");
+        super::local::write_atomic(&self.file(&lease.lease_id), &bytes).map_err(transient)?;
+        Ok(LeaseGranted {
+            endpoint: Some(endpoint_of(host)),
+            lease,
+        })
+    }
+
+    fn lookup(&self, lease: &LeaseFacts) -> Result<EndpointStatus, ProviderError> {
+        Ok(match self.read(&lease.lease_id)? {
+            Some(held) => match host_of(&held.lease) {
+                Some(host) => EndpointStatus::Ready(endpoint_of(&host)),
+                None => EndpointStatus::Failed {
+                    reason: "the reservation names no host".to_owned(),
+                },
+            },
+            None => EndpointStatus::Gone,
+        })
+    }
+
+    async fn destroy(&self, lease: LeaseFacts) -> Result<(), ProviderError> {
+        let Some(held) = self.read(&lease.lease_id)? else {
+            return Err(error(
+                NotFound,
+                format!("{} is not reserved", lease.lease_id),
+            ));
+        };
+        let host =
+            host_of(&held.lease).ok_or_else(|| error(Rejected, "the reservation names no host"))?;
+        let node = held.lease.metadata.get("node").cloned().unwrap_or_default();
+        let stop = stop_agent(&self.state_dir, &held, &host, &node);
+        match tokio::time::timeout(STOP_TIMEOUT, stop).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(error(
+                    Transient,
+                    format!("stopping the agent on {host} took over {STOP_TIMEOUT:?}"),
+                ));
+            }
+        }
+        match std::fs::remove_file(self.file(&lease.lease_id)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(error(Transient, format!("releasing {host}: {e}"))),
+        }
+    }
+
+    fn list(&self, run_id: RunId) -> Result<Vec<LeaseFacts>, ProviderError> {
+        let entries = match std::fs::read_dir(self.dir()) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(error(Transient, format!("listing reservations: {e}"))),
+        };
+        let mut leases = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            // A file that does not read is not a reservation this provider
+            // wrote (writes are atomic).
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            let Ok(held) = serde_json::from_slice::<Reservation>(&bytes) else {
+                continue;
+            };
+            if held.run_id == run_id {
+                leases.push(held.lease);
+            }
+        }
+        leases.sort();
+        Ok(leases)
+    }
+}
+
+/// Stops the node's agent over SSH: the pid in its pid file is signalled
+/// only if that process is a `drover-agent`, and the pid file is removed.
+async fn stop_agent(
+    state_dir: &Path,
+    held: &Reservation,
+    host: &StaticHost,
+    node: &str,
+) -> Result<(), ProviderError> {
+    let ssh_failed = |e: core_fsm::port::SshError| {
+        error(
+            Transient,
+            format!("stopping the agent on {host}: {}", e.message),
+        )
+    };
+    let key = ssh::load_key(Path::new(&host.key_file)).map_err(ssh_failed)?;
+    let connection = ssh::connect(state_dir, &endpoint_of(host), &held.lease.lease_id, key)
+        .await
+        .map_err(ssh_failed)?;
+    let result = connection
+        .exec_collect(&stop_command(held.run_id, node), STOP_OUTPUT_LINES)
+        .await;
+    connection.close().await;
+    match result.map_err(ssh_failed)? {
+        (0, _) => Ok(()),
+        (code, output) => Err(error(
+            Transient,
+            format!(
+                "stopping the agent on {host}: exit {code}: {}",
+                output.join(" | ")
+            ),
+        )),
+    }
+}
+
+/// The pid file a static node's start command passes to `drover-agent
+/// --pid-file`, relative to the SSH login directory.
+pub fn pid_file(run_id: RunId, node: &str) -> String {
+    format!(".drover/run-{}/{node}.pid", run_id.0)
+}
+
+/// The shell command that stops the agent of `node` (names are checked
+/// DNS-label-like by the plan rules, so they need no quoting).
+fn stop_command(run_id: RunId, node: &str) -> String {
+    let file = pid_file(run_id, node);
+    format!(
+        "f={file}; if [ -f \"$f\" ]; then p=$(cat \"$f\"); \
+         if [ -n \"$p\" ] && grep -qa drover-agent \"/proc/$p/cmdline\" 2>/dev/null; \
+         then kill \"$p\" 2>/dev/null; fi; rm -f \"$f\"; fi; exit 0"
+    )
+}
+
+fn host_of(lease: &LeaseFacts) -> Option<StaticHost> {
+    let get = |k: &str| lease.metadata.get(k).cloned();
+    Some(StaticHost {
+        host: get("host")?,
+        port: get("port")?.parse().ok()?,
+        user: get("user")?,
+        key_file: get("key_file")?,
+    })
+}
+
+fn endpoint_of(host: &StaticHost) -> SshEndpoint {
+    SshEndpoint {
+        host: host.host.clone(),
+        port: host.port,
+        user: host.user.clone(),
+    }
+}
+
+impl Provider for StaticProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Static
+    }
+
+    fn create_lease(
+        &self,
+        request: CreateLeaseRequest,
+    ) -> BoxFuture<'_, Result<LeaseGranted, ProviderError>> {
+        Box::pin(async move { self.create(request) })
+    }
+
+    fn lookup_endpoint(
+        &self,
+        lease: LeaseFacts,
+    ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>> {
+        Box::pin(async move { self.lookup(&lease) })
+    }
+
+    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>> {
+        Box::pin(self.destroy(lease))
+    }
+
+    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>> {
+        Box::pin(async move { self.list(run_id) })
+    }
+}

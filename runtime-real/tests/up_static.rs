@@ -1,0 +1,166 @@
+//! `drover up` on the static provider against a stock OpenSSH server (a real
+//! `sshd` on 127.0.0.1): two nodes reach ready over real SSH with the plan's
+//! key file, their agents join over iroh, and teardown stops the agents,
+//! over the control plane or, when `up` is gone, over SSH by pid file.
+//! Every wait is on an event (a line, a process exit) with a bound.
+
+mod sshd_support;
+mod up_support;
+
+use core_fsm::ids::{GroupId, RunId};
+use core_fsm::plan::{ProviderKind, RunPlan};
+use runtime_real::provider::static_hosts::hosts::{StaticHost, to_labels};
+use runtime_real::provider::static_hosts::pid_file;
+use sshd_support::Sshd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use up_support::*;
+
+const SETTLE: Duration = Duration::from_secs(90);
+const EXIT: Duration = Duration::from_secs(60);
+
+/// A static plan of one node per sshd port, whose start command leaves the
+/// agent's pid where a static destroy looks for it.
+fn static_plan(sshd: &Sshd, run: u64) -> RunPlan {
+    let agent = env!("CARGO_BIN_EXE_drover-agent");
+    let mut plan = RunPlan::local(sshd.ports.len() as u32);
+    plan.run_id = RunId(run);
+    let group = &mut plan.groups[0];
+    group.group_id = GroupId::from("hosts");
+    group.provider = ProviderKind::Static;
+    group.boot.ssh_user = sshd.user.clone();
+    group.boot.verify_commands = vec![format!("test -x {agent}")];
+    group.boot.start_command = format!(
+        "mkdir -p .drover/run-${{RUN_ID}}; nohup {agent} --join '${{ORCH_ADDR}}' \
+         --node '${{LOGICAL_NODE_ID}}' --token '${{JOIN_TOKEN}}' --heartbeat-ms 200 \
+         --pid-file .drover/run-${{RUN_ID}}/${{LOGICAL_NODE_ID}}.pid \
+         > .drover/run-${{RUN_ID}}/${{LOGICAL_NODE_ID}}.log 2>&1 < /dev/null &"
+    );
+    let timeouts = &mut group.boot.timeouts;
+    timeouts.ssh_connect_timeout = core_fsm::time::Duration::from_secs(30);
+    timeouts.ssh_retry_interval = core_fsm::time::Duration::from_millis(200);
+    timeouts.join_timeout = core_fsm::time::Duration::from_secs(30);
+    let hosts: Vec<StaticHost> = sshd
+        .ports
+        .iter()
+        .map(|&port| StaticHost {
+            host: "127.0.0.1".to_owned(),
+            port,
+            user: sshd.user.clone(),
+            key_file: sshd.client_key.display().to_string(),
+        })
+        .collect();
+    to_labels(&mut group.shape.provider_labels, &hosts);
+    plan
+}
+
+/// The login directory of the test user, where the agents' pid files are.
+fn home() -> PathBuf {
+    PathBuf::from(std::env::var("HOME").expect("HOME is set"))
+}
+
+/// The pids the agents of `run` wrote, by node.
+fn agent_pids(run: u64, nodes: &[&str]) -> Vec<u32> {
+    nodes
+        .iter()
+        .map(|node| {
+            let file = home().join(pid_file(RunId(run), node));
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            text.trim().parse().unwrap()
+        })
+        .collect()
+}
+
+/// Waits, bounded, for every pid to exit (on its pidfd).
+fn wait_gone(pids: &[u32]) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for &pid in pids {
+        let gone = runtime
+            .block_on(runtime_real::provider::local::process::wait_exit(
+                pid,
+                Duration::from_secs(10),
+            ))
+            .unwrap();
+        assert!(gone, "agent {pid} still runs");
+    }
+}
+
+fn is_drover_agent(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.windows(12).any(|w| w == b"drover-agent"))
+}
+
+fn cleanup(dir: &Path, run: u64) {
+    let _ = std::fs::remove_dir_all(home().join(format!(".drover/run-{run}")));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn two_static_nodes_on_openssh_reach_ready_and_stop_releases_them_and_stops_the_agents() {
+    let dir = scratch("static");
+    let state = dir.join("state");
+    let sshd = Sshd::start(&dir.join("sshd"), 2);
+    let run = 900_000 + u64::from(std::process::id());
+    let plan = write_plan(&dir, &static_plan(&sshd, run));
+    let mut up = Up::start(&state, &plan);
+    let settled = up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let ready = status(&state);
+    for (i, port) in sshd.ports.iter().enumerate() {
+        let node = node(&ready, &format!("hosts-{i}"));
+        assert_eq!(
+            (node["stage"].as_str(), node["ready"].as_bool()),
+            (Some("Dormant"), Some(true)),
+            "{settled}\n{node}\nsshd:\n{}",
+            sshd.log()
+        );
+        assert_eq!(node["lease"], format!("static:127.0.0.1:{port}"));
+    }
+    let pids = agent_pids(run, &["hosts-0", "hosts-1"]);
+    assert!(pids.iter().all(|&p| is_drover_agent(p)), "{pids:?}");
+    assert_eq!(std::fs::read_dir(state.join("static")).unwrap().count(), 2);
+
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    wait_gone(&pids);
+    // The agents were told to shut down and removed their own pid files.
+    for node in ["hosts-0", "hosts-1"] {
+        assert!(!home().join(pid_file(RunId(run), node)).exists());
+    }
+    assert_eq!(std::fs::read_dir(state.join("static")).unwrap().count(), 0);
+    let status = status(&state);
+    for i in 0..2 {
+        assert_eq!(node(&status, &format!("hosts-{i}"))["stage"], "Destroyed");
+    }
+    cleanup(&dir, run);
+}
+
+#[test]
+fn after_kill_9_of_up_down_stops_the_static_agents_over_ssh() {
+    let dir = scratch("static-kill9");
+    let state = dir.join("state");
+    let sshd = Sshd::start(&dir.join("sshd"), 2);
+    let run = 910_000 + u64::from(std::process::id());
+    let plan = write_plan(&dir, &static_plan(&sshd, run));
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let pids = agent_pids(run, &["hosts-0", "hosts-1"]);
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    // Nobody told the agents anything: they run on, redialling.
+    assert!(pids.iter().all(|&p| is_drover_agent(p)), "{pids:?}");
+
+    let down = drover(&state, &["down"]);
+    assert!(
+        down.status.success(),
+        "down: {}\nsshd:\n{}",
+        String::from_utf8_lossy(&down.stderr),
+        sshd.log()
+    );
+    wait_gone(&pids);
+    for node in ["hosts-0", "hosts-1"] {
+        assert!(!home().join(pid_file(RunId(run), node)).exists());
+    }
+    assert_eq!(std::fs::read_dir(state.join("static")).unwrap().count(), 0);
+    cleanup(&dir, run);
+}
