@@ -2,11 +2,15 @@
 //!
 //! ```text
 //! drover-madsim [--scenario NAME|all] [--seeds N] [--first S] [--seed S]
-//!               [--jobs J] [--no-chaos] [--transcript] [--compare]
+//!               [--trace FILE] [--jobs J] [--no-chaos] [--transcript] [--compare]
+//! drover-madsim --bench [--seeds N] [--jobs J]
 //! ```
 //!
 //! `--seed S` runs one seed (twice, digests compared) and, with
-//! `--transcript`, prints its transcript. `--compare` also runs tier 1 on the
+//! `--transcript`, prints its transcript; `--trace FILE` does the same for a
+//! case written as a trace (tier 1's failures and shrunk cases run here too).
+//! `--bench` runs the standard scenario (each seed once) on one thread and
+//! on `--jobs` threads and prints seeds/s per core. `--compare` also runs tier 1 on the
 //! same cases and the planted-bug systems in both tiers, and prints the
 //! verdicts side by side. Exit status 1 when a seed fails or a verdict
 //! differs. Built without `--cfg madsim` it only says how to build it.
@@ -41,6 +45,8 @@ mod cli {
         level: Level,
         transcript: bool,
         compare: bool,
+        trace: Option<String>,
+        bench: bool,
     }
 
     fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -53,6 +59,8 @@ mod cli {
             level: Level::On,
             transcript: false,
             compare: false,
+            trace: None,
+            bench: false,
         };
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
@@ -74,6 +82,8 @@ mod cli {
                 "--no-chaos" => parsed.level = Level::Off,
                 "--transcript" => parsed.transcript = true,
                 "--compare" => parsed.compare = true,
+                "--trace" => parsed.trace = Some(value()?),
+                "--bench" => parsed.bench = true,
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -88,7 +98,29 @@ mod cli {
                 return 2;
             }
         };
+        if args.bench {
+            let seeds = if args.seeds == 200 { 500 } else { args.seeds };
+            println!("{}", backend::bench(seeds, 1).line());
+            println!("{}", backend::bench(seeds, args.jobs).line());
+            return 0;
+        }
         let real = TierTwo::<sim::system::Composite>::new(args.level);
+        if let Some(path) = &args.trace {
+            let case = std::fs::read_to_string(path)
+                .map_err(|e| format!("{path}: {e}"))
+                .and_then(|text| conformance::trace::parse(&text));
+            return match case {
+                Ok(case) => {
+                    let again = sim_madsim::reproduce_line(&case.scenario, case.seed)
+                        .replace(&format!("--seed {}", case.seed), &format!("--trace {path}"));
+                    i32::from(run_case(&real, &case, args.transcript, &again))
+                }
+                Err(e) => {
+                    eprintln!("drover-madsim: {e}");
+                    2
+                }
+            };
+        }
         let mut failed = false;
         for scenario in &args.scenarios {
             if let Some(seed) = args.one {
@@ -114,20 +146,35 @@ mod cli {
         seed: u64,
         transcript: bool,
     ) -> bool {
-        let case = conformance::generate(scenario, seed);
-        let (outcome, failure) = conformance::battery::check_case(real, &case);
+        let again = sim_madsim::reproduce_line(scenario.name(), seed);
+        run_case(
+            real,
+            &conformance::generate(scenario, seed),
+            transcript,
+            &again,
+        )
+    }
+
+    fn run_case(
+        real: &TierTwo<sim::system::Composite>,
+        case: &conformance::Case,
+        transcript: bool,
+        again: &str,
+    ) -> bool {
+        let (outcome, failure) = conformance::battery::check_case(real, case);
         if transcript {
             let options = conformance::RunOptions { transcript: true };
-            let run = conformance::Backend::run(real, &case, options);
+            let run = conformance::Backend::run(real, case, options);
             for line in run.transcript {
                 println!("{line}");
             }
         }
         let stats = &outcome.stats;
         println!(
-            "madsim {} seed {seed}: {} steps, {} ms simulated, {} restarts, {} leases, {} ready, {} failed, digest {}",
-            scenario.name(),
-            stats.steps.max(outcome.step_digests.len() as u64),
+            "madsim {} seed {}: {} steps, {} ms simulated, {} restarts, {} leases, {} ready, {} failed, digest {}",
+            case.scenario,
+            case.seed,
+            stats.steps,
             stats.end_ms,
             stats.restarts,
             stats.leases_created,
@@ -137,10 +184,7 @@ mod cli {
         );
         match failure {
             Some(f) => {
-                println!(
-                    "FAIL: {f}\n  reproduce: {}",
-                    sim_madsim::reproduce_line(scenario.name(), seed)
-                );
+                println!("FAIL: {f}\n  reproduce: {again}");
                 true
             }
             None => {
