@@ -119,6 +119,13 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
         Some(addr) if addr != "auto" => addr.to_owned(),
         _ => control.addr_string(),
     };
+    // Where agents dial (what `${ORCH_ADDR}` becomes); not a secret.
+    let line = if json {
+        serde_json::json!({ "event": "control", "addr": addr }).to_string()
+    } else {
+        format!("control plane: {addr}")
+    };
+    super::view::println_flush(&line);
     let joins = Arc::new(ControlJoins {
         control: control.clone(),
         addr,
