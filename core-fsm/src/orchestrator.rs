@@ -8,7 +8,16 @@
 //! that id, and an answer no route names (unknown, duplicate, or belonging to
 //! an ended session) is ignored and counted. Invariants O1.. are in
 //! `spec/provisioning.md`.
+//!
+//! Cost: one input costs the same whatever the number of nodes (up to
+//! logarithmic factors). Nodes live in slots numbered in node-id order, so
+//! routes and sessions name them by slot, not by a cloned id; an index of
+//! every child's next deadline answers `next_deadline` and finds the nodes a
+//! tick is for; tallies kept per delivery answer `is_settled` and
+//! `is_torn_down`.
 
+mod commands;
+mod index;
 mod invariants;
 mod routing;
 
@@ -16,10 +25,11 @@ use crate::ids::{Counter, LogicalNodeId, OpId, SessionId};
 use crate::node;
 use crate::plan::{LogicalNodeSpec, RunPlan};
 use crate::port::{Effect, Input, JournalRecord};
-use crate::reconcile::{self, Action, Condition, NodeView, Quarantine};
+use crate::reconcile::{self, Quarantine};
 use crate::rng::DetRng;
 use crate::time::Instant;
 use crate::{bootstrap, digest::Digest};
+use index::{Deadlines, Tally};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -57,17 +67,27 @@ pub struct Counters {
     pub unplanned_journal_nodes: u64,
 }
 
+/// A node's slot: its rank in node-id order among the plan's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Slot(pub(crate) u32);
+
+impl Slot {
+    fn at(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// Who awaits an operation's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
-    Node(LogicalNodeId),
+    Node(Slot),
     Session(SessionId),
 }
 
 /// A live bootstrap session and the node it belongs to.
 #[derive(Clone, Debug)]
 pub(crate) struct Session {
-    pub(crate) node: LogicalNodeId,
+    pub(crate) node: Slot,
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it, dropped from the routes when it ends.
     pub(crate) ops: Vec<OpId>,
@@ -77,7 +97,10 @@ pub(crate) struct Session {
 #[derive(Clone, Debug)]
 pub struct Orchestrator {
     pub(crate) plan: RunPlan,
-    pub(crate) specs: BTreeMap<LogicalNodeId, LogicalNodeSpec>,
+    /// Node ids by slot, ascending (a binary search finds a slot).
+    pub(crate) ids: Vec<LogicalNodeId>,
+    /// Specs by slot, taken when the node manager is created.
+    pub(crate) specs: Vec<Option<LogicalNodeSpec>>,
     pub(crate) reconciler: reconcile::Config,
     pub(crate) desired: reconcile::Desired,
     pub(crate) quarantine: Quarantine,
@@ -85,9 +108,15 @@ pub struct Orchestrator {
     pub(crate) rng: DetRng,
     pub(crate) ops: Counter,
     pub(crate) session_ids: Counter,
-    pub(crate) nodes: BTreeMap<LogicalNodeId, node::Machine>,
+    /// The ledger by slot.
+    pub(crate) nodes: Vec<Option<node::Machine>>,
     pub(crate) sessions: BTreeMap<SessionId, Session>,
     pub(crate) routes: BTreeMap<OpId, Owner>,
+    pub(crate) deadlines: Deadlines,
+    pub(crate) tally: Tally,
+    /// Effect buffers lent to children, one per nesting level.
+    pub(crate) node_buffers: Vec<Vec<node::Effect>>,
+    pub(crate) session_buffers: Vec<Vec<bootstrap::Effect>>,
     pub(crate) run_journaled: bool,
     pub(crate) started: bool,
     pub(crate) tearing_down: bool,
@@ -95,10 +124,6 @@ pub struct Orchestrator {
     pub(crate) requeue_at: Option<Instant>,
     pub(crate) counters: Counters,
 }
-
-/// Reconcile passes at most per input: a pass's actions can make another
-/// pass due (a replacement whose destroy finished at once), never forever.
-const RECONCILE_PASSES_MAX: u32 = 4;
 
 impl Orchestrator {
     /// A composite for a fresh run; `Start` brings the plan up.
@@ -122,8 +147,11 @@ impl Orchestrator {
             }
         }
         for (id, fold) in folds {
-            let Some(spec) = orchestrator.specs.get(&id).cloned() else {
+            let Some(slot) = orchestrator.slot_of(&id) else {
                 orchestrator.counters.unplanned_journal_nodes += 1;
+                continue;
+            };
+            let Some(spec) = orchestrator.specs[slot.at()].take() else {
                 continue;
             };
             if let (Some(lease), Some(_)) = (&fold.lease, &fold.failed)
@@ -133,18 +161,18 @@ impl Orchestrator {
             }
             let rng = orchestrator.node_rng(&id);
             let machine = node::Machine::restore(orchestrator.node_config, spec, rng, &fold);
-            orchestrator.nodes.insert(id, machine);
+            orchestrator.insert_node(slot, machine);
         }
         orchestrator
     }
 
     fn build(config: Config, life: u64) -> Orchestrator {
-        let specs = crate::plan::expand(&config.plan)
-            .into_iter()
-            .map(|spec| (spec.node_id.clone(), spec))
-            .collect();
+        let specs = slotted(crate::plan::expand(&config.plan));
+        let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
+        let count = ids.len();
         Orchestrator {
-            specs,
+            ids,
+            specs: specs.into_iter().map(Some).collect(),
             reconciler: reconcile::Config {
                 replacement: config.plan.replacement,
             },
@@ -155,9 +183,13 @@ impl Orchestrator {
             rng: DetRng::new(config.seed).derive(life),
             ops: Counter::starting_at(1),
             session_ids: Counter::starting_at(1),
-            nodes: BTreeMap::new(),
+            nodes: (0..count).map(|_| None).collect(),
             sessions: BTreeMap::new(),
             routes: BTreeMap::new(),
+            deadlines: Deadlines::new(count),
+            tally: Tally::new(count),
+            node_buffers: Vec::new(),
+            session_buffers: Vec::new(),
             run_journaled: false,
             started: false,
             tearing_down: false,
@@ -177,12 +209,12 @@ impl Orchestrator {
 
     /// The ledger, in node-id order.
     pub fn nodes(&self) -> impl Iterator<Item = &node::Record> {
-        self.nodes.values().map(node::Machine::record)
+        self.nodes.iter().flatten().map(node::Machine::record)
     }
 
     /// One node's record.
     pub fn node(&self, id: &LogicalNodeId) -> Option<&node::Record> {
-        self.nodes.get(id).map(node::Machine::record)
+        self.machine(id).map(node::Machine::record)
     }
 
     /// The stage of a live bootstrap session, if it exists.
@@ -194,21 +226,16 @@ impl Orchestrator {
     /// automatic retries spent (the failure is in `destroy_error`; another
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
-        use node::Stage::{Destroyed, Destroying, Dormant, Failed};
         self.started
             && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
-            && self.nodes.values().all(|n| {
-                matches!(n.stage(), Dormant | Failed | Destroying | Destroyed) && !n.in_flight()
-            })
+            && self.tally.all_settled()
     }
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.
     pub fn is_torn_down(&self) -> bool {
-        self.tearing_down
-            && self.sessions.is_empty()
-            && self.nodes.values().all(node::Machine::holds_no_lease)
+        self.tearing_down && self.sessions.is_empty() && self.tally.none_leased()
     }
 
     /// Ignored inputs, by why.
@@ -221,153 +248,45 @@ impl Orchestrator {
         self.routes.len()
     }
 
-    fn on_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        if self.started || self.tearing_down {
-            self.counters.ignored_commands += 1;
-            return;
-        }
-        self.started = true;
-        if !self.run_journaled {
-            self.run_journaled = true;
-            out.push(Effect::Persist(JournalRecord::RunStarted {
-                run_id: self.plan.run_id,
-            }));
-        }
-        let waiting: Vec<LogicalNodeId> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.awaits_start())
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in waiting {
-            let excluded_hosts = self.excluded_hosts();
-            self.deliver_node(now, &id, node::Input::Start { excluded_hosts }, out);
-        }
-        self.reconcile_due = true;
+    /// The slot of a planned node.
+    pub(crate) fn slot_of(&self, id: &LogicalNodeId) -> Option<Slot> {
+        let at = self.ids.binary_search(id).ok()?;
+        Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes")))
     }
 
-    fn on_teardown(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        self.tearing_down = true;
-        let ids: Vec<LogicalNodeId> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.stage() != node::Stage::Destroyed)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in ids {
-            self.deliver_node(now, &id, node::Input::Destroy, out);
-        }
+    /// The node manager of `id`, if the ledger has it.
+    pub(crate) fn machine(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
+        let slot = self.slot_of(id)?;
+        self.nodes[slot.at()].as_ref()
     }
 
-    fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        use crate::Machine as _;
-        let due = |deadline: Option<Instant>| deadline.is_some_and(|at| at <= now);
-        let nodes: Vec<LogicalNodeId> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| due(n.next_deadline()))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in nodes {
-            self.deliver_node(now, &id, node::Input::Tick, out);
-        }
-        let sessions: Vec<SessionId> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| due(s.machine.next_deadline()))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in sessions {
-            self.deliver_session(now, id, bootstrap::Input::Tick, out);
-        }
-        if due(self.requeue_at) {
-            self.requeue_at = None;
-            self.reconcile_due = true;
-        }
+    /// The ledger node in `slot`, which must exist.
+    pub(crate) fn slot_machine(&self, slot: Slot) -> &node::Machine {
+        self.nodes[slot.at()]
+            .as_ref()
+            .expect("a routed slot holds a node")
     }
 
-    /// Hosts new leases must avoid, when the policy quarantines.
-    fn excluded_hosts(&self) -> Vec<String> {
-        match self.reconciler.quarantine_threshold() {
-            Some(threshold) => reconcile::excluded_hosts(&self.quarantine, threshold),
-            None => Vec::new(),
-        }
-    }
-
-    fn reconcile(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        for _ in 0..RECONCILE_PASSES_MAX {
-            if !self.reconcile_due {
-                return;
-            }
-            self.reconcile_due = false;
-            if self.tearing_down || !self.started {
-                return;
-            }
-            let views: Vec<NodeView> = self.nodes.values().map(view).collect();
-            let decision = reconcile::reconcile(
-                &self.reconciler,
-                &self.desired,
-                &views,
-                &self.quarantine,
-                now,
-            );
-            self.requeue_at = decision.requeue_at;
-            for action in decision.actions {
-                self.apply(now, action, out);
-            }
-        }
-    }
-
-    fn apply(&mut self, now: Instant, action: Action, out: &mut Vec<Effect>) {
-        let excluded_hosts = self.excluded_hosts();
-        match action {
-            Action::Create { group, index } => {
-                let id = crate::plan::node_id(&group, index);
-                let Some(spec) = self.specs.get(&id).cloned() else {
-                    return;
-                };
-                let machine = node::Machine::new(self.node_config, spec, self.node_rng(&id));
-                self.nodes.insert(id.clone(), machine);
-                self.deliver_node(now, &id, node::Input::Start { excluded_hosts }, out);
-            }
-            Action::Destroy { node } => self.deliver_node(now, &node, node::Input::Destroy, out),
-            Action::Replace { node, attempt } => self.deliver_node(
-                now,
-                &node,
-                node::Input::Replace {
-                    attempt,
-                    excluded_hosts,
-                },
-                out,
-            ),
-        }
+    /// Puts a new node manager into the ledger and indexes it.
+    pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
+        assert!(self.nodes[slot.at()].is_none(), "one manager per node");
+        self.nodes[slot.at()] = Some(machine);
+        self.sync_node(slot);
     }
 }
 
-/// The reconciler's coarse view of one node.
-fn view(machine: &node::Machine) -> NodeView {
-    use node::Stage as S;
-    let record = machine.record();
-    let condition = match record.stage {
-        S::Dormant => Condition::Ready,
-        S::Failed => Condition::Failed {
-            at: record.failed_at.unwrap_or(Instant::ZERO),
-        },
-        S::Destroying => Condition::Destroying,
-        S::Destroyed => Condition::Destroyed,
-        _ => Condition::Provisioning,
-    };
-    NodeView {
-        node: record.node().clone(),
-        group: record.group().clone(),
-        index: record.desired.index,
-        attempt: record.attempt,
-        condition,
-        host: record
-            .lease
-            .as_ref()
-            .and_then(|lease| lease.host_id.clone()),
+/// The plan's specs in node-id order, one per id (the last one wins, as in
+/// a map, should an invalid plan repeat an id).
+fn slotted(mut specs: Vec<LogicalNodeSpec>) -> Vec<LogicalNodeSpec> {
+    specs.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    let mut out: Vec<LogicalNodeSpec> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match out.last_mut() {
+            Some(last) if last.node_id == spec.node_id => *last = spec,
+            _ => out.push(spec),
+        }
     }
+    out
 }
 
 impl crate::Machine for Orchestrator {
@@ -380,10 +299,12 @@ impl crate::Machine for Orchestrator {
             Input::Tick => self.on_tick(now, &mut out),
             Input::Start => self.on_start(now, &mut out),
             Input::Teardown => self.on_teardown(now, &mut out),
-            Input::Destroy { node } if self.nodes.contains_key(&node) => {
-                self.deliver_node(now, &node, node::Input::Destroy, &mut out)
-            }
-            Input::Destroy { .. } => self.counters.unknown_nodes += 1,
+            Input::Destroy { node } => match self.slot_of(&node) {
+                Some(slot) if self.nodes[slot.at()].is_some() => {
+                    self.deliver_node(now, slot, node::Input::Destroy, &mut out)
+                }
+                _ => self.counters.unknown_nodes += 1,
+            },
             Input::AgentJoined {
                 node,
                 lease_id,
@@ -396,15 +317,11 @@ impl crate::Machine for Orchestrator {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let nodes = self
-            .nodes
-            .values()
-            .filter_map(crate::Machine::next_deadline);
-        let sessions = self
-            .sessions
-            .values()
-            .filter_map(|s| s.machine.next_deadline());
-        nodes.chain(sessions).chain(self.requeue_at).min()
+        self.deadlines
+            .earliest()
+            .into_iter()
+            .chain(self.requeue_at)
+            .min()
     }
 
     fn check_invariants(&self) {

@@ -220,53 +220,7 @@ impl crate::Machine for Machine {
 
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
-        match (self.phase, input) {
-            (_, Input::Tick) => self.on_tick(now, &mut out),
-            (Phase::Created, Input::Start) => self.connect(now, 1, &mut out),
-            (
-                Phase::Connecting {
-                    op: Some(op),
-                    attempts,
-                },
-                Input::SshConnected { op: got, result },
-            ) if op == got => self.on_connected(now, attempts, result, &mut out),
-            (_, Input::SshOutput { op, stream, line }) if self.owns_output(op) => {
-                self.on_line(now, stream, line, &mut out)
-            }
-            (Phase::Probing { op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_probe_exit(now, result, &mut out)
-            }
-            (Phase::Verifying { index, op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_verify_exit(now, index, result, &mut out)
-            }
-            (Phase::Starting { op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_start_exit(now, result, &mut out)
-            }
-            (_, Input::SshExited { op, result }) if self.tails.contains(&op) => {
-                self.on_tail_exit(now, op, result, &mut out)
-            }
-            // A start command that stays in the foreground may still be
-            // running when the agent joins.
-            (Phase::Starting { .. } | Phase::WaitingForJoin, Input::ConvergenceObserved { .. }) => {
-                self.close(now, End::Converged, &mut out)
-            }
-            (Phase::Closing { op, end }, Input::SshClosed { op: got }) if op == got => {
-                self.finish(end, &mut out)
-            }
-            (Phase::Created, Input::Cancel) => self.finish(End::Cancelled, &mut out),
-            (
-                Phase::Connecting { .. }
-                | Phase::Probing { .. }
-                | Phase::Verifying { .. }
-                | Phase::Starting { .. }
-                | Phase::WaitingForJoin,
-                Input::Cancel,
-            ) => {
-                self.revoke_join(&mut out);
-                self.close(now, End::Cancelled, &mut out)
-            }
-            _ => self.ignored += 1,
-        }
+        self.step(now, input, &mut out);
         out
     }
 
@@ -275,6 +229,65 @@ impl crate::Machine for Machine {
     }
 
     fn check_invariants(&self) {
+        self.check_all();
+    }
+}
+
+impl Machine {
+    /// `handle`, pushing the effects onto `out` (the composite lends one
+    /// buffer per nesting level instead of allocating one per step).
+    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
+        match (self.phase, input) {
+            (_, Input::Tick) => self.on_tick(now, out),
+            (Phase::Created, Input::Start) => self.connect(now, 1, out),
+            (
+                Phase::Connecting {
+                    op: Some(op),
+                    attempts,
+                },
+                Input::SshConnected { op: got, result },
+            ) if op == got => self.on_connected(now, attempts, result, out),
+            (_, Input::SshOutput { op, stream, line }) if self.owns_output(op) => {
+                self.on_line(now, stream, line, out)
+            }
+            (Phase::Probing { op }, Input::SshExited { op: got, result }) if op == got => {
+                self.on_probe_exit(now, result, out)
+            }
+            (Phase::Verifying { index, op }, Input::SshExited { op: got, result }) if op == got => {
+                self.on_verify_exit(now, index, result, out)
+            }
+            (Phase::Starting { op }, Input::SshExited { op: got, result }) if op == got => {
+                self.on_start_exit(now, result, out)
+            }
+            (_, Input::SshExited { op, result }) if self.tails.contains(&op) => {
+                self.on_tail_exit(now, op, result, out)
+            }
+            // A start command that stays in the foreground may still be
+            // running when the agent joins.
+            (Phase::Starting { .. } | Phase::WaitingForJoin, Input::ConvergenceObserved { .. }) => {
+                self.close(now, End::Converged, out)
+            }
+            (Phase::Closing { op, end }, Input::SshClosed { op: got }) if op == got => {
+                self.finish(end, out)
+            }
+            (Phase::Created, Input::Cancel) => self.finish(End::Cancelled, out),
+            (
+                Phase::Connecting { .. }
+                | Phase::Probing { .. }
+                | Phase::Verifying { .. }
+                | Phase::Starting { .. }
+                | Phase::WaitingForJoin,
+                Input::Cancel,
+            ) => {
+                self.revoke_join(out);
+                self.close(now, End::Cancelled, out)
+            }
+            _ => self.ignored += 1,
+        }
+    }
+
+    /// Every invariant of this machine (see `spec/provisioning.md`).
+    fn check_all(&self) {
         let s = self.config.session;
         let t = &self.timers;
         assert!(

@@ -267,16 +267,33 @@ impl crate::Machine for Machine {
 
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
+        self.step(now, input, &mut out);
+        out
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    fn check_invariants(&self) {
+        self.check_all();
+    }
+}
+
+impl Machine {
+    /// `handle`, pushing the effects onto `out` (the composite lends one
+    /// buffer per nesting level instead of allocating one per step).
+    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         match (self.phase, input) {
-            (_, Input::Tick) => self.on_tick(now, &mut out),
+            (_, Input::Tick) => self.on_tick(now, out),
             (Phase::New, Input::Start { excluded_hosts }) => {
                 self.excluded_hosts = excluded_hosts;
                 let attempt = self.record.attempt.max(1);
-                self.request_lease(now, attempt, 1, &mut out)
+                self.request_lease(now, attempt, 1, out)
             }
             (_, Input::Start { excluded_hosts }) if self.resume => {
                 self.excluded_hosts = excluded_hosts;
-                self.resume(now, &mut out)
+                self.resume(now, out)
             }
             (
                 Phase::Destroyed | Phase::Failed { unresolved: false },
@@ -286,9 +303,9 @@ impl crate::Machine for Machine {
                 },
             ) if attempt > self.record.attempt => {
                 self.excluded_hosts = excluded_hosts;
-                self.on_replace(now, attempt, &mut out);
+                self.on_replace(now, attempt, out);
             }
-            (_, Input::Destroy) => self.on_destroy(now, &mut out),
+            (_, Input::Destroy) => self.on_destroy(now, out),
             (
                 Phase::Requesting {
                     op,
@@ -302,7 +319,7 @@ impl crate::Machine for Machine {
                 } else {
                     Then::Bootstrap
                 };
-                self.on_lease_created(now, result, intents, then, &mut out)
+                self.on_lease_created(now, result, intents, then, out)
             }
             (
                 _,
@@ -310,11 +327,11 @@ impl crate::Machine for Machine {
                     result: Ok(granted),
                     ..
                 },
-            ) => self.on_stray_lease(now, granted, &mut out),
+            ) => self.on_stray_lease(now, granted, out),
             (Phase::Locating { op: Some(op) }, Input::EndpointLooked { op: got, result })
                 if op == got =>
             {
-                self.on_endpoint(now, result, &mut out)
+                self.on_endpoint(now, result, out)
             }
             (
                 Phase::Resolving {
@@ -322,7 +339,7 @@ impl crate::Machine for Machine {
                     resolve,
                 },
                 Input::LeasesListed { op: got, result },
-            ) if op == got => self.on_listed(now, result, resolve, &mut out),
+            ) if op == got => self.on_listed(now, result, resolve, out),
             (
                 Phase::Destroying {
                     op: Some(op),
@@ -330,36 +347,32 @@ impl crate::Machine for Machine {
                     replace,
                 },
                 Input::LeaseDestroyed { op: got, result },
-            ) if op == got => self.on_destroyed(now, result, tries, replace, &mut out),
+            ) if op == got => self.on_destroyed(now, result, tries, replace, out),
             (Phase::Bootstrapping { .. } | Phase::Joined { .. }, Input::BootstrapObserved(obs)) => {
                 self.on_observed(now, obs)
             }
             (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })
                 if self.expects_join(&lease_id) =>
             {
-                self.on_joined(now, session, agent, &mut out)
+                self.on_joined(now, session, agent, out)
             }
             (
                 Phase::Dormant {
                     rejoin_allowed: true,
                 },
                 Input::AgentJoined { lease_id, agent },
-            ) if self.expects_join(&lease_id) => self.on_rejoined(now, agent, &mut out),
-            (Phase::Joined { .. }, Input::BootstrapClosed) => self.on_handed_off(now, &mut out),
+            ) if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
+            (Phase::Joined { .. }, Input::BootstrapClosed) => self.on_handed_off(now, out),
             (
                 Phase::Bootstrapping { .. } | Phase::Joined { .. },
                 Input::BootstrapFailed { reason },
-            ) => self.fail(now, reason, &mut out),
+            ) => self.fail(now, reason, out),
             _ => self.ignored += 1,
         }
-        out
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
-        self.timers.next_deadline()
-    }
-
-    fn check_invariants(&self) {
+    /// Every invariant of this machine (see `spec/provisioning.md`).
+    fn check_all(&self) {
         self.check_ledger();
         self.check_timers();
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 impl Orchestrator {
     pub(super) fn check_composite(&self) {
         use crate::Machine as _;
-        for machine in self.nodes.values() {
+        for (_, machine) in self.occupied() {
             machine.check_invariants();
         }
         for session in self.sessions.values() {
@@ -17,11 +17,12 @@ impl Orchestrator {
         self.check_sessions();
         self.check_ids();
         self.check_ledger();
+        self.check_index();
     }
 
     fn check_sessions(&self) {
         for (id, session) in &self.sessions {
-            let node = self.nodes.get(&session.node);
+            let node = self.nodes.get(session.node.at()).and_then(Option::as_ref);
             assert!(
                 node.is_some(),
                 "O1 {id}: a session belongs to a ledger node"
@@ -44,17 +45,19 @@ impl Orchestrator {
         }
         let mut per_node: BTreeMap<_, u32> = BTreeMap::new();
         for session in self.sessions.values() {
-            *per_node.entry(&session.node).or_default() += 1;
+            *per_node.entry(session.node).or_default() += 1;
         }
-        for (node, count) in per_node {
+        for (slot, count) in per_node {
+            let node = &self.ids[slot.at()];
             assert!(count <= 1, "O2 {node}: at most one session per node");
         }
-        for (id, machine) in &self.nodes {
+        for (slot, machine) in self.occupied() {
             if let Some(session) = machine.session() {
-                let owner = self.sessions.get(&session).map(|s| &s.node);
+                let owner = self.sessions.get(&session).map(|s| s.node);
+                let id = &self.ids[slot.at()];
                 assert_eq!(
                     owner,
-                    Some(id),
+                    Some(slot),
                     "O2 {id}: a bootstrapping node's session exists and is its own"
                 );
             }
@@ -68,8 +71,8 @@ impl Orchestrator {
                 "O3 {op}: routed ids come from the counter"
             );
             match owner {
-                Owner::Node(node) => assert!(
-                    self.nodes.contains_key(node),
+                Owner::Node(slot) => assert!(
+                    self.nodes.get(slot.at()).is_some_and(Option::is_some),
                     "O4 {op}: routed to a ledger node"
                 ),
                 Owner::Session(session) => {
@@ -91,9 +94,11 @@ impl Orchestrator {
 
     fn check_ledger(&self) {
         let mut leases = BTreeMap::new();
-        for (id, machine) in &self.nodes {
-            assert!(
-                self.specs.contains_key(id),
+        for (slot, machine) in self.occupied() {
+            let id = &self.ids[slot.at()];
+            assert_eq!(
+                self.slot_of(id),
+                Some(slot),
                 "O5 {id}: every ledger node is in the plan"
             );
             assert_eq!(machine.record().node(), id, "O5 {id}: keyed by its own id");
@@ -118,6 +123,38 @@ impl Orchestrator {
                     "O8 {id}: before Start only restored work or a destroy is pending"
                 );
             }
+        }
+    }
+
+    /// O10 The deadline index and the tallies agree with the children.
+    fn check_index(&self) {
+        use crate::Machine as _;
+        let nodes = self
+            .occupied()
+            .map(|(slot, machine)| (slot, machine.next_deadline()));
+        let sessions = self
+            .sessions
+            .iter()
+            .map(|(id, s)| (*id, s.machine.next_deadline()));
+        assert!(
+            self.deadlines.matches(nodes, sessions),
+            "O10: the deadline index names every child's next deadline"
+        );
+        assert!(
+            self.tally.is_consistent(),
+            "O10: the tallies count the flags"
+        );
+        for (slot, machine) in self.occupied() {
+            let id = &self.ids[slot.at()];
+            let flags = (
+                !super::index::is_settled(machine),
+                !machine.holds_no_lease(),
+            );
+            assert_eq!(
+                self.tally.flags(slot),
+                flags,
+                "O10 {id}: the tally's flags are the node's"
+            );
         }
     }
 }

@@ -2,7 +2,7 @@
 //! world (recording routes) or to a sibling child (a node's session, a
 //! session's node), depth first and in order.
 
-use super::{Orchestrator, Owner, Session};
+use super::{Orchestrator, Owner, Session, Slot};
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
 use crate::node;
@@ -63,14 +63,12 @@ impl Orchestrator {
     }
 
     fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out) {
-        let Some(Owner::Node(_)) = self.routes.get(&op) else {
+        let Some(&Owner::Node(slot)) = self.routes.get(&op) else {
             self.counters.unknown_ops += 1;
             return;
         };
-        let Some(Owner::Node(id)) = self.routes.remove(&op) else {
-            unreachable!("checked above")
-        };
-        self.deliver_node(now, &id, input, out);
+        self.routes.remove(&op);
+        self.deliver_node(now, slot, input, out);
     }
 
     fn answer_session(
@@ -101,9 +99,13 @@ impl Orchestrator {
         agent: AgentId,
         out: &mut Out,
     ) {
-        match self.nodes.get(&id) {
-            Some(machine) if machine.expects_join(&lease_id) => {
-                self.deliver_node(now, &id, node::Input::AgentJoined { lease_id, agent }, out)
+        match self.slot_of(&id) {
+            Some(slot)
+                if self.nodes[slot.at()]
+                    .as_ref()
+                    .is_some_and(|m| m.expects_join(&lease_id)) =>
+            {
+                self.deliver_node(now, slot, node::Input::AgentJoined { lease_id, agent }, out)
             }
             _ => self.counters.ignored_joins += 1,
         }
@@ -113,34 +115,30 @@ impl Orchestrator {
     pub(super) fn deliver_node(
         &mut self,
         now: Instant,
-        id: &LogicalNodeId,
+        slot: Slot,
         input: node::Input,
         out: &mut Out,
     ) {
-        use crate::Machine as _;
-        let Some(machine) = self.nodes.get_mut(id) else {
+        let Some(machine) = self.nodes[slot.at()].as_mut() else {
             self.counters.unknown_nodes += 1;
             return;
         };
+        let mut effects = self.node_buffers.pop().unwrap_or_default();
         let (ignored, strays) = (machine.ignored(), machine.stray_leases());
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
-        let effects = machine.handle(now, input);
+        machine.step(now, input, &mut effects);
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
-        for effect in effects {
-            self.node_effect(now, id, effect, out);
+        self.sync_node(slot);
+        for effect in effects.drain(..) {
+            self.node_effect(now, slot, effect, out);
         }
+        self.node_buffers.push(effects);
     }
 
-    fn node_effect(
-        &mut self,
-        now: Instant,
-        id: &LogicalNodeId,
-        effect: node::Effect,
-        out: &mut Out,
-    ) {
-        let owner = || Owner::Node(id.clone());
+    fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out) {
+        let owner = || Owner::Node(slot);
         match effect {
             node::Effect::Persist(record) => out.push(Effect::Persist(record)),
             node::Effect::CreateLease { op, request } => {
@@ -172,15 +170,15 @@ impl Orchestrator {
                 endpoint,
                 lease_id,
             } => {
-                let spec = &self.nodes[id].record().desired;
+                let spec = &self.slot_machine(slot).record().desired;
                 let config = bootstrap::Config::new(session, spec, lease_id, endpoint);
                 let machine = bootstrap::Machine::new(config);
                 self.sessions.insert(
                     session,
                     Session {
-                        node: id.clone(),
+                        node: slot,
                         machine,
-                        ops: Vec::new(),
+                        ops: Vec::with_capacity(8),
                     },
                 );
                 self.deliver_session(now, session, bootstrap::Input::Start, out);
@@ -199,9 +197,9 @@ impl Orchestrator {
                 ready,
                 failed_reason,
             } => {
-                self.node_changed(id, stage);
+                self.node_changed(slot, stage);
                 out.push(Effect::NodeChanged {
-                    node: id.clone(),
+                    node: self.ids[slot.at()].clone(),
                     stage,
                     ready,
                     failed_reason,
@@ -212,9 +210,10 @@ impl Orchestrator {
 
     /// Feeds the quarantine and schedules a reconcile pass when a node
     /// reaches a stage the reconciler acts on.
-    fn node_changed(&mut self, id: &LogicalNodeId, stage: node::Stage) {
+    fn node_changed(&mut self, slot: Slot, stage: node::Stage) {
         if stage == node::Stage::Failed {
-            let host = self.nodes[id]
+            let host = self
+                .slot_machine(slot)
                 .record()
                 .lease
                 .as_ref()
@@ -240,27 +239,29 @@ impl Orchestrator {
         input: bootstrap::Input,
         out: &mut Out,
     ) {
-        use crate::Machine as _;
         let Some(session) = self.sessions.get_mut(&id) else {
             self.counters.ignored_by_sessions += 1;
             return;
         };
+        let mut effects = self.session_buffers.pop().unwrap_or_default();
         let ignored = session.machine.ignored();
         session.machine.swap_ids(&mut self.ops);
-        let effects = session.machine.handle(now, input);
+        session.machine.step(now, input, &mut effects);
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
-        let node = session.node.clone();
-        for effect in effects {
-            self.session_effect(now, id, &node, effect, out);
+        let node = session.node;
+        self.sync_session(id);
+        for effect in effects.drain(..) {
+            self.session_effect(now, id, node, effect, out);
         }
+        self.session_buffers.push(effects);
     }
 
     fn session_effect(
         &mut self,
         now: Instant,
         id: SessionId,
-        node: &LogicalNodeId,
+        node: Slot,
         effect: bootstrap::Effect,
         out: &mut Out,
     ) {
@@ -307,6 +308,7 @@ impl Orchestrator {
                     .sessions
                     .remove(&id)
                     .expect("a finishing session exists");
+                self.deadlines.set_session(id, None);
                 for op in session.ops {
                     self.routes.remove(&op);
                 }

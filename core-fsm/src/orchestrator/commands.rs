@@ -1,0 +1,165 @@
+//! The operator's commands (`Start`, `Teardown`), timer ticks, and the
+//! reconciler's passes and actions.
+
+use super::{Orchestrator, Slot};
+use crate::bootstrap;
+use crate::node;
+use crate::port::{Effect, JournalRecord};
+use crate::reconcile::{self, Action, Condition, NodeView};
+use crate::time::Instant;
+
+type Out = Vec<Effect>;
+
+/// Reconcile passes at most per input: a pass's actions can make another
+/// pass due (a replacement whose destroy finished at once), never forever.
+const RECONCILE_PASSES_MAX: u32 = 4;
+
+impl Orchestrator {
+    pub(super) fn on_start(&mut self, now: Instant, out: &mut Out) {
+        if self.started || self.tearing_down {
+            self.counters.ignored_commands += 1;
+            return;
+        }
+        self.started = true;
+        if !self.run_journaled {
+            self.run_journaled = true;
+            out.push(Effect::Persist(JournalRecord::RunStarted {
+                run_id: self.plan.run_id,
+            }));
+        }
+        let waiting: Vec<Slot> = self
+            .occupied()
+            .filter(|(_, n)| n.awaits_start())
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in waiting {
+            let excluded_hosts = self.excluded_hosts();
+            self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
+        }
+        self.reconcile_due = true;
+    }
+
+    pub(super) fn on_teardown(&mut self, now: Instant, out: &mut Out) {
+        self.tearing_down = true;
+        let slots: Vec<Slot> = self
+            .occupied()
+            .filter(|(_, n)| n.stage() != node::Stage::Destroyed)
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in slots {
+            self.deliver_node(now, slot, node::Input::Destroy, out);
+        }
+    }
+
+    /// Ticks every child whose deadline is due: nodes first, then sessions,
+    /// each in id order; children whose deadline is later are not visited.
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out) {
+        for slot in self.deadlines.due_nodes(now) {
+            self.deliver_node(now, slot, node::Input::Tick, out);
+        }
+        for id in self.deadlines.due_sessions(now) {
+            self.deliver_session(now, id, bootstrap::Input::Tick, out);
+        }
+        if self.requeue_at.is_some_and(|at| at <= now) {
+            self.requeue_at = None;
+            self.reconcile_due = true;
+        }
+    }
+
+    /// The ledger's nodes with their slots, in node-id order.
+    pub(super) fn occupied(&self) -> impl Iterator<Item = (Slot, &node::Machine)> {
+        (0u32..)
+            .zip(&self.nodes)
+            .filter_map(|(n, machine)| machine.as_ref().map(|m| (Slot(n), m)))
+    }
+
+    /// Hosts new leases must avoid, when the policy quarantines.
+    fn excluded_hosts(&self) -> Vec<String> {
+        match self.reconciler.quarantine_threshold() {
+            Some(threshold) => reconcile::excluded_hosts(&self.quarantine, threshold),
+            None => Vec::new(),
+        }
+    }
+
+    pub(super) fn reconcile(&mut self, now: Instant, out: &mut Out) {
+        for _ in 0..RECONCILE_PASSES_MAX {
+            if !self.reconcile_due {
+                return;
+            }
+            self.reconcile_due = false;
+            if self.tearing_down || !self.started {
+                return;
+            }
+            let views: Vec<NodeView> = self.nodes.iter().flatten().map(view).collect();
+            let decision = reconcile::reconcile(
+                &self.reconciler,
+                &self.desired,
+                &views,
+                &self.quarantine,
+                now,
+            );
+            self.requeue_at = decision.requeue_at;
+            for action in decision.actions {
+                self.apply(now, action, out);
+            }
+        }
+    }
+
+    fn apply(&mut self, now: Instant, action: Action, out: &mut Out) {
+        let excluded_hosts = self.excluded_hosts();
+        match action {
+            Action::Create { group, index } => {
+                let id = crate::plan::node_id(&group, index);
+                let Some(slot) = self.slot_of(&id) else {
+                    return;
+                };
+                let Some(spec) = self.specs[slot.at()].take() else {
+                    return;
+                };
+                let machine = node::Machine::new(self.node_config, spec, self.node_rng(&id));
+                self.insert_node(slot, machine);
+                self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
+            }
+            Action::Destroy { node } => match self.slot_of(&node) {
+                Some(slot) => self.deliver_node(now, slot, node::Input::Destroy, out),
+                None => self.counters.unknown_nodes += 1,
+            },
+            Action::Replace { node, attempt } => match self.slot_of(&node) {
+                Some(slot) => {
+                    let input = node::Input::Replace {
+                        attempt,
+                        excluded_hosts,
+                    };
+                    self.deliver_node(now, slot, input, out)
+                }
+                None => self.counters.unknown_nodes += 1,
+            },
+        }
+    }
+}
+
+/// The reconciler's coarse view of one node.
+fn view(machine: &node::Machine) -> NodeView {
+    use node::Stage as S;
+    let record = machine.record();
+    let condition = match record.stage {
+        S::Dormant => Condition::Ready,
+        S::Failed => Condition::Failed {
+            at: record.failed_at.unwrap_or(Instant::ZERO),
+        },
+        S::Destroying => Condition::Destroying,
+        S::Destroyed => Condition::Destroyed,
+        _ => Condition::Provisioning,
+    };
+    NodeView {
+        node: record.node().clone(),
+        group: record.group().clone(),
+        index: record.desired.index,
+        attempt: record.attempt,
+        condition,
+        host: record
+            .lease
+            .as_ref()
+            .and_then(|lease| lease.host_id.clone()),
+    }
+}
