@@ -39,6 +39,8 @@ const INPUT_QUEUE_MAX: usize = 1024;
 /// How long teardown may take before `up` gives up (leases then stay in the
 /// journal for `drover down`).
 const TEARDOWN_BOUND: Duration = Duration::from_secs(300);
+/// How often the terminal table is redrawn for its clocks.
+const VIEW_TICK: Duration = Duration::from_millis(250);
 
 /// What `up` needs of the orchestrator composite beyond [`Machine`].
 pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> {
@@ -172,8 +174,14 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         }
     });
     let stop = Arc::new(AtomicBool::new(false));
-    tokio::spawn(stop_requests(tx.clone(), stop.clone()));
-    let view = Arc::new(Mutex::new(LiveView::new(state_dir.clone(), json)));
+    let view = Arc::new(Mutex::new(LiveView::new(
+        state_dir.clone(),
+        view::Mode::detect(json),
+    )));
+    tokio::spawn(stop_requests(tx.clone(), stop.clone(), view.clone()));
+    if view.lock().expect("view").is_tty() {
+        tokio::spawn(tick_view(view.clone()));
+    }
     let key = identity::load_or_create(&state_dir)?;
     let sink = RealSink::new(SinkParts {
         state_dir: state_dir.clone(),
@@ -232,9 +240,20 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     Ok(code)
 }
 
+/// Redraws the terminal table so its clocks move (a display refresh, not
+/// a wait on anything: nothing is decided by it).
+async fn tick_view(view: Arc<Mutex<LiveView>>) {
+    let mut every = tokio::time::interval(VIEW_TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        every.tick().await;
+        view.lock().expect("view").tick();
+    }
+}
+
 /// Waits for the first stop request, delivers `Teardown`; a second one
 /// leaves at once (the journal keeps the leases for `drover down`).
-async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
+async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc<Mutex<LiveView>>) {
     use tokio::io::AsyncBufReadExt;
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut interrupt), Ok(mut terminate)) = (
@@ -259,7 +278,9 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
         }
     }
     stop.store(true, Ordering::SeqCst);
-    view::println_flush("drover: stopping: tearing down every lease");
+    view.lock()
+        .expect("view")
+        .message("drover: stopping: tearing down every lease");
     let _ = tx.send(Input::Teardown).await;
     tokio::select! {
         biased;

@@ -192,3 +192,43 @@ fn a_malformed_plan_exits_2_naming_line_and_field_and_writes_nothing() {
     assert!(!state.exists(), "a config error writes nothing");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn without_a_terminal_up_prints_plain_lines_and_a_summary_table() {
+    let dir = scratch("plain");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(2));
+    let mut up = Up::start_with(&state, &plan, &[]);
+    up.wait_text(SETTLE, |l| l.starts_with("all 2 node(s) settled in"));
+    up.wait_text(SETTLE, |l| l.starts_with("running; stop with"));
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    let seen = up.seen.join("\n");
+    assert!(
+        !seen.contains('\x1b'),
+        "no terminal escapes in a pipe:\n{seen}"
+    );
+    assert!(seen.starts_with("control plane: "), "{seen}");
+    // One line per stage change: time, node, stage, lease.
+    for node in ["workers-0", "workers-1"] {
+        let stages: Vec<Vec<&str>> = up
+            .seen
+            .iter()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|w| w.len() >= 4 && w[1] == node)
+            .collect();
+        let names: Vec<&str> = stages.iter().map(|w| w[2]).collect();
+        assert_eq!(names.first(), Some(&"LeaseRequested"), "{seen}");
+        assert!(names.contains(&"Dormant"), "{seen}");
+        assert_eq!(names.last(), Some(&"Destroyed"), "{seen}");
+        assert!(stages.iter().all(|w| w[0].ends_with('s')), "{seen}");
+        let dormant = stages.iter().find(|w| w[2] == "Dormant").unwrap();
+        assert!(dormant[3].starts_with("local:"), "{seen}");
+    }
+    // The summary table: a header and a row per node with its lease.
+    assert!(
+        seen.contains("node                     stage            lease"),
+        "{seen}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -61,11 +61,13 @@ impl LocalProvider {
     /// A provider whose nodes live under `<state_dir>/nodes`, run by
     /// `drover_binary local-node`, and accept the key in `authorized_key`.
     /// Commands on a node find the binaries next to `drover_binary` on PATH.
+    /// Relative paths are made absolute first: a node runs in its own folder.
     pub fn new(state_dir: &Path, drover_binary: &Path, authorized_key: &Path) -> LocalProvider {
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
         LocalProvider {
-            state_dir: state_dir.to_owned(),
-            drover_binary: drover_binary.to_owned(),
-            authorized_key: authorized_key.to_owned(),
+            state_dir: absolute(state_dir),
+            drover_binary: absolute(drover_binary),
+            authorized_key: absolute(authorized_key),
             children: Mutex::new(BTreeMap::new()),
             allocate: Mutex::new(()),
         }

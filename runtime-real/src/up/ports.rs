@@ -141,6 +141,16 @@ impl Leases {
         nodes.get(lease).map(|(node, _)| node.clone())
     }
 
+    /// The lease `node` holds now (its newest, if a replacement overlaps).
+    pub fn lease_of(&self, node: &LogicalNodeId) -> Option<LeaseId> {
+        let nodes = self.nodes.lock().expect("leases");
+        nodes
+            .iter()
+            .filter(|(_, (n, _))| n == node)
+            .map(|(lease, _)| lease.clone())
+            .next_back()
+    }
+
     /// The private key file to reach `lease` with, when its provider names
     /// one (a static host's `key_file`); else the state dir's identity.
     pub fn key_file(&self, lease: &LeaseId) -> Option<String> {

@@ -247,10 +247,14 @@ impl driver::EffectSink for RealSink {
                 ready,
                 failed_reason,
             } => {
-                self.view
-                    .lock()
-                    .expect("view")
-                    .changed(node, stage, ready, failed_reason);
+                let lease = self.shared.leases.lease_of(&node);
+                let node = super::control::LiveNode {
+                    id: node,
+                    stage,
+                    ready,
+                    failed_reason,
+                };
+                self.view.lock().expect("view").changed(node, lease);
             }
         }
     }

@@ -1,121 +1,396 @@
-//! What `drover up` shows: a line per node stage change, a summary table
-//! once every node has settled, and the live view file `status` reads.
-//! With `--json` every line is one JSON object (NDJSON).
+//! What `drover up` shows while it runs:
+//!
+//! - on a terminal, a compact table redrawn in place: one row per node with
+//!   its stage, lease and elapsed time (frozen once the node settles), under
+//!   a header counting nodes per stage; at most [`TTY_ROWS`] rows, the
+//!   failed and moving nodes first;
+//! - otherwise (a pipe, a file), one plain line per stage change;
+//! - with `--json`, one JSON object per line (NDJSON).
+//!
+//! Then a summary table once every node settled, and the live view file
+//! `status` reads.
 
 use super::control::{LiveNode, write_live};
-use core_fsm::ids::LogicalNodeId;
+use core_fsm::ids::{LeaseId, LogicalNodeId};
 use core_fsm::node::Stage;
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::time::Instant;
+
+/// Most node rows the terminal table shows (so a redraw never scrolls).
+pub const TTY_ROWS: usize = 20;
+
+/// How the view writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// NDJSON lines.
+    Json,
+    /// One line per change.
+    Plain,
+    /// A table redrawn in place (stdout is a terminal).
+    Tty,
+}
+
+impl Mode {
+    /// JSON when asked, else a table on a terminal, plain lines elsewhere.
+    pub fn detect(json: bool) -> Mode {
+        if json {
+            Mode::Json
+        } else if std::io::stdout().is_terminal() {
+            Mode::Tty
+        } else {
+            Mode::Plain
+        }
+    }
+}
+
+/// One node as the view keeps it.
+struct Row {
+    live: LiveNode,
+    lease: Option<LeaseId>,
+    /// Milliseconds from the start of `up` to the node's settling.
+    settled_ms: Option<u128>,
+}
 
 /// The nodes as `up` last saw them.
 pub struct LiveView {
     state_dir: PathBuf,
-    json: bool,
-    nodes: BTreeMap<LogicalNodeId, LiveNode>,
+    mode: Mode,
+    started: Instant,
+    nodes: BTreeMap<LogicalNodeId, Row>,
     /// Nodes that failed at some point of this run (a failed node that is
     /// destroyed later still makes the run a failure).
     pub failed: BTreeMap<LogicalNodeId, String>,
+    /// Lines of the table currently on the terminal (erased on redraw).
+    drawn: usize,
 }
 
 impl LiveView {
     /// An empty view writing under `state_dir`.
-    pub fn new(state_dir: PathBuf, json: bool) -> LiveView {
+    pub fn new(state_dir: PathBuf, mode: Mode) -> LiveView {
         LiveView {
             state_dir,
-            json,
+            mode,
+            started: Instant::now(),
             nodes: BTreeMap::new(),
             failed: BTreeMap::new(),
+            drawn: 0,
         }
     }
 
-    /// A node's stage changed.
-    pub fn changed(
-        &mut self,
-        id: LogicalNodeId,
-        stage: Stage,
-        ready: bool,
-        failed_reason: Option<String>,
-    ) {
-        if stage == Stage::Failed {
-            let reason = failed_reason.clone().unwrap_or_else(|| "failed".into());
-            self.failed.insert(id.clone(), reason);
+    /// A node's stage changed; `lease` is its lease, when it has one.
+    pub fn changed(&mut self, node: LiveNode, lease: Option<LeaseId>) {
+        if node.stage == Stage::Failed {
+            let reason = node
+                .failed_reason
+                .clone()
+                .unwrap_or_else(|| "failed".into());
+            self.failed.insert(node.id.clone(), reason);
         }
-        let node = LiveNode {
-            id: id.clone(),
-            stage,
-            ready,
-            failed_reason,
+        let elapsed = self.started.elapsed().as_millis();
+        let settled_ms = is_settled(node.stage).then_some(elapsed);
+        match self.mode {
+            Mode::Json => println_flush(&json_line(&node, lease.as_ref())),
+            Mode::Plain => println_flush(&plain_line(&node, lease.as_ref(), elapsed)),
+            Mode::Tty => {}
+        }
+        let row = Row {
+            live: node,
+            lease,
+            settled_ms,
         };
-        self.print_change(&node);
-        self.nodes.insert(id, node);
-        let nodes: Vec<LiveNode> = self.nodes.values().cloned().collect();
+        self.nodes.insert(row.live.id.clone(), row);
+        self.redraw();
+        let nodes: Vec<LiveNode> = self.nodes.values().map(|r| r.live.clone()).collect();
         write_live(&self.state_dir, &nodes);
     }
 
-    fn print_change(&self, node: &LiveNode) {
-        let line = if self.json {
-            serde_json::json!({
-                "event": "node", "id": node.id, "stage": node.stage,
-                "ready": node.ready, "failed_reason": node.failed_reason,
-            })
-            .to_string()
-        } else {
-            let reason = node
-                .failed_reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            format!("{:<24} {:?}{}", node.id, node.stage, reason)
-        };
-        println_flush(&line);
+    /// Redraws the terminal table (elapsed times move); nothing otherwise.
+    pub fn tick(&mut self) {
+        self.redraw();
+    }
+
+    /// Whether a terminal table is shown (and wants ticks).
+    pub fn is_tty(&self) -> bool {
+        self.mode == Mode::Tty
+    }
+
+    /// A line of `up`'s own (not JSON): above the table on a terminal.
+    pub fn message(&mut self, line: &str) {
+        if self.mode == Mode::Json {
+            return println_flush(line);
+        }
+        let mut out = self.erase();
+        out.push_str(line);
+        out.push('\n');
+        self.drawn = 0;
+        write_flush(&out);
+        self.redraw();
     }
 
     /// Every node that is ready.
     pub fn all_ready(&self) -> bool {
-        !self.nodes.is_empty() && self.nodes.values().all(|n| n.ready)
+        !self.nodes.is_empty() && self.nodes.values().all(|n| n.live.ready)
     }
 
-    /// Prints the summary table (or one JSON object).
-    pub fn print_summary(&self, wall_ms: u128) {
-        if self.json {
-            let nodes: Vec<_> = self.nodes.values().collect();
+    /// Prints the summary table (or one JSON object); on a terminal it
+    /// replaces the live table, which starts again below it.
+    pub fn print_summary(&mut self, wall_ms: u128) {
+        if self.mode == Mode::Json {
+            let nodes: Vec<_> = self.nodes.values().map(|r| &r.live).collect();
             let doc = serde_json::json!({ "event": "settled", "wall_ms": wall_ms, "nodes": nodes });
-            println_flush(&doc.to_string());
-            return;
+            return println_flush(&doc.to_string());
         }
-        let ready = self.nodes.values().filter(|n| n.ready).count();
-        let mut out = format!(
-            "all {} node(s) settled in {wall_ms} ms: {ready} ready\n",
+        let ready = self.nodes.values().filter(|n| n.live.ready).count();
+        let mut out = self.erase();
+        self.drawn = 0;
+        let _ = writeln!(
+            out,
+            "all {} node(s) settled in {wall_ms} ms: {ready} ready",
             self.nodes.len()
         );
-        out.push_str(&format!(
-            "{:<24} {:<12} {:<6} reason\n",
-            "node", "stage", "ready"
-        ));
-        for n in self.nodes.values() {
-            let stage = format!("{:?}", n.stage);
-            let reason = n.failed_reason.as_deref().unwrap_or("");
-            out.push_str(&format!(
-                "{:<24} {:<12} {:<6} {}\n",
-                n.id, stage, n.ready, reason
-            ));
+        let _ = writeln!(
+            out,
+            "{:<24} {:<16} {:<22} {:<6} reason",
+            "node", "stage", "lease", "ready"
+        );
+        for row in self.nodes.values() {
+            let n = &row.live;
+            let _ = writeln!(
+                out,
+                "{:<24} {:<16} {:<22} {:<6} {}",
+                n.id.as_str(),
+                format!("{:?}", n.stage),
+                row.lease.as_ref().map_or("-", |l| l.as_str()),
+                n.ready,
+                n.failed_reason.as_deref().unwrap_or("")
+            );
         }
         out.push_str("running; stop with Ctrl-C, `stop` on stdin, or `drover down`\n");
-        print!("{out}");
-        let _ = std::io::stdout().flush();
+        write_flush(&out);
     }
 
     /// The nodes.
     pub fn nodes(&self) -> impl Iterator<Item = &LiveNode> {
-        self.nodes.values()
+        self.nodes.values().map(|r| &r.live)
     }
+
+    /// The escape sequence that erases the table drawn last.
+    fn erase(&self) -> String {
+        if self.mode != Mode::Tty || self.drawn == 0 {
+            return String::new();
+        }
+        // Up to the table's first line, then clear to the end of the screen.
+        format!("\x1b[{}F\x1b[J", self.drawn)
+    }
+
+    fn redraw(&mut self) {
+        if self.mode != Mode::Tty || self.nodes.is_empty() {
+            return;
+        }
+        let now = self.started.elapsed().as_millis();
+        let (width, height) = terminal_size();
+        // Rows that fit, so the table never scrolls (which would break the
+        // erase) and never wraps (each line is cut to the width).
+        let fit = Fit {
+            width,
+            rows: TTY_ROWS.min(height.saturating_sub(4)).max(1),
+        };
+        let table = tty_table(self.nodes.values(), now, fit);
+        let mut out = self.erase();
+        out.push_str(&table);
+        self.drawn = table.lines().count();
+        write_flush(&out);
+    }
+}
+
+/// Dormant, Failed and Destroyed nodes have settled: their clock stops.
+fn is_settled(stage: Stage) -> bool {
+    matches!(stage, Stage::Dormant | Stage::Failed | Stage::Destroyed)
+}
+
+/// How much of the terminal the table may use.
+#[derive(Clone, Copy)]
+struct Fit {
+    /// Columns: each line is cut to one less.
+    width: usize,
+    /// Node rows at most.
+    rows: usize,
+}
+
+/// The terminal's columns and lines (80x24 when it does not say).
+fn terminal_size() -> (usize, usize) {
+    match rustix::termios::tcgetwinsize(std::io::stdout()) {
+        Ok(size) if size.ws_col > 0 && size.ws_row > 0 => {
+            (usize::from(size.ws_col), usize::from(size.ws_row))
+        }
+        _ => (80, 24),
+    }
+}
+
+/// The terminal table: a header of stage counts, then the rows (failed and
+/// moving nodes before settled ones), as many as fit.
+fn tty_table<'a>(rows: impl Iterator<Item = &'a Row>, now_ms: u128, fit: Fit) -> String {
+    let mut rows: Vec<&Row> = rows.collect();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for row in &rows {
+        *counts.entry(format!("{:?}", row.live.stage)).or_default() += 1;
+    }
+    let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let mut lines = vec![format!(
+        "drover up: {} node(s) at {}: {}",
+        rows.len(),
+        seconds(now_ms),
+        counts.join(", ")
+    )];
+    // Failed first, then those still moving, then settled; by name within.
+    let rank = |r: &Row| match r.live.stage {
+        Stage::Failed => 0,
+        s if is_settled(s) => 2,
+        _ => 1,
+    };
+    rows.sort_by_key(|r| rank(r));
+    let shown = if rows.len() > fit.rows {
+        fit.rows.saturating_sub(1).max(1)
+    } else {
+        rows.len()
+    };
+    for row in rows.iter().take(shown) {
+        let n = &row.live;
+        let elapsed = row.settled_ms.unwrap_or(now_ms);
+        let mark = match (n.stage, n.ready) {
+            (Stage::Failed, _) => "x",
+            (_, true) => "+",
+            _ => " ",
+        };
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "{mark} {:<24} {:<16} {:<22} {:>8}",
+            n.id.as_str(),
+            format!("{:?}", n.stage),
+            row.lease.as_ref().map_or("-", |l| l.as_str()),
+            seconds(elapsed)
+        );
+        if let Some(reason) = &n.failed_reason {
+            let _ = write!(out, "  {reason}");
+        }
+        lines.push(out);
+    }
+    if rows.len() > shown {
+        lines.push(format!("  ... and {} more", rows.len() - shown));
+    }
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&cut(&line, fit.width.saturating_sub(1).max(1)));
+        out.push('\n');
+    }
+    out
+}
+
+fn json_line(node: &LiveNode, lease: Option<&LeaseId>) -> String {
+    serde_json::json!({
+        "event": "node", "id": node.id, "stage": node.stage,
+        "ready": node.ready, "failed_reason": node.failed_reason,
+        "lease": lease,
+    })
+    .to_string()
+}
+
+fn plain_line(node: &LiveNode, lease: Option<&LeaseId>, elapsed_ms: u128) -> String {
+    let reason = node
+        .failed_reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    format!(
+        "{:>8} {:<24} {:<16} {}{}",
+        seconds(elapsed_ms),
+        node.id.as_str(),
+        format!("{:?}", node.stage),
+        lease.map_or("-", |l| l.as_str()),
+        reason
+    )
+}
+
+/// `1.234s`.
+fn seconds(ms: u128) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+/// `text` cut to at most `max` characters (control characters, which
+/// would move the cursor, become spaces).
+fn cut(text: &str, max: usize) -> String {
+    text.chars()
+        .take(max)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Prints a line and flushes (stdout may be a pipe a test reads).
 pub fn println_flush(line: &str) {
+    write_flush(&format!("{line}\n"));
+}
+
+fn write_flush(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
+    let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, stage: Stage, lease: Option<&str>, settled_ms: Option<u128>) -> Row {
+        Row {
+            live: LiveNode {
+                id: LogicalNodeId::from(id),
+                stage,
+                ready: stage == Stage::Dormant,
+                failed_reason: (stage == Stage::Failed).then(|| "bootstrap JoinTimeout".into()),
+            },
+            lease: lease.map(|l| LeaseId(l.to_owned())),
+            settled_ms,
+        }
+    }
+
+    #[test]
+    fn the_terminal_table_puts_failed_and_moving_nodes_first_and_is_bounded() {
+        let mut rows = vec![
+            row("w-0", Stage::Dormant, Some("local:0"), Some(1_200)),
+            row("w-1", Stage::BootstrapRunning, Some("local:1"), None),
+            row("w-2", Stage::Failed, Some("local:2"), Some(900)),
+        ];
+        let snapshots = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots");
+        let wide = Fit {
+            width: 120,
+            rows: TTY_ROWS,
+        };
+        insta::with_settings!({ snapshot_path => snapshots, prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!("up_view_tty_table", tty_table(rows.iter(), 2_500, wide));
+        });
+        for i in 3..30 {
+            rows.push(row(&format!("w-{i}"), Stage::LeaseRequested, None, None));
+        }
+        let table = tty_table(rows.iter(), 2_500, wide);
+        assert_eq!(table.lines().count(), 1 + TTY_ROWS, "{table}");
+        assert!(table.ends_with("  ... and 11 more\n"), "{table}");
+        // A narrow terminal: every line is cut, none wraps.
+        let narrow = Fit { width: 40, rows: 5 };
+        let table = tty_table(rows.iter(), 2_500, narrow);
+        assert_eq!(table.lines().count(), 1 + 5, "{table}");
+        assert!(table.lines().all(|l| l.chars().count() <= 39), "{table}");
+    }
+
+    #[test]
+    fn plain_lines_name_stage_lease_and_time() {
+        let r = row("w-2", Stage::Failed, Some("local:2"), Some(900));
+        assert_eq!(
+            plain_line(&r.live, r.lease.as_ref(), 900),
+            "  0.900s w-2                      Failed           local:2 (bootstrap JoinTimeout)"
+        );
+    }
 }

@@ -66,10 +66,15 @@ pub struct Up {
 impl Up {
     /// `drover --state-dir STATE --json up PLAN`.
     pub fn start(state: &Path, plan: &Path) -> Up {
+        Up::start_with(state, plan, &["--json"])
+    }
+
+    /// `drover --state-dir STATE ARGS.. up PLAN`, its stdout a pipe.
+    pub fn start_with(state: &Path, plan: &Path, args: &[&str]) -> Up {
         let mut child = Command::new(DROVER)
             .arg("--state-dir")
             .arg(state)
-            .arg("--json")
+            .args(args)
             .arg("up")
             .arg(plan)
             .stdin(Stdio::piped())
@@ -116,6 +121,25 @@ impl Up {
                 && want(&value)
             {
                 return value;
+            }
+        }
+    }
+
+    /// Waits, at most `bound`, for a stdout line (as text) matching `want`.
+    pub fn wait_text(&mut self, bound: Duration, want: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(e) => panic!(
+                    "no matching line within {bound:?} ({e}); seen:\n{}",
+                    self.seen.join("\n")
+                ),
+            };
+            self.seen.push(line.clone());
+            if want(&line) {
+                return line;
             }
         }
     }
