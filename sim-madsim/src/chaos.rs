@@ -33,7 +33,7 @@ pub struct Partition {
 }
 
 /// A machine that is killed and, a little later, boots again (its SSH
-/// server comes back; its agent, a process nobody restarts, does not).
+/// server and agent service come back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Reboot {
     /// When, in ms since the run epoch.

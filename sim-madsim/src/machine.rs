@@ -4,7 +4,7 @@
 //! orchestrator's control plane with its join token.
 //!
 //! Killing the node (destroy, exit, reboot) drops the SSH connections and
-//! the agent; a reboot brings the SSH server back, not the agent.
+//! the agent; a reboot brings the SSH server and the agent service back.
 
 use crate::orch::SimClock;
 use crate::state::{ORCHESTRATOR_IP, World, WorldState};
@@ -35,6 +35,20 @@ const JOIN_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The machine of lease `ordinal`: serves SSH until the node dies.
 pub(crate) async fn serve(world: Arc<World>, clock: SimClock, ordinal: u32) {
+    // A machine that boots again starts its agent service again (the
+    // service manager does; the process itself died with the machine).
+    let service = world.lock().agents.get(&ordinal).cloned();
+    if let Some((token, agent)) = service {
+        let lease_id = Machine::lease_id(&world.lock(), ordinal);
+        if let Some(lease_id) = lease_id {
+            let me = Agent {
+                world: Arc::clone(&world),
+                clock,
+                lease_id,
+            };
+            madsim::task::spawn_local(me.run(token, agent, 1, false));
+        }
+    }
     let ep = Endpoint::bind((std::net::Ipv4Addr::UNSPECIFIED, SSH_PORT))
         .await
         .expect("the SSH port is free on a fresh machine");
@@ -296,12 +310,13 @@ impl Machine {
         if stale.is_some() {
             w.injected("agent-stale-join");
         }
-        drop(w);
         let presented = if wrong {
             JoinToken(token.0 ^ 0x5a5a_5a5a)
         } else {
             token
         };
+        w.agents.insert(self.ordinal, (presented, agent.clone()));
+        drop(w);
         let joins = if twice { 2 } else { 1 };
         let me = Agent {
             world: Arc::clone(&self.world),

@@ -166,6 +166,9 @@ pub struct WorldState {
     pub failed_count: u32,
     /// A node asked for the orchestrator to be killed; it is dying.
     pub dying: bool,
+    /// The agent service each machine runs (by lease ordinal): the token it
+    /// presents and its identity. A rebooted machine starts it again.
+    pub agents: BTreeMap<u32, (JoinToken, core_fsm::ids::AgentId)>,
     /// SSH endpoints the provider handed out, to the machine ordinal behind
     /// each (the provider's NAT).
     pub nat: BTreeMap<(String, u16), u32>,
@@ -223,6 +226,7 @@ impl World {
                 ready_count: 0,
                 failed_count: 0,
                 dying: false,
+                agents: BTreeMap::new(),
                 nat: BTreeMap::new(),
                 now_ms: 0,
             }),
