@@ -99,7 +99,9 @@ impl Counter {
         Counter { next: first }
     }
 
-    /// The next id.
+    /// The next id. (Not `Iterator::next`: a counter never ends, and an
+    /// overflow is a programmer error, not the end of a sequence.)
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         let id = self.next;
         self.next = self.next.checked_add(1).expect("id counter overflow");

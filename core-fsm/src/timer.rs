@@ -68,7 +68,7 @@ impl<K: Ord + Clone> TimerTable<K> {
             .filter(|(_, at)| **at <= now)
             .map(|(k, at)| (*at, k.clone()))
             .collect();
-        due.sort_by(|a, b| a.0.cmp(&b.0));
+        due.sort_by_key(|entry| entry.0);
         for (_, k) in &due {
             self.deadlines.remove(k);
         }

@@ -70,11 +70,23 @@ pub fn check(root: &Path) -> Result<Vec<Finding>, String> {
 pub fn check_dependencies(root: &Path) -> Result<Vec<Finding>, String> {
     let out = Command::new(env!("CARGO"))
         .current_dir(root)
-        .args(["tree", "-p", "core-fsm", "-e", "normal", "--prefix", "none", "--offline"])
+        .args([
+            "tree",
+            "-p",
+            "core-fsm",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
         .output()
         .map_err(|e| format!("cannot run cargo tree: {e}"))?;
     if !out.status.success() {
-        return Err(format!("cargo tree failed: {}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     Ok(dependency_findings(&String::from_utf8_lossy(&out.stdout)))
 }
@@ -83,7 +95,9 @@ pub fn check_dependencies(root: &Path) -> Result<Vec<Finding>, String> {
 pub fn dependency_findings(tree: &str) -> Vec<Finding> {
     let mut findings = Vec::new();
     for line in tree.lines() {
-        let Some(name) = line.split_whitespace().next() else { continue };
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
         if !ALLOWED_CRATES.contains(&name) {
             findings.push(Finding {
                 location: "core-fsm/Cargo.toml".into(),
@@ -118,7 +132,7 @@ pub fn source_findings(name: &str, text: &str) -> Vec<Finding> {
             continue;
         }
         for (pattern, why) in FORBIDDEN_PATTERNS {
-            if code.contains(pattern) {
+            if contains_token(code, pattern) {
                 findings.push(Finding {
                     location: format!("{name}:{}", index + 1),
                     message: format!("`{pattern}` is forbidden in core-fsm ({why})"),
@@ -127,6 +141,17 @@ pub fn source_findings(name: &str, text: &str) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Whether `pattern` occurs in `code` not followed by an identifier
+/// character (so `.awaits_start()` is not `.await`, `HashMapLike` is flagged
+/// only if it really starts with a forbidden name and ends there).
+fn contains_token(code: &str, pattern: &str) -> bool {
+    code.match_indices(pattern).any(|(at, _)| {
+        let next = code[at + pattern.len()..].chars().next();
+        let pattern_ends_in_word = pattern.ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        !pattern_ends_in_word || !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
 }
 
 fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
