@@ -101,6 +101,11 @@ impl<S: System> Machine for Observed<S> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        // Once the run has its verdict the system is not asked again; a
+        // deadline it can no longer clear would spin the loop forever.
+        if self.world.lock().violation.is_some() {
+            return None;
+        }
         self.sys.next_deadline()
     }
 
