@@ -57,6 +57,10 @@ pub enum Stage {
 /// The node manager's policy. Timeouts come from the node's boot spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
+    /// Create attempts of one intent while the provider answers `Transient`
+    /// (the request provably did not take effect, so the same intent, with
+    /// the same nonce, may be sent again), the first included.
+    pub create_attempts_max: u32,
     /// Destroy attempts made automatically per `Destroy` (the first included).
     pub destroy_attempts_max: u32,
     /// Lease-list attempts to resolve an ambiguous intent (the first included).
@@ -69,7 +73,8 @@ pub struct Config {
     /// Intents tried within one attempt when lists prove creates did not
     /// happen (the first included).
     pub intents_max: u32,
-    /// Backoff before the second destroy or list attempt; doubles per attempt.
+    /// Backoff before the second create, destroy or list attempt; doubles
+    /// per attempt (a create's is jittered by the node's seeded generator).
     pub retry_backoff_base: Duration,
     /// Backoff ceiling.
     pub retry_backoff_max: Duration,
@@ -78,6 +83,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            create_attempts_max: 4,
             destroy_attempts_max: 5,
             list_attempts_max: 5,
             list_misses_max: 3,
@@ -316,6 +322,8 @@ pub enum Effect {
 pub enum TimerKind {
     /// The provider's create answer is overdue.
     LeaseCreate,
+    /// Time to send the create of the same intent again (after `Transient`).
+    CreateRetry,
     /// Time for the next endpoint lookup.
     EndpointPoll,
     /// The endpoint did not appear in time.
@@ -328,6 +336,13 @@ pub enum TimerKind {
     DestroyDeadline,
     /// Time to try the destroy again.
     DestroyRetry,
+}
+
+/// `backoff` jittered into its upper half: `[b/2, b]`, drawn from `rng`, so
+/// nodes that failed together do not retry together.
+pub(crate) fn jittered(rng: &mut crate::rng::DetRng, b: Duration) -> Duration {
+    let half = b.as_millis() / 2;
+    Duration::from_millis(half + rng.below(b.as_millis() - half + 1))
 }
 
 /// `base * 2^(tries-1)`, at most `max`.

@@ -824,3 +824,83 @@ fn restore_resumes_from_each_journal_shape() {
     }
     insta::assert_snapshot!(log);
 }
+
+#[test]
+fn transient_create_errors_retry_the_same_intent_with_jittered_backoff() {
+    let mut log = String::new();
+    let transient = || Err(err(ProviderErrorKind::Transient, "429 too many requests"));
+    let mut s = Script::new();
+    s.at(0, start());
+    let nonce = s.nonce();
+    s.note("429 twice: the same intent (same nonce) is sent again, no new journal record");
+    for _ in 0..2 {
+        let now = last_time(&s.log) + 100;
+        s.at(
+            now,
+            Input::LeaseCreated {
+                op: s.last_op(),
+                result: transient(),
+            },
+        );
+        s.tick();
+    }
+    s.granted(last_time(&s.log) + 100, 123, true);
+    assert_eq!(s.nonce(), nonce);
+    let intents = s
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Persist(JournalRecord::LeaseIntent { .. })))
+        .count();
+    assert_eq!(intents, 1, "one intent for every try");
+    writeln!(log, "## retried until granted\n{}", s.log).unwrap();
+
+    let mut s = Script::new();
+    s.at(0, start());
+    while s.node.stage() == node::Stage::LeaseRequested {
+        let now = last_time(&s.log) + 100;
+        s.at(
+            now,
+            Input::LeaseCreated {
+                op: s.last_op(),
+                result: transient(),
+            },
+        );
+        if s.node.next_deadline().is_some() {
+            s.tick();
+        }
+    }
+    let creates = s
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::CreateLease { .. }))
+        .count();
+    assert_eq!(creates, 4, "create_attempts_max bounds the tries");
+    assert_eq!(s.node.stage(), node::Stage::Failed);
+    assert!(s.node.holds_no_lease(), "nothing was created");
+    writeln!(log, "## tries spent: the intent is abandoned\n{}", s.log).unwrap();
+
+    let mut s = Script::new();
+    s.at(0, start());
+    s.at(
+        100,
+        Input::LeaseCreated {
+            op: s.last_op(),
+            result: transient(),
+        },
+    );
+    s.at(200, Input::Destroy);
+    assert!(s.node.next_deadline().is_none());
+    writeln!(log, "## a destroy while waiting to retry\n{}", s.log).unwrap();
+
+    let mut s = Script::new();
+    s.at(0, start()).at(100, Input::Destroy);
+    s.at(
+        200,
+        Input::LeaseCreated {
+            op: s.last_op(),
+            result: transient(),
+        },
+    );
+    writeln!(log, "## a destroy during the create: no retry\n{}", s.log).unwrap();
+    insta::assert_snapshot!(log);
+}

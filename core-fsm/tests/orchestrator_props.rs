@@ -39,6 +39,8 @@ struct World {
     h: Harness,
     pending: Vec<Effect>,
     granted: BTreeSet<LeaseId>,
+    /// `Transient` answers given to creates, by intent nonce.
+    transient: std::collections::BTreeMap<core_fsm::ids::Nonce, u32>,
     contracts: u32,
 }
 
@@ -48,6 +50,7 @@ impl World {
             h: Harness::new(plan),
             pending: Vec::new(),
             granted: BTreeSet::new(),
+            transient: std::collections::BTreeMap::new(),
             contracts: 100,
         }
     }
@@ -105,6 +108,10 @@ impl World {
                 self.contracts += 1;
                 let result = match (fail, n % 3) {
                     (true, 0) => Err(provider_error(ProviderErrorKind::Ambiguous, "lost")),
+                    (true, 1) => {
+                        *self.transient.entry(request.nonce).or_default() += 1;
+                        Err(provider_error(ProviderErrorKind::Transient, "429"))
+                    }
                     (true, _) => Err(provider_error(ProviderErrorKind::Rejected, "no offer")),
                     (false, k) => {
                         let lease = lease(self.contracts, request.nonce);
@@ -283,7 +290,7 @@ fn run(bounded: bool, steps: &[Step]) -> World {
 
 fn check_journal_rule(world: &World) {
     let mut intents = BTreeSet::new();
-    let mut created = BTreeSet::new();
+    let mut created = std::collections::BTreeMap::new();
     for effect in &world.h.effects {
         match effect {
             Effect::Persist(JournalRecord::LeaseIntent { nonce, .. }) => {
@@ -294,7 +301,15 @@ fn check_journal_rule(world: &World) {
                     intents.contains(&request.nonce),
                     "O9: the intent is persisted before its create"
                 );
-                assert!(created.insert(request.nonce), "O9: one create per intent");
+                // A create answered `Transient` provably did nothing, so
+                // its intent may be sent again; any other may not.
+                let creates = created.entry(request.nonce).or_insert(0u32);
+                *creates += 1;
+                let transient = world.transient.get(&request.nonce).copied().unwrap_or(0);
+                assert!(
+                    *creates <= 1 + transient,
+                    "O9: one create per intent, but for transient failures"
+                );
             }
             Effect::DestroyLease { lease, .. } => {
                 assert!(
@@ -332,7 +347,7 @@ proptest! {
         let plan = plan(false);
         let world = run(false, &steps[..usize::from(cut) % (steps.len() + 1)]);
         let journal = world.h.journal();
-        let mut restored = World { h: Harness::restore(plan, &journal), pending: Vec::new(), granted: world.granted, contracts: 500 };
+        let mut restored = World { h: Harness::restore(plan, &journal), pending: Vec::new(), granted: world.granted, transient: world.transient, contracts: 500 };
         restored.h.now = world.h.now;
         for step in &more {
             restored.step(*step);

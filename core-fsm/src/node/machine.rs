@@ -8,6 +8,9 @@ use crate::rng::DetRng;
 use crate::time::Instant;
 use crate::timer::TimerTable;
 
+/// The stream of the node's generator its backoff jitter is drawn from.
+const JITTER_STREAM: u64 = 1;
+
 /// What to do once an ambiguous intent is resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Then {
@@ -50,9 +53,12 @@ impl Resolve {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
     New,
-    /// A create is in flight.
+    /// A create is in flight; `op` is `None` while waiting to send the
+    /// same intent again after a `Transient` answer. `tries` counts the
+    /// creates of this intent, the one in flight included.
     Requesting {
-        op: OpId,
+        op: Option<OpId>,
+        tries: u32,
         intents: u32,
         destroy_after: bool,
     },
@@ -115,6 +121,8 @@ pub struct Machine {
     pub(super) phase: Phase,
     pub(super) timers: TimerTable<TimerKind>,
     pub(super) rng: DetRng,
+    /// Backoff jitter; a separate stream so that retries never shift nonces.
+    pub(super) jitter: DetRng,
     /// Operation ids; the composite lends its own counter (see `swap_ids`).
     pub(super) ops: Counter,
     /// Session ids; lent by the composite like `ops`.
@@ -151,6 +159,7 @@ impl Machine {
             },
             phase: Phase::New,
             timers: TimerTable::new(),
+            jitter: rng.derive(JITTER_STREAM),
             rng,
             ops: Counter::starting_at(1),
             sessions: Counter::starting_at(1),
@@ -308,7 +317,8 @@ impl Machine {
             (_, Input::Destroy) => self.on_destroy(now, out),
             (
                 Phase::Requesting {
-                    op,
+                    op: Some(op),
+                    tries,
                     intents,
                     destroy_after,
                 },
@@ -319,7 +329,7 @@ impl Machine {
                 } else {
                     Then::Bootstrap
                 };
-                self.on_lease_created(now, result, intents, then, out)
+                self.on_lease_created(now, result, (tries, intents), then, out)
             }
             (
                 _,
@@ -460,11 +470,20 @@ impl Machine {
                     "N10 {id}: the session owns the bootstrap timers"
                 )
             }
-            Phase::Requesting { .. } => {
+            Phase::Requesting { op, tries, .. } => {
+                let armed = if op.is_some() {
+                    TimerKind::LeaseCreate
+                } else {
+                    TimerKind::CreateRetry
+                };
                 assert!(
-                    t.is_set(&TimerKind::LeaseCreate) && t.len() == 1,
-                    "N11 {id}: a create has its timeout"
-                )
+                    t.is_set(&armed) && t.len() == 1,
+                    "N11 {id}: a create has its timeout, a retry its time"
+                );
+                assert!(
+                    tries >= 1 && tries <= self.config.create_attempts_max,
+                    "N11 {id}: creates of one intent are bounded"
+                );
             }
             Phase::Locating { op } => {
                 assert!(

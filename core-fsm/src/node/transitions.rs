@@ -3,7 +3,7 @@
 //! effects, journal records before the I/O they guard.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff};
+use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
 use crate::bootstrap;
 use crate::ids::{AgentId, Nonce, OpId, SessionId};
 use crate::port::{
@@ -34,6 +34,15 @@ impl super::Machine {
                     };
                     self.issue_list(now, Resolve::new(intents, then), out);
                 }
+                (
+                    TimerKind::CreateRetry,
+                    Phase::Requesting {
+                        op: None,
+                        tries,
+                        intents,
+                        ..
+                    },
+                ) => self.issue_create(now, tries + 1, intents, out),
                 (TimerKind::EndpointPoll, Phase::Locating { op: None }) => self.issue_lookup(out),
                 (TimerKind::EndpointDeadline, Phase::Locating { .. }) => {
                     let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
@@ -100,16 +109,22 @@ impl super::Machine {
         r.destroyed_at = None;
         self.resume = false;
         self.timers.clear();
-        let op = self.next_op();
-        let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
-            node: node.clone(),
+            node: self.record.desired.node_id.clone(),
             nonce,
             attempt,
         }));
+        self.issue_create(now, 1, intents, out);
+    }
+
+    /// Sends the create of the current intent; `tries` counts this one.
+    fn issue_create(&mut self, now: Instant, tries: u32, intents: u32, out: &mut Out) {
+        self.timers.clear();
+        let op = self.next_op();
         self.enter(
             Phase::Requesting {
-                op,
+                op: Some(op),
+                tries,
                 intents,
                 destroy_after: false,
             },
@@ -118,8 +133,8 @@ impl super::Machine {
         let d = &self.record.desired;
         let request = CreateLeaseRequest {
             run_id: d.run_id,
-            node,
-            nonce,
+            node: d.node_id.clone(),
+            nonce: self.record.nonce.expect("a create follows an intent"),
             provider: d.provider,
             shape: d.shape.clone(),
             excluded_hosts: self.excluded_hosts.clone(),
@@ -159,8 +174,17 @@ impl super::Machine {
         }
         match self.phase {
             Phase::New => self.enter(Phase::Destroyed, out),
+            Phase::Requesting { op: None, .. } => {
+                // Every create of this intent was answered `Transient`:
+                // nothing was created, so the intent closes with no lease.
+                self.timers.clear();
+                self.persist_destroy_requested(out);
+                self.persist_abandoned(out);
+                self.enter(Phase::Destroyed, out);
+            }
             Phase::Requesting {
                 op,
+                tries,
                 intents,
                 destroy_after: false,
             } => {
@@ -168,6 +192,7 @@ impl super::Machine {
                 self.persist_destroy_requested(out);
                 self.phase = Phase::Requesting {
                     op,
+                    tries,
                     intents,
                     destroy_after: true,
                 };
@@ -219,23 +244,42 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<LeaseGranted, ProviderError>,
-        intents: u32,
+        (tries, intents): (u32, u32),
         then: Then,
         out: &mut Out,
     ) {
         self.timers.clear();
+        let retry = tries < self.config.create_attempts_max && then == Then::Bootstrap;
         match result {
             Ok(granted) => self.lease_known(now, granted.lease, granted.endpoint, then, out),
             Err(e) if e.kind == ProviderErrorKind::Ambiguous => {
                 self.issue_list(now, Resolve::new(intents, then), out)
             }
+            // Nothing happened (429, 5xx before the request took effect):
+            // the same intent may be sent again, after a jittered backoff.
+            Err(e) if e.kind == ProviderErrorKind::Transient && retry => {
+                self.phase = Phase::Requesting {
+                    op: None,
+                    tries,
+                    intents,
+                    destroy_after: false,
+                };
+                let c = &self.config;
+                let wait = backoff(c.retry_backoff_base, c.retry_backoff_max, tries);
+                let wait = jittered(&mut self.jitter, wait);
+                self.timers.set(TimerKind::CreateRetry, now + wait);
+            }
             Err(e) => {
                 self.persist_abandoned(out);
+                let why = match (e.kind, tries) {
+                    (ProviderErrorKind::Transient, 2..) => {
+                        format!("lease create failed after {tries} tries: {}", e.message)
+                    }
+                    _ => format!("lease create failed: {}", e.message),
+                };
                 match then {
                     Then::Destroy => self.enter(Phase::Destroyed, out),
-                    Then::Bootstrap => {
-                        self.fail(now, format!("lease create failed: {}", e.message), out)
-                    }
+                    Then::Bootstrap => self.fail(now, why, out),
                 }
             }
         }
