@@ -122,6 +122,10 @@ fn ci() -> bool {
             cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "tidy"]),
         ),
         ("test", cargo(&["test", "--workspace", "--locked"])),
+        (
+            "madsim battery",
+            madsim_cargo(&["test", "--release", "--locked", "-p", "sim-madsim"]),
+        ),
     ];
     let mut failed = Vec::new();
     for (name, cmd) in steps {
@@ -173,24 +177,81 @@ fn drover_sim(args: &[String]) -> bool {
     step("drover-sim", cmd)
 }
 
-/// The madsim tier builds with `--cfg madsim` in its own target dir, so it
-/// never invalidates the normal build.
-fn drover_madsim(args: &[String]) -> bool {
+/// A cargo command for the madsim tier: built with `--cfg madsim` in its own
+/// target dir, so it never invalidates the normal build.
+fn madsim_cargo(args: &[&str]) -> Command {
     let root = xtask::workspace_root();
-    let mut cmd = cargo(&[
+    let mut cmd = cargo(args);
+    cmd.env("RUSTFLAGS", "--cfg madsim")
+        .env("CARGO_TARGET_DIR", root.join("target/madsim"));
+    cmd
+}
+
+const DROVER_MADSIM: &[&str] = &[
+    "run",
+    "--quiet",
+    "--release",
+    "-p",
+    "sim-madsim",
+    "--bin",
+    "drover-madsim",
+    "--",
+];
+
+fn drover_madsim(args: &[String]) -> bool {
+    let mut cmd = madsim_cargo(DROVER_MADSIM);
+    cmd.args(args);
+    step("drover-madsim", cmd)
+}
+
+/// Both tiers' throughput on the standard scenario, side by side.
+fn bench_sim() -> bool {
+    let mut tier1 = cargo(&[
         "run",
         "--quiet",
         "--release",
         "-p",
-        "sim-madsim",
+        "sim",
         "--bin",
-        "drover-madsim",
+        "drover-sim",
         "--",
     ]);
-    cmd.env("RUSTFLAGS", "--cfg madsim")
-        .env("CARGO_TARGET_DIR", root.join("target/madsim"));
-    cmd.args(args);
-    step("drover-madsim", cmd)
+    tier1.arg("bench");
+    let mut tier2 = madsim_cargo(DROVER_MADSIM);
+    tier2.arg("--bench");
+    let (Some(one), Some(two)) = (captured("tier 1", tier1), captured("madsim", tier2)) else {
+        return false;
+    };
+    let rate1 = seeds_per_core(&one);
+    let rate2 = seeds_per_core(&two);
+    let show = |r: Option<f64>| r.map_or("?".to_string(), |r| format!("{r:.0}"));
+    println!("tier                 seeds/s per core");
+    println!("property-trace (1)   {}", show(rate1));
+    println!("madsim (2)           {}", show(rate2));
+    if let (Some(a), Some(b)) = (rate1, rate2) {
+        println!("ratio tier1/madsim   {:.2}x", a / b);
+    }
+    rate1.is_some() && rate2.is_some()
+}
+
+/// Runs `cmd`, echoes its output, and returns its stdout if it succeeded.
+fn captured(name: &str, mut cmd: Command) -> Option<String> {
+    println!("==> {name}");
+    let out = cmd.output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    out.status.success().then_some(text)
+}
+
+/// The number in front of "seeds per second per core" or "seeds/s per core".
+fn seeds_per_core(text: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let at = line
+            .find(" seeds per second per core")
+            .or_else(|| line.find(" seeds/s per core"))?;
+        line[..at].rsplit([' ', ':']).next()?.parse().ok()
+    })
 }
 
 fn bench(what: &str) -> bool {
@@ -199,7 +260,7 @@ fn bench(what: &str) -> bool {
             "bench fsm",
             cargo(&["bench", "-p", "core-fsm", "--bench", "lifecycle"]),
         ),
-        "sim" => drover_sim(&["bench".into()]),
+        "sim" => bench_sim(),
         "up" => step(
             "bench up",
             cargo(&[
