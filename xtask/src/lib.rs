@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod spec;
 pub mod tidy;
 
 use std::path::{Path, PathBuf};

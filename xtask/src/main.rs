@@ -49,6 +49,8 @@ enum Task {
     },
     /// Run cargo-mutants over core-fsm and report the share caught.
     Mutants,
+    /// Join `spec/*.md` into `SPEC.md`.
+    Spec,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Task::Shrink { trace } => drover_sim(&["shrink".into(), trace]),
         Task::Bench { what } => bench(&what),
         Task::Mutants => mutants(),
+        Task::Spec => write_spec(),
     };
     if ok {
         ExitCode::SUCCESS
@@ -139,6 +142,25 @@ fn ci() -> bool {
     } else {
         println!("xtask ci: failed steps: {}", failed.join(", "));
         false
+    }
+}
+
+fn write_spec() -> bool {
+    let root = xtask::workspace_root();
+    match xtask::spec::render(&root).and_then(|text| {
+        std::fs::write(root.join("SPEC.md"), text).map_err(|e| format!("SPEC.md: {e}"))
+    }) {
+        Ok(()) => {
+            println!(
+                "spec: wrote SPEC.md from {} parts",
+                xtask::spec::PARTS.len()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("spec: {e}");
+            false
+        }
     }
 }
 
