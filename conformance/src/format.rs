@@ -190,8 +190,8 @@ pub fn record(r: &JournalRecord) -> String {
             format!("LeaseKnown {node} {}", lease.lease_id)
         }
         JournalRecord::IntentAbandoned { node, nonce } => format!("IntentAbandoned {node} {nonce}"),
-        JournalRecord::NodeFailed { node, reason } => format!("NodeFailed {node} ({reason})"),
-        JournalRecord::NodeReady { node, agent } => format!("NodeReady {node} {agent}"),
+        JournalRecord::NodeFailed { node, reason, .. } => format!("NodeFailed {node} ({reason})"),
+        JournalRecord::NodeReady { node, agent, .. } => format!("NodeReady {node} {agent}"),
         JournalRecord::DestroyRequested { node } => format!("DestroyRequested {node}"),
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")

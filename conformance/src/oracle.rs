@@ -7,7 +7,7 @@
 
 use crate::backend::{NodeView, Violation};
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, SessionId};
-use core_fsm::port::{Effect, Input, JournalRecord, LeaseFacts};
+use core_fsm::port::{Effect, Input, JournalRecord, LeaseFacts, LogSeqs, LogStream};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Something the world saw.
@@ -67,7 +67,11 @@ struct Incarnation {
     ops: BTreeMap<OpId, OpInfo>,
     sessions: BTreeMap<SessionId, SessionFacts>,
     teardown: bool,
-    log_seq: BTreeMap<(LogicalNodeId, LeaseId, core_fsm::port::LogStream), u64>,
+    /// The last log number of each (node, stream) in this incarnation.
+    log_seq: BTreeMap<(LogicalNodeId, LogStream), u64>,
+    /// The numbers the synced journal named when this incarnation started:
+    /// a restored node continues from them.
+    log_base: BTreeMap<LogicalNodeId, LogSeqs>,
     logs: BTreeMap<(LogicalNodeId, LeaseId), u64>,
     logs_after_close: BTreeMap<(LogicalNodeId, LeaseId), u64>,
     closed_leases: BTreeSet<LeaseId>,
@@ -91,6 +95,9 @@ pub struct Oracle {
     abandoned: BTreeSet<Nonce>,
     joins: BTreeSet<(LogicalNodeId, LeaseId, AgentId)>,
     open: BTreeMap<SessionId, LeaseId>,
+    /// The last log numbers each node's synced `NodeReady`/`NodeFailed`
+    /// records name.
+    synced_log_seqs: BTreeMap<LogicalNodeId, LogSeqs>,
 }
 
 type Checked = Result<(), Violation>;
@@ -131,6 +138,7 @@ impl Oracle {
             Observation::Started { inc } => {
                 self.inc = Incarnation {
                     number: inc,
+                    log_base: self.synced_log_seqs.clone(),
                     ..Incarnation::default()
                 };
                 Ok(())
@@ -206,6 +214,11 @@ impl Oracle {
                         ),
                     );
                 }
+            }
+            JournalRecord::NodeReady { node, log_seqs, .. }
+            | JournalRecord::NodeFailed { node, log_seqs, .. } => {
+                let seqs = self.synced_log_seqs.entry(node.clone()).or_default();
+                *seqs = seqs.max_each(*log_seqs);
             }
             JournalRecord::LeaseReleased { lease_id, .. }
                 if self.created.contains_key(lease_id) && !self.gone.contains(lease_id) =>
@@ -349,14 +362,22 @@ impl Oracle {
     }
 
     fn log(&mut self, record: &core_fsm::port::LogRecord) -> Checked {
-        let key = (record.node.clone(), record.lease_id.clone(), record.stream);
-        let prev = self.inc.log_seq.get(&key).copied().unwrap_or(0);
+        // Numbers run per (node, stream) for the whole run; a restarted
+        // incarnation continues from what its synced journal named.
+        let key = (record.node.clone(), record.stream);
+        let base = self.inc.log_base.get(&record.node).copied();
+        let prev = self
+            .inc
+            .log_seq
+            .get(&key)
+            .copied()
+            .unwrap_or_else(|| base.unwrap_or_default().get(record.stream));
         if record.seq != prev + 1 {
             return self.fail(
                 "W6",
                 format!(
-                    "log of {} on {} {:?} jumps from seq {prev} to {}",
-                    record.node, record.lease_id, record.stream, record.seq
+                    "log of {} {:?} (on {}) jumps from seq {prev} to {}",
+                    record.node, record.stream, record.lease_id, record.seq
                 ),
             );
         }

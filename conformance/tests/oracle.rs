@@ -7,7 +7,7 @@ use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, Session
 use core_fsm::node::Stage;
 use core_fsm::plan::{DesiredShape, ProviderKind};
 use core_fsm::port::{
-    CreateLeaseRequest, Effect, Input, JournalRecord, LeaseFacts, LeaseGranted, LogRecord,
+    CreateLeaseRequest, Effect, Input, JournalRecord, LeaseFacts, LeaseGranted, LogRecord, LogSeqs,
     LogStream,
 };
 use core_fsm::time::Instant;
@@ -210,6 +210,55 @@ fn w6_log_sequence_gap() {
     assert_eq!(
         o.observe(Observation::Emitted(&record(3)))
             .expect_err("W6")
+            .id,
+        "W6"
+    );
+}
+
+#[test]
+fn w6_numbers_run_per_node_across_leases_and_restarts() {
+    let mut o = started();
+    let record = |lease: &str, seq| {
+        Effect::Log(LogRecord {
+            run_id: RunId(1),
+            node: node(),
+            lease_id: LeaseId::from(lease),
+            source: "ssh-bootstrap".to_owned(),
+            stream: LogStream::Stdout,
+            seq,
+            at: Instant::ZERO,
+            line: "x".to_owned(),
+        })
+    };
+    o.observe(Observation::Emitted(&record("vastai:1", 1)))
+        .expect("ok");
+    o.observe(Observation::Emitted(&record("vastai:1", 2)))
+        .expect("ok");
+    let failed = JournalRecord::NodeFailed {
+        node: node(),
+        reason: "verify".to_owned(),
+        log_seqs: LogSeqs {
+            stdout: 2,
+            stderr: 0,
+        },
+    };
+    o.observe(Observation::Synced(&failed)).expect("ok");
+    let restart = record("vastai:2", 1);
+    assert_eq!(
+        o.observe(Observation::Emitted(&restart))
+            .expect_err("a new lease does not restart the numbers")
+            .id,
+        "W6"
+    );
+    o.observe(Observation::Emitted(&record("vastai:2", 3)))
+        .expect("a new lease continues them");
+    o.observe(Observation::Crashed).expect("ok");
+    o.observe(Observation::Started { inc: 2 }).expect("ok");
+    o.observe(Observation::Emitted(&record("vastai:2", 3)))
+        .expect("a restart continues from the synced journal's numbers");
+    assert_eq!(
+        o.observe(Observation::Emitted(&record("vastai:2", 5)))
+            .expect_err("a gap")
             .id,
         "W6"
     );

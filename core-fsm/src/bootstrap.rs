@@ -17,7 +17,9 @@ pub use machine::Machine;
 
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, RunId, SessionId};
 use crate::plan::{BootSpec, LogicalNodeSpec};
-use crate::port::{CommandPurpose, JoinBinding, LogRecord, LogStream, SshEndpoint, SshError};
+use crate::port::{
+    CommandPurpose, JoinBinding, LogRecord, LogSeqs, LogStream, SshEndpoint, SshError,
+};
 use serde::{Deserialize, Serialize};
 
 /// The probe that proves a machine is touchable: tiny, side-effect free,
@@ -79,6 +81,9 @@ pub struct Config {
     pub boot: BootSpec,
     /// The probe command.
     pub probe_command: String,
+    /// The node's last log sequence numbers before this session: its lines
+    /// continue from them (numbers are per node and stream for the run).
+    pub log_seqs: LogSeqs,
 }
 
 impl Config {
@@ -97,6 +102,7 @@ impl Config {
             endpoint,
             boot: spec.boot.clone(),
             probe_command: PROBE_COMMAND.to_owned(),
+            log_seqs: LogSeqs::default(),
         }
     }
 
@@ -117,9 +123,10 @@ pub struct Observation {
     pub session: SessionId,
     /// Its stage now.
     pub stage: Stage,
-    /// Sequence number of the last stdout line so far.
+    /// Sequence number of the node's last stdout line so far (earlier
+    /// sessions' lines count: numbers run for the whole run).
     pub last_stdout_seq: Option<u64>,
-    /// Sequence number of the last stderr line so far.
+    /// Sequence number of the node's last stderr line so far.
     pub last_stderr_seq: Option<u64>,
 }
 

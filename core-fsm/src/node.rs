@@ -19,8 +19,8 @@ use crate::bootstrap;
 use crate::ids::{AgentId, GroupId, LeaseId, LogicalNodeId, Nonce, OpId, RoleId, RunId, SessionId};
 use crate::plan::{LogicalNodeSpec, ProviderKind};
 use crate::port::{
-    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
-    SshEndpoint,
+    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, LogSeqs,
+    ProviderError, SshEndpoint,
 };
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
@@ -140,6 +140,9 @@ pub struct Record {
     pub endpoint: Option<SshEndpoint>,
     /// The current or last bootstrap session.
     pub bootstrap: Option<BootstrapFacts>,
+    /// The last log sequence numbers of the run: a node's next session
+    /// continues from them, so they never restart (`port::LogRecord`).
+    pub log_seqs: LogSeqs,
     /// The agent.
     pub agent: Option<AgentFacts>,
     /// Why the node failed.
@@ -232,7 +235,8 @@ pub enum Input {
         /// Done, or why not.
         result: Result<(), ProviderError>,
     },
-    /// A compact observation from the bootstrap session.
+    /// A compact observation from the bootstrap session (also taken from a
+    /// session being cancelled, for its log sequence numbers).
     BootstrapObserved(bootstrap::Observation),
     /// The session closed SSH after convergence.
     BootstrapClosed,
@@ -293,6 +297,8 @@ pub enum Effect {
         endpoint: SshEndpoint,
         /// The lease it runs on.
         lease_id: LeaseId,
+        /// The node's last log sequence numbers; the session continues them.
+        log_seqs: LogSeqs,
     },
     /// Tell the session the agent joined.
     ConvergenceObserved {

@@ -238,6 +238,19 @@ impl Orchestrator {
         self.tearing_down && self.sessions.is_empty() && self.tally.none_leased()
     }
 
+    /// Raises a node's last log sequence numbers to `seqs`, when a runtime
+    /// knows more than the journal: after a restart, the datastream may
+    /// hold lines of a session the crash interrupted, above the journaled
+    /// numbers. Called between `restore` and `Start`, it keeps those numbers
+    /// from being used again. A node the ledger lacks is ignored.
+    pub fn raise_log_seqs(&mut self, node: &LogicalNodeId, seqs: crate::port::LogSeqs) {
+        if let Some(slot) = self.slot_of(node)
+            && let Some(machine) = self.nodes[slot.at()].as_mut()
+        {
+            machine.raise_log_seqs(seqs);
+        }
+    }
+
     /// Ignored inputs, by why.
     pub fn counters(&self) -> &Counters {
         &self.counters

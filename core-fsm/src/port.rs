@@ -188,12 +188,46 @@ pub struct LogRecord {
     pub source: String,
     /// stdout or stderr.
     pub stream: LogStream,
-    /// Per (node, stream) sequence number, from 1, without gaps.
+    /// Per (node, stream) sequence number for the whole run, from 1,
+    /// without gaps: a node's later sessions (a re-bootstrap, a replacement
+    /// lease) continue from its last line. After a restart numbering
+    /// continues from the last seqs the journal names (see [`LogSeqs`]).
     pub seq: u64,
     /// When the line was seen.
     pub at: Instant,
     /// The line, without its newline.
     pub line: String,
+}
+
+/// The last log sequence number of each stream of a node (0: no line yet).
+/// Journaled with the records that end a bootstrap (`NodeReady`,
+/// `NodeFailed`), so that a restarted orchestrator continues the numbering;
+/// lines of a session a crash interrupted are above it and may be numbered
+/// again (`spec/provisioning.md`, "Log sequence numbers").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSeqs {
+    /// The last stdout line's number.
+    pub stdout: u64,
+    /// The last stderr line's number.
+    pub stderr: u64,
+}
+
+impl LogSeqs {
+    /// The larger number of each stream.
+    pub fn max_each(self, other: LogSeqs) -> LogSeqs {
+        LogSeqs {
+            stdout: self.stdout.max(other.stdout),
+            stderr: self.stderr.max(other.stderr),
+        }
+    }
+
+    /// The last number of `stream`.
+    pub fn get(self, stream: LogStream) -> u64 {
+        match stream {
+            LogStream::Stdout => self.stdout,
+            LogStream::Stderr => self.stderr,
+        }
+    }
 }
 
 /// A ledger change a crash must not lose. The effect loop makes each one
@@ -234,6 +268,9 @@ pub enum JournalRecord {
         node: LogicalNodeId,
         /// Why.
         reason: String,
+        /// The node's last log sequence numbers (absent in old journals).
+        #[serde(default)]
+        log_seqs: LogSeqs,
     },
     /// The node was handed off to its agent and is dormant and ready.
     NodeReady {
@@ -241,6 +278,9 @@ pub enum JournalRecord {
         node: LogicalNodeId,
         /// The agent's identity.
         agent: AgentId,
+        /// The node's last log sequence numbers (absent in old journals).
+        #[serde(default)]
+        log_seqs: LogSeqs,
     },
     /// Teardown of the node began; its lease must go.
     DestroyRequested {

@@ -5,7 +5,7 @@ use core_fsm::Machine as _;
 use core_fsm::bootstrap::{Config, Effect, Input, Machine, Stage};
 use core_fsm::ids::{AgentId, LeaseId, OpId, SessionId};
 use core_fsm::plan::{LogicalNodeSpec, RunPlan, expand};
-use core_fsm::port::{LogStream, SshEndpoint, SshError, SshErrorKind};
+use core_fsm::port::{LogSeqs, LogStream, SshEndpoint, SshError, SshErrorKind};
 use core_fsm::time::Instant;
 use std::fmt::Write as _;
 
@@ -397,5 +397,34 @@ fn a_foreground_start_command_is_logged_until_ssh_closes() {
         2,
         "the exit during the close and the line after it"
     );
+    insta::assert_snapshot!(s.log);
+}
+
+#[test]
+fn a_later_session_of_the_node_continues_its_log_numbers() {
+    let mut config = Config::new(
+        SessionId(2),
+        &spec(),
+        LeaseId::from("vastai:124"),
+        endpoint(),
+    );
+    config.log_seqs = LogSeqs {
+        stdout: 7,
+        stderr: 2,
+    };
+    let mut s = Script {
+        session: Machine::new(config),
+        log: String::new(),
+        now: 0,
+    };
+    s.at(0, Input::Start).connected();
+    for stream in [LogStream::Stdout, LogStream::Stderr, LogStream::Stdout] {
+        let op = s.op();
+        s.then(Input::SshOutput {
+            op,
+            stream,
+            line: "line".to_owned(),
+        });
+    }
     insta::assert_snapshot!(s.log);
 }

@@ -9,8 +9,8 @@ use core_fsm::ids::{AgentId, LeaseId, Nonce, OpId, SessionId};
 use core_fsm::node::{self, Effect, Input, Journaled, Machine};
 use core_fsm::plan::{LogicalNodeSpec, ProviderKind, RunPlan, expand};
 use core_fsm::port::{
-    EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError, ProviderErrorKind,
-    SshEndpoint,
+    EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, LogSeqs, ProviderError,
+    ProviderErrorKind, SshEndpoint,
 };
 use core_fsm::rng::DetRng;
 use core_fsm::time::{Duration, Instant};
@@ -771,10 +771,15 @@ fn restore_resumes_from_each_journal_shape() {
     let ready = JournalRecord::NodeReady {
         node: node.clone(),
         agent: AgentId::from("agent-a7"),
+        log_seqs: LogSeqs {
+            stdout: 4,
+            stderr: 1,
+        },
     };
     let failed = JournalRecord::NodeFailed {
         node: node.clone(),
         reason: "join timeout".to_owned(),
+        log_seqs: LogSeqs::default(),
     };
     let destroy = JournalRecord::DestroyRequested { node: node.clone() };
     let released = JournalRecord::LeaseReleased {

@@ -438,3 +438,149 @@ fn bounded_replacement_destroys_the_failed_lease_then_tries_once_more() {
     );
     insta::assert_snapshot!(h.transcript);
 }
+
+/// Output lines on the session's last command.
+fn output(h: &mut Harness, ms: u64, node: &str, lines: &[(LogStream, &str)]) {
+    let session = h.session(node);
+    for (stream, line) in lines {
+        h.at(
+            ms,
+            Input::SshOutput {
+                op: h.ssh(session),
+                stream: *stream,
+                line: (*line).to_owned(),
+            },
+        );
+    }
+}
+
+#[test]
+fn log_sequence_numbers_continue_across_a_replacement_and_a_restart() {
+    let plan = bounded_plan();
+    let mut h = Harness::new(plan.clone());
+    h.at(0, Input::Start);
+    h.grant(1_000, "workers-0", 123, true);
+    let session = h.session("workers-0");
+    h.at(
+        1_100,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    let (out, err) = (LogStream::Stdout, LogStream::Stderr);
+    output(&mut h, 1_200, "workers-0", &[(out, "probe"), (err, "warn")]);
+    h.at(
+        1_300,
+        Input::SshExited {
+            op: h.ssh(session),
+            result: Ok(0),
+        },
+    );
+    output(&mut h, 1_400, "workers-0", &[(out, "verify says no")]);
+    h.at(
+        1_500,
+        Input::SshExited {
+            op: h.ssh(session),
+            result: Ok(1),
+        },
+    );
+    h.note("the failure journals the last numbers: stdout 2, stderr 1");
+    h.at(1_600, Input::SshClosed { op: h.ssh(session) });
+    h.tick();
+    let now = h.now.0;
+    h.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    h.grant(now + 200, "workers-0", 124, true);
+    let session = h.session("workers-0");
+    h.at(
+        now + 300,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    h.note("the replacement's session continues: stdout 3, stderr 2");
+    output(
+        &mut h,
+        now + 400,
+        "workers-0",
+        &[(out, "probe"), (err, "warn")],
+    );
+    let seqs = h.orchestrator.node(&id("workers-0")).unwrap().log_seqs;
+    assert_eq!((seqs.stdout, seqs.stderr), (3, 2));
+    h.note("a crash now: the journal's last numbers are those of the failure");
+    let journal = h.journal();
+    let first_life = std::mem::take(&mut h.transcript);
+    let mut h = Harness::restore(plan, &journal);
+    h.at(now + 10_000, Input::Start);
+    let ready = core_fsm::port::EndpointStatus::Ready(orchestrator_harness::endpoint(124));
+    h.at(
+        now + 10_100,
+        Input::EndpointLooked {
+            op: h.lookup("vastai:124"),
+            result: Ok(ready),
+        },
+    );
+    let session = h.session("workers-0");
+    h.at(
+        now + 10_200,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    h.note(
+        "numbering continues from the journal: the interrupted session's stdout 3 is used again",
+    );
+    output(&mut h, now + 10_300, "workers-0", &[(out, "probe")]);
+    let logs: Vec<u64> = h
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            core_fsm::port::Effect::Log(r) => Some(r.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs, vec![3]);
+    let second_life = std::mem::take(&mut h.transcript);
+    let mut h = Harness::restore(bounded_plan(), &journal);
+    h.note("a runtime that read 3/2 from its datastream raises the numbers first");
+    let seqs = core_fsm::port::LogSeqs {
+        stdout: 3,
+        stderr: 2,
+    };
+    h.orchestrator.raise_log_seqs(&id("workers-0"), seqs);
+    h.at(now + 20_000, Input::Start);
+    let ready = core_fsm::port::EndpointStatus::Ready(orchestrator_harness::endpoint(124));
+    h.at(
+        now + 20_100,
+        Input::EndpointLooked {
+            op: h.lookup("vastai:124"),
+            result: Ok(ready),
+        },
+    );
+    let session = h.session("workers-0");
+    h.at(
+        now + 20_200,
+        Input::SshConnected {
+            op: h.ssh(session),
+            result: Ok(()),
+        },
+    );
+    output(
+        &mut h,
+        now + 20_300,
+        "workers-0",
+        &[(out, "probe"), (err, "warn")],
+    );
+    insta::assert_snapshot!(format!(
+        "{first_life}## restarted\n{second_life}## restarted, numbers raised\n{}",
+        h.transcript
+    ));
+}

@@ -233,6 +233,7 @@ mod tests {
             JournalRecord::NodeFailed {
                 node: LogicalNodeId::from("w-0"),
                 reason: "verify exited 3".into(),
+                log_seqs: Default::default(),
             },
         ]
     }

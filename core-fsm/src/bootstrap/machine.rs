@@ -3,6 +3,7 @@
 
 use super::{Config, Effect, Input, Stage, TimerKind};
 use crate::ids::{Counter, OpId};
+use crate::port::LogSeqs;
 use crate::time::Instant;
 use crate::timer::TimerTable;
 
@@ -120,7 +121,8 @@ pub struct Machine {
     pub(super) timers: TimerTable<TimerKind>,
     /// Operation ids; the composite lends its own counter (see `swap_ids`).
     pub(super) ops: Counter,
-    /// Sequence numbers of the last stdout/stderr line (0: none yet).
+    /// Sequence numbers of the node's last stdout/stderr line (0: none
+    /// yet), starting from the configured `log_seqs`.
     pub(super) stdout_seq: u64,
     pub(super) stderr_seq: u64,
     /// Running tail commands.
@@ -140,13 +142,14 @@ pub struct Machine {
 impl Machine {
     /// A session in `Created`.
     pub fn new(config: Config) -> Machine {
+        let LogSeqs { stdout, stderr } = config.log_seqs;
         Machine {
             config,
             phase: Phase::Created,
             timers: TimerTable::new(),
             ops: Counter::starting_at(1),
-            stdout_seq: 0,
-            stderr_seq: 0,
+            stdout_seq: stdout,
+            stderr_seq: stderr,
             tails: Vec::new(),
             connect_issued: false,
             join_minted: false,

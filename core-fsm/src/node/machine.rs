@@ -4,6 +4,7 @@
 use super::{Config, Effect, Input, Record, Stage, TimerKind};
 use crate::ids::{Counter, OpId, SessionId};
 use crate::plan::LogicalNodeSpec;
+use crate::port::LogSeqs;
 use crate::rng::DetRng;
 use crate::time::Instant;
 use crate::timer::TimerTable;
@@ -151,6 +152,7 @@ impl Machine {
                 lease: None,
                 endpoint: None,
                 bootstrap: None,
+                log_seqs: LogSeqs::default(),
                 agent: None,
                 failed_reason: None,
                 failed_at: None,
@@ -212,6 +214,13 @@ impl Machine {
                     | Phase::Joined { .. }
                     | Phase::Destroying { op: Some(_), .. }
             )
+    }
+
+    /// Raises the last log sequence numbers (see
+    /// [`crate::orchestrator::Orchestrator::raise_log_seqs`]); a running
+    /// session keeps its own.
+    pub fn raise_log_seqs(&mut self, seqs: LogSeqs) {
+        self.record.log_seqs = self.record.log_seqs.max_each(seqs);
     }
 
     /// Whether `Start` has work to do: a fresh node, or restored work.
@@ -358,7 +367,15 @@ impl Machine {
                 },
                 Input::LeaseDestroyed { op: got, result },
             ) if op == got => self.on_destroyed(now, result, tries, replace, out),
-            (Phase::Bootstrapping { .. } | Phase::Joined { .. }, Input::BootstrapObserved(obs)) => {
+            // A cancelled session still logs until SSH is closed: its
+            // numbers count in any phase.
+            (_, Input::BootstrapObserved(obs))
+                if self
+                    .record
+                    .bootstrap
+                    .as_ref()
+                    .is_some_and(|b| b.session == obs.session) =>
+            {
                 self.on_observed(now, obs)
             }
             (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })

@@ -9,7 +9,7 @@ use super::machine::{Machine, Phase, Resolve, Then};
 use super::{AgentFacts, Config, Stage};
 use crate::ids::{AgentId, LogicalNodeId, Nonce};
 use crate::plan::LogicalNodeSpec;
-use crate::port::{JournalRecord, LeaseFacts};
+use crate::port::{JournalRecord, LeaseFacts, LogSeqs};
 use crate::rng::DetRng;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,8 @@ pub struct Journaled {
     pub destroy_requested: bool,
     /// The lease was released.
     pub released: bool,
+    /// The last log sequence numbers journaled (kept across intents).
+    pub log_seqs: LogSeqs,
 }
 
 impl Journaled {
@@ -61,6 +63,7 @@ impl Journaled {
                     attempt: *attempt,
                     nonce: Some(*nonce),
                     intent_open: true,
+                    log_seqs: self.log_seqs,
                     ..Journaled::default()
                 }
             }
@@ -74,8 +77,18 @@ impl Journaled {
                     self.intent_open = false;
                 }
             }
-            JournalRecord::NodeFailed { reason, .. } => self.failed = Some(reason.clone()),
-            JournalRecord::NodeReady { agent, .. } => self.agent = Some(agent.clone()),
+            JournalRecord::NodeFailed {
+                reason, log_seqs, ..
+            } => {
+                self.failed = Some(reason.clone());
+                self.log_seqs = self.log_seqs.max_each(*log_seqs);
+            }
+            JournalRecord::NodeReady {
+                agent, log_seqs, ..
+            } => {
+                self.agent = Some(agent.clone());
+                self.log_seqs = self.log_seqs.max_each(*log_seqs);
+            }
             JournalRecord::DestroyRequested { .. } => self.destroy_requested = true,
             JournalRecord::LeaseReleased { .. } => self.released = true,
         }
@@ -135,6 +148,7 @@ impl Machine {
         r.attempt = journaled.attempt;
         r.nonce = journaled.nonce;
         r.lease = journaled.lease.clone();
+        r.log_seqs = journaled.log_seqs;
         if journaled.released && r.lease.is_some() {
             r.destroyed_at = Some(Instant::ZERO);
         }

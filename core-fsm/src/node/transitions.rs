@@ -7,8 +7,8 @@ use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff, jitte
 use crate::bootstrap;
 use crate::ids::{AgentId, Nonce, OpId, SessionId};
 use crate::port::{
-    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
-    ProviderErrorKind, SshEndpoint,
+    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, LogSeqs,
+    ProviderError, ProviderErrorKind, SshEndpoint,
 };
 use crate::time::Instant;
 
@@ -389,6 +389,7 @@ impl super::Machine {
             session,
             endpoint,
             lease_id,
+            log_seqs: self.record.log_seqs,
         });
     }
 
@@ -527,6 +528,11 @@ impl super::Machine {
         facts.last_observed_at = now;
         facts.last_stdout_seq = obs.last_stdout_seq.or(facts.last_stdout_seq);
         facts.last_stderr_seq = obs.last_stderr_seq.or(facts.last_stderr_seq);
+        let seen = LogSeqs {
+            stdout: obs.last_stdout_seq.unwrap_or(0),
+            stderr: obs.last_stderr_seq.unwrap_or(0),
+        };
+        self.record.log_seqs = self.record.log_seqs.max_each(seen);
     }
 
     pub(super) fn on_joined(
@@ -554,7 +560,12 @@ impl super::Machine {
             handed_off_at,
         });
         let node = self.record.desired.node_id.clone();
-        out.push(Effect::Persist(JournalRecord::NodeReady { node, agent }));
+        let log_seqs = self.record.log_seqs;
+        out.push(Effect::Persist(JournalRecord::NodeReady {
+            node,
+            agent,
+            log_seqs,
+        }));
         self.phase = Phase::Dormant {
             rejoin_allowed: false,
         };
@@ -567,7 +578,12 @@ impl super::Machine {
         let agent = agent.agent.clone();
         self.set_stage(Stage::HandedOff, out);
         let node = self.record.desired.node_id.clone();
-        out.push(Effect::Persist(JournalRecord::NodeReady { node, agent }));
+        let log_seqs = self.record.log_seqs;
+        out.push(Effect::Persist(JournalRecord::NodeReady {
+            node,
+            agent,
+            log_seqs,
+        }));
         self.enter(
             Phase::Dormant {
                 rejoin_allowed: false,
@@ -585,7 +601,12 @@ impl super::Machine {
         self.record.failed_reason = Some(reason.clone());
         self.record.failed_at = Some(now);
         let node = self.record.desired.node_id.clone();
-        out.push(Effect::Persist(JournalRecord::NodeFailed { node, reason }));
+        let log_seqs = self.record.log_seqs;
+        out.push(Effect::Persist(JournalRecord::NodeFailed {
+            node,
+            reason,
+            log_seqs,
+        }));
         self.enter(Phase::Failed { unresolved }, out);
     }
 

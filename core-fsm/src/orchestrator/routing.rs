@@ -169,9 +169,11 @@ impl Orchestrator {
                 session,
                 endpoint,
                 lease_id,
+                log_seqs,
             } => {
                 let spec = &self.slot_machine(slot).record().desired;
-                let config = bootstrap::Config::new(session, spec, lease_id, endpoint);
+                let mut config = bootstrap::Config::new(session, spec, lease_id, endpoint);
+                config.log_seqs = log_seqs;
                 let machine = bootstrap::Machine::new(config);
                 self.sessions.insert(
                     session,

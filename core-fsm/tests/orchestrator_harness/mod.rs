@@ -11,7 +11,7 @@ use core_fsm::node::Stage;
 use core_fsm::orchestrator::{Config, Orchestrator};
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{
-    Effect, EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
+    Effect, EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted, LogSeqs, ProviderError,
     ProviderErrorKind, SshEndpoint, SshError, SshErrorKind,
 };
 use core_fsm::time::Instant;
@@ -427,11 +427,28 @@ pub fn journal_line(record: &JournalRecord) -> String {
             format!("LeaseKnown {node} {} {}", lease.lease_id, lease.nonce)
         }
         JournalRecord::IntentAbandoned { node, nonce } => format!("IntentAbandoned {node} {nonce}"),
-        JournalRecord::NodeFailed { node, reason } => format!("NodeFailed {node} {reason:?}"),
-        JournalRecord::NodeReady { node, agent } => format!("NodeReady {node} {agent}"),
+        JournalRecord::NodeFailed {
+            node,
+            reason,
+            log_seqs,
+        } => format!("NodeFailed {node} {reason:?}{}", seqs_line(*log_seqs)),
+        JournalRecord::NodeReady {
+            node,
+            agent,
+            log_seqs,
+        } => format!("NodeReady {node} {agent}{}", seqs_line(*log_seqs)),
         JournalRecord::DestroyRequested { node } => format!("DestroyRequested {node}"),
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")
         }
+    }
+}
+
+/// The journaled log sequence numbers, when a line was ever logged.
+fn seqs_line(seqs: LogSeqs) -> String {
+    if seqs == LogSeqs::default() {
+        String::new()
+    } else {
+        format!(" log-seqs {}/{}", seqs.stdout, seqs.stderr)
     }
 }

@@ -112,13 +112,13 @@ impl Ledger {
                 let row = self.row(node);
                 row.pending_nonces.retain(|n| n != nonce);
             }
-            JournalRecord::NodeFailed { node, reason } => {
+            JournalRecord::NodeFailed { node, reason, .. } => {
                 let row = self.row(node);
                 row.stage = Stage::Failed;
                 row.ready = false;
                 row.failed_reason = Some(reason.clone());
             }
-            JournalRecord::NodeReady { node, agent } => {
+            JournalRecord::NodeReady { node, agent, .. } => {
                 let row = self.row(node);
                 row.stage = Stage::Dormant;
                 row.ready = true;
@@ -244,10 +244,12 @@ mod tests {
             JournalRecord::NodeReady {
                 node: a.clone(),
                 agent: AgentId::from("agent-a"),
+                log_seqs: Default::default(),
             },
             JournalRecord::NodeFailed {
                 node: b.clone(),
                 reason: "verify exited 1".into(),
+                log_seqs: Default::default(),
             },
         ];
         let ledger = Ledger::from_records(&records);
