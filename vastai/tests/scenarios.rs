@@ -166,18 +166,41 @@ async fn f05_lost_create_is_ambiguous_and_resolved_by_label_never_twice() {
         w.client.lookup_endpoint(&found).await.unwrap(),
         ready("203.0.113.42", 40022)
     );
-    // The cut variant: headers arrive, the body never completes.
+}
+
+#[tokio::test]
+async fn f05_cut_answer_is_ambiguous_at_once_and_resolved_by_label_never_twice() {
+    // The client's production timeout: a cut answer must end the create by
+    // itself (the connection breaks), not by the client giving up on it.
+    let w = world_with(|_| {}, |c| c.request_timeout_ms = 60_000).await;
     w.rule(Rule::always(Scenario::F05CreateLost { cut: true }).times(1));
-    let err = w.create("workers-1", 2).await.unwrap_err();
+    let create = w.create("workers-0", 1);
+    let err = tokio::time::timeout(std::time::Duration::from_secs(20), create)
+        .await
+        .expect("a cut answer is seen when it breaks, not waited out")
+        .unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::Ambiguous, "{err:?}");
-    let node = LogicalNodeId::from("workers-1");
     assert!(
-        w.client
-            .find_lease(RunId(1), &node, Nonce(2))
-            .await
-            .unwrap()
-            .is_some()
+        err.message.contains("status 200, body lost"),
+        "the headers arrived, the body broke: {err:?}"
     );
+    assert_eq!(
+        w.fake.requests(Endpoint::Create),
+        1,
+        "a create is never re-sent"
+    );
+    assert_eq!(w.fake.instances().len(), 1);
+    let node = LogicalNodeId::from("workers-0");
+    let found = w
+        .client
+        .find_lease(RunId(1), &node, Nonce(1))
+        .await
+        .unwrap()
+        .expect("adopted by label");
+    assert_eq!(found.contract_id, w.fake.instances()[0].id.to_string());
+    // The next intent is answered in full: one instance per intent.
+    w.create("workers-1", 2).await.unwrap();
+    assert_eq!(w.fake.requests(Endpoint::Create), 2);
     assert_eq!(w.fake.instances().len(), 2, "one instance per intent");
 }
 

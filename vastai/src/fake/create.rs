@@ -8,10 +8,10 @@ use super::scenario::Scenario;
 use super::state::{FakeInstance, Machine, fire};
 use super::{Inner, Shared};
 use crate::limits::Endpoint;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -204,16 +204,8 @@ pub(crate) async fn create(
             .await;
             json_reply(StatusCode::OK, answer)
         }
-        // F5, cut: the headers promise more body than is sent, so the
-        // connection ends mid-answer.
-        Some(true) => (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CONTENT_LENGTH, "4096"),
-            ],
-            Body::from("{\"success\": true, \"new_con"),
-        )
-            .into_response(),
+        // F5, cut: the answer breaks part-way on the wire.
+        Some(true) => super::cut::cut_answer(),
     }
 }
 

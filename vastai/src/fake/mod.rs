@@ -11,6 +11,7 @@
 mod backend;
 mod catalog;
 mod create;
+mod cut;
 mod listing;
 mod routes;
 pub mod scenario;
