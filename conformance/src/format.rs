@@ -55,6 +55,8 @@ pub fn effect_kind(effect: &Effect) -> &'static str {
             JournalRecord::NodeFailed { .. } => "Persist.NodeFailed",
             JournalRecord::NodeReady { .. } => "Persist.NodeReady",
             JournalRecord::DestroyRequested { .. } => "Persist.DestroyRequested",
+            JournalRecord::ReplaceRequested { .. } => "Persist.ReplaceRequested",
+            JournalRecord::StrayLease { .. } => "Persist.StrayLease",
             JournalRecord::LeaseReleased { .. } => "Persist.LeaseReleased",
         },
         Effect::CreateLease { .. } => "CreateLease",
@@ -193,6 +195,12 @@ pub fn record(r: &JournalRecord) -> String {
         JournalRecord::NodeFailed { node, reason, .. } => format!("NodeFailed {node} ({reason})"),
         JournalRecord::NodeReady { node, agent, .. } => format!("NodeReady {node} {agent}"),
         JournalRecord::DestroyRequested { node } => format!("DestroyRequested {node}"),
+        JournalRecord::ReplaceRequested { node, attempt } => {
+            format!("ReplaceRequested {node} attempt={attempt}")
+        }
+        JournalRecord::StrayLease { node, lease } => {
+            format!("StrayLease {node} {}", lease.lease_id)
+        }
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")
         }

@@ -10,6 +10,7 @@
 
 mod machine;
 mod restore;
+mod strays;
 mod transitions;
 
 pub use machine::Machine;

@@ -63,7 +63,7 @@ pub struct Counters {
     pub ignored_by_sessions: u64,
     /// Leases granted to abandoned creates and destroyed on sight.
     pub stray_leases: u64,
-    /// Journaled nodes the plan no longer has (not restored).
+    /// Journaled nodes the plan no longer has, restored to be destroyed.
     pub unplanned_journal_nodes: u64,
 }
 
@@ -128,27 +128,46 @@ pub struct Orchestrator {
 impl Orchestrator {
     /// A composite for a fresh run; `Start` brings the plan up.
     pub fn new(config: Config) -> Orchestrator {
-        Orchestrator::build(config, 0)
+        Orchestrator::build(config, 0, Vec::new())
     }
 
     /// A composite rebuilt from `journal` after a restart; `Start` resumes
     /// each node: an open intent is resolved by listing leases, a known
     /// lease of a node that was not ready is bootstrapped again, a ready
     /// node is kept, a requested destroy is finished.
+    ///
+    /// A journaled node the plan no longer has (its group was removed or
+    /// shrunk) is restored too, as a node to destroy: its lease, open
+    /// intent or stray leases must not outlive the run.
     pub fn restore(config: Config, journal: &[JournalRecord]) -> Orchestrator {
-        // Draws after a restart must differ from the first life's: the
-        // journal's length names the life.
-        let mut orchestrator = Orchestrator::build(config, journal.len() as u64);
         let mut folds: BTreeMap<LogicalNodeId, node::Journaled> = BTreeMap::new();
+        let mut run_journaled = false;
         for record in journal {
             match node::Journaled::node_of(record) {
                 Some(node) => folds.entry(node.clone()).or_default().apply(record),
-                None => orchestrator.run_journaled = true,
+                None => run_journaled = true,
             }
         }
+        let planned = crate::plan::expand(&config.plan);
+        let mut unplanned = Vec::new();
+        for (id, fold) in &mut folds {
+            if planned.iter().any(|spec| &spec.node_id == id) {
+                continue;
+            }
+            if let Some(spec) = unplanned_spec(&config.plan, id, fold) {
+                fold.destroy_requested = true;
+                fold.replace = None;
+                unplanned.push(spec);
+            }
+        }
+        let unplanned_count = unplanned.len();
+        // Draws after a restart must differ from the first life's: the
+        // journal's length names the life.
+        let mut orchestrator = Orchestrator::build(config, journal.len() as u64, unplanned);
+        orchestrator.run_journaled = run_journaled;
+        orchestrator.counters.unplanned_journal_nodes = unplanned_count as u64;
         for (id, fold) in folds {
             let Some(slot) = orchestrator.slot_of(&id) else {
-                orchestrator.counters.unplanned_journal_nodes += 1;
                 continue;
             };
             let Some(spec) = orchestrator.specs[slot.at()].take() else {
@@ -166,8 +185,10 @@ impl Orchestrator {
         orchestrator
     }
 
-    fn build(config: Config, life: u64) -> Orchestrator {
-        let specs = slotted(crate::plan::expand(&config.plan));
+    fn build(config: Config, life: u64, unplanned: Vec<LogicalNodeSpec>) -> Orchestrator {
+        let mut specs = crate::plan::expand(&config.plan);
+        specs.extend(unplanned);
+        let specs = slotted(specs);
         let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
         let count = ids.len();
         Orchestrator {
@@ -286,6 +307,47 @@ impl Orchestrator {
         self.nodes[slot.at()] = Some(machine);
         self.sync_node(slot);
     }
+}
+
+/// A spec for a journaled node the plan lacks, if it has anything to
+/// destroy: its group's spec if the group is still planned (it shrank),
+/// else the first group's, named after the node. The provider is the
+/// journaled lease's when one is known (an open intent is listed at the
+/// plan's provider).
+fn unplanned_spec(
+    plan: &RunPlan,
+    id: &LogicalNodeId,
+    fold: &node::Journaled,
+) -> Option<LogicalNodeSpec> {
+    let lease_stands = fold.lease.is_some() && !fold.released;
+    if !lease_stands && !fold.intent_open && fold.strays.is_empty() {
+        return None;
+    }
+    let (group, index) = match id.as_str().rsplit_once('-') {
+        Some((group, index)) => (group, index.parse().unwrap_or(0)),
+        None => (id.as_str(), 0),
+    };
+    let like = plan
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .or(plan.groups.first())?;
+    let provider = fold
+        .lease
+        .as_ref()
+        .or(fold.strays.first())
+        .map_or(like.provider, |lease| lease.provider);
+    Some(LogicalNodeSpec {
+        run_id: plan.run_id,
+        node_id: id.clone(),
+        group_id: crate::ids::GroupId::from(group),
+        index,
+        role: like.role.clone(),
+        provider,
+        shape: like.shape.clone(),
+        boot: like.boot.clone(),
+        join: like.join.clone(),
+    })
 }
 
 /// The plan's specs in node-id order, one per id (the last one wins, as in

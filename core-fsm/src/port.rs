@@ -287,6 +287,25 @@ pub enum JournalRecord {
         /// The logical node.
         node: LogicalNodeId,
     },
+    /// A failed node is being replaced: the lease it still holds must go,
+    /// then a fresh intent with `attempt` follows. A restart between the
+    /// two resumes the replacement (a `DestroyRequested` after it cancels
+    /// the replacement).
+    ReplaceRequested {
+        /// The logical node.
+        node: LogicalNodeId,
+        /// The attempt of the replacement lease.
+        attempt: u32,
+    },
+    /// A lease created for an intent already abandoned (its create answer
+    /// came late): it belongs to no intent and must be destroyed. A
+    /// `LeaseReleased` with its id closes it.
+    StrayLease {
+        /// The logical node whose create made it.
+        node: LogicalNodeId,
+        /// The lease.
+        lease: LeaseFacts,
+    },
     /// The lease is gone.
     LeaseReleased {
         /// The logical node.

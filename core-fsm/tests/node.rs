@@ -909,3 +909,205 @@ fn transient_create_errors_retry_the_same_intent_with_jittered_backoff() {
     writeln!(log, "## a destroy during the create: no retry\n{}", s.log).unwrap();
     insta::assert_snapshot!(log);
 }
+
+/// From `Start` to an abandoned first intent (three empty lists), with the
+/// first create's op returned.
+fn abandon_first_intent(s: &mut Script) -> (OpId, Nonce) {
+    s.at(0, start());
+    let create = s.last_op();
+    let nonce = s.nonce();
+    s.tick().listed(120_100, vec![]);
+    s.tick().listed(240_200, vec![]);
+    s.tick().listed(360_300, vec![]);
+    assert_ne!(s.nonce(), nonce);
+    (create, nonce)
+}
+
+#[test]
+fn a_stray_lease_is_journaled_destroyed_with_retries_and_restored() {
+    let mut s = Script::new();
+    let (create, first_nonce) = abandon_first_intent(&mut s);
+    s.note("the abandoned create's answer: a real lease no intent owns");
+    let stray = LeaseGranted {
+        lease: lease(77, first_nonce),
+        endpoint: None,
+    };
+    s.at(
+        360_400,
+        Input::LeaseCreated {
+            op: create,
+            result: Ok(stray),
+        },
+    );
+    let journal: Vec<JournalRecord> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    s.at(
+        360_500,
+        Input::LeaseDestroyed {
+            op: s.last_op(),
+            result: Err(err(ProviderErrorKind::Transient, "429")),
+        },
+    );
+    s.note("retried after the backoff; that destroy times out and is retried too");
+    s.tick().tick().tick();
+    let now = last_time(&s.log);
+    s.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: s.last_op(),
+            result: Ok(()),
+        },
+    );
+    assert!(
+        s.node.next_deadline().is_some(),
+        "the node's own create waits"
+    );
+    let mut log = s.log.clone();
+    log.push_str("## a restart before the stray was destroyed\n");
+    let mut fold = Journaled::default();
+    for record in &journal {
+        fold.apply(record);
+    }
+    assert_eq!(fold.strays.len(), 1);
+    let machine = Machine::restore(node::Config::default(), spec(), DetRng::new(9), &fold);
+    let mut s = Script::of(machine);
+    s.at(400_000, start());
+    s.at(
+        400_100,
+        Input::LeaseDestroyed {
+            op: OpId(1),
+            result: Err(err(ProviderErrorKind::NotFound, "gone")),
+        },
+    );
+    assert!(s.node.record().lease.is_none());
+    log.push_str(&s.log);
+    insta::assert_snapshot!(log);
+}
+
+#[test]
+fn replace_of_an_unresolved_failure_resolves_the_intent_first() {
+    let mut log = String::new();
+    for found in [true, false] {
+        let mut s = Script::new();
+        s.at(0, start()).tick();
+        for _ in 0..5 {
+            let now = last_time(&s.log);
+            s.at(
+                now,
+                Input::LeasesListed {
+                    op: s.last_op(),
+                    result: Err(err(ProviderErrorKind::Transient, "503")),
+                },
+            );
+            if s.node.stage() == node::Stage::Failed {
+                break;
+            }
+            s.tick();
+        }
+        s.note("Replace: list first, never a second lease beside one that may exist");
+        let now = last_time(&s.log) + 1_000;
+        s.at(
+            now,
+            Input::Replace {
+                attempt: 2,
+                excluded_hosts: vec![],
+            },
+        );
+        if found {
+            let ours = lease(123, s.nonce());
+            s.listed(now + 100, vec![ours]);
+            s.at(
+                now + 200,
+                Input::LeaseDestroyed {
+                    op: s.last_op(),
+                    result: Ok(()),
+                },
+            );
+        } else {
+            s.listed(now + 100, vec![]);
+            s.tick().listed(now + 120_200, vec![]);
+            s.tick().listed(now + 240_300, vec![]);
+        }
+        assert_eq!(s.node.record().attempt, 2);
+        assert_eq!(s.node.stage(), node::Stage::LeaseRequested);
+        let name = if found {
+            "the lease existed: destroyed, then the replacement"
+        } else {
+            "no lease: the intent is abandoned, then the replacement"
+        };
+        writeln!(log, "## {name}\n{}", s.log).unwrap();
+    }
+    insta::assert_snapshot!(log);
+}
+
+#[test]
+fn restore_resumes_an_interrupted_replacement() {
+    let spec = spec();
+    let node = spec.node_id.clone();
+    let nonce = Nonce(42);
+    let base = [
+        JournalRecord::LeaseIntent {
+            node: node.clone(),
+            nonce,
+            attempt: 1,
+        },
+        JournalRecord::LeaseKnown {
+            node: node.clone(),
+            lease: lease(123, nonce),
+        },
+        JournalRecord::NodeFailed {
+            node: node.clone(),
+            reason: "join timeout".to_owned(),
+            log_seqs: LogSeqs::default(),
+        },
+        JournalRecord::ReplaceRequested {
+            node: node.clone(),
+            attempt: 2,
+        },
+    ];
+    let released = JournalRecord::LeaseReleased {
+        node: node.clone(),
+        lease_id: LeaseId::from("vastai:123"),
+    };
+    let destroy = JournalRecord::DestroyRequested { node: node.clone() };
+    let cases: Vec<(&str, Vec<JournalRecord>, Input)> = vec![
+        ("replace requested, lease standing", vec![], start()),
+        (
+            "replace requested, lease released, no new intent yet",
+            vec![released.clone()],
+            start(),
+        ),
+        (
+            "a destroy after the replace request cancels it",
+            vec![destroy],
+            start(),
+        ),
+        (
+            "teardown before Start cancels a restored replacement",
+            vec![released],
+            Input::Destroy,
+        ),
+    ];
+    let mut log = String::new();
+    for (name, tail, first) in cases {
+        let mut fold = Journaled::default();
+        for record in base.iter().chain(&tail) {
+            fold.apply(record);
+        }
+        let machine =
+            Machine::restore(node::Config::default(), spec.clone(), DetRng::new(9), &fold);
+        let mut s = Script::of(machine);
+        s.at(0, first);
+        if let Some(Effect::DestroyLease { op, .. }) = s.effects.last().cloned() {
+            s.at(100, Input::LeaseDestroyed { op, result: Ok(()) });
+        }
+        writeln!(log, "## {name}\n{}", s.log).unwrap();
+    }
+    insta::assert_snapshot!(log);
+}

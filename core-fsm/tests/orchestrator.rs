@@ -584,3 +584,92 @@ fn log_sequence_numbers_continue_across_a_replacement_and_a_restart() {
         h.transcript
     ));
 }
+
+#[test]
+fn restart_between_the_replacement_destroy_and_its_intent_resumes_it() {
+    let plan = bounded_plan();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    first.grant(1_000, "workers-0", 123, true);
+    let session = first.session("workers-0");
+    first.at(
+        1_100,
+        Input::SshConnected {
+            op: first.ssh(session),
+            result: Err(ssh_error(SshErrorKind::HostKeyMismatch, "changed")),
+        },
+    );
+    first.at(
+        1_200,
+        Input::SshClosed {
+            op: first.ssh(session),
+        },
+    );
+    first.tick();
+    let now = first.now.0;
+    first.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: first.destroy("vastai:123"),
+            result: Ok(()),
+        },
+    );
+    let mut journal = first.journal();
+    let cut = journal
+        .iter()
+        .position(|r| matches!(r, JournalRecord::LeaseReleased { .. }))
+        .expect("released");
+    journal.truncate(cut + 1);
+    let mut h = Harness::restore(plan, &journal);
+    h.note("killed after LeaseReleased was synced, before the new intent was");
+    h.at(now + 5_000, Input::Start);
+    let r = h.orchestrator.node(&id("workers-0")).unwrap();
+    assert_eq!((r.stage, r.attempt), (Stage::LeaseRequested, 2));
+    assert!(
+        h.effects
+            .iter()
+            .any(|e| matches!(e, core_fsm::port::Effect::CreateLease { request, .. } if request.excluded_hosts == ["host-123"])),
+        "the quarantine survives the restart"
+    );
+    insta::assert_snapshot!(h.transcript);
+}
+
+#[test]
+fn journaled_nodes_the_plan_lost_are_restored_to_be_destroyed() {
+    let plan = RunPlan::example_two_workers();
+    let mut first = Harness::new(plan.clone());
+    first.at(0, Input::Start);
+    first.grant(1_000, "workers-0", 123, true);
+    first.grant(1_000, "workers-1", 124, true);
+    let journal = first.journal();
+    let mut smaller = plan;
+    smaller.groups[0].count = 1;
+    let mut h = Harness::restore(smaller.clone(), &journal);
+    assert_eq!(h.orchestrator.counters().unplanned_journal_nodes, 1);
+    h.note("workers-1 is no longer planned: drover down must still destroy its lease");
+    h.at(5_000, Input::Teardown);
+    for lease in ["vastai:123", "vastai:124"] {
+        h.at(
+            5_100,
+            Input::LeaseDestroyed {
+                op: h.destroy(lease),
+                result: Ok(()),
+            },
+        );
+    }
+    assert!(h.orchestrator.is_torn_down());
+    let down = std::mem::take(&mut h.transcript);
+    let mut h = Harness::restore(smaller, &journal);
+    h.note("up again with the smaller plan: the lost node's lease goes at Start");
+    h.at(5_000, Input::Start);
+    h.at(
+        5_100,
+        Input::LeaseDestroyed {
+            op: h.destroy("vastai:124"),
+            result: Ok(()),
+        },
+    );
+    let r = h.orchestrator.node(&id("workers-1")).unwrap();
+    assert_eq!(r.stage, Stage::Destroyed);
+    insta::assert_snapshot!(format!("{down}## up\n{}", h.transcript));
+}

@@ -19,6 +19,9 @@ pub(super) enum Then {
     Bootstrap,
     /// Destroy the lease if one turns up.
     Destroy,
+    /// A replacement with this attempt: destroy the lease if one turns up,
+    /// then a fresh intent.
+    Replace(u32),
 }
 
 /// Where the resolution of an intent stands (list by nonce).
@@ -136,6 +139,14 @@ pub struct Machine {
     pub(super) ignored: u64,
     /// Leases granted to an abandoned create and destroyed on sight.
     pub(super) stray_leases: u64,
+    /// Stray leases whose destroy is in flight, waits for a retry, or spent.
+    pub(super) strays: Vec<super::strays::Stray>,
+    /// A restored replacement whose destroy finished before the crash: the
+    /// attempt `Start` requests (0: none).
+    pub(super) replace_due: u32,
+    /// Resolutions of an unresolved intent started by `Replace` in this
+    /// attempt (at most `intents_max`).
+    pub(super) replace_resolves: u32,
 }
 
 impl Machine {
@@ -169,6 +180,9 @@ impl Machine {
             resume: false,
             ignored: 0,
             stray_leases: 0,
+            strays: Vec::new(),
+            replace_due: 0,
+            replace_resolves: 0,
         }
     }
 
@@ -205,6 +219,7 @@ impl Machine {
     pub fn in_flight(&self) -> bool {
         self.resume
             || !self.timers.is_empty()
+            || self.stray_deadline().is_some()
             || matches!(
                 self.phase,
                 Phase::Requesting { .. }
@@ -241,8 +256,14 @@ impl Machine {
     }
 
     /// Whether the node certainly holds no lease that still stands: never
-    /// leased, failed before a lease existed, or destroyed.
+    /// leased, failed before a lease existed, or destroyed, and no stray
+    /// lease is left to destroy.
     pub fn holds_no_lease(&self) -> bool {
+        self.strays.is_empty() && self.holds_no_own_lease()
+    }
+
+    /// `holds_no_lease`, strays aside: the lease of the node's intent.
+    pub(super) fn holds_no_own_lease(&self) -> bool {
         match self.phase {
             Phase::New | Phase::Destroyed => true,
             Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
@@ -290,7 +311,11 @@ impl crate::Machine for Machine {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        let own = self.timers.next_deadline();
+        match self.stray_deadline() {
+            Some(stray) => Some(own.map_or(stray, |own| own.min(stray))),
+            None => own,
+        }
     }
 
     fn check_invariants(&self) {
@@ -306,6 +331,7 @@ impl Machine {
             (_, Input::Tick) => self.on_tick(now, out),
             (Phase::New, Input::Start { excluded_hosts }) => {
                 self.excluded_hosts = excluded_hosts;
+                let _ = self.retry_spent_strays(now, out);
                 let attempt = self.record.attempt.max(1);
                 self.request_lease(now, attempt, 1, out)
             }
@@ -322,6 +348,25 @@ impl Machine {
             ) if attempt > self.record.attempt => {
                 self.excluded_hosts = excluded_hosts;
                 self.on_replace(now, attempt, out);
+            }
+            // The failed intent's lease may exist: find out first (bounded
+            // per attempt), then replace whatever turns up.
+            (
+                Phase::Failed { unresolved: true },
+                Input::Replace {
+                    attempt,
+                    excluded_hosts,
+                },
+            ) if attempt > self.record.attempt
+                && self.replace_resolves < self.config.intents_max =>
+            {
+                self.excluded_hosts = excluded_hosts;
+                self.replace_resolves += 1;
+                let resolve = Resolve::new(self.config.intents_max, Then::Replace(attempt));
+                self.issue_list(now, resolve, out);
+            }
+            (_, Input::LeaseDestroyed { op, result }) if self.is_stray_op(op) => {
+                self.on_stray_destroyed(now, op, result, out)
             }
             (_, Input::Destroy) => self.on_destroy(now, out),
             (
@@ -402,6 +447,7 @@ impl Machine {
     fn check_all(&self) {
         self.check_ledger();
         self.check_timers();
+        self.check_strays();
     }
 }
 

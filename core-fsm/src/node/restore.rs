@@ -35,6 +35,11 @@ pub struct Journaled {
     pub released: bool,
     /// The last log sequence numbers journaled (kept across intents).
     pub log_seqs: LogSeqs,
+    /// The attempt of a replacement requested and not yet begun (its
+    /// intent not journaled).
+    pub replace: Option<u32>,
+    /// Stray leases not yet released (kept across intents).
+    pub strays: Vec<LeaseFacts>,
 }
 
 impl Journaled {
@@ -48,6 +53,8 @@ impl Journaled {
             | JournalRecord::NodeFailed { node, .. }
             | JournalRecord::NodeReady { node, .. }
             | JournalRecord::DestroyRequested { node }
+            | JournalRecord::ReplaceRequested { node, .. }
+            | JournalRecord::StrayLease { node, .. }
             | JournalRecord::LeaseReleased { node, .. } => Some(node),
         }
     }
@@ -64,6 +71,7 @@ impl Journaled {
                     nonce: Some(*nonce),
                     intent_open: true,
                     log_seqs: self.log_seqs,
+                    strays: std::mem::take(&mut self.strays),
                     ..Journaled::default()
                 }
             }
@@ -89,8 +97,25 @@ impl Journaled {
                 self.agent = Some(agent.clone());
                 self.log_seqs = self.log_seqs.max_each(*log_seqs);
             }
-            JournalRecord::DestroyRequested { .. } => self.destroy_requested = true,
-            JournalRecord::LeaseReleased { .. } => self.released = true,
+            // An explicit destroy outranks a replacement requested before.
+            JournalRecord::DestroyRequested { .. } => {
+                self.destroy_requested = true;
+                self.replace = None;
+            }
+            JournalRecord::ReplaceRequested { attempt, .. } => self.replace = Some(*attempt),
+            JournalRecord::StrayLease { lease, .. } => {
+                if !self.strays.iter().any(|s| s.lease_id == lease.lease_id) {
+                    self.strays.push(lease.clone());
+                }
+            }
+            JournalRecord::LeaseReleased { lease_id, .. } => {
+                match self.strays.iter().position(|s| &s.lease_id == lease_id) {
+                    Some(at) => {
+                        self.strays.remove(at);
+                    }
+                    None => self.released = true,
+                }
+            }
         }
     }
 
@@ -101,6 +126,21 @@ impl Journaled {
             resolve: Resolve::new(1, then),
         };
         let has_lease = self.lease.is_some() && !self.released;
+        if let (Some(attempt), false) = (self.replace, self.destroy_requested) {
+            // A replacement a restart interrupted: finish the destroy, or
+            // go straight to the new intent (`replace_due`).
+            return match has_lease {
+                true => (
+                    Phase::Destroying {
+                        op: None,
+                        tries: 0,
+                        replace: attempt,
+                    },
+                    true,
+                ),
+                false => (Phase::Destroyed, true),
+            };
+        }
         if self.destroy_requested {
             return match (has_lease, self.intent_open) {
                 (true, _) => (
@@ -165,8 +205,22 @@ impl Machine {
         }
         r.stage = phase.stage();
         r.ready = r.stage == Stage::Dormant;
+        if let (Phase::Destroyed, Some(attempt)) = (phase, journaled.replace) {
+            machine.replace_due = attempt;
+        }
+        machine.strays = journaled
+            .strays
+            .iter()
+            .take(super::strays::STRAYS_MAX)
+            .map(|lease| super::strays::Stray {
+                lease: lease.clone(),
+                op: None,
+                tries: 0,
+                due: None,
+            })
+            .collect();
         machine.phase = phase;
-        machine.resume = resume;
+        machine.resume = resume || !machine.strays.is_empty();
         machine
     }
 }

@@ -85,6 +85,7 @@ impl super::Machine {
                 _ => {}
             }
         }
+        self.on_stray_tick(now, out);
     }
 
     /// A fresh intent: journal it, then ask the provider.
@@ -108,6 +109,8 @@ impl super::Machine {
         r.destroy_error = None;
         r.destroyed_at = None;
         self.resume = false;
+        self.replace_due = 0;
+        self.replace_resolves = 0;
         self.timers.clear();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
             node: self.record.desired.node_id.clone(),
@@ -147,6 +150,7 @@ impl super::Machine {
     /// Continues what a restore left pending.
     pub(super) fn resume(&mut self, now: Instant, out: &mut Out) {
         self.resume = false;
+        let _ = self.retry_spent_strays(now, out);
         match self.phase {
             Phase::Resolving { op: None, resolve } => {
                 self.issue_list(now, Resolve::new(resolve.intents, resolve.then), out)
@@ -159,18 +163,30 @@ impl super::Machine {
             Phase::Destroying {
                 op: None, replace, ..
             } => self.issue_destroy(now, 1, replace, out),
+            // A replacement whose destroy finished before the restart.
+            Phase::Destroyed if self.replace_due > 0 => {
+                self.request_lease(now, self.replace_due, 1, out)
+            }
             _ => {}
         }
     }
 
     pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
+        let strays_sent = self.retry_spent_strays(now, out);
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
         if let (true, Phase::Resolving { op: None, resolve }) = (self.resume, self.phase) {
-            if resolve.then == Then::Bootstrap {
+            if resolve.then != Then::Destroy {
                 self.persist_destroy_requested(out);
             }
             return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
+        }
+        if self.phase == Phase::Destroyed && self.replace_due > 0 {
+            // A restored replacement not yet resumed: the destroy cancels it.
+            self.persist_destroy_requested(out);
+            self.replace_due = 0;
+            self.resume = false;
+            return;
         }
         match self.phase {
             Phase::New => self.enter(Phase::Destroyed, out),
@@ -197,7 +213,7 @@ impl super::Machine {
                     destroy_after: true,
                 };
             }
-            Phase::Resolving { op, resolve } if resolve.then == Then::Bootstrap => {
+            Phase::Resolving { op, resolve } if resolve.then != Then::Destroy => {
                 self.persist_destroy_requested(out);
                 let resolve = Resolve {
                     then: Then::Destroy,
@@ -220,19 +236,29 @@ impl super::Machine {
             }
             Phase::Failed { unresolved: false } => self.enter(Phase::Destroyed, out),
             // Waiting for a retry, or retries spent: a new Destroy tries now,
-            // and an explicit Destroy outranks a pending replacement.
-            Phase::Destroying { op: None, .. } => self.issue_destroy(now, 1, 0, out),
+            // and an explicit Destroy outranks a pending replacement (the
+            // journal says so, or a restart would resume the replacement).
+            Phase::Destroying {
+                op: None, replace, ..
+            } => {
+                if replace > 0 {
+                    self.persist_destroy_requested(out);
+                }
+                self.issue_destroy(now, 1, 0, out)
+            }
             Phase::Destroying {
                 op: Some(op),
                 tries,
                 replace,
             } if replace > 0 => {
+                self.persist_destroy_requested(out);
                 self.phase = Phase::Destroying {
                     op: Some(op),
                     tries,
                     replace: 0,
                 };
             }
+            Phase::Destroyed if strays_sent => {}
             Phase::Requesting { .. }
             | Phase::Resolving { .. }
             | Phase::Destroying { .. }
@@ -279,7 +305,8 @@ impl super::Machine {
                 };
                 match then {
                     Then::Destroy => self.enter(Phase::Destroyed, out),
-                    Then::Bootstrap => self.fail(now, why, out),
+                    // A create is only ever awaited to bootstrap or destroy.
+                    Then::Bootstrap | Then::Replace(_) => self.fail(now, why, out),
                 }
             }
         }
@@ -300,9 +327,7 @@ impl super::Machine {
             self.ignored += 1;
             return;
         }
-        self.stray_leases += 1;
-        let op = self.next_op();
-        out.push(Effect::DestroyLease { op, lease });
+        self.adopt_stray(now, lease, out);
     }
 
     fn lease_known(
@@ -323,6 +348,10 @@ impl super::Machine {
         self.set_stage(Stage::LeaseCreated, out);
         match (then, endpoint) {
             (Then::Destroy, _) => self.issue_destroy(now, 1, 0, out),
+            (Then::Replace(attempt), _) => {
+                self.persist_replace_requested(attempt, out);
+                self.issue_destroy(now, 1, attempt, out);
+            }
             (Then::Bootstrap, Some(endpoint)) => self.endpoint_known(now, endpoint, out),
             (Then::Bootstrap, None) => {
                 let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
@@ -430,6 +459,7 @@ impl super::Machine {
         let intents = resolve.intents;
         match resolve.then {
             Then::Destroy => self.enter(Phase::Destroyed, out),
+            Then::Replace(attempt) => self.request_lease(now, attempt, 1, out),
             Then::Bootstrap if intents < self.config.intents_max => {
                 let attempt = self.record.attempt.max(1);
                 self.request_lease(now, attempt, intents + 1, out);
@@ -462,10 +492,10 @@ impl super::Machine {
     /// Replacement: destroy the lease the failed node still holds, then a
     /// fresh intent with `attempt`.
     pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Out) {
-        if self.holds_no_lease() {
+        if self.holds_no_own_lease() {
             return self.request_lease(now, attempt, 1, out);
         }
-        self.persist_destroy_requested(out);
+        self.persist_replace_requested(attempt, out);
         self.issue_destroy(now, 1, attempt, out);
     }
 
@@ -638,7 +668,7 @@ impl super::Machine {
     }
 
     /// Lists the run's leases; `resolve.tries` counts this list.
-    fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Out) {
+    pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Out) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();
@@ -680,6 +710,14 @@ impl super::Machine {
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
+    fn persist_replace_requested(&mut self, attempt: u32, out: &mut Out) {
+        let node = self.record.desired.node_id.clone();
+        out.push(Effect::Persist(JournalRecord::ReplaceRequested {
+            node,
+            attempt,
+        }));
+    }
+
     fn persist_abandoned(&mut self, out: &mut Out) {
         let node = self.record.desired.node_id.clone();
         let nonce = self.record.nonce.expect("an intent has a nonce");
@@ -714,7 +752,7 @@ impl super::Machine {
         });
     }
 
-    fn next_op(&mut self) -> OpId {
+    pub(super) fn next_op(&mut self) -> OpId {
         OpId(self.ops.next())
     }
 

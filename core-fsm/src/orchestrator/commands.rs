@@ -41,9 +41,13 @@ impl Orchestrator {
 
     pub(super) fn on_teardown(&mut self, now: Instant, out: &mut Out) {
         self.tearing_down = true;
+        // A destroyed node may still have work: a stray lease, or restored
+        // work a destroy cancels.
         let slots: Vec<Slot> = self
             .occupied()
-            .filter(|(_, n)| n.stage() != node::Stage::Destroyed)
+            .filter(|(_, n)| {
+                n.stage() != node::Stage::Destroyed || !n.holds_no_lease() || n.awaits_start()
+            })
             .map(|(slot, _)| slot)
             .collect();
         for slot in slots {

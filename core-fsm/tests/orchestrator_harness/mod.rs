@@ -438,6 +438,12 @@ pub fn journal_line(record: &JournalRecord) -> String {
             log_seqs,
         } => format!("NodeReady {node} {agent}{}", seqs_line(*log_seqs)),
         JournalRecord::DestroyRequested { node } => format!("DestroyRequested {node}"),
+        JournalRecord::ReplaceRequested { node, attempt } => {
+            format!("ReplaceRequested {node} attempt {attempt}")
+        }
+        JournalRecord::StrayLease { node, lease } => {
+            format!("StrayLease {node} {} {}", lease.lease_id, lease.nonce)
+        }
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")
         }

@@ -32,6 +32,10 @@ pub struct NodeRow {
     pub pending_nonces: Vec<Nonce>,
     /// A destroy was requested.
     pub destroy_requested: bool,
+    /// Stray leases (created for intents already abandoned) not yet
+    /// released; `down` destroys them too.
+    #[serde(default)]
+    pub strays: Vec<LeaseFacts>,
 }
 
 /// Every node's row, and the run.
@@ -85,6 +89,7 @@ impl Ledger {
             agent: None,
             pending_nonces: vec![],
             destroy_requested: false,
+            strays: vec![],
         })
     }
 
@@ -124,9 +129,22 @@ impl Ledger {
                 row.ready = true;
                 row.agent = Some(agent.clone());
             }
-            JournalRecord::DestroyRequested { node } => self.row(node).destroy_requested = true,
+            JournalRecord::DestroyRequested { node }
+            | JournalRecord::ReplaceRequested { node, .. } => {
+                self.row(node).destroy_requested = true
+            }
+            JournalRecord::StrayLease { node, lease } => {
+                let row = self.row(node);
+                if !row.strays.iter().any(|l| l.lease_id == lease.lease_id) {
+                    row.strays.push(lease.clone());
+                }
+            }
             JournalRecord::LeaseReleased { node, lease_id } => {
                 let row = self.row(node);
+                if let Some(at) = row.strays.iter().position(|l| &l.lease_id == lease_id) {
+                    row.strays.remove(at);
+                    return;
+                }
                 if row.lease.as_ref().is_some_and(|l| &l.lease_id == lease_id) {
                     row.lease = None;
                 }
@@ -142,7 +160,12 @@ impl Ledger {
     pub fn standing_leases(&self) -> Vec<(LogicalNodeId, LeaseFacts)> {
         self.nodes
             .values()
-            .filter_map(|r| r.lease.clone().map(|l| (r.id.clone(), l)))
+            .flat_map(|r| {
+                r.lease
+                    .iter()
+                    .chain(&r.strays)
+                    .map(|l| (r.id.clone(), l.clone()))
+            })
             .collect()
     }
 

@@ -1,0 +1,163 @@
+//! Stray leases: a create answer that arrives after its intent was
+//! abandoned names a real lease that no intent owns. It is journaled
+//! (`StrayLease`), destroyed with bounded retries like the node's own lease,
+//! and closed with `LeaseReleased`; a restart restores it from the journal,
+//! so it is never leaked.
+
+use super::Effect;
+use super::machine::Machine;
+use crate::ids::OpId;
+use crate::port::{JournalRecord, LeaseFacts, ProviderError, ProviderErrorKind};
+use crate::time::Instant;
+
+/// Stray leases tracked at once per node. Each comes from an abandoned
+/// intent (at most `intents_max` per attempt) or a misdirected answer; one
+/// beyond the bound is still journaled and destroyed, but not retried
+/// before the next restart restores it.
+pub(super) const STRAYS_MAX: usize = 8;
+
+/// One stray lease being destroyed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Stray {
+    pub(super) lease: LeaseFacts,
+    /// The destroy in flight.
+    pub(super) op: Option<OpId>,
+    /// Destroys sent so far (at most `destroy_attempts_max` per round).
+    pub(super) tries: u32,
+    /// The in-flight destroy's deadline, or the time of the next try;
+    /// `None` with no op: retries spent, the next `Destroy` tries again.
+    pub(super) due: Option<Instant>,
+}
+
+impl Machine {
+    /// A create answer for an abandoned intent: journal the lease, then
+    /// destroy it.
+    pub(super) fn adopt_stray(&mut self, now: Instant, lease: LeaseFacts, out: &mut Vec<Effect>) {
+        if self
+            .strays
+            .iter()
+            .any(|s| s.lease.lease_id == lease.lease_id)
+        {
+            self.ignored += 1;
+            return;
+        }
+        self.stray_leases += 1;
+        out.push(Effect::Persist(JournalRecord::StrayLease {
+            node: self.record.desired.node_id.clone(),
+            lease: lease.clone(),
+        }));
+        if self.strays.len() >= STRAYS_MAX {
+            let op = self.next_op();
+            out.push(Effect::DestroyLease { op, lease });
+            return;
+        }
+        self.strays.push(Stray {
+            lease,
+            op: None,
+            tries: 0,
+            due: None,
+        });
+        let at = self.strays.len() - 1;
+        self.issue_stray_destroy(now, at, 1, out);
+    }
+
+    pub(super) fn is_stray_op(&self, op: OpId) -> bool {
+        self.strays.iter().any(|s| s.op == Some(op))
+    }
+
+    pub(super) fn on_stray_destroyed(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        result: Result<(), ProviderError>,
+        out: &mut Vec<Effect>,
+    ) {
+        let at = self
+            .strays
+            .iter()
+            .position(|s| s.op == Some(op))
+            .expect("a stray's op");
+        match result {
+            Err(e) if e.kind != ProviderErrorKind::NotFound => self.stray_failed(now, at),
+            _ => {
+                let stray = self.strays.remove(at);
+                out.push(Effect::Persist(JournalRecord::LeaseReleased {
+                    node: self.record.desired.node_id.clone(),
+                    lease_id: stray.lease.lease_id,
+                }));
+            }
+        }
+    }
+
+    /// Stray deadlines and retries due at `now`.
+    pub(super) fn on_stray_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        for at in 0..self.strays.len() {
+            let stray = &self.strays[at];
+            match (stray.op, stray.due) {
+                (Some(_), Some(due)) if due <= now => self.stray_failed(now, at),
+                (None, Some(due)) if due <= now => {
+                    let tries = stray.tries + 1;
+                    self.issue_stray_destroy(now, at, tries, out);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends the destroys of strays that wait for nothing (restored, or
+    /// retries spent): a `Start` after a restore, or a `Destroy`.
+    /// Whether any was sent.
+    pub(super) fn retry_spent_strays(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {
+        let mut sent = false;
+        for at in 0..self.strays.len() {
+            if self.strays[at].op.is_none() && self.strays[at].due.is_none() {
+                self.issue_stray_destroy(now, at, 1, out);
+                sent = true;
+            }
+        }
+        sent
+    }
+
+    /// The earliest stray deadline or retry.
+    pub(super) fn stray_deadline(&self) -> Option<Instant> {
+        self.strays.iter().filter_map(|s| s.due).min()
+    }
+
+    fn stray_failed(&mut self, now: Instant, at: usize) {
+        let c = self.config;
+        let stray = &mut self.strays[at];
+        stray.op = None;
+        stray.due = (stray.tries < c.destroy_attempts_max)
+            .then(|| now + super::backoff(c.retry_backoff_base, c.retry_backoff_max, stray.tries));
+    }
+
+    fn issue_stray_destroy(&mut self, now: Instant, at: usize, tries: u32, out: &mut Vec<Effect>) {
+        let op = self.next_op();
+        let timeout = self.record.desired.boot.timeouts.destroy_timeout;
+        let stray = &mut self.strays[at];
+        stray.op = Some(op);
+        stray.tries = tries;
+        stray.due = Some(now + timeout);
+        out.push(Effect::DestroyLease {
+            op,
+            lease: stray.lease.clone(),
+        });
+    }
+
+    /// N13: strays are bounded, and each is destroying, waiting for a
+    /// bounded retry, or spent.
+    pub(super) fn check_strays(&self) {
+        let id = self.record.node();
+        assert!(self.strays.len() <= STRAYS_MAX, "N13 {id}: strays bounded");
+        for s in &self.strays {
+            assert!(
+                s.tries <= self.config.destroy_attempts_max,
+                "N13 {id}: stray destroys bounded"
+            );
+            assert!(
+                s.op.is_none() || s.due.is_some(),
+                "N13 {id}: a stray destroy has its deadline"
+            );
+        }
+    }
+}
