@@ -19,6 +19,7 @@ pub mod coverage;
 pub mod fault;
 pub mod format;
 pub mod generate;
+pub mod liveness;
 pub mod oracle;
 pub mod shrink;
 pub mod trace;

@@ -63,14 +63,8 @@ enum Event {
     Heal,
 }
 
-/// Where the run is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Fault,
-    Heal,
-    Teardown,
-    Done,
-}
+// Where the run is: the kit's liveness phases.
+use conformance::liveness::Phase;
 
 /// One live orchestrator incarnation and its effect loop.
 struct Orch<S> {
