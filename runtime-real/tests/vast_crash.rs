@@ -3,7 +3,8 @@
 //! another shell: the fake must report no live instance created by drover.
 //! The kill points are events of the fake (the Nth committed create, a
 //! create whose answer the fake holds back), never a sleep. And a list that
-//! fails during `down` is an error, never an empty fleet.
+//! fails during `down` is an error, never an empty fleet: the leases the
+//! journal knows are destroyed anyway, the open intent stays open.
 
 mod vast_support;
 
@@ -110,10 +111,32 @@ fn kill_9_while_a_create_answer_is_held_then_down_finds_it_by_label() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The journal's open intents (node, nonce), as `down` sees them.
+fn open_intents(state: &Path) -> Vec<(String, u64)> {
+    let ledger = runtime_real::cli::Ledger::from_state_dir(state).unwrap();
+    ledger
+        .pending_intents()
+        .into_iter()
+        .map(|(node, nonce)| (node.0, nonce.0))
+        .collect()
+}
+
+/// The node a live instance's label names.
+fn labelled_node(instance: &Value) -> String {
+    let label = instance["label"].as_str().unwrap();
+    vastai::label::LeaseLabel::parse(label)
+        .expect("a drover label")
+        .node
+        .0
+}
+
 #[test]
-fn a_failed_list_during_down_is_an_error_never_an_empty_fleet() {
+fn a_failed_list_during_down_destroys_the_known_leases_and_keeps_the_intent_open() {
     let (dir, mut fake, up) = killed_mid_create("down-list-fails");
     let state = dir.join("state");
+    let intents = open_intents(&state);
+    assert_eq!(intents.len(), 1, "one intent without a lease: {intents:?}");
+    let (intended, nonce) = intents[0].clone();
     // Every list answers 502 (F21): `down` cannot know the fleet.
     fake.add_rule(
         json!({"scenario": {"kind": "f21_server_error", "status": 502},
@@ -128,13 +151,26 @@ fn a_failed_list_during_down_is_an_error_never_an_empty_fleet() {
         shown.contains("listing the instances") && shown.contains("502"),
         "a clear message: {shown}"
     );
-    assert_eq!(fake.live().len(), 2, "nothing was taken for gone: {shown}");
-    // The intent is still open: a later `down`, with lists working again,
-    // finds the instance by label and destroys everything.
+    assert!(
+        shown.contains(&format!("{intended} (nonce-{nonce})")) && shown.contains("not resolved"),
+        "the message names the open intent: {shown}"
+    );
+    // The journal's lease is gone; the instance only a list can find stands,
+    // and its intent is still open (never taken for gone).
+    let live = fake.live();
+    assert_eq!(live.len(), 1, "the known lease was destroyed: {shown}");
+    assert_eq!(labelled_node(&live[0]), intended, "{live:?}");
+    assert_eq!(open_intents(&state), intents, "{shown}");
+    // A later `down`, with lists working again, finds the instance by label
+    // and destroys it; the intent is resolved.
     fake.clear_rules();
     let second = down_ok(&state);
     assert_eq!(fake.live(), Vec::<Value>::new(), "{second}");
-    eprintln!("timing: a down whose lists fail exits 1 after {failed_in:?}");
+    assert_eq!(open_intents(&state), Vec::new(), "{second}");
+    assert_eq!(assert_all_drover(&fake), 2, "nothing created twice");
+    eprintln!(
+        "timing: a down whose lists fail destroys the known leases and exits 1 after {failed_in:?}"
+    );
     let mut lines = up.transcript();
     lines.extend([shown, second]);
     lines.extend(fake.stop());

@@ -1,13 +1,18 @@
 //! `drover down`: destroys every lease the journal knows, whether or not
 //! `up` is alive. A live `up` is asked to tear down (SIGTERM) and waited
 //! for, with a bound; otherwise the leases are destroyed here, straight from
-//! the journal, through the provider, and each release is journaled.
-//! Intents whose create may have happened unseen (a crash between intent and
-//! answer) are resolved by listing the run's leases by label.
+//! the journal, through their providers, in parallel, and each release is
+//! journaled. Only then are intents whose create may have happened unseen (a
+//! crash between intent and answer) resolved by listing the run's leases by
+//! label, so a provider that cannot list delays only what only a list can
+//! find. A failed list is an error that keeps those intents open, never an
+//! empty fleet.
 
 use super::{EXIT_FAILURE, EXIT_OK, Ledger};
 use crate::journal::Journal;
+use crate::provider::Providers;
 use crate::up::control;
+use core_fsm::ids::{LogicalNodeId, Nonce, RunId};
 use core_fsm::port::{JournalRecord, LeaseFacts, ProviderErrorKind};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -47,7 +52,10 @@ async fn wait_for_up(pid: u32) -> Result<(), String> {
     }
 }
 
-/// Destroys what the journal still holds; returns how many destroys failed.
+/// Destroys what the journal still holds, then resolves the open intents;
+/// returns how many steps failed (destroys, and lists that could not be
+/// read). Known leases go first, so a provider that cannot list leaves no
+/// lease standing that the journal already names.
 async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<usize> {
     if !Journal::path_in(state_dir).exists() {
         say(json, "nothing to destroy: no journal", None);
@@ -56,33 +64,100 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
     let (mut journal, recovered) = Journal::open(state_dir)?;
     let ledger = Ledger::from_records(&recovered.records);
     let providers = crate::up::providers(state_dir)?;
-    let mut targets: Vec<(core_fsm::ids::LogicalNodeId, LeaseFacts)> = ledger.standing_leases();
+    let known = ledger.standing_leases();
+    let mut failures =
+        destroy_all(state_dir, json, &mut journal, &providers, known.clone()).await?;
     let pending = ledger.pending_intents();
-    if let (Some(run_id), false) = (ledger.run_id, pending.is_empty()) {
-        let by_nonce: BTreeMap<_, _> = pending
+    let Some(run_id) = ledger.run_id.filter(|_| !pending.is_empty()) else {
+        return Ok(failures);
+    };
+    let found = resolve_intents(&mut journal, &providers, run_id, &pending, &known).await?;
+    failures += destroy_all(state_dir, json, &mut journal, &providers, found.leases).await?;
+    if !found.list_errors.is_empty() {
+        // A list that failed saw nothing: an intent it did not find may
+        // still have its instance, so every open intent stays open.
+        let open = Ledger::from_records(&Journal::read(state_dir)?.records).pending_intents();
+        let names: Vec<String> = open
             .iter()
-            .map(|(node, nonce)| (*nonce, node.clone()))
+            .map(|(node, nonce)| format!("{node} ({nonce})"))
             .collect();
-        for provider in providers.values() {
-            for lease in provider
-                .list_leases(run_id)
-                .await
-                .map_err(|e| anyhow::anyhow!(e.message))?
-            {
-                let known = targets.iter().any(|(_, l)| l.lease_id == lease.lease_id);
-                if let (Some(node), false) = (by_nonce.get(&lease.nonce), known) {
-                    journal.append(&JournalRecord::LeaseKnown {
-                        node: node.clone(),
-                        lease: lease.clone(),
-                    })?;
-                    targets.push((node.clone(), lease));
-                }
+        eprintln!(
+            "drover: {}\ndrover: {} open intent(s) not resolved, kept open for the next `drover down`: {}",
+            found.list_errors.join("\ndrover: "),
+            open.len(),
+            names.join(", "),
+        );
+        return Ok(failures + found.list_errors.len());
+    }
+    // Every list answered: intents that found no lease did not take effect.
+    for (node, nonce) in Ledger::from_records(&Journal::read(state_dir)?.records).pending_intents()
+    {
+        journal.append(&JournalRecord::IntentAbandoned { node, nonce })?;
+    }
+    Ok(failures)
+}
+
+/// The leases the lists found for open intents, and the lists that failed.
+struct Found {
+    leases: Vec<(LogicalNodeId, LeaseFacts)>,
+    list_errors: Vec<String>,
+}
+
+/// Lists the run's leases on every provider; a lease whose nonce is an open
+/// intent's (and that the journal did not know) is journaled `LeaseKnown`.
+async fn resolve_intents(
+    journal: &mut Journal,
+    providers: &Providers,
+    run_id: RunId,
+    pending: &[(LogicalNodeId, Nonce)],
+    known: &[(LogicalNodeId, LeaseFacts)],
+) -> anyhow::Result<Found> {
+    let by_nonce: BTreeMap<_, _> = pending.iter().map(|(node, nonce)| (*nonce, node)).collect();
+    let mut found = Found {
+        leases: Vec::new(),
+        list_errors: Vec::new(),
+    };
+    for provider in providers.values() {
+        let listed = match provider.list_leases(run_id).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                // The provider's message names itself and its API.
+                found.list_errors.push(e.message);
+                continue;
+            }
+        };
+        for lease in listed {
+            let seen = known
+                .iter()
+                .chain(&found.leases)
+                .any(|(_, l)| l.lease_id == lease.lease_id);
+            if let (Some(node), false) = (by_nonce.get(&lease.nonce), seen) {
+                journal.append(&JournalRecord::LeaseKnown {
+                    node: (*node).clone(),
+                    lease: lease.clone(),
+                })?;
+                found.leases.push(((*node).clone(), lease));
             }
         }
     }
+    Ok(found)
+}
+
+/// Destroys `targets` in parallel: each destroy is journaled
+/// (`DestroyRequested`) before it starts and its release (`LeaseReleased`)
+/// as soon as it ends; returns how many failed.
+async fn destroy_all(
+    state_dir: &Path,
+    json: bool,
+    journal: &mut Journal,
+    providers: &Providers,
+    targets: Vec<(LogicalNodeId, LeaseFacts)>,
+) -> anyhow::Result<usize> {
     let mut failures = 0;
+    // One task per lease the journal names: bounded by the run's nodes.
+    let mut running = tokio::task::JoinSet::new();
     for (node, lease) in targets {
-        let Some(provider) = providers.get(&lease.provider) else {
+        let Some(provider) = providers.get(&lease.provider).cloned() else {
             say(
                 json,
                 "cannot destroy: provider not in this build",
@@ -92,7 +167,14 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
             continue;
         };
         journal.append(&JournalRecord::DestroyRequested { node: node.clone() })?;
-        match provider.destroy_lease(lease.clone()).await {
+        running.spawn(async move {
+            let outcome = provider.destroy_lease(lease.clone()).await;
+            (node, lease, outcome)
+        });
+    }
+    while let Some(done) = running.join_next().await {
+        let (node, lease, outcome) = done?;
+        match outcome {
             Ok(()) => {}
             Err(e) if e.kind == ProviderErrorKind::NotFound => {}
             Err(e) => {
@@ -112,16 +194,10 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
         })?;
         say(json, "destroyed", Some((&node, &lease)));
     }
-    // Intents that found no lease did not take effect: close them.
-    for (node, nonce) in
-        Ledger::from_records(&crate::journal::Journal::read(state_dir)?.records).pending_intents()
-    {
-        journal.append(&JournalRecord::IntentAbandoned { node, nonce })?;
-    }
     Ok(failures)
 }
 
-fn say(json: bool, what: &str, target: Option<(&core_fsm::ids::LogicalNodeId, &LeaseFacts)>) {
+fn say(json: bool, what: &str, target: Option<(&LogicalNodeId, &LeaseFacts)>) {
     if json {
         let doc = serde_json::json!({
             "event": "down", "what": what,
