@@ -110,7 +110,9 @@ pub struct Orchestrator {
     pub(crate) session_ids: Counter,
     /// The ledger by slot.
     pub(crate) nodes: Vec<Option<node::Machine>>,
-    pub(crate) sessions: BTreeMap<SessionId, Session>,
+    /// Live sessions, boxed: a session is large, and a tree moves its
+    /// values when it rebalances.
+    pub(crate) sessions: BTreeMap<SessionId, Box<Session>>,
     pub(crate) routes: BTreeMap<OpId, Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,

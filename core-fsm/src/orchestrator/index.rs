@@ -42,6 +42,10 @@ impl Deadlines {
     }
 
     pub(crate) fn set_session(&mut self, id: SessionId, deadline: Option<Instant>) {
+        // Most steps leave the deadline as it was: one lookup, no writes.
+        if self.sessions.get(&id).copied() == deadline {
+            return;
+        }
         let old = match deadline {
             Some(at) => self.sessions.insert(id, at),
             None => self.sessions.remove(&id),

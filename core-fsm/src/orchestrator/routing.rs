@@ -177,11 +177,11 @@ impl Orchestrator {
                 let machine = bootstrap::Machine::new(config);
                 self.sessions.insert(
                     session,
-                    Session {
+                    Box::new(Session {
                         node: slot,
                         machine,
                         ops: Vec::with_capacity(8),
-                    },
+                    }),
                 );
                 self.deliver_session(now, session, bootstrap::Input::Start, out);
             }
