@@ -11,6 +11,7 @@
 
 pub mod control;
 pub mod ports;
+pub mod seqs;
 pub mod sink;
 pub mod view;
 pub mod wiring;

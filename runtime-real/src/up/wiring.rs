@@ -146,7 +146,11 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
     let machine = if records.is_empty() {
         Orchestrator::new(config)
     } else {
-        Orchestrator::restore(config, &records)
+        let mut machine = Orchestrator::restore(config, &records);
+        // Lines a crash interrupted are in the datastream above the
+        // journal's numbers; continue above them (before `Start`).
+        super::seqs::raise_from_datastream(state_dir, &mut machine);
+        machine
     };
     let runtime = Runtime {
         state_dir: state_dir.to_owned(),
