@@ -8,7 +8,12 @@
 //! per-node ledger; readiness is a flag of that record, true only in
 //! [`Stage::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
 
+mod destroy;
+mod handoff;
+mod invariants;
 mod machine;
+mod phase;
+mod resolve;
 mod restore;
 mod strays;
 mod transitions;

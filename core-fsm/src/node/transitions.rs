@@ -1,14 +1,16 @@
 //! The node manager's transitions: small helpers the one `match` in
 //! `machine.rs` calls. Each one sets the phase first, then pushes the
-//! effects, journal records before the I/O they guard.
+//! effects, journal records before the I/O they guard. This file holds the
+//! lease request, the endpoint and the shared helpers; `resolve.rs`,
+//! `destroy.rs` and `handoff.rs` hold the rest.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{AgentFacts, BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
+use super::{BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
 use crate::bootstrap;
-use crate::ids::{AgentId, Nonce, OpId, SessionId};
+use crate::ids::{Nonce, OpId, SessionId};
 use crate::port::{
-    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, LogSeqs,
-    ProviderError, ProviderErrorKind, SshEndpoint,
+    CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
+    ProviderErrorKind, SshEndpoint,
 };
 use crate::time::Instant;
 
@@ -121,7 +123,7 @@ impl super::Machine {
     }
 
     /// Sends the create of the current intent; `tries` counts this one.
-    fn issue_create(&mut self, now: Instant, tries: u32, intents: u32, out: &mut Out) {
+    pub(super) fn issue_create(&mut self, now: Instant, tries: u32, intents: u32, out: &mut Out) {
         self.timers.clear();
         let op = self.next_op();
         self.enter(
@@ -168,101 +170,6 @@ impl super::Machine {
                 self.request_lease(now, self.replace_due, 1, out)
             }
             _ => {}
-        }
-    }
-
-    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
-        let strays_sent = self.retry_spent_strays(now, out);
-        // A restored open intent waits for Start; a Destroy (say, Teardown
-        // before Start) resolves it now, so its lease is found and destroyed.
-        if let (true, Phase::Resolving { op: None, resolve }) = (self.resume, self.phase) {
-            if resolve.then != Then::Destroy {
-                self.persist_destroy_requested(out);
-            }
-            return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
-        }
-        if self.phase == Phase::Destroyed && self.replace_due > 0 {
-            // A restored replacement not yet resumed: the destroy cancels it.
-            self.persist_destroy_requested(out);
-            self.replace_due = 0;
-            self.resume = false;
-            return;
-        }
-        match self.phase {
-            Phase::New => self.enter(Phase::Destroyed, out),
-            Phase::Requesting { op: None, .. } => {
-                // Every create of this intent was answered `Transient`:
-                // nothing was created, so the intent closes with no lease.
-                self.timers.clear();
-                self.persist_destroy_requested(out);
-                self.persist_abandoned(out);
-                self.enter(Phase::Destroyed, out);
-            }
-            Phase::Requesting {
-                op,
-                tries,
-                intents,
-                destroy_after: false,
-            } => {
-                // The lease is not known yet: destroy it once the answer says.
-                self.persist_destroy_requested(out);
-                self.phase = Phase::Requesting {
-                    op,
-                    tries,
-                    intents,
-                    destroy_after: true,
-                };
-            }
-            Phase::Resolving { op, resolve } if resolve.then != Then::Destroy => {
-                self.persist_destroy_requested(out);
-                let resolve = Resolve {
-                    then: Then::Destroy,
-                    ..resolve
-                };
-                self.phase = Phase::Resolving { op, resolve };
-            }
-            Phase::Locating { .. } | Phase::Dormant { .. } => self.begin_destroy(now, out),
-            Phase::Bootstrapping { session } | Phase::Joined { session } => {
-                out.push(Effect::CancelBootstrap { session });
-                self.begin_destroy(now, out);
-            }
-            Phase::Failed { unresolved: true } => {
-                self.persist_destroy_requested(out);
-                let intents = self.config.intents_max;
-                self.issue_list(now, Resolve::new(intents, Then::Destroy), out);
-            }
-            Phase::Failed { unresolved: false } if self.record.lease.is_some() => {
-                self.begin_destroy(now, out)
-            }
-            Phase::Failed { unresolved: false } => self.enter(Phase::Destroyed, out),
-            // Waiting for a retry, or retries spent: a new Destroy tries now,
-            // and an explicit Destroy outranks a pending replacement (the
-            // journal says so, or a restart would resume the replacement).
-            Phase::Destroying {
-                op: None, replace, ..
-            } => {
-                if replace > 0 {
-                    self.persist_destroy_requested(out);
-                }
-                self.issue_destroy(now, 1, 0, out)
-            }
-            Phase::Destroying {
-                op: Some(op),
-                tries,
-                replace,
-            } if replace > 0 => {
-                self.persist_destroy_requested(out);
-                self.phase = Phase::Destroying {
-                    op: Some(op),
-                    tries,
-                    replace: 0,
-                };
-            }
-            Phase::Destroyed if strays_sent => {}
-            Phase::Requesting { .. }
-            | Phase::Resolving { .. }
-            | Phase::Destroying { .. }
-            | Phase::Destroyed => self.ignored += 1,
         }
     }
 
@@ -330,7 +237,7 @@ impl super::Machine {
         self.adopt_stray(now, lease, out);
     }
 
-    fn lease_known(
+    pub(super) fn lease_known(
         &mut self,
         now: Instant,
         lease: LeaseFacts,
@@ -390,13 +297,13 @@ impl super::Machine {
         }
     }
 
-    fn poll_later(&mut self, now: Instant) {
+    pub(super) fn poll_later(&mut self, now: Instant) {
         self.phase = Phase::Locating { op: None };
         let interval = self.record.desired.boot.timeouts.endpoint_poll_interval;
         self.timers.set(TimerKind::EndpointPoll, now + interval);
     }
 
-    fn endpoint_known(&mut self, now: Instant, endpoint: SshEndpoint, out: &mut Out) {
+    pub(super) fn endpoint_known(&mut self, now: Instant, endpoint: SshEndpoint, out: &mut Out) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
         self.set_stage(Stage::EndpointKnown, out);
@@ -422,211 +329,17 @@ impl super::Machine {
         });
     }
 
-    pub(super) fn on_listed(
-        &mut self,
-        now: Instant,
-        result: Result<Vec<LeaseFacts>, ProviderError>,
-        resolve: Resolve,
-        out: &mut Out,
-    ) {
-        self.timers.clear();
-        let leases = match result {
-            Ok(leases) => leases,
-            Err(e) => return self.list_failed(now, resolve, &e.message, out),
-        };
-        let nonce = self.record.nonce;
-        if let Some(lease) = leases.into_iter().find(|lease| Some(lease.nonce) == nonce) {
-            return self.lease_known(now, lease, None, resolve.then, out);
-        }
-        let misses = resolve.misses + 1;
-        if misses < self.config.list_misses_max {
-            // A lease can exist before lists show it (F4): look again after
-            // a create timeout before concluding anything.
-            let resolve = Resolve {
-                tries: 0,
-                misses,
-                ..resolve
-            };
-            self.phase = Phase::Resolving { op: None, resolve };
-            let settle = self.record.desired.boot.timeouts.lease_create_timeout;
-            self.timers.set(TimerKind::ListRetry, now + settle);
-            return;
-        }
-        // Every list, spread over the settle intervals, succeeded without
-        // the nonce: the create did not take effect, so the intent is closed
-        // for good.
-        self.persist_abandoned(out);
-        let intents = resolve.intents;
-        match resolve.then {
-            Then::Destroy => self.enter(Phase::Destroyed, out),
-            Then::Replace(attempt) => self.request_lease(now, attempt, 1, out),
-            Then::Bootstrap if intents < self.config.intents_max => {
-                let attempt = self.record.attempt.max(1);
-                self.request_lease(now, attempt, intents + 1, out);
-            }
-            Then::Bootstrap => self.fail(now, format!("no lease after {intents} intents"), out),
-        }
-    }
-
-    fn list_failed(&mut self, now: Instant, resolve: Resolve, why: &str, out: &mut Out) {
-        self.timers.clear();
-        let tries = resolve.tries;
-        if tries < self.config.list_attempts_max {
-            let c = &self.config;
-            self.timers.set(
-                TimerKind::ListRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
-            );
-            self.phase = Phase::Resolving { op: None, resolve };
-            return;
-        }
-        // A failed list is never an empty list: the intent stays open, and
-        // only an explicit Destroy tries to resolve it again.
-        let reason = format!("lease intent unresolved after {tries} lists: {why}");
-        if resolve.then == Then::Destroy {
-            self.record.destroy_error = Some(reason.clone());
-        }
-        self.fail_with(now, reason, true, out);
-    }
-
-    /// Replacement: destroy the lease the failed node still holds, then a
-    /// fresh intent with `attempt`.
-    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Out) {
-        if self.holds_no_own_lease() {
-            return self.request_lease(now, attempt, 1, out);
-        }
-        self.persist_replace_requested(attempt, out);
-        self.issue_destroy(now, 1, attempt, out);
-    }
-
-    pub(super) fn on_destroyed(
-        &mut self,
-        now: Instant,
-        result: Result<(), ProviderError>,
-        tries: u32,
-        replace: u32,
-        out: &mut Out,
-    ) {
-        self.timers.clear();
-        match result {
-            Err(e) if e.kind != ProviderErrorKind::NotFound => {
-                self.destroy_failed(now, tries, replace, e.message)
-            }
-            _ => {
-                let lease_id = self
-                    .record
-                    .lease_id()
-                    .expect("a destroy needs a lease")
-                    .clone();
-                let node = self.record.desired.node_id.clone();
-                out.push(Effect::Persist(JournalRecord::LeaseReleased {
-                    node,
-                    lease_id,
-                }));
-                self.record.destroyed_at = Some(now);
-                self.record.destroy_error = None;
-                self.enter(Phase::Destroyed, out);
-                if replace > 0 {
-                    self.request_lease(now, replace, 1, out);
-                }
-            }
-        }
-    }
-
-    fn destroy_failed(&mut self, now: Instant, tries: u32, replace: u32, why: String) {
-        self.timers.clear();
-        self.record.destroy_error = Some(why);
-        self.phase = Phase::Destroying {
-            op: None,
-            tries,
-            replace,
-        };
-        if tries < self.config.destroy_attempts_max {
-            let c = &self.config;
-            self.timers.set(
-                TimerKind::DestroyRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
-            );
-        }
-    }
-
-    pub(super) fn on_observed(&mut self, now: Instant, obs: bootstrap::Observation) {
-        let Some(facts) = self.record.bootstrap.as_mut() else {
-            return self.ignored += 1;
-        };
-        facts.last_stage = obs.stage;
-        facts.last_observed_at = now;
-        facts.last_stdout_seq = obs.last_stdout_seq.or(facts.last_stdout_seq);
-        facts.last_stderr_seq = obs.last_stderr_seq.or(facts.last_stderr_seq);
-        let seen = LogSeqs {
-            stdout: obs.last_stdout_seq.unwrap_or(0),
-            stderr: obs.last_stderr_seq.unwrap_or(0),
-        };
-        self.record.log_seqs = self.record.log_seqs.max_each(seen);
-    }
-
-    pub(super) fn on_joined(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        agent: AgentId,
-        out: &mut Out,
-    ) {
-        self.record.agent = Some(AgentFacts {
-            agent: agent.clone(),
-            joined_at: now,
-            handed_off_at: None,
-        });
-        self.enter(Phase::Joined { session }, out);
-        out.push(Effect::ConvergenceObserved { session, agent });
-    }
-
-    /// The agent of a restored, ready node reconnected; it may do so once.
-    pub(super) fn on_rejoined(&mut self, now: Instant, agent: AgentId, out: &mut Out) {
-        let handed_off_at = self.record.agent.as_ref().and_then(|a| a.handed_off_at);
-        self.record.agent = Some(AgentFacts {
-            agent: agent.clone(),
-            joined_at: now,
-            handed_off_at,
-        });
-        let node = self.record.desired.node_id.clone();
-        let log_seqs = self.record.log_seqs;
-        out.push(Effect::Persist(JournalRecord::NodeReady {
-            node,
-            agent,
-            log_seqs,
-        }));
-        self.phase = Phase::Dormant {
-            rejoin_allowed: false,
-        };
-    }
-
-    /// SSH closed after the join: the handoff is complete (seed 000 §12).
-    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut Out) {
-        let agent = self.record.agent.as_mut().expect("Joined has agent facts");
-        agent.handed_off_at = Some(now);
-        let agent = agent.agent.clone();
-        self.set_stage(Stage::HandedOff, out);
-        let node = self.record.desired.node_id.clone();
-        let log_seqs = self.record.log_seqs;
-        out.push(Effect::Persist(JournalRecord::NodeReady {
-            node,
-            agent,
-            log_seqs,
-        }));
-        self.enter(
-            Phase::Dormant {
-                rejoin_allowed: false,
-            },
-            out,
-        );
-    }
-
     pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut Out) {
         self.fail_with(now, reason, false, out);
     }
 
-    fn fail_with(&mut self, now: Instant, reason: String, unresolved: bool, out: &mut Out) {
+    pub(super) fn fail_with(
+        &mut self,
+        now: Instant,
+        reason: String,
+        unresolved: bool,
+        out: &mut Out,
+    ) {
         self.timers.clear();
         self.record.failed_reason = Some(reason.clone());
         self.record.failed_at = Some(now);
@@ -640,60 +353,7 @@ impl super::Machine {
         self.enter(Phase::Failed { unresolved }, out);
     }
 
-    fn begin_destroy(&mut self, now: Instant, out: &mut Out) {
-        self.persist_destroy_requested(out);
-        self.issue_destroy(now, 1, 0, out);
-    }
-
-    fn issue_destroy(&mut self, now: Instant, tries: u32, replace: u32, out: &mut Out) {
-        self.resume = false;
-        self.timers.clear();
-        let op = self.next_op();
-        self.enter(
-            Phase::Destroying {
-                op: Some(op),
-                tries,
-                replace,
-            },
-            out,
-        );
-        let lease = self
-            .record
-            .lease
-            .clone()
-            .expect("destroy only a known lease (N3)");
-        out.push(Effect::DestroyLease { op, lease });
-        let timeout = self.record.desired.boot.timeouts.destroy_timeout;
-        self.timers.set(TimerKind::DestroyDeadline, now + timeout);
-    }
-
-    /// Lists the run's leases; `resolve.tries` counts this list.
-    pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Out) {
-        self.resume = false;
-        self.timers.clear();
-        let op = self.next_op();
-        let resolve = Resolve {
-            tries: resolve.tries + 1,
-            ..resolve
-        };
-        self.enter(
-            Phase::Resolving {
-                op: Some(op),
-                resolve,
-            },
-            out,
-        );
-        let d = &self.record.desired;
-        out.push(Effect::ListLeases {
-            op,
-            run_id: d.run_id,
-            provider: d.provider,
-        });
-        let timeout = d.boot.timeouts.lease_create_timeout;
-        self.timers.set(TimerKind::ListDeadline, now + timeout);
-    }
-
-    fn issue_lookup(&mut self, out: &mut Out) {
+    pub(super) fn issue_lookup(&mut self, out: &mut Out) {
         self.timers.cancel(&TimerKind::EndpointPoll);
         let op = self.next_op();
         self.phase = Phase::Locating { op: Some(op) };
@@ -705,12 +365,12 @@ impl super::Machine {
         out.push(Effect::LookupEndpoint { op, lease });
     }
 
-    fn persist_destroy_requested(&mut self, out: &mut Out) {
+    pub(super) fn persist_destroy_requested(&mut self, out: &mut Out) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
-    fn persist_replace_requested(&mut self, attempt: u32, out: &mut Out) {
+    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut Out) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::ReplaceRequested {
             node,
@@ -718,7 +378,7 @@ impl super::Machine {
         }));
     }
 
-    fn persist_abandoned(&mut self, out: &mut Out) {
+    pub(super) fn persist_abandoned(&mut self, out: &mut Out) {
         let node = self.record.desired.node_id.clone();
         let nonce = self.record.nonce.expect("an intent has a nonce");
         out.push(Effect::Persist(JournalRecord::IntentAbandoned {
@@ -734,7 +394,7 @@ impl super::Machine {
     }
 
     /// Records `stage` (also a transient one) and announces it if it changed.
-    fn set_stage(&mut self, stage: Stage, out: &mut Out) {
+    pub(super) fn set_stage(&mut self, stage: Stage, out: &mut Out) {
         if self.record.stage == stage {
             return;
         }
@@ -758,7 +418,7 @@ impl super::Machine {
 
     /// A nonce never equal to the previous intent's, so an abandoned intent
     /// and its successor cannot be confused in a lease list.
-    fn draw_nonce(&mut self) -> Nonce {
+    pub(super) fn draw_nonce(&mut self) -> Nonce {
         for _ in 0..8 {
             let nonce = Nonce(self.rng.next_u64());
             if Some(nonce) != self.record.nonce {
