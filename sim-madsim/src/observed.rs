@@ -7,9 +7,9 @@
 use crate::state::{STEP_MAX, World, WorldState};
 use conformance::System;
 use conformance::format;
+use conformance::liveness::Settle;
 use conformance::oracle::Observation;
 use core_fsm::Machine;
-use core_fsm::node::Stage;
 use core_fsm::port::{Effect, Input};
 use core_fsm::time::Instant;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -117,7 +117,6 @@ impl<S: System> Machine for Observed<S> {
 /// Checks every node record, refreshes the settled flags and probes.
 fn after_step<S: System>(w: &mut WorldState, sys: &S, now: Instant) {
     let mut failed = None;
-    let mut all_settled = true;
     let WorldState {
         oracle,
         coverage,
@@ -127,13 +126,6 @@ fn after_step<S: System>(w: &mut WorldState, sys: &S, now: Instant) {
     sys.visit_nodes(&mut |view| {
         coverage.stages.insert(view.stage);
         stages.insert(view.node.clone(), view.stage);
-        // `Destroying` counts once the composite says it is settled: a
-        // destroy whose retries are spent waits for the next teardown
-        // (tier 1's rule).
-        all_settled &= matches!(
-            view.stage,
-            Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
-        );
         if failed.is_none() {
             failed = oracle.node(view).err();
         }
@@ -143,9 +135,7 @@ fn after_step<S: System>(w: &mut WorldState, sys: &S, now: Instant) {
             coverage.labels.insert(label.to_owned());
         }
     });
-    w.nodes_settled = all_settled;
-    w.settled = sys.is_settled();
-    w.torn_down = sys.is_torn_down();
+    w.settle = Settle::of(sys);
     if let Some(v) = failed {
         w.violate(now, v.id, v.message);
     }

@@ -27,22 +27,13 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::wire::JoinToken;
+use conformance::liveness::Settle;
 
 /// Steps after which a run is declared runaway (as in tier 1).
 pub const STEP_MAX: u64 = 100_000;
 
-/// Where the run is (the same phases as tier 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// The kit's faults and this tier's chaos are on.
-    Fault,
-    /// Faults are off; every node must settle within the budget.
-    Heal,
-    /// The operator asked for teardown; no lease may be left.
-    Teardown,
-    /// Torn down, or stopped at a violation.
-    Done,
-}
+/// Where the run is: the kit's liveness phases, as in tier 1.
+pub use conformance::liveness::Phase;
 
 /// The journal's disk: synced records survive a kill, the pending one not.
 #[derive(Clone, Debug, Default)]
@@ -154,12 +145,8 @@ pub struct WorldState {
     pub session_node: BTreeMap<SessionId, (LogicalNodeId, LeaseId)>,
     /// Each node's stage after the last step.
     pub stages: BTreeMap<LogicalNodeId, Stage>,
-    /// After the last step: every node is ready, failed or destroyed.
-    pub nodes_settled: bool,
-    /// After the last step: the composite says it is settled.
-    pub settled: bool,
-    /// After the last step: the composite is torn down.
-    pub torn_down: bool,
+    /// After the last step: what the kit's liveness rule reads.
+    pub settle: Settle,
     /// Nodes ready when the run settled.
     pub ready_count: u32,
     /// Nodes failed when the run settled.
@@ -220,9 +207,7 @@ impl World {
                 op_node: BTreeMap::new(),
                 session_node: BTreeMap::new(),
                 stages: BTreeMap::new(),
-                nodes_settled: false,
-                settled: false,
-                torn_down: false,
+                settle: Settle::default(),
                 ready_count: 0,
                 failed_count: 0,
                 dying: false,

@@ -317,8 +317,8 @@ impl Supervisor {
         w.op_node.clear();
         w.session_node.clear();
         w.stats.restarts += 1;
-        w.settled = false;
-        w.nodes_settled = false;
+        w.settle.settled = false;
+        w.settle.nodes_settled = false;
         w.event(now, &format!("killed ({why})"));
         drop(w);
         self.schedule(now.as_millis() + restart_after_ms, Event::Restart);

@@ -1,10 +1,11 @@
-//! The run's phases and the liveness rule, as in tier 1: after the heal
-//! every node must be ready or failed within the settle budget, then the
-//! teardown must leave no lease behind within the teardown budget.
+//! The run's phases. The liveness rule itself (when a phase's goal is
+//! reached, what a violation says) is the kit's, `conformance::liveness`,
+//! the very code tier 1 runs.
 
 use super::{Event, Supervisor};
 use crate::state::Phase;
-use core_fsm::port::{Input, JournalRecord};
+use conformance::liveness;
+use core_fsm::port::Input;
 
 impl Supervisor {
     /// Moves to the next phase when the current one's goal is reached.
@@ -14,38 +15,28 @@ impl Supervisor {
         if !w.orch_up || w.dying {
             return;
         }
+        let facts = w.settle;
         match w.phase {
             Phase::Fault | Phase::Done => {}
-            // After an operator teardown there is nothing to settle: the run
-            // goes straight to checking that the teardown finishes (tier 1's
-            // rule, word for word).
-            Phase::Heal if settled(&w) => {
+            Phase::Heal if facts.heal_done(w.teardown_wanted) => {
                 w.phase = Phase::Teardown;
                 w.teardown_wanted = true;
                 w.note(now, || {
                     "world: settled, operator asks for teardown".to_owned()
                 });
-                let (ready, failed) = w.stages.values().fold((0, 0), |(r, f), stage| {
-                    use core_fsm::node::Stage;
-                    (
-                        r + u32::from(*stage == Stage::Dormant),
-                        f + u32::from(*stage == Stage::Failed),
-                    )
-                });
-                w.ready_count = ready;
-                w.failed_count = failed;
+                w.ready_count = facts.ready;
+                w.failed_count = facts.failed;
                 drop(w);
                 let budget = sim::plan::teardown_budget().as_millis();
                 self.schedule(now.as_millis() + budget, Event::Deadline(Phase::Teardown));
                 self.world.input(Input::Teardown);
             }
             Phase::Heal => {}
-            Phase::Teardown => {
-                if w.torn_down && w.oracle.live_leases().is_empty() {
-                    w.phase = Phase::Done;
-                    w.note(now, || "world: torn down, no lease left".to_owned());
-                }
+            Phase::Teardown if facts.teardown_done(&w.oracle) => {
+                w.phase = Phase::Done;
+                w.note(now, || "world: torn down, no lease left".to_owned());
             }
+            Phase::Teardown => {}
         }
     }
 
@@ -56,49 +47,16 @@ impl Supervisor {
         if w.phase != phase {
             return;
         }
-        let (id, what) = match phase {
-            Phase::Teardown => (
-                "L2",
-                format!("teardown not done in budget; leases left: [{}]", leaks(&w)),
-            ),
-            _ => ("L1", "not settled within the budget after heal".to_owned()),
-        };
-        let nodes: Vec<String> = w
+        let mut nodes: Vec<String> = w
             .stages
             .iter()
             .map(|(node, stage)| format!("{node}={stage:?}"))
             .collect();
-        let up = if w.orch_up {
-            ""
-        } else {
-            " (orchestrator down)"
-        };
-        w.violate(now, id, format!("{what}; nodes: {}{up}", nodes.join(" ")));
+        if !w.orch_up {
+            nodes.push("(orchestrator down)".to_owned());
+        }
+        let (id, what) =
+            liveness::verdict(phase, false, &w.oracle, &w.journal.synced, &nodes.join(" "));
+        w.violate(now, id, what);
     }
-}
-
-fn settled(w: &crate::state::WorldState) -> bool {
-    if w.teardown_wanted {
-        w.torn_down || w.nodes_settled
-    } else {
-        w.nodes_settled && w.settled
-    }
-}
-
-fn leaks(w: &crate::state::WorldState) -> String {
-    let leaks: Vec<String> = w
-        .oracle
-        .live_leases()
-        .iter()
-        .map(|l| {
-            let journaled = w.journal.synced.iter().any(|r| {
-                matches!(r, JournalRecord::LeaseKnown { lease, .. } if lease.lease_id == l.lease_id)
-            });
-            format!(
-                "{} ({}, journaled as known: {journaled})",
-                l.lease_id, l.nonce
-            )
-        })
-        .collect();
-    leaks.join(", ")
 }
