@@ -10,6 +10,7 @@
 //! Output lines become datastream records with gapless sequence numbers; they
 //! never drive a decision. Invariants B1.. are in `spec/provisioning.md`.
 
+mod commands;
 mod machine;
 mod transitions;
 

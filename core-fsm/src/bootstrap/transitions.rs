@@ -1,10 +1,12 @@
 //! The session's transitions. Each sets the phase, then pushes effects; the
-//! stage change is reported to the node manager as an observation.
+//! stage change is reported to the node manager as an observation. This
+//! file holds timers, connecting, log lines and the end; the commands are
+//! in `commands.rs`.
 
-use super::machine::{End, Failure, Phase, TAILS_MAX};
-use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind, tail_command};
+use super::machine::{End, Failure, Phase};
+use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind};
 use crate::ids::OpId;
-use crate::port::{CommandPurpose, LogRecord, LogStream, SshError, SshErrorKind};
+use crate::port::{LogRecord, LogStream, SshError, SshErrorKind};
 use crate::time::{Duration, Instant};
 
 type Out = Vec<Effect>;
@@ -106,7 +108,7 @@ impl super::Machine {
         });
     }
 
-    fn retry_connect(&mut self, now: Instant, attempts: u32) {
+    pub(super) fn retry_connect(&mut self, now: Instant, attempts: u32) {
         self.timers.cancel(&TimerKind::ConnectAttempt);
         self.phase = Phase::Connecting { op: None, attempts };
         let interval = self.config.boot.timeouts.ssh_retry_interval;
@@ -144,192 +146,6 @@ impl super::Machine {
         }
     }
 
-    /// Runs the command of `step` (its `op` is replaced by a fresh one).
-    fn run(&mut self, now: Instant, step: Phase, out: &mut Out) {
-        let t = self.config.boot.timeouts;
-        let op = self.next_op();
-        let (phase, command, purpose, join, timeout) = match step {
-            Phase::Probing { .. } => (
-                Phase::Probing { op },
-                self.config.probe_command.clone(),
-                CommandPurpose::Probe,
-                None,
-                t.command_timeout,
-            ),
-            Phase::Verifying { index, .. } => {
-                let command = self.config.boot.verify_commands[index as usize].clone();
-                (
-                    Phase::Verifying { index, op },
-                    command,
-                    CommandPurpose::Verify(index),
-                    None,
-                    t.command_timeout,
-                )
-            }
-            Phase::Starting { .. } => {
-                self.join_minted = true;
-                self.start_op = Some(op);
-                let join = Some(self.config.join_binding());
-                let command = self.config.boot.start_command.clone();
-                (
-                    Phase::Starting { op },
-                    command,
-                    CommandPurpose::Start,
-                    join,
-                    t.start_timeout,
-                )
-            }
-            other => unreachable!("run: {other:?} is not a command step"),
-        };
-        self.timers.cancel(&TimerKind::Command);
-        self.timers.set(TimerKind::Command, now + timeout);
-        self.set_phase(phase, out);
-        out.push(Effect::SshExec {
-            op,
-            command,
-            purpose,
-            join,
-        });
-    }
-
-    pub(super) fn on_probe_exit(
-        &mut self,
-        now: Instant,
-        result: Result<i32, SshError>,
-        out: &mut Out,
-    ) {
-        match result {
-            Ok(0) => {
-                self.start_tails(out);
-                self.next_verify(now, 0, out);
-            }
-            Ok(code) => self.fail(
-                now,
-                Failure::BootCheckFailed,
-                format!("probe exited with {code}"),
-                out,
-            ),
-            Err(e) => self.command_error(now, "probe", Failure::BootCheckFailed, e, out),
-        }
-    }
-
-    /// Follows the configured sources; a pass through `StdoutStreaming`.
-    fn start_tails(&mut self, out: &mut Out) {
-        let boot = &self.config.boot;
-        let sources = [
-            (boot.stdout_sources.clone(), false),
-            (boot.stderr_sources.clone(), true),
-        ];
-        let stage = super::Stage::StdoutStreaming;
-        out.push(Effect::Observed(self.observation(stage)));
-        for (list, to_stderr) in sources {
-            if list.is_empty() {
-                continue;
-            }
-            assert!(self.tails.len() < TAILS_MAX, "one tail per stream");
-            let op = self.next_op();
-            self.tails.push(op);
-            let command = tail_command(&list, to_stderr);
-            out.push(Effect::SshExec {
-                op,
-                command,
-                purpose: CommandPurpose::Tail,
-                join: None,
-            });
-        }
-    }
-
-    fn next_verify(&mut self, now: Instant, index: u32, out: &mut Out) {
-        if (index as usize) < self.config.boot.verify_commands.len() {
-            self.run(now, Phase::Verifying { index, op: OpId(0) }, out);
-        } else {
-            self.run(now, Phase::Starting { op: OpId(0) }, out);
-        }
-    }
-
-    pub(super) fn on_verify_exit(
-        &mut self,
-        now: Instant,
-        index: u32,
-        result: Result<i32, SshError>,
-        out: &mut Out,
-    ) {
-        match result {
-            Ok(0) => self.next_verify(now, index + 1, out),
-            Ok(code) => {
-                let why = format!("verify command {index} exited with {code}");
-                self.fail(now, Failure::BootCheckFailed, why, out)
-            }
-            Err(e) => self.command_error(
-                now,
-                &format!("verify command {index}"),
-                Failure::BootCheckFailed,
-                e,
-                out,
-            ),
-        }
-    }
-
-    pub(super) fn on_start_exit(
-        &mut self,
-        now: Instant,
-        result: Result<i32, SshError>,
-        out: &mut Out,
-    ) {
-        match result {
-            Ok(0) => {
-                self.timers.clear();
-                let timeout = self.config.boot.timeouts.join_timeout;
-                self.timers.set(TimerKind::Join, now + timeout);
-                self.set_phase(Phase::WaitingForJoin, out);
-            }
-            Ok(code) => self.fail(
-                now,
-                Failure::StartFailed,
-                format!("start command exited with {code}"),
-                out,
-            ),
-            Err(e) => self.command_error(now, "start command", Failure::StartFailed, e, out),
-        }
-    }
-
-    pub(super) fn on_tail_exit(
-        &mut self,
-        now: Instant,
-        op: OpId,
-        result: Result<i32, SshError>,
-        out: &mut Out,
-    ) {
-        self.tails.retain(|tail| *tail != op);
-        let live = !matches!(self.phase, Phase::Closing { .. } | Phase::Ended { .. });
-        if let (true, Err(e)) = (live, result)
-            && e.kind == SshErrorKind::Reset
-        {
-            self.fail(
-                now,
-                Failure::StreamError,
-                format!("log stream broke: {}", e.message),
-                out,
-            );
-        }
-    }
-
-    fn command_error(
-        &mut self,
-        now: Instant,
-        what: &str,
-        failure: Failure,
-        e: SshError,
-        out: &mut Out,
-    ) {
-        let failure = if e.kind == SshErrorKind::Reset {
-            Failure::StreamError
-        } else {
-            failure
-        };
-        self.fail(now, failure, format!("{what} failed: {}", e.message), out);
-    }
-
     pub(super) fn on_line(&mut self, now: Instant, stream: LogStream, line: String, out: &mut Out) {
         let seq = match stream {
             LogStream::Stdout => {
@@ -355,7 +171,7 @@ impl super::Machine {
         out.push(Effect::Observed(self.observation(self.phase.stage())));
     }
 
-    fn fail(&mut self, now: Instant, failure: Failure, why: String, out: &mut Out) {
+    pub(super) fn fail(&mut self, now: Instant, failure: Failure, why: String, out: &mut Out) {
         self.reason = Some(why);
         self.revoke_join(out);
         if self.connect_issued {
@@ -400,7 +216,7 @@ impl super::Machine {
         out.push(Effect::Finished(outcome));
     }
 
-    fn set_phase(&mut self, phase: Phase, out: &mut Out) {
+    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut Out) {
         let changed = self.phase.stage() != phase.stage();
         self.phase = phase;
         if changed {
@@ -408,11 +224,11 @@ impl super::Machine {
         }
     }
 
-    fn observe(&self, out: &mut Out) {
+    pub(super) fn observe(&self, out: &mut Out) {
         out.push(Effect::Observed(self.observation(self.phase.stage())));
     }
 
-    fn observation(&self, stage: super::Stage) -> Observation {
+    pub(super) fn observation(&self, stage: super::Stage) -> Observation {
         let seq = |n: u64| if n == 0 { None } else { Some(n) };
         Observation {
             session: self.config.session,
@@ -422,7 +238,7 @@ impl super::Machine {
         }
     }
 
-    fn next_op(&mut self) -> OpId {
+    pub(super) fn next_op(&mut self) -> OpId {
         OpId(self.ops.next())
     }
 }

@@ -1,0 +1,120 @@
+//! Rebuilding the composite from the journal after a restart, and the
+//! plan's specs in slot order.
+
+use super::{Config, Orchestrator};
+use crate::ids::LogicalNodeId;
+use crate::node;
+use crate::plan::{LogicalNodeSpec, RunPlan};
+use crate::port::JournalRecord;
+use std::collections::BTreeMap;
+
+impl Orchestrator {
+    /// A composite rebuilt from `journal` after a restart; `Start` resumes
+    /// each node: an open intent is resolved by listing leases, a known
+    /// lease of a node that was not ready is bootstrapped again, a ready
+    /// node is kept, a requested destroy is finished.
+    ///
+    /// A journaled node the plan no longer has (its group was removed or
+    /// shrunk) is restored too, as a node to destroy: its lease, open
+    /// intent or stray leases must not outlive the run.
+    pub fn restore(config: Config, journal: &[JournalRecord]) -> Orchestrator {
+        let mut folds: BTreeMap<LogicalNodeId, node::Journaled> = BTreeMap::new();
+        let mut run_journaled = false;
+        for record in journal {
+            match node::Journaled::node_of(record) {
+                Some(node) => folds.entry(node.clone()).or_default().apply(record),
+                None => run_journaled = true,
+            }
+        }
+        let planned = crate::plan::expand(&config.plan);
+        let mut unplanned = Vec::new();
+        for (id, fold) in &mut folds {
+            if planned.iter().any(|spec| &spec.node_id == id) {
+                continue;
+            }
+            if let Some(spec) = unplanned_spec(&config.plan, id, fold) {
+                fold.destroy_requested = true;
+                fold.replace = None;
+                unplanned.push(spec);
+            }
+        }
+        let unplanned_count = unplanned.len();
+        // Draws after a restart must differ from the first life's: the
+        // journal's length names the life.
+        let mut orchestrator = Orchestrator::build(config, journal.len() as u64, unplanned);
+        orchestrator.run_journaled = run_journaled;
+        orchestrator.counters.unplanned_journal_nodes = unplanned_count as u64;
+        for (id, fold) in folds {
+            let Some(slot) = orchestrator.slot_of(&id) else {
+                continue;
+            };
+            let Some(spec) = orchestrator.specs[slot.at()].take() else {
+                continue;
+            };
+            if let (Some(lease), Some(_)) = (&fold.lease, &fold.failed)
+                && let Some(host) = &lease.host_id
+            {
+                orchestrator.quarantine.record_failure(host);
+            }
+            let rng = orchestrator.node_rng(&id);
+            let machine = node::Machine::restore(orchestrator.node_config, spec, rng, &fold);
+            orchestrator.insert_node(slot, machine);
+        }
+        orchestrator
+    }
+}
+
+/// A spec for a journaled node the plan lacks, if it has anything to
+/// destroy: its group's spec if the group is still planned (it shrank),
+/// else the first group's, named after the node. The provider is the
+/// journaled lease's when one is known (an open intent is listed at the
+/// plan's provider).
+fn unplanned_spec(
+    plan: &RunPlan,
+    id: &LogicalNodeId,
+    fold: &node::Journaled,
+) -> Option<LogicalNodeSpec> {
+    let lease_stands = fold.lease.is_some() && !fold.released;
+    if !lease_stands && !fold.intent_open && fold.strays.is_empty() {
+        return None;
+    }
+    let (group, index) = match id.as_str().rsplit_once('-') {
+        Some((group, index)) => (group, index.parse().unwrap_or(0)),
+        None => (id.as_str(), 0),
+    };
+    let like = plan
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .or(plan.groups.first())?;
+    let provider = fold
+        .lease
+        .as_ref()
+        .or(fold.strays.first())
+        .map_or(like.provider, |lease| lease.provider);
+    Some(LogicalNodeSpec {
+        run_id: plan.run_id,
+        node_id: id.clone(),
+        group_id: crate::ids::GroupId::from(group),
+        index,
+        role: like.role.clone(),
+        provider,
+        shape: like.shape.clone(),
+        boot: like.boot.clone(),
+        join: like.join.clone(),
+    })
+}
+
+/// The plan's specs in node-id order, one per id (the last one wins, as in
+/// a map, should an invalid plan repeat an id).
+pub(super) fn slotted(mut specs: Vec<LogicalNodeSpec>) -> Vec<LogicalNodeSpec> {
+    specs.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    let mut out: Vec<LogicalNodeSpec> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match out.last_mut() {
+            Some(last) if last.node_id == spec.node_id => *last = spec,
+            _ => out.push(spec),
+        }
+    }
+    out
+}
