@@ -97,3 +97,31 @@ impl Coverage {
         out
     }
 }
+
+/// The stage of the node `input` concerns, as coverage names it: the node
+/// is found through the operation (`op_node`) or named by the input; its
+/// stage is the last one seen (`stages`). Inputs that concern no node are
+/// the orchestrator's; a node whose stage is unknown is `Unknown`.
+pub fn stage_of_input(
+    input: &core_fsm::port::Input,
+    op_node: &std::collections::BTreeMap<core_fsm::ids::OpId, core_fsm::ids::LogicalNodeId>,
+    stages: &std::collections::BTreeMap<core_fsm::ids::LogicalNodeId, Stage>,
+) -> String {
+    use core_fsm::port::Input;
+    let node = match input {
+        Input::LeaseCreated { op, .. }
+        | Input::EndpointLooked { op, .. }
+        | Input::LeaseDestroyed { op, .. }
+        | Input::SshConnected { op, .. }
+        | Input::SshOutput { op, .. }
+        | Input::SshExited { op, .. }
+        | Input::SshClosed { op } => op_node.get(op),
+        Input::AgentJoined { node, .. } | Input::Destroy { node } => Some(node),
+        Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
+    };
+    match node.and_then(|n| stages.get(n)) {
+        Some(stage) => format!("{stage:?}"),
+        None if node.is_some() => "Unknown".to_owned(),
+        None => "Orchestrator".to_owned(),
+    }
+}

@@ -214,3 +214,16 @@ mod tests {
         assert_eq!(sorted.len(), names.len(), "fault names are unique");
     }
 }
+
+/// Whether a lease fault is the agent's (it acts at join time, so the
+/// worlds do not count it as injected when the lease is created).
+pub fn is_agent_fault(fault: &LeaseFault) -> bool {
+    matches!(
+        fault,
+        LeaseFault::AgentNeverJoins
+            | LeaseFault::AgentWrongToken
+            | LeaseFault::AgentJoinsTwice
+            | LeaseFault::AgentCrashesAfterHandoff
+            | LeaseFault::StaleJoin
+    )
+}

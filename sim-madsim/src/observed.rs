@@ -50,7 +50,10 @@ impl<S: System> Machine for Observed<S> {
         let (step, inc) = (w.step, self.inc);
         w.oracle.at(step, now.as_millis());
         w.observe(now, Observation::Delivered(&input));
-        let pair = (stage_of_input(&w, &input), format::input_kind(&input));
+        let pair = (
+            conformance::coverage::stage_of_input(&input, &w.op_node, &w.stages),
+            format::input_kind(&input),
+        );
         w.coverage.pairs.insert(pair);
         let line = w.transcript.as_ref().map(|_| format::input(&input));
         w.digest.update_debug(&(now, inc, &input));
@@ -177,26 +180,6 @@ fn track(w: &mut WorldState, effect: &Effect) {
             w.coverage.stages.insert(*stage);
         }
         _ => {}
-    }
-}
-
-/// The stage of the node an input concerns, as coverage names it.
-fn stage_of_input(w: &WorldState, input: &Input) -> String {
-    let node = match input {
-        Input::LeaseCreated { op, .. }
-        | Input::EndpointLooked { op, .. }
-        | Input::LeaseDestroyed { op, .. }
-        | Input::SshConnected { op, .. }
-        | Input::SshOutput { op, .. }
-        | Input::SshExited { op, .. }
-        | Input::SshClosed { op } => w.op_node.get(op),
-        Input::AgentJoined { node, .. } | Input::Destroy { node } => Some(node),
-        Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
-    };
-    match node.and_then(|n| w.stages.get(n)) {
-        Some(stage) => format!("{stage:?}"),
-        None if node.is_some() => "Unknown".to_owned(),
-        None => "Orchestrator".to_owned(),
     }
 }
 

@@ -334,7 +334,7 @@ fn create_lease(
             nth: ordinal,
             fault: *fault,
         };
-        if !is_agent_fault(fault) {
+        if !conformance::fault::is_agent_fault(fault) {
             w.injected(conformance::fault::name_of(&item));
         }
     }
@@ -357,18 +357,6 @@ fn create_lease(
         w.nat.insert((endpoint.host, endpoint.port), ordinal);
     }
     facts
-}
-
-/// Agent faults act when the agent starts, not when the lease is created.
-pub(crate) fn is_agent_fault(fault: &LeaseFault) -> bool {
-    matches!(
-        fault,
-        LeaseFault::AgentNeverJoins
-            | LeaseFault::AgentWrongToken
-            | LeaseFault::AgentJoinsTwice
-            | LeaseFault::AgentCrashesAfterHandoff
-            | LeaseFault::StaleJoin
-    )
 }
 
 fn destroy(w: &mut WorldState, now: Instant, lease: &LeaseFacts) -> Handled {

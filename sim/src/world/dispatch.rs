@@ -334,14 +334,7 @@ impl<S: System> World<'_, S> {
                 nth: ordinal,
                 fault: *f,
             };
-            if !matches!(
-                f,
-                LeaseFault::AgentNeverJoins
-                    | LeaseFault::AgentWrongToken
-                    | LeaseFault::AgentJoinsTwice
-                    | LeaseFault::AgentCrashesAfterHandoff
-                    | LeaseFault::StaleJoin
-            ) {
+            if !conformance::fault::is_agent_fault(f) {
                 self.injected(conformance::fault::name_of(&item));
             }
         }

@@ -415,7 +415,7 @@ impl<'c, S: System> World<'c, S> {
         self.step += 1;
         self.oracle.at(self.step, self.now.as_millis());
         self.observe(Observation::Delivered(&input));
-        let stage = self.stage_of_input(&input);
+        let stage = conformance::coverage::stage_of_input(&input, &self.op_node, &self.stages);
         self.coverage
             .pairs
             .insert((stage, format::input_kind(&input)));
@@ -494,25 +494,6 @@ impl<'c, S: System> World<'c, S> {
         if let Some(d) = rearm {
             let inc = self.inc;
             self.schedule(d, Event::Tick { inc });
-        }
-    }
-
-    fn stage_of_input(&self, input: &Input) -> String {
-        let node = match input {
-            Input::LeaseCreated { op, .. }
-            | Input::EndpointLooked { op, .. }
-            | Input::LeaseDestroyed { op, .. }
-            | Input::SshConnected { op, .. }
-            | Input::SshOutput { op, .. }
-            | Input::SshExited { op, .. }
-            | Input::SshClosed { op } => self.op_node.get(op),
-            Input::AgentJoined { node, .. } | Input::Destroy { node } => Some(node),
-            Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
-        };
-        match node.and_then(|n| self.stages.get(n)) {
-            Some(stage) => format!("{stage:?}"),
-            None if node.is_some() => "Unknown".to_owned(),
-            None => "Orchestrator".to_owned(),
         }
     }
 }
