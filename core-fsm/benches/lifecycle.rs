@@ -5,10 +5,14 @@
 //! every effect loop does. A plain timed loop; prints
 //! `node lifecycles/s: N`. Run with `cargo bench -p core-fsm --bench lifecycle`.
 //!
-//! Measured on the shared 2-core machine (noisy): ~130k/s (about 68k
-//! instructions per lifecycle under callgrind); before the composite kept a
-//! deadline index, reading `next_deadline` per step made it ~7.5k/s
-//! (quadratic in the node count).
+//! Measured on the shared 2-core machine (noisy; callgrind's instruction
+//! counts are the repeatable figure): ~62k instructions per lifecycle
+//! (~116k/s wall on a loaded machine, up to ~130k/s on a quiet one), down
+//! from ~68.5k once timer tables stopped being trees and the session index
+//! stopped searching a map per step. Before the composite kept a deadline
+//! index, reading `next_deadline` per step made it ~7.5k/s (quadratic in
+//! the node count). What remains is mostly allocation and copies of ids,
+//! leases and boot specs the port's effect types carry by value.
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId};

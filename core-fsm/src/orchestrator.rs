@@ -92,6 +92,8 @@ pub(crate) struct Session {
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it, dropped from the routes when it ends.
     pub(crate) ops: Vec<OpId>,
+    /// Its deadline as the composite's index holds it.
+    pub(crate) deadline: Option<Instant>,
 }
 
 /// The orchestrator composite.

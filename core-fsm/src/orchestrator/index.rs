@@ -4,18 +4,17 @@
 //! flags change only while it handles an input, so re-reading them after
 //! each of its steps keeps the index exact.
 
-use super::{Orchestrator, Slot};
+use super::{Orchestrator, Session, Slot};
 use crate::ids::SessionId;
 use crate::node;
 use crate::time::Instant;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Every child's next deadline, by child and in time order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Deadlines {
     nodes: Vec<Option<Instant>>,
     node_order: BTreeSet<(Instant, Slot)>,
-    sessions: BTreeMap<SessionId, Instant>,
     session_order: BTreeSet<(Instant, SessionId)>,
 }
 
@@ -41,22 +40,22 @@ impl Deadlines {
         *entry = deadline;
     }
 
-    pub(crate) fn set_session(&mut self, id: SessionId, deadline: Option<Instant>) {
-        // Most steps leave the deadline as it was: one lookup, no writes.
-        if self.sessions.get(&id).copied() == deadline {
-            return;
-        }
-        let old = match deadline {
-            Some(at) => self.sessions.insert(id, at),
-            None => self.sessions.remove(&id),
-        };
-        if old == deadline {
+    /// Moves a session from `old` to `new` in the order; the session keeps
+    /// its indexed deadline itself (`Session::deadline`), so no map
+    /// is searched.
+    pub(crate) fn set_session(
+        &mut self,
+        id: SessionId,
+        old: Option<Instant>,
+        new: Option<Instant>,
+    ) {
+        if old == new {
             return;
         }
         if let Some(old) = old {
             self.session_order.remove(&(old, id));
         }
-        if let Some(at) = deadline {
+        if let Some(at) = new {
             self.session_order.insert((at, id));
         }
     }
@@ -92,23 +91,26 @@ impl Deadlines {
         due
     }
 
-    /// Whether the index names exactly these deadlines (checked by tests).
+    /// Whether the index names exactly these deadlines (checked by tests);
+    /// a session is given as (id, its indexed deadline, its actual one).
     pub(crate) fn matches(
         &self,
         nodes: impl Iterator<Item = (Slot, Option<Instant>)>,
-        sessions: impl Iterator<Item = (SessionId, Option<Instant>)>,
+        sessions: impl Iterator<Item = (SessionId, Option<Instant>, Option<Instant>)>,
     ) -> bool {
         let nodes_match = nodes
             .into_iter()
             .all(|(slot, at)| self.nodes[slot.0 as usize] == at);
-        let sessions: BTreeMap<SessionId, Instant> = sessions
-            .filter_map(|(id, at)| at.map(|at| (id, at)))
-            .collect();
+        let mut armed = 0;
+        let sessions_match = sessions.into_iter().all(|(id, indexed, actual)| {
+            armed += usize::from(indexed.is_some());
+            indexed == actual && indexed.is_none_or(|at| self.session_order.contains(&(at, id)))
+        });
         let order_len = self.nodes.iter().flatten().count();
         nodes_match
-            && sessions == self.sessions
+            && sessions_match
             && self.node_order.len() == order_len
-            && self.session_order.len() == self.sessions.len()
+            && self.session_order.len() == armed
     }
 }
 
@@ -177,14 +179,14 @@ impl Orchestrator {
         self.deadlines.set_node(slot, deadline);
         self.tally.set(slot, unsettled, leased);
     }
+}
 
+impl Deadlines {
     /// Re-reads a session's deadline after it handled an input.
-    pub(crate) fn sync_session(&mut self, id: SessionId) {
+    pub(crate) fn sync_session(&mut self, id: SessionId, session: &mut Session) {
         use crate::Machine as _;
-        let deadline = self
-            .sessions
-            .get(&id)
-            .and_then(|s| s.machine.next_deadline());
-        self.deadlines.set_session(id, deadline);
+        let deadline = session.machine.next_deadline();
+        let old = std::mem::replace(&mut session.deadline, deadline);
+        self.set_session(id, old, deadline);
     }
 }

@@ -135,7 +135,7 @@ impl Orchestrator {
         let sessions = self
             .sessions
             .iter()
-            .map(|(id, s)| (*id, s.machine.next_deadline()));
+            .map(|(id, s)| (*id, s.deadline, s.machine.next_deadline()));
         assert!(
             self.deadlines.matches(nodes, sessions),
             "O10: the deadline index names every child's next deadline"

@@ -181,6 +181,7 @@ impl Orchestrator {
                         node: slot,
                         machine,
                         ops: Vec::with_capacity(8),
+                        deadline: None,
                     }),
                 );
                 self.deliver_session(now, session, bootstrap::Input::Start, out);
@@ -252,7 +253,7 @@ impl Orchestrator {
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
         let node = session.node;
-        self.sync_session(id);
+        self.deadlines.sync_session(id, session);
         for effect in effects.drain(..) {
             self.session_effect(now, id, node, effect, out);
         }
@@ -310,7 +311,7 @@ impl Orchestrator {
                     .sessions
                     .remove(&id)
                     .expect("a finishing session exists");
-                self.deadlines.set_session(id, None);
+                self.deadlines.set_session(id, session.deadline, None);
                 for op in session.ops {
                     self.routes.remove(&op);
                 }
