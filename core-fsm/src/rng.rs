@@ -90,6 +90,19 @@ mod tests {
     }
 
     #[test]
+    fn wide_ranges_neither_overflow_nor_escape() {
+        let mut r = DetRng::new(9);
+        // The full range takes the raw draw; one short of it goes through
+        // `below`, whose bound must not overflow.
+        let _ = r.between(0, u64::MAX);
+        for _ in 0..100 {
+            assert!(r.between(1, u64::MAX) >= 1);
+            assert!(r.between(u64::MAX - 1, u64::MAX) >= u64::MAX - 1);
+        }
+        assert_eq!(r.between(7, 7), 7);
+    }
+
+    #[test]
     fn derived_streams_differ_and_do_not_advance_parent() {
         let parent = DetRng::new(3);
         let mut c1 = parent.derive(1);
