@@ -14,6 +14,7 @@
 
 pub mod backend;
 pub mod battery;
+pub mod bench;
 pub mod case;
 pub mod coverage;
 pub mod fault;

@@ -188,72 +188,23 @@ pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// What a bench measured.
-#[derive(Clone, Copy, Debug)]
-pub struct Bench {
-    /// Seeds run (each once).
-    pub seeds: u64,
-    /// Threads used.
-    pub threads: usize,
-    /// Wall-clock seconds.
-    pub elapsed_s: f64,
-    /// Orchestrator steps, all seeds.
-    pub steps: u64,
-    /// Seeds that broke an invariant (the bench does not stop for them).
-    pub violations: u64,
-}
+pub use conformance::bench::Bench;
 
-impl Bench {
-    /// Seeds per second per core (tier 1's bench reports the same unit).
-    pub fn seeds_per_second_per_core(&self) -> f64 {
-        self.seeds as f64 / self.elapsed_s.max(1e-9) / self.threads.max(1) as f64
-    }
-
-    /// One line for people.
-    pub fn line(&self) -> String {
-        format!(
-            "madsim bench: {} seeds of standard (each once) on {} thread(s) in {:.2}s: {:.0} seeds/s per core, {:.0} steps/s, {} violations",
-            self.seeds,
-            self.threads,
-            self.elapsed_s,
-            self.seeds_per_second_per_core(),
-            self.steps as f64 / self.elapsed_s.max(1e-9),
-            self.violations
-        )
-    }
+/// One line for people about a bench.
+pub fn bench_line(bench: &Bench) -> String {
+    format!(
+        "madsim bench: {} seeds of standard (each once) on {} thread(s) in {:.2}s: {:.0} seeds/s per core, {:.0} steps/s, {} violations",
+        bench.seeds,
+        bench.threads,
+        bench.elapsed_s,
+        bench.seeds_per_second_per_core(),
+        bench.steps as f64 / bench.elapsed_s.max(1e-9),
+        bench.violations
+    )
 }
 
 /// Runs `seeds` seeds of the standard scenario (3 nodes, 10 simulated
 /// minutes, faults on), each once, on `threads` threads, like tier 1's bench.
 pub fn bench(seeds: u64, threads: usize) -> Bench {
-    let real = Real::default();
-    let threads = threads.max(1);
-    let next = std::sync::atomic::AtomicU64::new(0);
-    let steps = std::sync::atomic::AtomicU64::new(0);
-    let violations = std::sync::atomic::AtomicU64::new(0);
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                use std::sync::atomic::Ordering::Relaxed;
-                loop {
-                    let seed = next.fetch_add(1, Relaxed);
-                    if seed >= seeds {
-                        return;
-                    }
-                    let case = conformance::generate(Scenario::Standard, seed);
-                    let outcome = real.run(&case, RunOptions::default());
-                    steps.fetch_add(outcome.stats.steps, Relaxed);
-                    violations.fetch_add(u64::from(outcome.violation.is_some()), Relaxed);
-                }
-            });
-        }
-    });
-    Bench {
-        seeds,
-        threads,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        steps: steps.into_inner(),
-        violations: violations.into_inner(),
-    }
+    conformance::bench::bench(&Real::default(), Scenario::Standard, seeds, threads)
 }

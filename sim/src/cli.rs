@@ -285,58 +285,15 @@ pub fn shrink(path: &Path) -> Result<(Case, PathBuf), String> {
     Ok((shrunk, out))
 }
 
-/// What the bench measured.
-#[derive(Clone, Debug)]
-pub struct Bench {
-    /// Seeds run (each once).
-    pub seeds: u64,
-    /// Threads used.
-    pub threads: usize,
-    /// Wall-clock seconds.
-    pub elapsed_s: f64,
-    /// Orchestrator steps.
-    pub steps: u64,
-    /// Violations seen (the bench does not stop for them).
-    pub violations: u64,
-}
-
-impl Bench {
-    /// Seeds per second per core.
-    pub fn seeds_per_second_per_core(&self) -> f64 {
-        self.seeds as f64 / self.elapsed_s.max(1e-9) / self.threads as f64
-    }
-}
+pub use conformance::bench::Bench;
 
 /// Runs `seeds` seeds of the standard scenario (3 nodes, 10 simulated
 /// minutes, faults on), each once, on `threads` threads (0: all cores).
 pub fn bench(seeds: u64, threads_requested: usize) -> Bench {
-    let threads = threads(threads_requested);
-    let next = AtomicU64::new(0);
-    let steps = AtomicU64::new(0);
-    let violations = AtomicU64::new(0);
-    let backend = Real::default();
-    let started = WallClock::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= seeds {
-                        return;
-                    }
-                    let case = generate(Scenario::Standard, seed);
-                    let outcome = backend.run(&case, RunOptions::default());
-                    steps.fetch_add(outcome.step_digests.len() as u64, Ordering::Relaxed);
-                    violations.fetch_add(u64::from(outcome.violation.is_some()), Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    Bench {
+    conformance::bench::bench(
+        &Real::default(),
+        Scenario::Standard,
         seeds,
-        threads,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        steps: steps.into_inner(),
-        violations: violations.into_inner(),
-    }
+        threads(threads_requested),
+    )
 }

@@ -100,8 +100,8 @@ mod cli {
         };
         if args.bench {
             let seeds = if args.seeds == 200 { 500 } else { args.seeds };
-            println!("{}", backend::bench(seeds, 1).line());
-            println!("{}", backend::bench(seeds, args.jobs).line());
+            println!("{}", backend::bench_line(&backend::bench(seeds, 1)));
+            println!("{}", backend::bench_line(&backend::bench(seeds, args.jobs)));
             return 0;
         }
         let real = TierTwo::<sim::system::Composite>::new(args.level);
