@@ -177,6 +177,19 @@ pub fn host_fault_name(_fault: HostFault) -> &'static str {
     "bad-host"
 }
 
+/// Whether a lease fault is the agent's (it acts at join time, so the
+/// worlds do not count it as injected when the lease is created).
+pub fn is_agent_fault(fault: &LeaseFault) -> bool {
+    matches!(
+        fault,
+        LeaseFault::AgentNeverJoins
+            | LeaseFault::AgentWrongToken
+            | LeaseFault::AgentJoinsTwice
+            | LeaseFault::AgentCrashesAfterHandoff
+            | LeaseFault::StaleJoin
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,17 +226,4 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), names.len(), "fault names are unique");
     }
-}
-
-/// Whether a lease fault is the agent's (it acts at join time, so the
-/// worlds do not count it as injected when the lease is created).
-pub fn is_agent_fault(fault: &LeaseFault) -> bool {
-    matches!(
-        fault,
-        LeaseFault::AgentNeverJoins
-            | LeaseFault::AgentWrongToken
-            | LeaseFault::AgentJoinsTwice
-            | LeaseFault::AgentCrashesAfterHandoff
-            | LeaseFault::StaleJoin
-    )
 }

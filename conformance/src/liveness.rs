@@ -42,7 +42,7 @@ pub struct Settle {
 
 impl Settle {
     /// Reads the facts from `sys`.
-    pub fn of<S: System + ?Sized>(sys: &S) -> Settle {
+    pub fn of<S: System>(sys: &S) -> Settle {
         let mut facts = Settle {
             nodes_settled: true,
             settled: sys.is_settled(),
