@@ -232,3 +232,103 @@ fn without_a_terminal_up_prints_plain_lines_and_a_summary_table() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `drover --json logs NODE --follow`, its records as they come.
+fn follow_logs(
+    state: &std::path::Path,
+    node: &str,
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<serde_json::Value>,
+) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--json", "logs", node, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let Ok(value) = serde_json::from_str(&line) else {
+                continue;
+            };
+            if tx.send(value).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+#[test]
+fn a_restarted_up_numbers_log_lines_above_what_the_datastream_holds() {
+    let dir = scratch("seqs");
+    let state = dir.join("state");
+    let mut plan = local_plan(1);
+    // Bootstrap blocks in verify: the kill lands mid-session, its lines
+    // above what the journal names.
+    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".to_owned()];
+    let plan = write_plan(&dir, &plan);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, |l| {
+        l["event"] == "node" && l["stage"] == "BootstrapRunning"
+    });
+    let (mut logs, records) = follow_logs(&state, "workers-0");
+    let mut before = Vec::new();
+    loop {
+        let record = records.recv_timeout(SETTLE).expect("the verify line");
+        let verifying = record["line"] == "verifying";
+        before.push(record);
+        if verifying {
+            break;
+        }
+    }
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    logs.kill().unwrap();
+    logs.wait().unwrap();
+    let last_out = before
+        .iter()
+        .filter(|r| r["stream"] == "stdout")
+        .map(|r| r["seq"].as_u64().unwrap())
+        .max()
+        .unwrap();
+
+    let mut up = Up::start(&state, &plan);
+    // `up.pid` is written before the control plane binds: a follower
+    // started after this line follows the second life.
+    up.wait_line(SETTLE, |l| l["event"] == "control");
+    let (mut logs, records) = follow_logs(&state, "workers-0");
+    // The file replays the first life's records, then the second life's.
+    let mut seen = 0;
+    let next = loop {
+        let record = records
+            .recv_timeout(SETTLE)
+            .expect("a line of the restarted bootstrap");
+        seen += 1;
+        if seen > before.len() && record["stream"] == "stdout" {
+            break record;
+        }
+    };
+    assert_eq!(next["seq"].as_u64(), Some(last_out + 1), "{next}");
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    logs.kill().unwrap();
+    logs.wait().unwrap();
+    let pids = node_pids(&state);
+    let down = drover(&state, &["down"]);
+    assert!(
+        down.status.success(),
+        "down: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
