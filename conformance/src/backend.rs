@@ -121,3 +121,14 @@ pub trait Backend: Sync {
     /// Runs one case from start to its end (or its first violation).
     fn run(&self, case: &Case, options: RunOptions) -> RunOutcome;
 }
+
+/// The text of a caught panic (for a W7/W8 violation's message).
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_owned()
+    }
+}

@@ -64,7 +64,10 @@ impl<S: System> Machine for Observed<S> {
                 w.violate(
                     now,
                     "W7",
-                    format!("handle panicked: {}", panic_text(&*panic)),
+                    format!(
+                        "handle panicked: {}",
+                        conformance::backend::panic_text(&*panic)
+                    ),
                 );
                 world.wake.notify_one();
                 return Vec::new();
@@ -74,7 +77,10 @@ impl<S: System> Machine for Observed<S> {
             w.violate(
                 now,
                 "W8",
-                format!("check_invariants: {}", panic_text(&*panic)),
+                format!(
+                    "check_invariants: {}",
+                    conformance::backend::panic_text(&*panic)
+                ),
             );
             world.wake.notify_one();
             return Vec::new();
@@ -180,16 +186,5 @@ fn track(w: &mut WorldState, effect: &Effect) {
             w.coverage.stages.insert(*stage);
         }
         _ => {}
-    }
-}
-
-/// The text of a caught panic.
-pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic".to_owned()
     }
 }

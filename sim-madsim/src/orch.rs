@@ -3,12 +3,13 @@
 //! [`incarnation`] again, which restores the system from the journal's
 //! synced records.
 
-use crate::observed::{Observed, panic_text};
+use crate::observed::Observed;
 use crate::provider::ProviderPort;
 use crate::ssh::SshPort;
 use crate::state::World;
 use crate::wire::{CONTROL_PORT, JoinAnswer, JoinRequest};
 use conformance::System;
+use conformance::backend::panic_text;
 use conformance::oracle::Observation;
 use core_fsm::port::{Effect, Input, JournalRecord};
 use core_fsm::time::Instant;

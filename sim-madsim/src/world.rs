@@ -78,7 +78,7 @@ pub fn run_case<S: System + 'static>(
     if let Err(panic) = run {
         let message = format!(
             "the world panicked: {}",
-            crate::observed::panic_text(&*panic)
+            conformance::backend::panic_text(&*panic)
         );
         let now = Instant(w.now_ms);
         w.violate(now, "M1", message);

@@ -250,7 +250,13 @@ impl<'c, S: System> World<'c, S> {
             Ok(sys) => sys,
             Err(panic) => {
                 let what = if journal.is_some() { "restore" } else { "boot" };
-                self.violate("W7", format!("{what} panicked: {}", panic_text(&panic)));
+                self.violate(
+                    "W7",
+                    format!(
+                        "{what} panicked: {}",
+                        conformance::backend::panic_text(&*panic)
+                    ),
+                );
                 return;
             }
         };
@@ -429,11 +435,23 @@ impl<'c, S: System> World<'c, S> {
         let effects = match handled {
             Ok(effects) => effects,
             Err(panic) => {
-                return self.violate("W7", format!("handle panicked: {}", panic_text(&panic)));
+                return self.violate(
+                    "W7",
+                    format!(
+                        "handle panicked: {}",
+                        conformance::backend::panic_text(&*panic)
+                    ),
+                );
             }
         };
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| orch.sys.check_invariants())) {
-            return self.violate("W8", format!("check_invariants: {}", panic_text(&panic)));
+            return self.violate(
+                "W8",
+                format!(
+                    "check_invariants: {}",
+                    conformance::backend::panic_text(&*panic)
+                ),
+            );
         }
         fold(&mut self.digest, &effects);
         self.step_digests.push(self.digest.0);
@@ -509,14 +527,4 @@ fn fold<T: std::fmt::Debug>(digest: &mut Digest, value: &T) {
     }
     let _ = std::fmt::Write::write_fmt(&mut Sink(digest), format_args!("{value:?}"));
     digest.update(b"\n");
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic".to_owned()
-    }
 }
