@@ -18,7 +18,8 @@ macro_rules! string_id {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                // `pad`, not `write_str`: tables align ids with `{:<24}`.
+                f.pad(&self.0)
             }
         }
 
@@ -122,6 +123,10 @@ mod tests {
     fn ids_display_and_count() {
         assert_eq!(OpId(3).to_string(), "op-3");
         assert_eq!(LogicalNodeId::from("workers-0").to_string(), "workers-0");
+        assert_eq!(
+            format!("{:<11}|", LogicalNodeId::from("workers-0")),
+            "workers-0  |"
+        );
         let mut c = Counter::starting_at(5);
         assert_eq!(c.next(), 5);
         assert_eq!(c.next(), 6);
