@@ -136,6 +136,24 @@ pub struct TimeoutPolicy {
     pub destroy_timeout: Duration,
 }
 
+impl TimeoutPolicy {
+    /// Every timeout with its field name, in declaration order: one list for
+    /// validation, plan files and displays to walk.
+    pub fn named(&self) -> [(&'static str, Duration); 9] {
+        [
+            ("lease_create_timeout", self.lease_create_timeout),
+            ("endpoint_timeout", self.endpoint_timeout),
+            ("endpoint_poll_interval", self.endpoint_poll_interval),
+            ("ssh_connect_timeout", self.ssh_connect_timeout),
+            ("ssh_retry_interval", self.ssh_retry_interval),
+            ("command_timeout", self.command_timeout),
+            ("start_timeout", self.start_timeout),
+            ("join_timeout", self.join_timeout),
+            ("destroy_timeout", self.destroy_timeout),
+        ]
+    }
+}
+
 impl Default for TimeoutPolicy {
     fn default() -> Self {
         TimeoutPolicy {

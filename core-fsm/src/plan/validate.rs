@@ -256,17 +256,7 @@ impl GroupScope<'_> {
     }
 
     fn timeouts(&mut self, t: &TimeoutPolicy) {
-        let all = [
-            ("lease_create_timeout", t.lease_create_timeout),
-            ("endpoint_timeout", t.endpoint_timeout),
-            ("endpoint_poll_interval", t.endpoint_poll_interval),
-            ("ssh_connect_timeout", t.ssh_connect_timeout),
-            ("ssh_retry_interval", t.ssh_retry_interval),
-            ("command_timeout", t.command_timeout),
-            ("start_timeout", t.start_timeout),
-            ("join_timeout", t.join_timeout),
-            ("destroy_timeout", t.destroy_timeout),
-        ];
+        let all = t.named();
         for (name, value) in all {
             if value == Duration::ZERO {
                 self.err(&format!("boot.timeouts.{name}"), "must be positive");

@@ -120,17 +120,7 @@ fn write_hosts(out: &mut String, shape: &core_fsm::plan::DesiredShape) {
 
 fn write_timeouts(out: &mut String, t: &TimeoutPolicy) {
     out.push_str("\n[group.boot.timeouts]\n");
-    let all = [
-        ("lease_create_timeout", t.lease_create_timeout),
-        ("endpoint_timeout", t.endpoint_timeout),
-        ("endpoint_poll_interval", t.endpoint_poll_interval),
-        ("ssh_connect_timeout", t.ssh_connect_timeout),
-        ("ssh_retry_interval", t.ssh_retry_interval),
-        ("command_timeout", t.command_timeout),
-        ("start_timeout", t.start_timeout),
-        ("join_timeout", t.join_timeout),
-        ("destroy_timeout", t.destroy_timeout),
-    ];
+    let all = t.named();
     for (key, value) in all {
         let _ = writeln!(out, "{key} = \"{}\"", format_duration(value));
     }
