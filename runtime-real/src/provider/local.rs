@@ -336,9 +336,17 @@ fn endpoint(port: u16) -> SshEndpoint {
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a
-/// reader never sees half of it.
+/// reader never sees half of it. The temporary name is unique per process
+/// and call: two writers of one path (two providers over one nodes folder,
+/// as the fake Vast.ai server has) must not rename each other's file away.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp.{}.{n}", std::process::id()));
+    let tmp = path.with_file_name(name);
     std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
