@@ -20,7 +20,7 @@ fn node() -> LogicalNodeId {
 fn lease(n: u64, nonce: u64) -> LeaseFacts {
     LeaseFacts {
         provider: ProviderKind::Vastai,
-        lease_id: LeaseId(format!("vastai:{n}")),
+        lease_id: LeaseId::new(format!("vastai:{n}")),
         contract_id: n.to_string(),
         offer_id: None,
         host_id: Some("host-0".to_owned()),
@@ -54,7 +54,7 @@ fn granted(o: &mut Oracle, op: u64, l: &LeaseFacts) {
     let input = Input::LeaseCreated {
         op: OpId(op),
         result: Ok(LeaseGranted {
-            lease: l.clone(),
+            lease: l.clone().into(),
             endpoint: None,
         }),
     };
@@ -100,7 +100,7 @@ fn w2_destroy_of_a_lease_never_learned() {
     .expect("ok");
     let destroy = Effect::DestroyLease {
         op: OpId(2),
-        lease: l,
+        lease: l.into(),
     };
     let v = o.observe(Observation::Emitted(&destroy)).expect_err("W2");
     assert_eq!(v.id, "W2");
@@ -128,7 +128,7 @@ fn w9_create_after_teardown_and_w10_reused_op() {
         node: node(),
         nonce: Nonce(1),
         provider: ProviderKind::Vastai,
-        shape: DesiredShape::default(),
+        shape: DesiredShape::default().into(),
         excluded_hosts: Vec::new(),
     };
     let create = Effect::CreateLease {

@@ -22,35 +22,70 @@ use core_fsm::port::{CommandPurpose, Effect, Input, LeaseFacts, LeaseGranted, Ss
 use core_fsm::time::Instant;
 use std::collections::{BTreeMap, VecDeque};
 use std::hint::black_box;
+use std::sync::Arc;
 
 /// Nodes per orchestrator: one run plan with one group this large.
 const NODES: u32 = 1_000;
 /// How long to measure, in milliseconds of wall time.
 const MEASURE_MS: u128 = 3_000;
 
+/// The world's side: a queue of answers, and what it answers with, made
+/// once (op ids restart with each orchestrator, so lease ids repeat).
+struct World {
+    queue: VecDeque<Input>,
+    effects: Vec<Effect>,
+    lease_ids: Vec<LeaseId>,
+    agent: AgentId,
+    endpoint: SshEndpoint,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            queue: VecDeque::new(),
+            effects: Vec::new(),
+            lease_ids: Vec::new(),
+            agent: AgentId::from("agent"),
+            endpoint: SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 22,
+                user: "root".into(),
+            },
+        }
+    }
+
+    /// The lease id for the create of `op`: `bench:{op}`.
+    fn lease_id(&mut self, op: u64) -> LeaseId {
+        let at = op as usize;
+        while self.lease_ids.len() <= at {
+            let n = self.lease_ids.len();
+            self.lease_ids.push(LeaseId::new(format!("bench:{n}")));
+        }
+        self.lease_ids[at].clone()
+    }
+}
+
 /// Answers every effect that starts I/O at once, successfully.
-fn answer(effects: Vec<Effect>, queue: &mut VecDeque<Input>) {
-    for effect in effects {
+fn answer(world: &mut World) {
+    let mut effects = std::mem::take(&mut world.effects);
+    for effect in effects.drain(..) {
+        let queue = &mut world.queue;
         match effect {
             Effect::CreateLease { op, request } => {
                 let lease = LeaseFacts {
                     provider: request.provider,
-                    lease_id: LeaseId(format!("bench:{}", op.0)),
+                    lease_id: world.lease_id(op.0),
                     contract_id: String::new(),
                     offer_id: None,
                     host_id: None,
                     nonce: request.nonce,
                     metadata: BTreeMap::new(),
                 };
-                let endpoint = SshEndpoint {
-                    host: "127.0.0.1".to_owned(),
-                    port: 22,
-                    user: "root".to_owned(),
-                };
-                queue.push_back(Input::LeaseCreated {
+                let endpoint = world.endpoint.clone();
+                world.queue.push_back(Input::LeaseCreated {
                     op,
                     result: Ok(LeaseGranted {
-                        lease,
+                        lease: Arc::new(lease),
                         endpoint: Some(endpoint),
                     }),
                 });
@@ -65,11 +100,10 @@ fn answer(effects: Vec<Effect>, queue: &mut VecDeque<Input>) {
                 ..
             } => {
                 queue.push_back(Input::SshExited { op, result: Ok(0) });
-                let agent = AgentId(String::from("agent"));
                 queue.push_back(Input::AgentJoined {
                     node: binding.node,
                     lease_id: binding.lease_id,
-                    agent,
+                    agent: world.agent.clone(),
                 });
             }
             Effect::SshExec { op, .. } => queue.push_back(Input::SshExited { op, result: Ok(0) }),
@@ -82,38 +116,34 @@ fn answer(effects: Vec<Effect>, queue: &mut VecDeque<Input>) {
             }
         }
     }
+    world.effects = effects;
 }
 
 /// Drives `input` and everything it causes until the world is quiet.
-fn drive(
-    orchestrator: &mut Orchestrator,
-    now: &mut u64,
-    input: Input,
-    queue: &mut VecDeque<Input>,
-) {
-    queue.push_back(input);
-    while let Some(input) = queue.pop_front() {
+fn drive(orchestrator: &mut Orchestrator, now: &mut u64, input: Input, world: &mut World) {
+    world.queue.push_back(input);
+    while let Some(input) = world.queue.pop_front() {
         *now += 1;
-        let effects = orchestrator.handle(Instant(*now), input);
+        orchestrator.handle_into(Instant(*now), input, &mut world.effects);
         // Every effect loop reads the next deadline after each step.
         black_box(orchestrator.next_deadline());
-        answer(effects, queue);
+        answer(world);
     }
 }
 
 /// One orchestrator's full run: returns the lifecycles completed.
-fn run(plan: &RunPlan, seed: u64, queue: &mut VecDeque<Input>) -> u64 {
+fn run(plan: &RunPlan, seed: u64, world: &mut World) -> u64 {
     let mut orchestrator = Orchestrator::new(Config {
         plan: plan.clone(),
         seed,
     });
     let mut now = 0;
-    drive(&mut orchestrator, &mut now, Input::Start, queue);
+    drive(&mut orchestrator, &mut now, Input::Start, world);
     assert!(
         orchestrator.is_settled() && orchestrator.nodes().all(|r| r.ready),
         "every node Dormant"
     );
-    drive(&mut orchestrator, &mut now, Input::Teardown, queue);
+    drive(&mut orchestrator, &mut now, Input::Teardown, world);
     assert!(orchestrator.is_torn_down(), "every lease destroyed");
     orchestrator.nodes().count() as u64
 }
@@ -123,14 +153,14 @@ fn run(plan: &RunPlan, seed: u64, queue: &mut VecDeque<Input>) -> u64 {
 fn main() {
     let mut plan = RunPlan::example_two_workers();
     plan.groups[0].count = NODES;
-    let mut queue = VecDeque::new();
+    let mut world = World::new();
     // Warm up allocator and caches.
-    run(&plan, 0, &mut queue);
+    run(&plan, 0, &mut world);
     let started = std::time::Instant::now();
     let mut lifecycles = 0u64;
     let mut seed = 1;
     while started.elapsed().as_millis() < MEASURE_MS {
-        lifecycles += run(&plan, seed, &mut queue);
+        lifecycles += run(&plan, seed, &mut world);
         seed += 1;
     }
     let seconds = started.elapsed().as_secs_f64();

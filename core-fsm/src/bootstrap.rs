@@ -22,6 +22,7 @@ use crate::port::{
     CommandPurpose, JoinBinding, LogRecord, LogSeqs, LogStream, SshEndpoint, SshError,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The probe that proves a machine is touchable: tiny, side-effect free,
 /// and it prints a line, so the output path is exercised too.
@@ -78,10 +79,10 @@ pub struct Config {
     pub lease_id: LeaseId,
     /// Where to connect.
     pub endpoint: SshEndpoint,
-    /// Commands, sources and timeouts.
-    pub boot: BootSpec,
+    /// Commands, sources and timeouts (shared with the plan).
+    pub boot: Arc<BootSpec>,
     /// The probe command.
-    pub probe_command: String,
+    pub probe_command: Arc<str>,
     /// The node's last log sequence numbers before this session: its lines
     /// continue from them (numbers are per node and stream for the run).
     pub log_seqs: LogSeqs,
@@ -95,14 +96,26 @@ impl Config {
         lease_id: LeaseId,
         endpoint: SshEndpoint,
     ) -> Config {
+        Config::with_probe(session, spec, lease_id, endpoint, PROBE_COMMAND.into())
+    }
+
+    /// Like [`Config::new`], with the probe command given (shared: the
+    /// composite makes it once for all its sessions).
+    pub fn with_probe(
+        session: SessionId,
+        spec: &LogicalNodeSpec,
+        lease_id: LeaseId,
+        endpoint: SshEndpoint,
+        probe_command: Arc<str>,
+    ) -> Config {
         Config {
             session,
             run_id: spec.run_id,
             node: spec.node_id.clone(),
             lease_id,
             endpoint,
-            boot: spec.boot.clone(),
-            probe_command: PROBE_COMMAND.to_owned(),
+            boot: Arc::clone(&spec.boot),
+            probe_command,
             log_seqs: LogSeqs::default(),
         }
     }
@@ -209,7 +222,7 @@ pub enum Effect {
         /// The operation.
         op: OpId,
         /// The command line.
-        command: String,
+        command: Arc<str>,
         /// Why it runs.
         purpose: CommandPurpose,
         /// For the start command: the binding to mint a join token for.

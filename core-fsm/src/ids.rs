@@ -2,14 +2,22 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
+        ///
+        /// The text is shared: a clone copies a pointer, not the text.
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        pub struct $name(pub String);
+        pub struct $name(pub Arc<str>);
 
         impl $name {
+            /// An id with this text.
+            pub fn new(text: impl Into<Arc<str>>) -> Self {
+                $name(text.into())
+            }
+
             /// The id as text.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -25,7 +33,13 @@ macro_rules! string_id {
 
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                $name(s.to_owned())
+                $name(s.into())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s.into())
             }
         }
     };

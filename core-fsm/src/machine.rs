@@ -15,6 +15,12 @@ pub trait Machine {
     type Effect;
     /// Applies one input at `now` and returns the effects to perform, in order.
     fn handle(&mut self, now: Instant, input: Self::Input) -> Vec<Self::Effect>;
+    /// Like [`Machine::handle`], but appends the effects to `out`, so that
+    /// a loop can reuse one buffer for every step. The effects are the
+    /// same, in the same order.
+    fn handle_into(&mut self, now: Instant, input: Self::Input, out: &mut Vec<Self::Effect>) {
+        out.extend(self.handle(now, input));
+    }
     /// The earliest armed timer, if any; the loop delivers a tick then.
     fn next_deadline(&self) -> Option<Instant>;
     /// Panics if an invariant of the machine does not hold.

@@ -30,6 +30,7 @@ use crate::port::{
 };
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// A node's stage (seed 000 §7.3, plus `Destroying`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -141,7 +142,7 @@ pub struct Record {
     /// The nonce of the current (or last) lease intent.
     pub nonce: Option<Nonce>,
     /// The known lease. Kept after its destroy, for the record.
-    pub lease: Option<LeaseFacts>,
+    pub lease: Option<Arc<LeaseFacts>>,
     /// The SSH endpoint.
     pub endpoint: Option<SshEndpoint>,
     /// The current or last bootstrap session.
@@ -232,7 +233,7 @@ pub enum Input {
         /// The operation.
         op: OpId,
         /// The run's leases, or why the list failed.
-        result: Result<Vec<LeaseFacts>, ProviderError>,
+        result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
     },
     /// Answer to [`Effect::DestroyLease`].
     LeaseDestroyed {
@@ -277,7 +278,7 @@ pub enum Effect {
         /// The operation.
         op: OpId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// List the run's leases (to resolve an ambiguous intent).
     ListLeases {
@@ -293,7 +294,7 @@ pub enum Effect {
         /// The operation.
         op: OpId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// Spawn a bootstrap session.
     StartBootstrap {

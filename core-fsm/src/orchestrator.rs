@@ -21,8 +21,9 @@ mod index;
 mod invariants;
 mod restore;
 mod routing;
+mod window;
 
-use crate::ids::{Counter, LogicalNodeId, OpId, SessionId};
+use crate::ids::{Counter, GroupId, LogicalNodeId, OpId, SessionId};
 use crate::node;
 use crate::plan::{LogicalNodeSpec, RunPlan};
 use crate::port::{Effect, Input};
@@ -33,6 +34,8 @@ use crate::{bootstrap, digest::Digest};
 use index::{Deadlines, Tally};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use window::IdWindow;
 
 /// What the composite is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,18 +85,17 @@ impl Slot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
     Node(Slot),
-    Session(SessionId),
+    /// The session of the node in the slot, while it is this one.
+    Session(Slot, SessionId),
 }
 
 /// A live bootstrap session and the node it belongs to.
 #[derive(Clone, Debug)]
 pub(crate) struct Session {
-    pub(crate) node: Slot,
+    pub(crate) id: SessionId,
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it, dropped from the routes when it ends.
     pub(crate) ops: Vec<OpId>,
-    /// Its deadline as the composite's index holds it.
-    pub(crate) deadline: Option<Instant>,
 }
 
 /// The orchestrator composite.
@@ -102,6 +104,9 @@ pub struct Orchestrator {
     pub(crate) plan: RunPlan,
     /// Node ids by slot, ascending (a binary search finds a slot).
     pub(crate) ids: Vec<LogicalNodeId>,
+    /// Slots of the planned nodes by group and index, for the reconciler's
+    /// creates (which name a node by group and index).
+    pub(crate) group_slots: BTreeMap<GroupId, Vec<Slot>>,
     /// Specs by slot, taken when the node manager is created.
     pub(crate) specs: Vec<Option<LogicalNodeSpec>>,
     pub(crate) reconciler: reconcile::Config,
@@ -113,10 +118,16 @@ pub struct Orchestrator {
     pub(crate) session_ids: Counter,
     /// The ledger by slot.
     pub(crate) nodes: Vec<Option<node::Machine>>,
-    /// Live sessions, boxed: a session is large, and a tree moves its
-    /// values when it rebalances.
-    pub(crate) sessions: BTreeMap<SessionId, Box<Session>>,
-    pub(crate) routes: BTreeMap<OpId, Owner>,
+    /// Live sessions by the slot of their node (a node has one at most, O2).
+    pub(crate) sessions: Vec<Option<Session>>,
+    /// How many slots hold a session.
+    pub(crate) live_sessions: usize,
+    /// The probe command every session runs, made once.
+    pub(crate) probe_command: Arc<str>,
+    /// Emptied operation lists of ended sessions, for the next ones.
+    pub(crate) spare_op_lists: Vec<Vec<OpId>>,
+    /// Who awaits each operation's answer, by operation id.
+    pub(crate) routes: IdWindow<Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,
     /// Effect buffers lent to children, one per nesting level.
@@ -146,13 +157,16 @@ impl Orchestrator {
         let specs = restore::slotted(specs);
         let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
         let count = ids.len();
+        let desired = crate::plan::desired(&config.plan);
+        let group_slots = group_slots(&specs, &desired);
         Orchestrator {
             ids,
+            group_slots,
             specs: specs.into_iter().map(Some).collect(),
             reconciler: reconcile::Config {
                 replacement: config.plan.replacement,
             },
-            desired: crate::plan::desired(&config.plan),
+            desired,
             plan: config.plan,
             quarantine: Quarantine::default(),
             node_config: node::Config::default(),
@@ -160,8 +174,11 @@ impl Orchestrator {
             ops: Counter::starting_at(1),
             session_ids: Counter::starting_at(1),
             nodes: (0..count).map(|_| None).collect(),
-            sessions: BTreeMap::new(),
-            routes: BTreeMap::new(),
+            sessions: (0..count).map(|_| None).collect(),
+            live_sessions: 0,
+            probe_command: bootstrap::PROBE_COMMAND.into(),
+            spare_op_lists: Vec::new(),
+            routes: IdWindow::default(),
             deadlines: Deadlines::new(count),
             tally: Tally::new(count),
             node_buffers: Vec::new(),
@@ -195,7 +212,11 @@ impl Orchestrator {
 
     /// The stage of a live bootstrap session, if it exists.
     pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Stage> {
-        self.sessions.get(&id).map(|s| s.machine.stage())
+        self.sessions
+            .iter()
+            .flatten()
+            .find(|s| s.id == id)
+            .map(|s| s.machine.stage())
     }
 
     /// Every node is Dormant, Failed or Destroyed, or Destroying with its
@@ -203,7 +224,7 @@ impl Orchestrator {
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
         self.started
-            && self.sessions.is_empty()
+            && self.live_sessions == 0
             && !self.reconcile_due
             && self.requeue_at.is_none()
             && self.tally.all_settled()
@@ -211,7 +232,7 @@ impl Orchestrator {
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.
     pub fn is_torn_down(&self) -> bool {
-        self.tearing_down && self.sessions.is_empty() && self.tally.none_leased()
+        self.tearing_down && self.live_sessions == 0 && self.tally.none_leased()
     }
 
     /// Raises a node's last log sequence numbers to `seqs`, when a runtime
@@ -235,6 +256,12 @@ impl Orchestrator {
     /// Operations issued and not yet answered (abandoned ones included).
     pub fn pending_ops(&self) -> usize {
         self.routes.len()
+    }
+
+    /// The slot of node `index` of a planned group.
+    pub(crate) fn group_slot(&self, group: &GroupId, index: u32) -> Option<Slot> {
+        let slots = self.group_slots.get(group)?;
+        slots.get(usize::try_from(index).ok()?).copied()
     }
 
     /// The slot of a planned node.
@@ -264,19 +291,52 @@ impl Orchestrator {
     }
 }
 
+/// The slots of each wanted group's nodes, by index: `{group}-{index}` for
+/// every index below the group's wanted count.
+fn group_slots(
+    specs: &[LogicalNodeSpec],
+    desired: &reconcile::Desired,
+) -> BTreeMap<GroupId, Vec<Slot>> {
+    let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
+        .groups
+        .iter()
+        .map(|(group, count)| (group.clone(), vec![None; *count as usize]))
+        .collect();
+    for (n, spec) in (0u32..).zip(specs) {
+        let is_planned = crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
+        if let Some(slots) = found.get_mut(&spec.group_id)
+            && let Some(entry) = slots.get_mut(spec.index as usize)
+            && is_planned
+        {
+            *entry = Some(Slot(n));
+        }
+    }
+    // A wanted node always has a spec (the plan expands into them), so
+    // every entry is found; the prefix that is keeps the index exact.
+    found
+        .into_iter()
+        .map(|(group, slots)| (group, slots.into_iter().map_while(|s| s).collect()))
+        .collect()
+}
+
 impl crate::Machine for Orchestrator {
     type Input = Input;
     type Effect = Effect;
 
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
+        self.handle_into(now, input, &mut out);
+        out
+    }
+
+    fn handle_into(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         match input {
-            Input::Tick => self.on_tick(now, &mut out),
-            Input::Start => self.on_start(now, &mut out),
-            Input::Teardown => self.on_teardown(now, &mut out),
+            Input::Tick => self.on_tick(now, out),
+            Input::Start => self.on_start(now, out),
+            Input::Teardown => self.on_teardown(now, out),
             Input::Destroy { node } => match self.slot_of(&node) {
                 Some(slot) if self.nodes[slot.at()].is_some() => {
-                    self.deliver_node(now, slot, node::Input::Destroy, &mut out)
+                    self.deliver_node(now, slot, node::Input::Destroy, out)
                 }
                 _ => self.counters.unknown_nodes += 1,
             },
@@ -284,11 +344,10 @@ impl crate::Machine for Orchestrator {
                 node,
                 lease_id,
                 agent,
-            } => self.on_joined(now, node, lease_id, agent, &mut out),
-            answer => self.route_answer(now, answer, &mut out),
+            } => self.on_joined(now, node, lease_id, agent, out),
+            answer => self.route_answer(now, answer, out),
         }
-        self.reconcile(now, &mut out);
-        out
+        self.reconcile(now, out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -19,6 +19,7 @@ use crate::reconcile::Desired;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Which provider adapter leases a group's nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -99,12 +100,13 @@ pub struct DesiredShape {
 pub struct BootSpec {
     /// The SSH user.
     pub ssh_user: String,
-    /// Commands that must each exit 0 before the agent is started.
-    pub verify_commands: Vec<String>,
+    /// Commands that must each exit 0 before the agent is started (shared
+    /// text: each run of one copies a pointer).
+    pub verify_commands: Vec<Arc<str>>,
     /// Starts the node agent; `${ORCH_ADDR}`, `${LOGICAL_NODE_ID}`,
     /// `${RUN_ID}`, `${LEASE_ID}` and `${JOIN_TOKEN}` are substituted by the SSH
     /// port (the token never enters the core).
-    pub start_command: String,
+    pub start_command: Arc<str>,
     /// Remote files whose lines are forwarded as stdout.
     pub stdout_sources: Vec<String>,
     /// Remote files whose lines are forwarded as stderr.
@@ -198,7 +200,8 @@ pub enum ReplacementPolicy {
     },
 }
 
-/// One expanded logical node: everything its NodeManager needs.
+/// One expanded logical node: everything its NodeManager needs. The shape,
+/// boot and join specs are shared by every node of the group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogicalNodeSpec {
     /// The run.
@@ -214,11 +217,11 @@ pub struct LogicalNodeSpec {
     /// The provider.
     pub provider: ProviderKind,
     /// The desired shape.
-    pub shape: DesiredShape,
+    pub shape: Arc<DesiredShape>,
     /// The boot spec.
-    pub boot: BootSpec,
+    pub boot: Arc<BootSpec>,
     /// The join spec.
-    pub join: JoinSpec,
+    pub join: Arc<JoinSpec>,
 }
 
 /// The logical node id of `index` in `group`: `{group}-{index}` (seed 000 §5).
@@ -226,7 +229,63 @@ pub struct LogicalNodeSpec {
 /// Validation (P2) keeps group ids DNS-label-like, so these ids are safe in
 /// file paths, provider labels and log fields.
 pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
-    LogicalNodeId(format!("{}-{}", group.as_str(), index))
+    // Built by hand, not with `format!`: every node of a run gets its id
+    // here, and the formatting machinery costs more than the rest.
+    let digits = Digits::of(index);
+    let group = group.as_str();
+    if group.len() <= 64 {
+        // On the stack, so that the shared id is the one allocation.
+        let mut buf = [0u8; 64 + 1 + 10];
+        let len = group.len() + 1 + digits.len();
+        buf[..group.len()].copy_from_slice(group.as_bytes());
+        buf[group.len()] = b'-';
+        buf[group.len() + 1..len].copy_from_slice(digits.as_str().as_bytes());
+        let id = std::str::from_utf8(&buf[..len]).expect("joined from text");
+        return LogicalNodeId::from(id);
+    }
+    let mut id = String::with_capacity(group.len() + 1 + digits.len());
+    id.push_str(group);
+    id.push('-');
+    id.push_str(digits.as_str());
+    LogicalNodeId::new(id)
+}
+
+/// Whether `id` is `{group}-{index}`, without building that id.
+pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
+    id.as_str()
+        .strip_prefix(group.as_str())
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|rest| rest == Digits::of(index).as_str())
+}
+
+/// The decimal digits of a `u32`, on the stack.
+struct Digits {
+    buf: [u8; 10],
+    start: usize,
+}
+
+impl Digits {
+    fn of(mut n: u32) -> Digits {
+        let mut buf = [b'0'; 10];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Digits { buf, start }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[self.start..]).expect("ASCII digits")
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
 }
 
 /// Expands a plan into one logical node spec per wanted node, in plan order
@@ -238,6 +297,9 @@ pub fn expand(plan: &RunPlan) -> Vec<LogicalNodeSpec> {
     plan.groups
         .iter()
         .flat_map(|group| {
+            let shape = Arc::new(group.shape.clone());
+            let boot = Arc::new(group.boot.clone());
+            let join = Arc::new(group.join.clone());
             (0..group.count).map(move |index| LogicalNodeSpec {
                 run_id: plan.run_id,
                 node_id: node_id(&group.group_id, index),
@@ -245,9 +307,9 @@ pub fn expand(plan: &RunPlan) -> Vec<LogicalNodeSpec> {
                 index,
                 role: group.role.clone(),
                 provider: group.provider,
-                shape: group.shape.clone(),
-                boot: group.boot.clone(),
-                join: group.join.clone(),
+                shape: Arc::clone(&shape),
+                boot: Arc::clone(&boot),
+                join: Arc::clone(&join),
             })
         })
         .collect()

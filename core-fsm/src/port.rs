@@ -12,6 +12,7 @@ use crate::plan::{DesiredShape, ProviderKind};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Facts about a created lease: enough to find, reach and destroy it
 /// (seed 000 §7.2 `LeaseFacts`).
@@ -37,11 +38,11 @@ pub struct LeaseFacts {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SshEndpoint {
     /// Host name or address.
-    pub host: String,
+    pub host: Arc<str>,
     /// TCP port.
     pub port: u16,
     /// User to log in as.
-    pub user: String,
+    pub user: Arc<str>,
 }
 
 /// What the node manager asks a provider for.
@@ -55,8 +56,8 @@ pub struct CreateLeaseRequest {
     pub nonce: Nonce,
     /// The provider.
     pub provider: ProviderKind,
-    /// The desired shape.
-    pub shape: DesiredShape,
+    /// The desired shape (shared with the plan).
+    pub shape: Arc<DesiredShape>,
     /// Hosts not to lease on (quarantined by the reconciler).
     pub excluded_hosts: Vec<String>,
 }
@@ -65,8 +66,9 @@ pub struct CreateLeaseRequest {
 /// SSH endpoint (seed 000 §9 `CreateLeaseResult`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGranted {
-    /// The lease.
-    pub lease: LeaseFacts,
+    /// The lease (shared: the ledger, the journal and the effects that
+    /// name it hold one copy).
+    pub lease: Arc<LeaseFacts>,
     /// The endpoint, when already known.
     pub endpoint: Option<SshEndpoint>,
 }
@@ -253,7 +255,7 @@ pub enum JournalRecord {
         /// The logical node.
         node: LogicalNodeId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// The create of an intent definitely did not take effect.
     IntentAbandoned {
@@ -304,7 +306,7 @@ pub enum JournalRecord {
         /// The logical node whose create made it.
         node: LogicalNodeId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// The lease is gone.
     LeaseReleased {
@@ -355,7 +357,7 @@ pub enum Input {
         /// The operation.
         op: OpId,
         /// The leases, or why the list failed (never an empty list instead).
-        result: Result<Vec<LeaseFacts>, ProviderError>,
+        result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
     },
     /// Answer to [`Effect::SshConnect`].
     SshConnected {
@@ -414,14 +416,14 @@ pub enum Effect {
         /// The operation.
         op: OpId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// Destroy a known lease.
     DestroyLease {
         /// The operation.
         op: OpId,
         /// The lease.
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     },
     /// List the run's leases by label (adoption after a restart).
     ListLeases {
@@ -450,7 +452,7 @@ pub enum Effect {
         /// The session.
         session: SessionId,
         /// The command line (placeholders are substituted by the port).
-        command: String,
+        command: Arc<str>,
         /// Why it runs.
         purpose: CommandPurpose,
         /// For the start command: mint a join token for this binding and

@@ -29,7 +29,7 @@
 //! - Order: destroys, then replaces, then creates; groups in name order.
 
 use crate::ids::{GroupId, LogicalNodeId};
-use crate::plan::{ReplacementPolicy, node_id};
+use crate::plan::{ReplacementPolicy, is_node_id};
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -257,7 +257,7 @@ fn index_views(nodes: &[NodeView]) -> BTreeMap<&GroupId, BTreeMap<u32, &NodeView
     let mut ids = BTreeSet::new();
     for view in nodes {
         assert!(
-            view.node == node_id(&view.group, view.index),
+            is_node_id(&view.node, &view.group, view.index),
             "node view {} is not {}-{}",
             view.node,
             view.group,

@@ -8,6 +8,7 @@ use core_fsm::plan::{LogicalNodeSpec, RunPlan, expand};
 use core_fsm::port::{LogSeqs, LogStream, SshEndpoint, SshError, SshErrorKind};
 use core_fsm::time::Instant;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 struct Script {
     session: Machine,
@@ -17,15 +18,17 @@ struct Script {
 
 fn spec() -> LogicalNodeSpec {
     let mut spec = expand(&RunPlan::example_two_workers()).remove(0);
-    spec.boot.verify_commands.push("nvidia-smi".to_owned());
+    Arc::make_mut(&mut spec.boot)
+        .verify_commands
+        .push("nvidia-smi".into());
     spec
 }
 
 fn endpoint() -> SshEndpoint {
     SshEndpoint {
-        host: "203.0.113.10".to_owned(),
+        host: "203.0.113.10".into(),
         port: 22001,
-        user: "root".to_owned(),
+        user: "root".into(),
     }
 }
 
@@ -135,8 +138,8 @@ fn converged() -> Input {
 #[test]
 fn happy_path_with_sources_and_gapless_sequences() {
     let mut spec = spec();
-    spec.boot.stdout_sources = vec!["/var/log/boot.log".to_owned()];
-    spec.boot.stderr_sources = vec!["/var/log/it's.err".to_owned()];
+    Arc::make_mut(&mut spec.boot).stdout_sources = vec!["/var/log/boot.log".to_owned()];
+    Arc::make_mut(&mut spec.boot).stderr_sources = vec!["/var/log/it's.err".to_owned()];
     let mut s = Script::with(spec);
     s.at(0, Input::Start).connected();
     let probe = s.op();
@@ -188,7 +191,7 @@ fn connect_retries_until_success() {
 #[test]
 fn connect_gives_up_at_the_deadline_and_on_a_host_key_mismatch() {
     let mut spec = spec();
-    spec.boot.timeouts.ssh_connect_timeout = core_fsm::Duration::from_secs(12);
+    Arc::make_mut(&mut spec.boot).timeouts.ssh_connect_timeout = core_fsm::Duration::from_secs(12);
     let mut s = Script::with(spec);
     s.at(0, Input::Start);
     while s.session.stage() == Stage::SshConnecting {
@@ -351,7 +354,7 @@ fn late_unknown_and_early_inputs_are_ignored() {
 #[test]
 fn a_broken_log_stream_is_a_stream_error() {
     let mut spec = spec();
-    spec.boot.stdout_sources = vec!["/var/log/boot.log".to_owned()];
+    Arc::make_mut(&mut spec.boot).stdout_sources = vec!["/var/log/boot.log".to_owned()];
     let mut s = Script::with(spec);
     s.at(0, Input::Start).connected().ok();
     let tail = s.session.live_ops().nth(1).unwrap();

@@ -155,7 +155,7 @@ proptest! {
                     0 => Input::Tick,
                     1 => track(&node, &agent),
                     2 => beat(&node, &agent),
-                    _ => Input::Forget { node: LogicalNodeId(node) },
+                    _ => Input::Forget { node: LogicalNodeId::new(node) },
                 };
                 Some((*t, input))
             })

@@ -16,6 +16,7 @@ use core_fsm::rng::DetRng;
 use core_fsm::time::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 struct Script {
     node: Machine,
@@ -139,7 +140,7 @@ impl Script {
     }
 
     /// Answers the last list with `leases`.
-    fn listed(&mut self, ms: u64, leases: Vec<LeaseFacts>) -> &mut Script {
+    fn listed(&mut self, ms: u64, leases: Vec<Arc<LeaseFacts>>) -> &mut Script {
         let op = self.last_op();
         self.at(
             ms,
@@ -169,23 +170,23 @@ fn start() -> Input {
     }
 }
 
-fn lease(contract: u32, nonce: Nonce) -> LeaseFacts {
-    LeaseFacts {
+fn lease(contract: u32, nonce: Nonce) -> Arc<LeaseFacts> {
+    Arc::new(LeaseFacts {
         provider: ProviderKind::Vastai,
-        lease_id: LeaseId(format!("vastai:{contract}")),
+        lease_id: LeaseId::new(format!("vastai:{contract}")),
         contract_id: contract.to_string(),
         offer_id: None,
         host_id: Some("host-a".to_owned()),
         nonce,
         metadata: BTreeMap::new(),
-    }
+    })
 }
 
 fn endpoint() -> SshEndpoint {
     SshEndpoint {
-        host: "203.0.113.10".to_owned(),
+        host: "203.0.113.10".into(),
         port: 22001,
-        user: "root".to_owned(),
+        user: "root".into(),
     }
 }
 
@@ -198,7 +199,7 @@ fn err(kind: ProviderErrorKind, message: &str) -> ProviderError {
 
 fn joined(contract: u32) -> Input {
     Input::AgentJoined {
-        lease_id: LeaseId(format!("vastai:{contract}")),
+        lease_id: LeaseId::new(format!("vastai:{contract}")),
         agent: AgentId::from("agent-a7"),
     }
 }
@@ -345,7 +346,7 @@ fn endpoint_failures_fail_the_node_and_destroy_still_works() {
     }
     writeln!(log, "## endpoint timeout (12s, polled every 5s)").unwrap();
     let mut spec = spec();
-    spec.boot.timeouts.endpoint_timeout = Duration::from_secs(12);
+    Arc::make_mut(&mut spec.boot).timeouts.endpoint_timeout = Duration::from_secs(12);
     let mut s = Script::of(Machine::new(node::Config::default(), spec, DetRng::new(1)));
     s.at(0, start()).granted(1_000, 123, false);
     while s.node.stage() == node::Stage::LeaseCreated {

@@ -70,7 +70,7 @@ impl World {
             0 => self.send(dt, Input::Start),
             1 if pick.is_multiple_of(8) => self.send(dt, Input::Teardown),
             2 => {
-                let node = LogicalNodeId(format!("workers-{}", pick % 3));
+                let node = LogicalNodeId::new(format!("workers-{}", pick % 3));
                 self.send(dt, Input::Destroy { node });
             }
             3 => {
@@ -216,7 +216,7 @@ impl World {
     }
 
     fn join(&mut self, pick: u8, dt: u64) {
-        let node = LogicalNodeId(format!("workers-{}", pick % 2));
+        let node = LogicalNodeId::new(format!("workers-{}", pick % 2));
         let lease_id = match self
             .h
             .orchestrator
@@ -226,7 +226,7 @@ impl World {
             Some(lease) if !pick.is_multiple_of(5) => lease,
             _ => LeaseId::from("vastai:0"),
         };
-        let agent = core_fsm::ids::AgentId(format!("agent-{pick}"));
+        let agent = core_fsm::ids::AgentId::new(format!("agent-{pick}"));
         self.send(
             dt,
             Input::AgentJoined {

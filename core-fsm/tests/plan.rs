@@ -57,7 +57,7 @@ fn cases() -> Vec<(&'static str, RunPlan)> {
         ),
         (
             "group id too long",
-            with_group(|g| g.group_id = GroupId("w".repeat(59))),
+            with_group(|g| g.group_id = GroupId::new("w".repeat(59))),
         ),
         ("empty role", with_group(|g| g.role = RoleId::from(""))),
         ("count zero", with_group(|g| g.count = 0)),
@@ -97,12 +97,12 @@ fn cases() -> Vec<(&'static str, RunPlan)> {
         ),
         (
             "empty verify command",
-            with_group(|g| g.boot.verify_commands.push("  ".to_owned())),
+            with_group(|g| g.boot.verify_commands.push("  ".into())),
         ),
         (
             "token in a verify command",
             with_group(|g| {
-                g.boot.verify_commands.push("echo ${JOIN_TOKEN}".to_owned());
+                g.boot.verify_commands.push("echo ${JOIN_TOKEN}".into());
             }),
         ),
         (
@@ -115,12 +115,12 @@ fn cases() -> Vec<(&'static str, RunPlan)> {
         ),
         (
             "empty start command",
-            with_group(|g| g.boot.start_command = String::new()),
+            with_group(|g| g.boot.start_command = "".into()),
         ),
         (
             "start command without the token",
             with_group(|g| {
-                g.boot.start_command = "drover-agent --join ${ORCH_ADDR}".to_owned();
+                g.boot.start_command = "drover-agent --join ${ORCH_ADDR}".into();
             }),
         ),
         (
@@ -209,7 +209,7 @@ fn cases() -> Vec<(&'static str, RunPlan)> {
         g.count = 0;
         g.shape.image = String::new();
         g.boot.ssh_user = String::new();
-        g.boot.start_command = "run".to_owned();
+        g.boot.start_command = "run".into();
     });
     many.replacement = bounded(0, 10, 2, 0);
     cases.push(("many faults at once: all reported", many));
@@ -261,7 +261,7 @@ fn shipped_example_plans_are_valid() {
 fn error_display_names_the_group_and_the_path() {
     let mut plan = base();
     plan.groups.push(second_group("cpu"));
-    plan.groups[1].boot.start_command = String::new();
+    plan.groups[1].boot.start_command = "".into();
     let errors = validate(&plan).unwrap_err();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].field, "groups[1].boot.start_command");
@@ -290,9 +290,9 @@ fn expansion_is_in_plan_order_with_stable_ids() {
             .find(|g| g.group_id == spec.group_id)
             .unwrap();
         assert_eq!(spec.role, group.role);
-        assert_eq!(spec.shape, group.shape);
-        assert_eq!(spec.boot, group.boot);
-        assert_eq!(spec.join, group.join);
+        assert_eq!(*spec.shape, group.shape);
+        assert_eq!(*spec.boot, group.boot);
+        assert_eq!(*spec.join, group.join);
         assert_eq!(spec.provider, group.provider);
     }
     assert_eq!(specs[0].node_id, LogicalNodeId::from("workers-0"));

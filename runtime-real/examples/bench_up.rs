@@ -60,7 +60,7 @@ fn bench(drover: &Path, nodes: u32) -> Result<(Duration, Duration), String> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut plan = RunPlan::local(nodes);
-    plan.groups[0].boot.start_command = AGENT_START.to_owned();
+    plan.groups[0].boot.start_command = AGENT_START.into();
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan))
         .map_err(|e| e.to_string())?;

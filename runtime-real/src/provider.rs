@@ -35,15 +35,18 @@ pub trait Provider: Send + Sync {
     /// Whether the lease is reachable over SSH yet.
     fn lookup_endpoint(
         &self,
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>>;
 
     /// Destroys the lease; destroying a lease that no longer exists answers
     /// `NotFound`, which callers treat as done.
-    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>>;
+    fn destroy_lease(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Result<(), ProviderError>>;
 
     /// Every live lease labelled with `run_id` (adoption after a restart).
-    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>>;
+    fn list_leases(
+        &self,
+        run_id: RunId,
+    ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>>;
 }
 
 /// The providers of a run, by kind.

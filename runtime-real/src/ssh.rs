@@ -109,7 +109,7 @@ pub async fn connect(
         nodelay: true,
         ..Default::default()
     });
-    let address = (endpoint.host.clone(), endpoint.port);
+    let address = (endpoint.host.to_string(), endpoint.port);
     let attempt = async {
         let mut handle = russh::client::connect(config, address, client).await?;
         // An RSA key signs with SHA-2 where the server says it can (OpenSSH
@@ -123,7 +123,10 @@ pub async fn connect(
             None
         };
         let auth = handle
-            .authenticate_publickey(&endpoint.user, PrivateKeyWithHashAlg::new(key, hash))
+            .authenticate_publickey(
+                endpoint.user.as_ref(),
+                PrivateKeyWithHashAlg::new(key, hash),
+            )
             .await?;
         Ok::<_, russh::Error>((handle, auth.success()))
     };

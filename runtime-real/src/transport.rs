@@ -198,7 +198,7 @@ pub(crate) async fn build_endpoint(
 
 /// The agent id of an endpoint id: its hex form (what `remote_id()` gives).
 pub fn agent_id_of(id: EndpointId) -> AgentId {
-    AgentId(id.to_string())
+    AgentId::new(id.to_string())
 }
 
 #[cfg(test)]

@@ -39,7 +39,9 @@ fn a_wrong_join_token_is_refused_and_only_that_node_fails_with_join_timeout() {
     bad.group_id = GroupId::from("bad");
     bad.count = 1;
     // The token arrives corrupted: one character more.
-    bad.boot.start_command = AGENT_START.replace("'${JOIN_TOKEN}'", "'x${JOIN_TOKEN}'");
+    bad.boot.start_command = AGENT_START
+        .replace("'${JOIN_TOKEN}'", "'x${JOIN_TOKEN}'")
+        .into();
     bad.boot.timeouts.join_timeout = core_fsm::time::Duration::from_secs(3);
     plan.groups.push(bad);
     let plan = write_plan(&dir, &plan);

@@ -87,8 +87,7 @@ fn a_failing_verify_fails_its_node_with_reason_and_logs_others_ready_and_down_de
     let mut bad = plan.groups[0].clone();
     bad.group_id = GroupId::from("bad");
     bad.count = 1;
-    bad.boot.verify_commands =
-        vec!["echo checking the gpu; echo no gpu found >&2; exit 3".to_owned()];
+    bad.boot.verify_commands = vec!["echo checking the gpu; echo no gpu found >&2; exit 3".into()];
     plan.groups.push(bad);
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);
@@ -135,7 +134,7 @@ fn kill_9_of_up_mid_bootstrap_then_down_leaves_no_node_process() {
     let state = dir.join("state");
     let mut plan = local_plan(3);
     // Bootstrap blocks in verify: the kill lands mid-bootstrap.
-    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".to_owned()];
+    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".into()];
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);
     for _ in 0..3 {
@@ -274,7 +273,7 @@ fn a_restarted_up_numbers_log_lines_above_what_the_datastream_holds() {
     let mut plan = local_plan(1);
     // Bootstrap blocks in verify: the kill lands mid-session, its lines
     // above what the journal names.
-    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".to_owned()];
+    plan.groups[0].boot.verify_commands = vec!["echo verifying; sleep 600".into()];
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);
     up.wait_line(SETTLE, |l| {

@@ -29,13 +29,14 @@ fn static_plan(sshd: &Sshd, run: u64) -> RunPlan {
     group.group_id = GroupId::from("hosts");
     group.provider = ProviderKind::Static;
     group.boot.ssh_user = sshd.user.clone();
-    group.boot.verify_commands = vec![format!("test -x {agent}")];
+    group.boot.verify_commands = vec![format!("test -x {agent}").into()];
     group.boot.start_command = format!(
         "mkdir -p .drover/run-${{RUN_ID}}; nohup {agent} --join '${{ORCH_ADDR}}' \
          --node '${{LOGICAL_NODE_ID}}' --token '${{JOIN_TOKEN}}' --heartbeat-ms 200 \
          --pid-file .drover/run-${{RUN_ID}}/${{LOGICAL_NODE_ID}}.pid \
          > .drover/run-${{RUN_ID}}/${{LOGICAL_NODE_ID}}.log 2>&1 < /dev/null &"
-    );
+    )
+    .into();
     let timeouts = &mut group.boot.timeouts;
     timeouts.ssh_connect_timeout = core_fsm::time::Duration::from_secs(30);
     timeouts.ssh_retry_interval = core_fsm::time::Duration::from_millis(200);

@@ -117,7 +117,7 @@ fn open_intents(state: &Path) -> Vec<(String, u64)> {
     ledger
         .pending_intents()
         .into_iter()
-        .map(|(node, nonce)| (node.0, nonce.0))
+        .map(|(node, nonce)| (node.as_str().to_owned(), nonce.0))
         .collect()
 }
 
@@ -127,7 +127,8 @@ fn labelled_node(instance: &Value) -> String {
     vastai::label::LeaseLabel::parse(label)
         .expect("a drover label")
         .node
-        .0
+        .as_str()
+        .to_owned()
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn up_brings_every_vast_node_ready_then_stop_destroys_every_instance_and_the_key
             {
                 assert!(!value.as_str().unwrap_or("").contains(KEY));
             }
-            parsed.node.0
+            parsed.node.as_str().to_owned()
         })
         .collect();
     nodes.sort();

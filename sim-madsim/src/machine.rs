@@ -284,7 +284,7 @@ impl Machine {
         let Some(lease) = w.provider.get(&lease_id) else {
             return;
         };
-        let agent = AgentId(format!("agent-{}", lease.facts.contract_id));
+        let agent = AgentId::new(format!("agent-{}", lease.facts.contract_id));
         let faulty = w.faulty();
         let has = |f: fn(&LeaseFault) -> bool| faulty && w.faults.lease_has(self.ordinal, f);
         let never = has(|f| matches!(f, LeaseFault::AgentNeverJoins));
@@ -325,7 +325,7 @@ impl Machine {
         };
         madsim::task::spawn_local(me.clone().run(presented, agent, joins, wrong));
         if let Some((old, old_token)) = stale {
-            let agent = AgentId(format!("agent-stale-{}", old.lease_id));
+            let agent = AgentId::new(format!("agent-stale-{}", old.lease_id));
             madsim::task::spawn_local(me.run(old_token, agent, 1, false));
         }
     }

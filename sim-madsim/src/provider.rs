@@ -139,7 +139,10 @@ fn input_of(op: core_fsm::ids::OpId, reply: ProviderReply) -> Input {
         ProviderReply::Created(result) => Input::LeaseCreated { op, result },
         ProviderReply::Looked(result) => Input::EndpointLooked { op, result },
         ProviderReply::Destroyed(result) => Input::LeaseDestroyed { op, result },
-        ProviderReply::Listed(result) => Input::LeasesListed { op, result },
+        ProviderReply::Listed(result) => Input::LeasesListed {
+            op,
+            result: result.map(|leases| leases.into_iter().map(Into::into).collect()),
+        },
     }
 }
 
@@ -303,7 +306,10 @@ fn create(w: &mut WorldState, now: Instant, request: &CreateLeaseRequest) -> Han
             } else {
                 None
             };
-            Ok(LeaseGranted { lease, endpoint })
+            Ok(LeaseGranted {
+                lease: lease.into(),
+                endpoint,
+            })
         }
     };
     let reply = Some(ProviderReply::Created(result));
@@ -354,7 +360,8 @@ fn create_lease(
     );
     if let Some(lease) = w.provider.get(&facts.lease_id) {
         let endpoint = Provider::endpoint(lease);
-        w.nat.insert((endpoint.host, endpoint.port), ordinal);
+        w.nat
+            .insert((endpoint.host.to_string(), endpoint.port), ordinal);
     }
     facts
 }

@@ -158,7 +158,7 @@ impl SshPort {
                 let request = SshRequest::Exec {
                     op,
                     purpose,
-                    command,
+                    command: command.to_string(),
                     token,
                 };
                 self.exec(op, session, request).await;
@@ -194,13 +194,13 @@ impl SshPort {
         self.drop_conn(session);
         self.generation += 1;
         let generation = self.generation;
-        let key = (endpoint.host.clone(), endpoint.port);
+        let key = (endpoint.host.to_string(), endpoint.port);
         let target = self.ctx.world.lock().nat.get(&key).copied();
         let target = target.map(|ordinal| SocketAddr::new(machine_ip(ordinal), SSH_PORT));
         let hello = SshRequest::Hello {
             session,
             lease_id: lease_id.clone(),
-            user: endpoint.user,
+            user: endpoint.user.to_string(),
         };
         let (ctx, ep) = (self.ctx.clone(), Rc::clone(&self.ep));
         let task = madsim::task::spawn_local(async move {

@@ -15,6 +15,7 @@ use core_fsm::port::{
     ProviderError, SshError,
 };
 use std::fmt;
+use std::sync::Arc;
 
 /// The provider API's port on its node.
 pub const PROVIDER_PORT: u16 = 80;
@@ -33,9 +34,9 @@ pub enum ProviderCall {
     /// Rent an offer.
     Create(CreateLeaseRequest),
     /// Where is the lease reachable?
-    Lookup(LeaseFacts),
+    Lookup(Arc<LeaseFacts>),
     /// Destroy the lease.
-    Destroy(LeaseFacts),
+    Destroy(Arc<LeaseFacts>),
     /// Every lease of the run, by label.
     List {
         /// The run.

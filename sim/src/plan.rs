@@ -35,7 +35,7 @@ pub fn run_plan(profile: &Profile) -> RunPlan {
         .iter()
         .enumerate()
         .map(|(g, count)| NodeGroupSpec {
-            group_id: GroupId(format!("g{g}")),
+            group_id: GroupId::new(format!("g{g}")),
             role: RoleId::from("worker"),
             count: *count,
             provider: ProviderKind::Vastai,
@@ -48,11 +48,11 @@ pub fn run_plan(profile: &Profile) -> RunPlan {
             boot: BootSpec {
                 ssh_user: "root".to_owned(),
                 verify_commands: (0..profile.verify_commands)
-                    .map(|i| format!("test -x /opt/drover/check-{i}"))
+                    .map(|i| format!("test -x /opt/drover/check-{i}").into())
                     .collect(),
                 start_command: "drover-agent --join ${ORCH_ADDR} --node ${LOGICAL_NODE_ID} \
                                 --token ${JOIN_TOKEN}"
-                    .to_owned(),
+                    .into(),
                 stdout_sources: vec!["/var/log/drover-boot.log".to_owned()],
                 stderr_sources: Vec::new(),
                 timeouts: timeouts(),
@@ -76,7 +76,7 @@ pub fn node_ids(profile: &Profile) -> Vec<LogicalNodeId> {
         .groups
         .iter()
         .enumerate()
-        .flat_map(|(g, count)| (0..*count).map(move |i| LogicalNodeId(format!("g{g}-{i}"))))
+        .flat_map(|(g, count)| (0..*count).map(move |i| LogicalNodeId::new(format!("g{g}-{i}"))))
         .collect()
 }
 

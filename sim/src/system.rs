@@ -53,7 +53,7 @@ impl System for Composite {
                 node: record.node(),
                 stage: record.stage,
                 ready: record.ready,
-                lease: record.lease.as_ref(),
+                lease: record.lease.as_deref(),
                 agent: record.agent.as_ref().map(|a| &a.agent),
                 failed_reason: record.failed_reason.as_deref(),
             });

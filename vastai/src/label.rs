@@ -44,7 +44,7 @@ impl LeaseLabel {
         }
         Some(LeaseLabel {
             run_id: RunId(run),
-            node: LogicalNodeId(node.to_owned()),
+            node: LogicalNodeId::from(node),
             nonce: Nonce(nonce),
         })
     }

@@ -46,7 +46,7 @@ async fn list_walks_every_page_and_keeps_only_the_runs_labels() {
     assert!(
         leases
             .iter()
-            .all(|l| l.lease_id.0 == format!("vastai:{}", l.contract_id))
+            .all(|l| l.lease_id.as_str() == format!("vastai:{}", l.contract_id))
     );
 }
 
@@ -106,7 +106,7 @@ async fn offers_rank_by_price_then_reliability_and_plan_bounds_the_cost() {
 async fn no_fitting_offer_is_rejected() {
     let w = world().await;
     let mut req = request("workers-0", 1);
-    req.shape.gpu_name = Some("H200".to_owned());
+    std::sync::Arc::make_mut(&mut req.shape).gpu_name = Some("H200".to_owned());
     let err = w.client.create_lease(&req).await.unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::Rejected, "{err:?}");
     assert_eq!(w.fake.instances().len(), 0);
@@ -189,7 +189,7 @@ async fn the_api_key_never_appears_in_errors_or_debug_output() {
 async fn an_env_switch_from_provider_labels_picks_a_scenario_per_instance() {
     let w = world().await;
     let mut req = request("workers-0", 1);
-    req.shape
+    std::sync::Arc::make_mut(&mut req.shape)
         .provider_labels
         .insert("fake_scenario".to_owned(), "f10_oci_failure".to_owned());
     let bad = w.client.create_lease(&req).await.unwrap().lease;

@@ -12,9 +12,9 @@ use vastai::limits::{Endpoint, RateLimits};
 
 fn ready(host: &str, port: u16) -> EndpointStatus {
     EndpointStatus::Ready(SshEndpoint {
-        host: host.to_owned(),
+        host: host.into(),
         port,
-        user: "root".to_owned(),
+        user: "root".into(),
     })
 }
 
@@ -80,7 +80,7 @@ async fn f02_offer_gone_falls_back_to_the_next_offer_then_gives_up() {
 async fn f03_double_rent_loser_exits_with_a_port_bind_message() {
     let w = world_with(|f| f.offers.truncate(1), |_| {}).await;
     let mut shape_fits_one = request("workers-0", 1);
-    shape_fits_one.shape.min_down_mbps = None;
+    std::sync::Arc::make_mut(&mut shape_fits_one.shape).min_down_mbps = None;
     let first = w.client.create_lease(&shape_fits_one).await.expect("first");
     // The same client never rents an offer twice ...
     shape_fits_one.nonce = Nonce(2);
@@ -467,7 +467,7 @@ async fn f18_destroying_a_gone_instance_succeeds() {
     );
     // Both 404 spellings (`no_such_instance`, `not_found`).
     for id in ["4", "5"] {
-        let mut unknown = lease.clone();
+        let mut unknown = (*lease).clone();
         unknown.contract_id = id.to_owned();
         w.client
             .destroy_lease(&unknown)

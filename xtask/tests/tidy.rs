@@ -22,6 +22,14 @@ fn forbidden_sources_are_found() {
 }
 
 #[test]
+fn arc_is_allowed_and_the_rest_of_std_sync_is_not() {
+    let text = "use std::sync::Arc;\nuse std::sync::Mutex;\nuse std::sync::{Arc, Mutex};\nlet n = std::sync::atomic::AtomicU64::new(0);\n";
+    let found = tidy::source_findings("x.rs", text);
+    let locations: Vec<&str> = found.iter().map(|f| f.location.as_str()).collect();
+    assert_eq!(locations, ["x.rs:2", "x.rs:3", "x.rs:4"]);
+}
+
+#[test]
 fn forbidden_dependencies_are_found() {
     let tree = "core-fsm v0.1.0 (/w/core-fsm)\nserde v1.0.0\ntokio v1.0.0\nrand v0.10.0\n";
     let found = tidy::dependency_findings(tree);

@@ -98,7 +98,7 @@ impl super::Machine {
             let command = tail_command(&list, to_stderr);
             out.push(Effect::SshExec {
                 op,
-                command,
+                command: command.into(),
                 purpose: CommandPurpose::Tail,
                 join: None,
             });

@@ -5,6 +5,7 @@ use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind, backoff};
 use crate::port::{LeaseFacts, ProviderError};
 use crate::time::Instant;
+use std::sync::Arc;
 
 type Out = Vec<Effect>;
 
@@ -12,7 +13,7 @@ impl super::Machine {
     pub(super) fn on_listed(
         &mut self,
         now: Instant,
-        result: Result<Vec<LeaseFacts>, ProviderError>,
+        result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
         resolve: Resolve,
         out: &mut Out,
     ) {

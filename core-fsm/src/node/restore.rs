@@ -13,6 +13,7 @@ use crate::port::{JournalRecord, LeaseFacts, LogSeqs};
 use crate::rng::DetRng;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// What the journal says of one node, folded in journal order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +25,7 @@ pub struct Journaled {
     /// The last intent has neither a known lease nor an abandonment.
     pub intent_open: bool,
     /// The lease of the last intent.
-    pub lease: Option<LeaseFacts>,
+    pub lease: Option<Arc<LeaseFacts>>,
     /// Why the node failed, if it did.
     pub failed: Option<String>,
     /// The agent of a ready node.
@@ -39,7 +40,7 @@ pub struct Journaled {
     /// intent not journaled).
     pub replace: Option<u32>,
     /// Stray leases not yet released (kept across intents).
-    pub strays: Vec<LeaseFacts>,
+    pub strays: Vec<Arc<LeaseFacts>>,
 }
 
 impl Journaled {

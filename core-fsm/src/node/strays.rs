@@ -9,6 +9,7 @@ use super::machine::Machine;
 use crate::ids::OpId;
 use crate::port::{JournalRecord, LeaseFacts, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
+use std::sync::Arc;
 
 /// Stray leases tracked at once per node. Each comes from an abandoned
 /// intent (at most `intents_max` per attempt) or a misdirected answer; one
@@ -19,7 +20,7 @@ pub(super) const STRAYS_MAX: usize = 8;
 /// One stray lease being destroyed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Stray {
-    pub(super) lease: LeaseFacts,
+    pub(super) lease: Arc<LeaseFacts>,
     /// The destroy in flight.
     pub(super) op: Option<OpId>,
     /// Destroys sent so far (at most `destroy_attempts_max` per round).
@@ -32,7 +33,12 @@ pub(super) struct Stray {
 impl Machine {
     /// A create answer for an abandoned intent: journal the lease, then
     /// destroy it.
-    pub(super) fn adopt_stray(&mut self, now: Instant, lease: LeaseFacts, out: &mut Vec<Effect>) {
+    pub(super) fn adopt_stray(
+        &mut self,
+        now: Instant,
+        lease: Arc<LeaseFacts>,
+        out: &mut Vec<Effect>,
+    ) {
         if self
             .strays
             .iter()
@@ -83,7 +89,7 @@ impl Machine {
                 let stray = self.strays.remove(at);
                 out.push(Effect::Persist(JournalRecord::LeaseReleased {
                     node: self.record.desired.node_id.clone(),
-                    lease_id: stray.lease.lease_id,
+                    lease_id: stray.lease.lease_id.clone(),
                 }));
             }
         }

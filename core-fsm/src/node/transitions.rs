@@ -13,6 +13,7 @@ use crate::port::{
     ProviderErrorKind, SshEndpoint,
 };
 use crate::time::Instant;
+use std::sync::Arc;
 
 type Out = Vec<Effect>;
 
@@ -240,7 +241,7 @@ impl super::Machine {
     pub(super) fn lease_known(
         &mut self,
         now: Instant,
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
         endpoint: Option<SshEndpoint>,
         then: Then,
         out: &mut Out,

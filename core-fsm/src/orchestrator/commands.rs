@@ -3,6 +3,7 @@
 
 use super::{Orchestrator, Slot};
 use crate::bootstrap;
+use crate::ids::SessionId;
 use crate::node;
 use crate::port::{Effect, JournalRecord};
 use crate::reconcile::{self, Action, Condition, NodeView};
@@ -58,11 +59,18 @@ impl Orchestrator {
     /// Ticks every child whose deadline is due: nodes first, then sessions,
     /// each in id order; children whose deadline is later are not visited.
     pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out) {
-        for slot in self.deadlines.due_nodes(now) {
+        let (nodes, sessions) = self.deadlines.take_due(now);
+        // Sessions go in id order; one a node's tick ended is skipped.
+        let mut sessions: Vec<(SessionId, Slot)> = sessions
+            .into_iter()
+            .filter_map(|slot| self.sessions[slot.at()].as_ref().map(|s| (s.id, slot)))
+            .collect();
+        sessions.sort_unstable();
+        for slot in nodes {
             self.deliver_node(now, slot, node::Input::Tick, out);
         }
-        for id in self.deadlines.due_sessions(now) {
-            self.deliver_session(now, id, bootstrap::Input::Tick, out);
+        for (id, slot) in sessions {
+            self.deliver_session(now, slot, id, bootstrap::Input::Tick, out);
         }
         if self.requeue_at.is_some_and(|at| at <= now) {
             self.requeue_at = None;
@@ -113,14 +121,14 @@ impl Orchestrator {
         let excluded_hosts = self.excluded_hosts();
         match action {
             Action::Create { group, index } => {
-                let id = crate::plan::node_id(&group, index);
-                let Some(slot) = self.slot_of(&id) else {
+                let Some(slot) = self.group_slot(&group, index) else {
                     return;
                 };
                 let Some(spec) = self.specs[slot.at()].take() else {
                     return;
                 };
-                let machine = node::Machine::new(self.node_config, spec, self.node_rng(&id));
+                let rng = self.node_rng(&spec.node_id);
+                let machine = node::Machine::new(self.node_config, spec, rng);
                 self.insert_node(slot, machine);
                 self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
             }

@@ -1,7 +1,8 @@
 //! The composite's invariants (O1..), checked after every step by tests and
 //! the simulator, together with every child's own.
 
-use super::{Orchestrator, Owner};
+use super::{Orchestrator, Owner, Session, Slot};
+use crate::ids::OpId;
 use crate::node::Stage;
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ impl Orchestrator {
         for (_, machine) in self.occupied() {
             machine.check_invariants();
         }
-        for session in self.sessions.values() {
+        for session in self.sessions.iter().flatten() {
             session.machine.check_invariants();
         }
         self.check_sessions();
@@ -21,8 +22,14 @@ impl Orchestrator {
     }
 
     fn check_sessions(&self) {
-        for (id, session) in &self.sessions {
-            let node = self.nodes.get(session.node.at()).and_then(Option::as_ref);
+        assert_eq!(
+            self.live_sessions,
+            self.sessions.iter().flatten().count(),
+            "O1: the live session count counts the sessions"
+        );
+        for (slot, session) in self.live() {
+            let id = session.id;
+            let node = self.nodes.get(slot.at()).and_then(Option::as_ref);
             assert!(
                 node.is_some(),
                 "O1 {id}: a session belongs to a ledger node"
@@ -43,29 +50,36 @@ impl Orchestrator {
                 "O1 {id}: an ended session is dropped"
             );
         }
-        let mut per_node: BTreeMap<_, u32> = BTreeMap::new();
-        for session in self.sessions.values() {
-            *per_node.entry(session.node).or_default() += 1;
-        }
-        for (slot, count) in per_node {
-            let node = &self.ids[slot.at()];
-            assert!(count <= 1, "O2 {node}: at most one session per node");
+        // O2 (at most one session per node) holds by construction: the
+        // sessions live in their node's slot.
+        let mut ids = BTreeMap::new();
+        for (slot, session) in self.live() {
+            let other = ids.insert(session.id, slot);
+            assert!(other.is_none(), "O2 {}: a session has one node", session.id);
         }
         for (slot, machine) in self.occupied() {
             if let Some(session) = machine.session() {
-                let owner = self.sessions.get(&session).map(|s| s.node);
+                let own = self.sessions[slot.at()].as_ref().map(|s| s.id);
                 let id = &self.ids[slot.at()];
                 assert_eq!(
-                    owner,
-                    Some(slot),
+                    own,
+                    Some(session),
                     "O2 {id}: a bootstrapping node's session exists and is its own"
                 );
             }
         }
     }
 
+    /// The live sessions with their nodes' slots, in slot order.
+    fn live(&self) -> impl Iterator<Item = (Slot, &Session)> {
+        (0u32..)
+            .zip(&self.sessions)
+            .filter_map(|(n, s)| s.as_ref().map(|s| (Slot(n), s)))
+    }
+
     fn check_ids(&self) {
-        for (op, owner) in &self.routes {
+        for (op, owner) in self.routes.iter() {
+            let op = OpId(op);
             assert!(
                 op.0 < self.ops.peek(),
                 "O3 {op}: routed ids come from the counter"
@@ -75,16 +89,17 @@ impl Orchestrator {
                     self.nodes.get(slot.at()).is_some_and(Option::is_some),
                     "O4 {op}: routed to a ledger node"
                 ),
-                Owner::Session(session) => {
+                Owner::Session(slot, session) => {
                     let known = self
                         .sessions
-                        .get(session)
-                        .is_some_and(|s| s.ops.contains(op));
+                        .get(slot.at())
+                        .and_then(Option::as_ref)
+                        .is_some_and(|s| s.id == *session && s.ops.contains(&op));
                     assert!(known, "O4 {op}: routed to a live session that knows it");
                 }
             }
         }
-        for id in self.sessions.keys() {
+        for id in self.live().map(|(_, s)| s.id) {
             assert!(
                 id.0 < self.session_ids.peek(),
                 "O3 {id}: session ids come from the counter"
@@ -132,14 +147,28 @@ impl Orchestrator {
         let nodes = self
             .occupied()
             .map(|(slot, machine)| (slot, machine.next_deadline()));
-        let sessions = self
-            .sessions
-            .iter()
-            .map(|(id, s)| (*id, s.deadline, s.machine.next_deadline()));
+        let sessions = (0u32..).zip(&self.sessions).map(|(n, session)| {
+            let at = session.as_ref().and_then(|s| s.machine.next_deadline());
+            (Slot(n), at)
+        });
         assert!(
             self.deadlines.matches(nodes, sessions),
             "O10: the deadline index names every child's next deadline"
         );
+        for (group, slots) in &self.group_slots {
+            for (index, slot) in (0u32..).zip(slots) {
+                assert!(
+                    crate::plan::is_node_id(&self.ids[slot.at()], group, index),
+                    "O10 {group}-{index}: the group index names the node's slot"
+                );
+            }
+            let wanted = self.desired.groups.get(group).copied().unwrap_or(0);
+            assert_eq!(
+                slots.len(),
+                wanted as usize,
+                "O10 {group}: every wanted node of the group is indexed"
+            );
+        }
         assert!(
             self.tally.is_consistent(),
             "O10: the tallies count the flags"

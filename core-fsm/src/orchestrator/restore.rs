@@ -7,6 +7,7 @@ use crate::node;
 use crate::plan::{LogicalNodeSpec, RunPlan};
 use crate::port::JournalRecord;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 impl Orchestrator {
     /// A composite rebuilt from `journal` after a restart; `Start` resumes
@@ -99,9 +100,9 @@ fn unplanned_spec(
         index,
         role: like.role.clone(),
         provider,
-        shape: like.shape.clone(),
-        boot: like.boot.clone(),
-        join: like.join.clone(),
+        shape: Arc::new(like.shape.clone()),
+        boot: Arc::new(like.boot.clone()),
+        join: Arc::new(like.join.clone()),
     })
 }
 

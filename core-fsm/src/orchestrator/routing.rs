@@ -9,6 +9,7 @@ use crate::node;
 use crate::plan::ReplacementPolicy;
 use crate::port::{Effect, Input};
 use crate::time::Instant;
+use std::sync::Arc;
 
 type Out = Vec<Effect>;
 
@@ -63,11 +64,11 @@ impl Orchestrator {
     }
 
     fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out) {
-        let Some(&Owner::Node(slot)) = self.routes.get(&op) else {
+        let Some(&Owner::Node(slot)) = self.routes.get(op.0) else {
             self.counters.unknown_ops += 1;
             return;
         };
-        self.routes.remove(&op);
+        self.routes.remove(op.0);
         self.deliver_node(now, slot, input, out);
     }
 
@@ -79,14 +80,14 @@ impl Orchestrator {
         input: bootstrap::Input,
         out: &mut Out,
     ) {
-        let Some(&Owner::Session(id)) = self.routes.get(&op) else {
+        let Some(&Owner::Session(slot, id)) = self.routes.get(op.0) else {
             self.counters.unknown_ops += 1;
             return;
         };
         if last {
-            self.routes.remove(&op);
+            self.routes.remove(op.0);
         }
-        self.deliver_session(now, id, input, out);
+        self.deliver_session(now, slot, id, input, out);
     }
 
     /// A join goes to the node its token was minted for, if that node
@@ -142,11 +143,11 @@ impl Orchestrator {
         match effect {
             node::Effect::Persist(record) => out.push(Effect::Persist(record)),
             node::Effect::CreateLease { op, request } => {
-                self.routes.insert(op, owner());
+                self.routes.insert(op.0, owner());
                 out.push(Effect::CreateLease { op, request });
             }
             node::Effect::LookupEndpoint { op, lease } => {
-                self.routes.insert(op, owner());
+                self.routes.insert(op.0, owner());
                 out.push(Effect::LookupEndpoint { op, lease });
             }
             node::Effect::ListLeases {
@@ -154,7 +155,7 @@ impl Orchestrator {
                 run_id,
                 provider,
             } => {
-                self.routes.insert(op, owner());
+                self.routes.insert(op.0, owner());
                 out.push(Effect::ListLeases {
                     op,
                     run_id,
@@ -162,7 +163,7 @@ impl Orchestrator {
                 });
             }
             node::Effect::DestroyLease { op, lease } => {
-                self.routes.insert(op, owner());
+                self.routes.insert(op.0, owner());
                 out.push(Effect::DestroyLease { op, lease });
             }
             node::Effect::StartBootstrap {
@@ -172,28 +173,31 @@ impl Orchestrator {
                 log_seqs,
             } => {
                 let spec = &self.slot_machine(slot).record().desired;
-                let mut config = bootstrap::Config::new(session, spec, lease_id, endpoint);
+                let probe = Arc::clone(&self.probe_command);
+                let mut config =
+                    bootstrap::Config::with_probe(session, spec, lease_id, endpoint, probe);
                 config.log_seqs = log_seqs;
                 let machine = bootstrap::Machine::new(config);
-                self.sessions.insert(
-                    session,
-                    Box::new(Session {
-                        node: slot,
-                        machine,
-                        ops: Vec::with_capacity(8),
-                        deadline: None,
-                    }),
-                );
-                self.deliver_session(now, session, bootstrap::Input::Start, out);
+                let ops = (self.spare_op_lists.pop()).unwrap_or_else(|| Vec::with_capacity(8));
+                let entry = &mut self.sessions[slot.at()];
+                assert!(entry.is_none(), "O2: one session per node");
+                *entry = Some(Session {
+                    id: session,
+                    machine,
+                    ops,
+                });
+                self.live_sessions += 1;
+                self.deliver_session(now, slot, session, bootstrap::Input::Start, out);
             }
             node::Effect::ConvergenceObserved { session, agent } => self.deliver_session(
                 now,
+                slot,
                 session,
                 bootstrap::Input::ConvergenceObserved { agent },
                 out,
             ),
             node::Effect::CancelBootstrap { session } => {
-                self.deliver_session(now, session, bootstrap::Input::Cancel, out)
+                self.deliver_session(now, slot, session, bootstrap::Input::Cancel, out)
             }
             node::Effect::Changed {
                 stage,
@@ -234,15 +238,17 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through a session and wraps its effects.
+    /// Runs one input through session `id` of the node in `slot`, and
+    /// wraps its effects. A session that has ended ignores it.
     pub(super) fn deliver_session(
         &mut self,
         now: Instant,
+        slot: Slot,
         id: SessionId,
         input: bootstrap::Input,
         out: &mut Out,
     ) {
-        let Some(session) = self.sessions.get_mut(&id) else {
+        let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) else {
             self.counters.ignored_by_sessions += 1;
             return;
         };
@@ -252,10 +258,9 @@ impl Orchestrator {
         session.machine.step(now, input, &mut effects);
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
-        let node = session.node;
-        self.deadlines.sync_session(id, session);
+        self.sync_session(slot);
         for effect in effects.drain(..) {
-            self.session_effect(now, id, node, effect, out);
+            self.session_effect(now, id, slot, effect, out);
         }
         self.session_buffers.push(effects);
     }
@@ -274,7 +279,7 @@ impl Orchestrator {
                 endpoint,
                 lease_id,
             } => {
-                self.route_session(op, id);
+                self.route_session(op, node, id);
                 out.push(Effect::SshConnect {
                     op,
                     session: id,
@@ -288,7 +293,7 @@ impl Orchestrator {
                 purpose,
                 join,
             } => {
-                self.route_session(op, id);
+                self.route_session(op, node, id);
                 out.push(Effect::SshExec {
                     op,
                     session: id,
@@ -298,7 +303,7 @@ impl Orchestrator {
                 });
             }
             bootstrap::Effect::SshClose { op } => {
-                self.route_session(op, id);
+                self.route_session(op, node, id);
                 out.push(Effect::SshClose { op, session: id });
             }
             bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
@@ -307,14 +312,15 @@ impl Orchestrator {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
             bootstrap::Effect::Finished(outcome) => {
-                let session = self
-                    .sessions
-                    .remove(&id)
+                let mut session = self.sessions[node.at()]
+                    .take()
                     .expect("a finishing session exists");
-                self.deadlines.set_session(id, session.deadline, None);
-                for op in session.ops {
-                    self.routes.remove(&op);
+                self.live_sessions -= 1;
+                self.sync_session(node);
+                for op in session.ops.drain(..) {
+                    self.routes.remove(op.0);
                 }
+                self.spare_op_lists.push(session.ops);
                 let input = match outcome {
                     bootstrap::Outcome::Converged => node::Input::BootstrapClosed,
                     bootstrap::Outcome::Failed { stage, reason } => node::Input::BootstrapFailed {
@@ -328,10 +334,10 @@ impl Orchestrator {
         }
     }
 
-    fn route_session(&mut self, op: OpId, id: SessionId) {
-        self.routes.insert(op, Owner::Session(id));
-        self.sessions
-            .get_mut(&id)
+    fn route_session(&mut self, op: OpId, slot: Slot, id: SessionId) {
+        self.routes.insert(op.0, Owner::Session(slot, id));
+        self.sessions[slot.at()]
+            .as_mut()
             .expect("a routing session exists")
             .ops
             .push(op);

@@ -29,10 +29,10 @@ impl RunPlan {
                 },
                 boot: BootSpec {
                     ssh_user: "root".to_owned(),
-                    verify_commands: vec!["test -x /opt/drover/drover-agent".to_owned()],
+                    verify_commands: vec!["test -x /opt/drover/drover-agent".into()],
                     start_command: "/opt/drover/drover-agent --join ${ORCH_ADDR} \
                                     --node ${LOGICAL_NODE_ID} --token ${JOIN_TOKEN}"
-                        .to_owned(),
+                        .into(),
                     stdout_sources: Vec::new(),
                     stderr_sources: Vec::new(),
                     timeouts: TimeoutPolicy::default(),
@@ -64,10 +64,10 @@ impl RunPlan {
                 },
                 boot: BootSpec {
                     ssh_user: "drover".to_owned(),
-                    verify_commands: vec!["true".to_owned()],
+                    verify_commands: vec!["true".into()],
                     start_command: "drover-agent --join ${ORCH_ADDR} \
                                     --node ${LOGICAL_NODE_ID} --token ${JOIN_TOKEN}"
-                        .to_owned(),
+                        .into(),
                     stdout_sources: Vec::new(),
                     stderr_sources: Vec::new(),
                     timeouts: TimeoutPolicy::default(),

@@ -17,6 +17,7 @@ use core_fsm::port::{
 use core_fsm::time::Instant;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 pub struct Harness {
     pub orchestrator: Orchestrator,
@@ -247,30 +248,30 @@ impl Harness {
     }
 }
 
-pub fn lease(contract: u32, nonce: Nonce) -> LeaseFacts {
-    LeaseFacts {
+pub fn lease(contract: u32, nonce: Nonce) -> Arc<LeaseFacts> {
+    Arc::new(LeaseFacts {
         provider: ProviderKind::Vastai,
-        lease_id: LeaseId(format!("vastai:{contract}")),
+        lease_id: LeaseId::new(format!("vastai:{contract}")),
         contract_id: contract.to_string(),
         offer_id: Some("9001".to_owned()),
         host_id: Some(format!("host-{contract}")),
         nonce,
         metadata: BTreeMap::new(),
-    }
+    })
 }
 
 pub fn endpoint(contract: u32) -> SshEndpoint {
     SshEndpoint {
-        host: "203.0.113.10".to_owned(),
+        host: "203.0.113.10".into(),
         port: 22000 + (contract % 1000) as u16,
-        user: "root".to_owned(),
+        user: "root".into(),
     }
 }
 
 pub fn joined(node: &str, contract: u32, agent: &str) -> Input {
     Input::AgentJoined {
         node: LogicalNodeId::from(node),
-        lease_id: LeaseId(format!("vastai:{contract}")),
+        lease_id: LeaseId::new(format!("vastai:{contract}")),
         agent: AgentId::from(agent),
     }
 }

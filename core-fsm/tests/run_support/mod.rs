@@ -14,11 +14,11 @@ use std::fmt::Write as _;
 pub const RUN: RunId = RunId(7);
 
 pub fn node(i: u32) -> LogicalNodeId {
-    LogicalNodeId(format!("workers-{i}"))
+    LogicalNodeId::new(format!("workers-{i}"))
 }
 
 pub fn agent(i: u32) -> AgentId {
-    AgentId(format!("agent-{i}"))
+    AgentId::new(format!("agent-{i}"))
 }
 
 pub fn config() -> Config {

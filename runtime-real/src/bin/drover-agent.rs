@@ -95,9 +95,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut config = AgentConfig::new(orchestrator, LogicalNodeId(args.node), args.token);
+    let mut config = AgentConfig::new(orchestrator, LogicalNodeId::new(args.node), args.token);
     config.run = args.run.map(RunId);
-    config.lease = args.lease.map(LeaseId);
+    config.lease = args.lease.map(LeaseId::new);
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
     config.reconnect_for = Duration::from_millis(args.reconnect_ms);
     config.bind = args.bind;

@@ -16,6 +16,7 @@ use core_fsm::ids::{LogicalNodeId, Nonce, RunId};
 use core_fsm::port::{JournalRecord, LeaseFacts, ProviderErrorKind};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a live `up` gets to finish its own teardown.
@@ -99,7 +100,7 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
 
 /// The leases the lists found for open intents, and the lists that failed.
 struct Found {
-    leases: Vec<(LogicalNodeId, LeaseFacts)>,
+    leases: Vec<(LogicalNodeId, Arc<LeaseFacts>)>,
     list_errors: Vec<String>,
 }
 
@@ -110,7 +111,7 @@ async fn resolve_intents(
     providers: &Providers,
     run_id: RunId,
     pending: &[(LogicalNodeId, Nonce)],
-    known: &[(LogicalNodeId, LeaseFacts)],
+    known: &[(LogicalNodeId, Arc<LeaseFacts>)],
 ) -> anyhow::Result<Found> {
     let by_nonce: BTreeMap<_, _> = pending.iter().map(|(node, nonce)| (*nonce, node)).collect();
     let mut found = Found {
@@ -151,7 +152,7 @@ async fn destroy_all(
     json: bool,
     journal: &mut Journal,
     providers: &Providers,
-    targets: Vec<(LogicalNodeId, LeaseFacts)>,
+    targets: Vec<(LogicalNodeId, Arc<LeaseFacts>)>,
 ) -> anyhow::Result<usize> {
     let mut failures = 0;
     // One task per lease the journal names: bounded by the run's nodes.

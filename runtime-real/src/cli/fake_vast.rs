@@ -26,7 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::Mutex;
 use vastai::FakeConfig;
 use vastai::client::validate_public_key;
 use vastai::fake::{BackendFuture, InstanceBackend, MachineAddr, MachineSpec};
@@ -185,7 +186,7 @@ struct State {
 
 struct Node {
     provider: Arc<LocalProvider>,
-    lease: LeaseFacts,
+    lease: Arc<LeaseFacts>,
     keys: PathBuf,
 }
 
@@ -233,11 +234,11 @@ impl Inner {
         let label = LeaseLabel::parse(&spec.label);
         let request = CreateLeaseRequest {
             run_id: label.as_ref().map_or(RunId(0), |l| l.run_id),
-            node: label.map_or_else(|| LogicalNodeId(format!("instance-{id}")), |l| l.node),
+            node: label.map_or_else(|| LogicalNodeId::new(format!("instance-{id}")), |l| l.node),
             // Instance ids are unique in one fake; the node's own label carries it.
             nonce: Nonce(id),
             provider: ProviderKind::Local,
-            shape: DesiredShape::default(),
+            shape: DesiredShape::default().into(),
             excluded_hosts: vec![],
         };
         let granted = provider
@@ -271,7 +272,7 @@ impl Inner {
             let _ = provider.destroy_lease(lease).await;
             return Err("the instance was destroyed while its machine started".to_owned());
         }
-        let addr = (endpoint.host.clone(), endpoint.port);
+        let addr = (endpoint.host.to_string(), endpoint.port);
         self.events.instance(
             id,
             "up",

@@ -11,6 +11,7 @@ use core_fsm::node::Stage;
 use core_fsm::port::{JournalRecord, LeaseFacts};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// One node's row.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -22,7 +23,7 @@ pub struct NodeRow {
     /// Handed off and dormant.
     pub ready: bool,
     /// Its current lease, while one stands.
-    pub lease: Option<LeaseFacts>,
+    pub lease: Option<Arc<LeaseFacts>>,
     /// Why it failed, if it did.
     pub failed_reason: Option<String>,
     /// Its agent, once joined.
@@ -35,7 +36,7 @@ pub struct NodeRow {
     /// Stray leases (created for intents already abandoned) not yet
     /// released; `down` destroys them too.
     #[serde(default)]
-    pub strays: Vec<LeaseFacts>,
+    pub strays: Vec<Arc<LeaseFacts>>,
 }
 
 /// Every node's row, and the run.
@@ -157,7 +158,7 @@ impl Ledger {
     }
 
     /// Leases the journal knows and has not seen released.
-    pub fn standing_leases(&self) -> Vec<(LogicalNodeId, LeaseFacts)> {
+    pub fn standing_leases(&self) -> Vec<(LogicalNodeId, Arc<LeaseFacts>)> {
         self.nodes
             .values()
             .flat_map(|r| {
@@ -235,7 +236,7 @@ mod tests {
     fn lease(n: u64, nonce: u64) -> LeaseFacts {
         LeaseFacts {
             provider: ProviderKind::Local,
-            lease_id: LeaseId(format!("local:{n}")),
+            lease_id: LeaseId::new(format!("local:{n}")),
             contract_id: "1".into(),
             offer_id: None,
             host_id: None,
@@ -262,7 +263,7 @@ mod tests {
             },
             JournalRecord::LeaseKnown {
                 node: a.clone(),
-                lease: lease(0, 1),
+                lease: lease(0, 1).into(),
             },
             JournalRecord::NodeReady {
                 node: a.clone(),
@@ -277,7 +278,10 @@ mod tests {
         ];
         let ledger = Ledger::from_records(&records);
         assert_eq!(ledger.run_id, Some(RunId(5)));
-        assert_eq!(ledger.standing_leases(), vec![(a.clone(), lease(0, 1))]);
+        assert_eq!(
+            ledger.standing_leases(),
+            vec![(a.clone(), lease(0, 1).into())]
+        );
         assert_eq!(ledger.pending_intents(), vec![(b.clone(), Nonce(2))]);
         let json = ledger.to_json();
         assert_eq!(json["nodes"][0]["ready"], true);

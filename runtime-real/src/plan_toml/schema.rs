@@ -125,8 +125,8 @@ fn read_group(doc: &mut Doc, path: &str, value: &Value<'_>) -> Option<NodeGroupS
     hosts::to_labels(&mut shape.provider_labels, hosts.as_deref().unwrap_or(&[]));
     table.finish(doc);
     Some(NodeGroupSpec {
-        group_id: GroupId(name),
-        role: RoleId(role),
+        group_id: GroupId::new(name),
+        role: RoleId::new(role),
         count,
         provider,
         shape,
@@ -306,8 +306,11 @@ fn read_boot(doc: &mut Doc, path: &str, value: &Value<'_>) -> BootSpec {
     };
     let boot = BootSpec {
         ssh_user: table.string(doc, "ssh_user", true).unwrap_or_default(),
-        verify_commands: table.strings(doc, "verify_commands").unwrap_or_default(),
-        start_command: table.string(doc, "start_command", true).unwrap_or_default(),
+        verify_commands: (table.strings(doc, "verify_commands").unwrap_or_default())
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        start_command: (table.string(doc, "start_command", true).unwrap_or_default()).into(),
         stdout_sources: table.strings(doc, "stdout_sources").unwrap_or_default(),
         stderr_sources: table.strings(doc, "stderr_sources").unwrap_or_default(),
         timeouts: match table.take(doc, "timeouts") {
@@ -412,7 +415,7 @@ fn placeholder_boot() -> BootSpec {
     BootSpec {
         ssh_user: String::new(),
         verify_commands: Vec::new(),
-        start_command: String::new(),
+        start_command: "".into(),
         stdout_sources: Vec::new(),
         stderr_sources: Vec::new(),
         timeouts: TimeoutPolicy::default(),

@@ -171,8 +171,8 @@ fn quote(text: &str) -> String {
     out
 }
 
-fn list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| quote(s)).collect();
+fn list(items: &[impl AsRef<str>]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
     format!("[{}]", quoted.join(", "))
 }
 

@@ -32,6 +32,7 @@ use core_fsm::port::{
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -121,7 +122,7 @@ impl LocalProvider {
         metadata.insert("dir".to_owned(), dir.display().to_string());
         let lease = LeaseFacts {
             provider: ProviderKind::Local,
-            lease_id: LeaseId(format!("local:{n}")),
+            lease_id: LeaseId::new(format!("local:{n}")),
             contract_id: pid.to_string(),
             offer_id: None,
             host_id: Some("localhost".to_owned()),
@@ -129,7 +130,7 @@ impl LocalProvider {
             metadata,
         };
         Ok(LeaseGranted {
-            lease,
+            lease: Arc::new(lease),
             endpoint: Some(endpoint(port)),
         })
     }
@@ -195,7 +196,7 @@ impl LocalProvider {
         }
     }
 
-    async fn lookup(&self, lease: LeaseFacts) -> Result<EndpointStatus, ProviderError> {
+    async fn lookup(&self, lease: Arc<LeaseFacts>) -> Result<EndpointStatus, ProviderError> {
         let Some(dir) = self.lease_dir(&lease.lease_id).filter(|d| d.is_dir()) else {
             return Ok(EndpointStatus::Gone);
         };
@@ -220,7 +221,7 @@ impl LocalProvider {
     }
 
     /// Destroys a lease: stops its process group and removes its folder.
-    async fn destroy(&self, lease: LeaseFacts) -> Result<(), ProviderError> {
+    async fn destroy(&self, lease: Arc<LeaseFacts>) -> Result<(), ProviderError> {
         let dir = self
             .lease_dir(&lease.lease_id)
             .ok_or_else(|| error(Rejected, "not a local lease id"))?;
@@ -286,7 +287,7 @@ impl LocalProvider {
             metadata.insert("dir".to_owned(), dir.display().to_string());
             leases.push(LeaseFacts {
                 provider: ProviderKind::Local,
-                lease_id: LeaseId(format!("local:{n}")),
+                lease_id: LeaseId::new(format!("local:{n}")),
                 contract_id: pid.to_string(),
                 offer_id: None,
                 host_id: Some("localhost".to_owned()),
@@ -313,25 +314,28 @@ impl Provider for LocalProvider {
 
     fn lookup_endpoint(
         &self,
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>> {
         Box::pin(self.lookup(lease))
     }
 
-    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>> {
+    fn destroy_lease(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Result<(), ProviderError>> {
         Box::pin(self.destroy(lease))
     }
 
-    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>> {
-        Box::pin(async move { self.list(run_id) })
+    fn list_leases(
+        &self,
+        run_id: RunId,
+    ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
+        Box::pin(async move { Ok(self.list(run_id)?.into_iter().map(Arc::new).collect()) })
     }
 }
 
 fn endpoint(port: u16) -> SshEndpoint {
     SshEndpoint {
-        host: "127.0.0.1".to_owned(),
+        host: "127.0.0.1".into(),
         port,
-        user: SSH_USER.to_owned(),
+        user: SSH_USER.into(),
     }
 }
 

@@ -32,6 +32,7 @@ use hosts::StaticHost;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long stopping the agent over SSH may take, connect included.
@@ -131,7 +132,7 @@ impl StaticProvider {
         super::local::write_atomic(&self.file(&lease.lease_id), &bytes).map_err(transient)?;
         Ok(LeaseGranted {
             endpoint: Some(endpoint_of(host)),
-            lease,
+            lease: Arc::new(lease),
         })
     }
 
@@ -147,7 +148,7 @@ impl StaticProvider {
         })
     }
 
-    async fn destroy(&self, lease: LeaseFacts) -> Result<(), ProviderError> {
+    async fn destroy(&self, lease: Arc<LeaseFacts>) -> Result<(), ProviderError> {
         let Some(held) = self.read(&lease.lease_id)? else {
             return Err(error(
                 NotFound,
@@ -267,9 +268,9 @@ fn host_of(lease: &LeaseFacts) -> Option<StaticHost> {
 
 fn endpoint_of(host: &StaticHost) -> SshEndpoint {
     SshEndpoint {
-        host: host.host.clone(),
+        host: host.host.as_str().into(),
         port: host.port,
-        user: host.user.clone(),
+        user: host.user.as_str().into(),
     }
 }
 
@@ -287,16 +288,19 @@ impl Provider for StaticProvider {
 
     fn lookup_endpoint(
         &self,
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>> {
         Box::pin(async move { self.lookup(&lease) })
     }
 
-    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>> {
+    fn destroy_lease(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Result<(), ProviderError>> {
         Box::pin(self.destroy(lease))
     }
 
-    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>> {
-        Box::pin(async move { self.list(run_id) })
+    fn list_leases(
+        &self,
+        run_id: RunId,
+    ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
+        Box::pin(async move { Ok(self.list(run_id)?.into_iter().map(Arc::new).collect()) })
     }
 }

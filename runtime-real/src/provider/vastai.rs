@@ -26,6 +26,7 @@ use core_fsm::port::{
     CreateLeaseRequest, EndpointStatus, LeaseFacts, LeaseGranted, ProviderError, ProviderErrorKind,
 };
 pub use settings::Settings;
+use std::sync::Arc;
 use vastai::limits::RateLimits;
 use vastai::{ApiKey, ClientConfig, VastClient};
 
@@ -114,11 +115,11 @@ impl VastProvider {
             .create_lease(&request)
             .await
             .map_err(|e| self.clean(e, ""))?;
-        granted.lease = self.stamp(granted.lease);
+        granted.lease = Arc::new(self.stamp(Arc::unwrap_or_clone(granted.lease)));
         Ok(granted)
     }
 
-    async fn lookup(&self, lease: LeaseFacts) -> Result<EndpointStatus, ProviderError> {
+    async fn lookup(&self, lease: Arc<LeaseFacts>) -> Result<EndpointStatus, ProviderError> {
         self.check_origin(&lease)?;
         self.client
             .lookup_endpoint(&lease)
@@ -126,7 +127,7 @@ impl VastProvider {
             .map_err(|e| self.clean(e, ""))
     }
 
-    async fn destroy(&self, lease: LeaseFacts) -> Result<(), ProviderError> {
+    async fn destroy(&self, lease: Arc<LeaseFacts>) -> Result<(), ProviderError> {
         self.check_origin(&lease)?;
         self.client
             .destroy_lease(&lease)
@@ -134,7 +135,7 @@ impl VastProvider {
             .map_err(|e| self.clean(e, ""))
     }
 
-    async fn list(&self, run_id: RunId) -> Result<Vec<LeaseFacts>, ProviderError> {
+    async fn list(&self, run_id: RunId) -> Result<Vec<Arc<LeaseFacts>>, ProviderError> {
         let leases = self.client.list_leases(run_id).await.map_err(|e| {
             let context = format!(
                 "listing the instances of {run_id} at {} failed (nothing is taken for gone): ",
@@ -142,7 +143,10 @@ impl VastProvider {
             );
             self.clean(e, &context)
         })?;
-        Ok(leases.into_iter().map(|l| self.stamp(l)).collect())
+        Ok(leases
+            .into_iter()
+            .map(|l| Arc::new(self.stamp(l)))
+            .collect())
     }
 }
 
@@ -160,16 +164,19 @@ impl Provider for VastProvider {
 
     fn lookup_endpoint(
         &self,
-        lease: LeaseFacts,
+        lease: Arc<LeaseFacts>,
     ) -> BoxFuture<'_, Result<EndpointStatus, ProviderError>> {
         Box::pin(self.lookup(lease))
     }
 
-    fn destroy_lease(&self, lease: LeaseFacts) -> BoxFuture<'_, Result<(), ProviderError>> {
+    fn destroy_lease(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Result<(), ProviderError>> {
         Box::pin(self.destroy(lease))
     }
 
-    fn list_leases(&self, run_id: RunId) -> BoxFuture<'_, Result<Vec<LeaseFacts>, ProviderError>> {
+    fn list_leases(
+        &self,
+        run_id: RunId,
+    ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
         Box::pin(self.list(run_id))
     }
 }
@@ -209,7 +216,7 @@ mod tests {
     #[tokio::test]
     async fn a_lease_of_another_api_is_refused_not_read_as_gone() {
         let p = provider();
-        let foreign = lease(Some("https://console.vast.ai"));
+        let foreign = Arc::new(lease(Some("https://console.vast.ai")));
         for result in [
             p.destroy_lease(foreign.clone()).await.map(|_| ()),
             p.lookup_endpoint(foreign).await.map(|_| ()),

@@ -88,7 +88,7 @@ impl driver::Disk for JournalDisk {
 /// agent to stop before a lease is destroyed, adopted leases included; and
 /// a released lease's agent is forgotten by the control plane.
 pub struct Leases {
-    nodes: Mutex<BTreeMap<LeaseId, (LogicalNodeId, LeaseFacts)>>,
+    nodes: Mutex<BTreeMap<LeaseId, (LogicalNodeId, Arc<LeaseFacts>)>>,
     released: Box<Released>,
 }
 

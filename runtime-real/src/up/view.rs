@@ -352,7 +352,7 @@ mod tests {
                 ready: stage == Stage::Dormant,
                 failed_reason: (stage == Stage::Failed).then(|| "bootstrap JoinTimeout".into()),
             },
-            lease: lease.map(|l| LeaseId(l.to_owned())),
+            lease: lease.map(LeaseId::from),
             settled_ms,
         }
     }

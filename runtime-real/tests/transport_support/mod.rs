@@ -33,7 +33,7 @@ pub fn binding(node: &str) -> JoinBinding {
     JoinBinding {
         run_id: RunId(7),
         node: LogicalNodeId::from(node),
-        lease_id: LeaseId(format!("local:{node}")),
+        lease_id: LeaseId::new(format!("local:{node}")),
     }
 }
 

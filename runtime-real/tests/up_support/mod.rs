@@ -34,7 +34,7 @@ pub fn write_plan(dir: &Path, plan: &RunPlan) -> PathBuf {
 pub fn local_plan(count: u32) -> RunPlan {
     let mut plan = RunPlan::local(count);
     for group in &mut plan.groups {
-        group.boot.start_command = AGENT_START.to_owned();
+        group.boot.start_command = AGENT_START.into();
     }
     plan
 }

@@ -155,7 +155,12 @@ impl<S: System> World<'_, S> {
                 let nth = self.ordinal(OpKind::List);
                 let result = match self.op_fault(OpKind::List, nth) {
                     Some(f) => Err(self.provider_blip(OpKind::List, f)),
-                    None => Ok(self.provider.list(self.now)),
+                    None => Ok(self
+                        .provider
+                        .list(self.now)
+                        .into_iter()
+                        .map(Into::into)
+                        .collect()),
                 };
                 self.answer(
                     OpKind::List,
@@ -295,7 +300,10 @@ impl<S: System> World<'_, S> {
                             .map(super::provider::Provider::endpoint)
                     })
                     .flatten();
-                Ok(core_fsm::port::LeaseGranted { lease, endpoint })
+                Ok(core_fsm::port::LeaseGranted {
+                    lease: lease.into(),
+                    endpoint,
+                })
             }
         };
         self.note(|| {

@@ -119,7 +119,7 @@ impl Provider {
         let contract = 1000 + u64::from(ordinal);
         let facts = LeaseFacts {
             provider: ProviderKind::Vastai,
-            lease_id: LeaseId(format!("vastai:{contract}")),
+            lease_id: LeaseId::new(format!("vastai:{contract}")),
             contract_id: contract.to_string(),
             offer_id: Some(format!("offer-{host}-{ordinal}")),
             host_id: Some(host_name(host)),
@@ -212,12 +212,12 @@ impl Provider {
     /// The SSH endpoint of a lease.
     pub fn endpoint(lease: &Lease) -> SshEndpoint {
         SshEndpoint {
-            host: format!("ssh{}.vast.sim", lease.host),
+            host: format!("ssh{}.vast.sim", lease.host).into(),
             port: u16::try_from(
                 20_000 + lease.facts.contract_id.parse::<u64>().unwrap_or(0) % 40_000,
             )
             .unwrap_or(22),
-            user: "root".to_owned(),
+            user: "root".into(),
         }
     }
 

@@ -231,7 +231,7 @@ impl<S: System> World<'_, S> {
         let twice = has(|f| matches!(f, LeaseFault::AgentJoinsTwice));
         let stale = has(|f| matches!(f, LeaseFault::StaleJoin));
         let crashes = has(|f| matches!(f, LeaseFault::AgentCrashesAfterHandoff));
-        let agent = AgentId(format!("agent-{}", lease.facts.contract_id));
+        let agent = AgentId::new(format!("agent-{}", lease.facts.contract_id));
         let at = self.now
             + Duration::from_millis(self.case.profile.latency_ms + self.case.profile.join_ms);
         if crashes {
@@ -265,7 +265,7 @@ impl<S: System> World<'_, S> {
             );
         }
         if stale && let Some(old) = self.ssh.stale_binding(&binding) {
-            let agent = AgentId(format!("agent-stale-{}", old.lease_id));
+            let agent = AgentId::new(format!("agent-stale-{}", old.lease_id));
             self.injected("agent-stale-join");
             self.schedule(
                 at,

@@ -13,6 +13,7 @@ use core_fsm::port::{
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// How one create on one offer ended.
 enum CreateOutcome {
@@ -303,15 +304,15 @@ impl VastClient {
             metadata.insert("host_account".to_owned(), host.to_string());
         }
         LeaseGranted {
-            lease: LeaseFacts {
+            lease: Arc::new(LeaseFacts {
                 provider: ProviderKind::Vastai,
-                lease_id: LeaseId(format!("vastai:{contract}")),
+                lease_id: LeaseId::new(format!("vastai:{contract}")),
                 contract_id: contract.to_string(),
                 offer_id: Some(offer.id.to_string()),
                 host_id: offer.host_key(),
                 nonce: request.nonce,
                 metadata,
-            },
+            }),
             endpoint: None,
         }
     }

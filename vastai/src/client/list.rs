@@ -156,7 +156,7 @@ pub(crate) fn lease_of(instance: &Value, run_id: Option<RunId>) -> Option<LeaseF
     let id = view.id?;
     let mut metadata = BTreeMap::new();
     metadata.insert("label".to_owned(), label_text);
-    metadata.insert("node".to_owned(), label.node.0.clone());
+    metadata.insert("node".to_owned(), label.node.as_str().to_owned());
     if let Some(gpu) = &view.gpu_name {
         metadata.insert("gpu_name".to_owned(), gpu.clone());
     }
@@ -168,7 +168,7 @@ pub(crate) fn lease_of(instance: &Value, run_id: Option<RunId>) -> Option<LeaseF
     }
     Some(LeaseFacts {
         provider: ProviderKind::Vastai,
-        lease_id: LeaseId(format!("vastai:{id}")),
+        lease_id: LeaseId::new(format!("vastai:{id}")),
         contract_id: id.to_string(),
         offer_id: None,
         host_id: view.machine_id.map(|m| m.to_string()),

@@ -147,9 +147,9 @@ pub fn classify(view: &InstanceView, route: SshRoute, ssh_user: &str) -> Observa
         ),
         "running" => match pick_endpoint(view, route) {
             Some((host, port)) => Observation::Ready(SshEndpoint {
-                host,
+                host: host.into(),
                 port,
-                user: ssh_user.to_owned(),
+                user: ssh_user.into(),
             }),
             None => Observation::Pending {
                 detail: describe("running, SSH endpoint not published yet", &msg),

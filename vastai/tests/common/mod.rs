@@ -112,7 +112,7 @@ pub fn request(node: &str, nonce: u64) -> CreateLeaseRequest {
         node: LogicalNodeId::from(node),
         nonce: Nonce(nonce),
         provider: ProviderKind::Vastai,
-        shape: shape(),
+        shape: shape().into(),
         excluded_hosts: Vec::new(),
     }
 }

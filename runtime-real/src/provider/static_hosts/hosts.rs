@@ -30,7 +30,7 @@ pub struct StaticHost {
 impl StaticHost {
     /// The lease id of a reservation of this machine: `static:<host>:<port>`.
     pub fn lease_id(&self) -> LeaseId {
-        LeaseId(format!("static:{}:{}", self.host, self.port))
+        LeaseId::new(format!("static:{}:{}", self.host, self.port))
     }
 
     /// `user@host:port` (an IPv6 host in brackets).
