@@ -1,20 +1,20 @@
 //! Identifiers. Counters or values that come in as inputs; never random UUIDs.
 
+use crate::text::Text;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::sync::Arc;
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         ///
-        /// The text is shared: a clone copies a pointer, not the text.
+        /// The text is a [`Text`]: a clone copies a few words.
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        pub struct $name(pub Arc<str>);
+        pub struct $name(pub Text);
 
         impl $name {
             /// An id with this text.
-            pub fn new(text: impl Into<Arc<str>>) -> Self {
+            pub fn new(text: impl Into<Text>) -> Self {
                 $name(text.into())
             }
 
@@ -27,7 +27,7 @@ macro_rules! string_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 // `pad`, not `write_str`: tables align ids with `{:<24}`.
-                f.pad(&self.0)
+                f.pad(self.0.as_str())
             }
         }
 

@@ -16,6 +16,7 @@ pub mod digest;
 pub mod ids;
 pub mod machine;
 pub mod rng;
+pub mod text;
 pub mod time;
 pub mod timer;
 

@@ -196,7 +196,7 @@ impl Orchestrator {
     /// shifts another's draws.
     pub(super) fn node_rng(&self, id: &LogicalNodeId) -> DetRng {
         let mut digest = Digest::default();
-        digest.update(id.as_str().as_bytes());
+        digest.update(id.0.as_bytes());
         self.rng.derive(digest.0)
     }
 

@@ -16,6 +16,7 @@ pub use validate::{
 
 use crate::ids::{GroupId, LogicalNodeId, RoleId, RunId};
 use crate::reconcile::Desired;
+use crate::text::Text;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -232,30 +233,16 @@ pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
     // Built by hand, not with `format!`: every node of a run gets its id
     // here, and the formatting machinery costs more than the rest.
     let digits = Digits::of(index);
-    let group = group.as_str();
-    if group.len() <= 64 {
-        // On the stack, so that the shared id is the one allocation.
-        let mut buf = [0u8; 64 + 1 + 10];
-        let len = group.len() + 1 + digits.len();
-        buf[..group.len()].copy_from_slice(group.as_bytes());
-        buf[group.len()] = b'-';
-        buf[group.len() + 1..len].copy_from_slice(digits.as_str().as_bytes());
-        let id = std::str::from_utf8(&buf[..len]).expect("joined from text");
-        return LogicalNodeId::from(id);
-    }
-    let mut id = String::with_capacity(group.len() + 1 + digits.len());
-    id.push_str(group);
-    id.push('-');
-    id.push_str(digits.as_str());
-    LogicalNodeId::new(id)
+    LogicalNodeId(Text::concat(&[group.as_str(), "-", digits.as_str()]))
 }
 
 /// Whether `id` is `{group}-{index}`, without building that id.
 pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
-    id.as_str()
-        .strip_prefix(group.as_str())
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|rest| rest == Digits::of(index).as_str())
+    // Bytes, not `str`s: this runs for every node when a composite is built.
+    id.0.as_bytes()
+        .strip_prefix(group.0.as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"-"))
+        .is_some_and(|rest| rest == Digits::of(index).as_str().as_bytes())
 }
 
 /// The decimal digits of a `u32`, on the stack.
@@ -281,10 +268,6 @@ impl Digits {
 
     fn as_str(&self) -> &str {
         std::str::from_utf8(&self.buf[self.start..]).expect("ASCII digits")
-    }
-
-    fn len(&self) -> usize {
-        self.buf.len() - self.start
     }
 }
 

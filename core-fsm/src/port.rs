@@ -9,6 +9,7 @@
 
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
 use crate::plan::{DesiredShape, ProviderKind};
+use crate::text::Text;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,11 +39,11 @@ pub struct LeaseFacts {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SshEndpoint {
     /// Host name or address.
-    pub host: Arc<str>,
+    pub host: Text,
     /// TCP port.
     pub port: u16,
     /// User to log in as.
-    pub user: Arc<str>,
+    pub user: Text,
 }
 
 /// What the node manager asks a provider for.

@@ -1,0 +1,263 @@
+//! [`Text`]: immutable text that is cheap to clone.
+//!
+//! Ids, host names and user names travel in almost every effect and input,
+//! so they are cloned and dropped many times per node. Short text (up to
+//! [`INLINE_MAX`] bytes: `workers-12`, `vastai:123456`, `127.0.0.1`) is kept
+//! inline, so a clone is a copy of a few words with no allocation and no
+//! reference count; longer text is shared behind an `Arc`, so a clone
+//! copies a pointer. It compares, orders and hashes as its text does, and
+//! serializes as a plain string.
+//!
+//! (A crate such as `smol_str` does this too; core-fsm depends on serde
+//! only, so it is written out here, without `unsafe`.)
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// The longest text kept inline, in bytes.
+pub const INLINE_MAX: usize = 22;
+
+/// Immutable text, cheap to clone.
+#[derive(Clone)]
+pub struct Text(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `bytes[..len]` is the text, valid UTF-8 (it came from a `&str`).
+    Inline { len: u8, bytes: [u8; INLINE_MAX] },
+    /// Longer text, shared.
+    Shared(Arc<str>),
+}
+
+impl Text {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("inline text is copied from a str"),
+            Repr::Shared(text) => text,
+        }
+    }
+
+    /// The text's bytes (no UTF-8 check, so cheaper than `as_str` where
+    /// bytes will do: comparisons, digests).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Shared(text) => text.as_bytes(),
+        }
+    }
+
+    /// The text's length in bytes.
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Text {
+    /// The concatenation of `parts`, built without an intermediate string.
+    pub fn concat(parts: &[&str]) -> Text {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > INLINE_MAX {
+            return Text(Repr::Shared(Arc::from(parts.concat())));
+        }
+        let mut bytes = [0u8; INLINE_MAX];
+        let mut at = 0;
+        for part in parts {
+            bytes[at..at + part.len()].copy_from_slice(part.as_bytes());
+            at += part.len();
+        }
+        let len = u8::try_from(len).expect("INLINE_MAX fits a u8");
+        Text(Repr::Inline { len, bytes })
+    }
+}
+
+impl From<&str> for Text {
+    fn from(text: &str) -> Text {
+        if text.len() <= INLINE_MAX {
+            let mut bytes = [0u8; INLINE_MAX];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            let len = u8::try_from(text.len()).expect("INLINE_MAX fits a u8");
+            Text(Repr::Inline { len, bytes })
+        } else {
+            Text(Repr::Shared(Arc::from(text)))
+        }
+    }
+}
+
+impl From<String> for Text {
+    fn from(text: String) -> Text {
+        if text.len() <= INLINE_MAX {
+            Text::from(text.as_str())
+        } else {
+            Text(Repr::Shared(Arc::from(text)))
+        }
+    }
+}
+
+impl From<&String> for Text {
+    fn from(text: &String) -> Text {
+        Text::from(text.as_str())
+    }
+}
+
+impl From<Arc<str>> for Text {
+    fn from(text: Arc<str>) -> Text {
+        if text.len() <= INLINE_MAX {
+            Text::from(&*text)
+        } else {
+            Text(Repr::Shared(text))
+        }
+    }
+}
+
+impl From<&Text> for String {
+    fn from(text: &Text) -> String {
+        text.as_str().to_owned()
+    }
+}
+
+impl AsRef<str> for Text {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Text {}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl PartialOrd for Text {
+    fn partial_cmp(&self, other: &Text) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Text {
+    /// Byte order, which is the order of `str`.
+    fn cmp(&self, other: &Text) -> Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl Hash for Text {
+    /// As `str` hashes.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `pad`, so that tables can align text with `{:<24}`.
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Text, E> {
+                Ok(Text::from(text))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Text, E> {
+                Ok(Text::from(text))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_text_behave_alike() {
+        let short = Text::from("workers-12");
+        let edge = Text::from("x".repeat(INLINE_MAX));
+        let long = Text::from("x".repeat(INLINE_MAX + 1));
+        assert!(matches!(short.0, Repr::Inline { .. }));
+        assert!(matches!(edge.0, Repr::Inline { .. }));
+        assert!(matches!(long.0, Repr::Shared(_)));
+        assert_eq!(short.as_str(), "workers-12");
+        assert_eq!(edge.len(), INLINE_MAX);
+        assert_eq!(long.as_str(), "x".repeat(INLINE_MAX + 1));
+        assert_eq!(short.clone(), short);
+        assert_eq!(Text::from(String::from("workers-12")), short);
+        assert_eq!(format!("{short:?}"), "\"workers-12\"");
+        assert_eq!(format!("{short:<12}|"), "workers-12  |");
+        assert!(Text::from("").is_empty());
+        assert_eq!(Text::concat(&["workers", "-", "12"]), short);
+        let joined = Text::concat(&["x".repeat(INLINE_MAX).as_str(), "-1"]);
+        assert_eq!(joined.as_str(), format!("{}-1", "x".repeat(INLINE_MAX)));
+    }
+
+    #[test]
+    fn orders_as_str_orders() {
+        let mut words = vec!["workers-2", "workers-10", "é", "a", "", "workers-1"];
+        words.push("a-rather-long-node-id-that-is-shared-0");
+        words.push("a-rather-long-node-id-that-is-shared-1");
+        let mut texts: Vec<Text> = words.iter().map(|w| Text::from(*w)).collect();
+        words.sort();
+        texts.sort();
+        let sorted: Vec<&str> = texts.iter().map(Text::as_str).collect();
+        assert_eq!(sorted, words);
+    }
+
+    #[test]
+    fn multibyte_text_round_trips() {
+        // 21 bytes, the last character 2 bytes: inline, and valid.
+        let text = format!("{}é", "a".repeat(19));
+        assert_eq!(Text::from(text.as_str()).as_str(), text);
+    }
+}
