@@ -103,28 +103,6 @@ impl From<String> for Text {
     }
 }
 
-impl From<&String> for Text {
-    fn from(text: &String) -> Text {
-        Text::from(text.as_str())
-    }
-}
-
-impl From<Arc<str>> for Text {
-    fn from(text: Arc<str>) -> Text {
-        if text.len() <= INLINE_MAX {
-            Text::from(&*text)
-        } else {
-            Text(Repr::Shared(text))
-        }
-    }
-}
-
-impl From<&Text> for String {
-    fn from(text: &Text) -> String {
-        text.as_str().to_owned()
-    }
-}
-
 impl AsRef<str> for Text {
     fn as_ref(&self) -> &str {
         self.as_str()
@@ -146,18 +124,6 @@ impl PartialEq for Text {
 }
 
 impl Eq for Text {}
-
-impl PartialEq<str> for Text {
-    fn eq(&self, other: &str) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-
-impl PartialEq<&str> for Text {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
 
 impl PartialOrd for Text {
     fn partial_cmp(&self, other: &Text) -> Option<Ordering> {
