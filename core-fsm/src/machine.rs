@@ -26,3 +26,18 @@ pub trait Machine {
     /// Panics if an invariant of the machine does not hold.
     fn check_invariants(&self);
 }
+
+/// Where a step puts its effects, in order: a vector (what
+/// [`Machine::handle`] returns), or a composite that routes each effect the
+/// moment it is made instead of collecting and re-wrapping it.
+pub trait Emit<E> {
+    /// Takes the next effect.
+    fn push(&mut self, effect: E);
+}
+
+impl<E> Emit<E> for Vec<E> {
+    #[inline]
+    fn push(&mut self, effect: E) {
+        Vec::push(self, effect);
+    }
+}

@@ -4,14 +4,13 @@
 use super::machine::{Failure, Phase, TAILS_MAX};
 use super::{Effect, TimerKind, tail_command};
 use crate::ids::OpId;
+use crate::machine::Emit;
 use crate::port::{CommandPurpose, SshError, SshErrorKind};
 use crate::time::Instant;
 
-type Out = Vec<Effect>;
-
 impl super::Machine {
     /// Runs the command of `step` (its `op` is replaced by a fresh one).
-    pub(super) fn run(&mut self, now: Instant, step: Phase, out: &mut Out) {
+    pub(super) fn run(&mut self, now: Instant, step: Phase, out: &mut impl Emit<Effect>) {
         let t = self.config.boot.timeouts;
         let op = self.next_op();
         let (phase, command, purpose, join, timeout) = match step {
@@ -62,7 +61,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<i32, SshError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         match result {
             Ok(0) => {
@@ -80,7 +79,7 @@ impl super::Machine {
     }
 
     /// Follows the configured sources; a pass through `StdoutStreaming`.
-    pub(super) fn start_tails(&mut self, out: &mut Out) {
+    pub(super) fn start_tails(&mut self, out: &mut impl Emit<Effect>) {
         let boot = &self.config.boot;
         let sources = [
             (boot.stdout_sources.clone(), false),
@@ -105,7 +104,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn next_verify(&mut self, now: Instant, index: u32, out: &mut Out) {
+    pub(super) fn next_verify(&mut self, now: Instant, index: u32, out: &mut impl Emit<Effect>) {
         if (index as usize) < self.config.boot.verify_commands.len() {
             self.run(now, Phase::Verifying { index, op: OpId(0) }, out);
         } else {
@@ -118,7 +117,7 @@ impl super::Machine {
         now: Instant,
         index: u32,
         result: Result<i32, SshError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         match result {
             Ok(0) => self.next_verify(now, index + 1, out),
@@ -140,7 +139,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<i32, SshError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         match result {
             Ok(0) => {
@@ -164,7 +163,7 @@ impl super::Machine {
         now: Instant,
         op: OpId,
         result: Result<i32, SshError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.tails.retain(|tail| *tail != op);
         let live = !matches!(self.phase, Phase::Closing { .. } | Phase::Ended { .. });
@@ -186,7 +185,7 @@ impl super::Machine {
         what: &str,
         failure: Failure,
         e: SshError,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         let failure = if e.kind == SshErrorKind::Reset {
             Failure::StreamError

@@ -6,13 +6,12 @@
 use super::machine::{End, Failure, Phase};
 use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind};
 use crate::ids::OpId;
+use crate::machine::Emit;
 use crate::port::{LogRecord, LogStream, SshError, SshErrorKind};
 use crate::time::{Duration, Instant};
 
-type Out = Vec<Effect>;
-
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (TimerKind::ConnectDeadline, Phase::Connecting { attempts, .. }) => {
@@ -80,7 +79,7 @@ impl super::Machine {
     }
 
     /// One connect attempt; the first also arms the overall deadline.
-    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut Out) {
+    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut impl Emit<Effect>) {
         let t = self.config.boot.timeouts;
         if attempts == 1 {
             self.timers
@@ -126,7 +125,7 @@ impl super::Machine {
         now: Instant,
         attempts: u32,
         result: Result<(), SshError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         match result {
             Ok(()) => {
@@ -146,7 +145,13 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn on_line(&mut self, now: Instant, stream: LogStream, line: String, out: &mut Out) {
+    pub(super) fn on_line(
+        &mut self,
+        now: Instant,
+        stream: LogStream,
+        line: String,
+        out: &mut impl Emit<Effect>,
+    ) {
         let seq = match stream {
             LogStream::Stdout => {
                 self.stdout_seq += 1;
@@ -171,7 +176,13 @@ impl super::Machine {
         out.push(Effect::Observed(self.observation(self.phase.stage())));
     }
 
-    pub(super) fn fail(&mut self, now: Instant, failure: Failure, why: String, out: &mut Out) {
+    pub(super) fn fail(
+        &mut self,
+        now: Instant,
+        failure: Failure,
+        why: String,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.reason = Some(why);
         self.revoke_join(out);
         if self.connect_issued {
@@ -181,7 +192,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn revoke_join(&mut self, out: &mut Out) {
+    pub(super) fn revoke_join(&mut self, out: &mut impl Emit<Effect>) {
         if self.join_minted {
             out.push(Effect::RevokeJoin(self.config.join_binding()));
         }
@@ -189,7 +200,7 @@ impl super::Machine {
 
     /// Closes SSH; every log line is already out, in order, so the
     /// datastream is flushed once the effects before this one are done.
-    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut Out) {
+    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut impl Emit<Effect>) {
         self.timers.clear();
         let op = self.next_op();
         self.set_phase(Phase::Closing { op, end }, out);
@@ -198,7 +209,7 @@ impl super::Machine {
         self.timers.set(TimerKind::Close, now + timeout);
     }
 
-    pub(super) fn finish(&mut self, end: End, out: &mut Out) {
+    pub(super) fn finish(&mut self, end: End, out: &mut impl Emit<Effect>) {
         self.timers.clear();
         self.tails.clear();
         self.set_phase(Phase::Ended { end }, out);
@@ -216,7 +227,7 @@ impl super::Machine {
         out.push(Effect::Finished(outcome));
     }
 
-    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut Out) {
+    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut impl Emit<Effect>) {
         let changed = self.phase.stage() != phase.stage();
         self.phase = phase;
         if changed {
@@ -224,7 +235,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn observe(&self, out: &mut Out) {
+    pub(super) fn observe(&self, out: &mut impl Emit<Effect>) {
         out.push(Effect::Observed(self.observation(self.phase.stage())));
     }
 

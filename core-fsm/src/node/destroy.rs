@@ -3,13 +3,12 @@
 
 use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind, backoff};
+use crate::machine::Emit;
 use crate::port::{JournalRecord, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
 
-type Out = Vec<Effect>;
-
 impl super::Machine {
-    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         let strays_sent = self.retry_spent_strays(now, out);
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
@@ -106,7 +105,7 @@ impl super::Machine {
 
     /// Replacement: destroy the lease the failed node still holds, then a
     /// fresh intent with `attempt`.
-    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Out) {
+    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut impl Emit<Effect>) {
         if self.holds_no_own_lease() {
             return self.request_lease(now, attempt, 1, out);
         }
@@ -120,7 +119,7 @@ impl super::Machine {
         result: Result<(), ProviderError>,
         tries: u32,
         replace: u32,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.timers.clear();
         match result {
@@ -165,12 +164,18 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         self.persist_destroy_requested(out);
         self.issue_destroy(now, 1, 0, out);
     }
 
-    pub(super) fn issue_destroy(&mut self, now: Instant, tries: u32, replace: u32, out: &mut Out) {
+    pub(super) fn issue_destroy(
+        &mut self,
+        now: Instant,
+        tries: u32,
+        replace: u32,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();

@@ -5,10 +5,9 @@ use super::machine::Phase;
 use super::{AgentFacts, Effect, Stage};
 use crate::bootstrap;
 use crate::ids::{AgentId, SessionId};
+use crate::machine::Emit;
 use crate::port::{JournalRecord, LogSeqs};
 use crate::time::Instant;
-
-type Out = Vec<Effect>;
 
 impl super::Machine {
     pub(super) fn on_observed(&mut self, now: Instant, obs: bootstrap::Observation) {
@@ -31,7 +30,7 @@ impl super::Machine {
         now: Instant,
         session: SessionId,
         agent: AgentId,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.record.agent = Some(AgentFacts {
             agent: agent.clone(),
@@ -43,7 +42,12 @@ impl super::Machine {
     }
 
     /// The agent of a restored, ready node reconnected; it may do so once.
-    pub(super) fn on_rejoined(&mut self, now: Instant, agent: AgentId, out: &mut Out) {
+    pub(super) fn on_rejoined(
+        &mut self,
+        now: Instant,
+        agent: AgentId,
+        out: &mut impl Emit<Effect>,
+    ) {
         let handed_off_at = self.record.agent.as_ref().and_then(|a| a.handed_off_at);
         self.record.agent = Some(AgentFacts {
             agent: agent.clone(),
@@ -63,7 +67,7 @@ impl super::Machine {
     }
 
     /// SSH closed after the join: the handoff is complete (seed 000 §12).
-    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         let agent = self.record.agent.as_mut().expect("Joined has agent facts");
         agent.handed_off_at = Some(now);
         let agent = agent.agent.clone();

@@ -5,6 +5,7 @@
 pub(super) use super::phase::{Phase, Resolve, Then};
 use super::{Config, Effect, Input, Record, Stage, TimerKind};
 use crate::ids::{Counter, SessionId};
+use crate::machine::Emit;
 use crate::plan::LogicalNodeSpec;
 use crate::port::LogSeqs;
 use crate::rng::DetRng;
@@ -223,7 +224,7 @@ impl crate::Machine for Machine {
 impl Machine {
     /// `handle`, pushing the effects onto `out` (the composite lends one
     /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
+    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Emit<Effect>) {
         match (self.phase, input) {
             (_, Input::Tick) => self.on_tick(now, out),
             (Phase::New, Input::Start { excluded_hosts }) => {
@@ -311,15 +312,7 @@ impl Machine {
             ) if op == got => self.on_destroyed(now, result, tries, replace, out),
             // A cancelled session still logs until SSH is closed: its
             // numbers count in any phase.
-            (_, Input::BootstrapObserved(obs))
-                if self
-                    .record
-                    .bootstrap
-                    .as_ref()
-                    .is_some_and(|b| b.session == obs.session) =>
-            {
-                self.on_observed(now, obs)
-            }
+            (_, Input::BootstrapObserved(obs)) => self.observe(now, obs),
             (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })
                 if self.expects_join(&lease_id) =>
             {
@@ -337,6 +330,18 @@ impl Machine {
                 Input::BootstrapFailed { reason },
             ) => self.fail(now, reason, out),
             _ => self.ignored += 1,
+        }
+    }
+
+    /// `BootstrapObserved`: an observation of the node's session (current
+    /// or cancelled) is noted; any other is ignored. It has no effects, so a
+    /// composite may deliver it while the session is still stepping.
+    pub(crate) fn observe(&mut self, now: Instant, obs: crate::bootstrap::Observation) {
+        let ours = (self.record.bootstrap.as_ref()).is_some_and(|b| b.session == obs.session);
+        if ours {
+            self.on_observed(now, obs);
+        } else {
+            self.ignored += 1;
         }
     }
 

@@ -3,11 +3,10 @@
 
 use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind, backoff};
+use crate::machine::Emit;
 use crate::port::{LeaseFacts, ProviderError};
 use crate::time::Instant;
 use std::sync::Arc;
-
-type Out = Vec<Effect>;
 
 impl super::Machine {
     pub(super) fn on_listed(
@@ -15,7 +14,7 @@ impl super::Machine {
         now: Instant,
         result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
         resolve: Resolve,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.timers.clear();
         let leases = match result {
@@ -56,7 +55,13 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn list_failed(&mut self, now: Instant, resolve: Resolve, why: &str, out: &mut Out) {
+    pub(super) fn list_failed(
+        &mut self,
+        now: Instant,
+        resolve: Resolve,
+        why: &str,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.timers.clear();
         let tries = resolve.tries;
         if tries < self.config.list_attempts_max {
@@ -78,7 +83,12 @@ impl super::Machine {
     }
 
     /// Lists the run's leases; `resolve.tries` counts this list.
-    pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Out) {
+    pub(super) fn issue_list(
+        &mut self,
+        now: Instant,
+        resolve: Resolve,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();

@@ -8,6 +8,7 @@ use super::machine::{Phase, Resolve, Then};
 use super::{BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
+use crate::machine::Emit;
 use crate::port::{
     CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
     ProviderErrorKind, SshEndpoint,
@@ -15,10 +16,8 @@ use crate::port::{
 use crate::time::Instant;
 use std::sync::Arc;
 
-type Out = Vec<Effect>;
-
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (
@@ -97,7 +96,7 @@ impl super::Machine {
         now: Instant,
         attempt: u32,
         intents: u32,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         let nonce = self.draw_nonce();
         let r = &mut self.record;
@@ -124,7 +123,13 @@ impl super::Machine {
     }
 
     /// Sends the create of the current intent; `tries` counts this one.
-    pub(super) fn issue_create(&mut self, now: Instant, tries: u32, intents: u32, out: &mut Out) {
+    pub(super) fn issue_create(
+        &mut self,
+        now: Instant,
+        tries: u32,
+        intents: u32,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.timers.clear();
         let op = self.next_op();
         self.enter(
@@ -151,7 +156,7 @@ impl super::Machine {
     }
 
     /// Continues what a restore left pending.
-    pub(super) fn resume(&mut self, now: Instant, out: &mut Out) {
+    pub(super) fn resume(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
         self.resume = false;
         let _ = self.retry_spent_strays(now, out);
         match self.phase {
@@ -180,7 +185,7 @@ impl super::Machine {
         result: Result<LeaseGranted, ProviderError>,
         (tries, intents): (u32, u32),
         then: Then,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.timers.clear();
         let retry = tries < self.config.create_attempts_max && then == Then::Bootstrap;
@@ -223,7 +228,12 @@ impl super::Machine {
     /// A create answer that is not the awaited one. The lease it names is
     /// real and costs money: adopt it if it is the intent being resolved,
     /// ignore it if it is the lease already known, destroy it otherwise.
-    pub(super) fn on_stray_lease(&mut self, now: Instant, granted: LeaseGranted, out: &mut Out) {
+    pub(super) fn on_stray_lease(
+        &mut self,
+        now: Instant,
+        granted: LeaseGranted,
+        out: &mut impl Emit<Effect>,
+    ) {
         let lease = granted.lease;
         if let Phase::Resolving { resolve, .. } = self.phase
             && Some(lease.nonce) == self.record.nonce
@@ -244,7 +254,7 @@ impl super::Machine {
         lease: Arc<LeaseFacts>,
         endpoint: Option<SshEndpoint>,
         then: Then,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::LeaseKnown {
@@ -274,7 +284,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<EndpointStatus, ProviderError>,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         let transient = |e: &ProviderError| {
             matches!(
@@ -304,7 +314,12 @@ impl super::Machine {
         self.timers.set(TimerKind::EndpointPoll, now + interval);
     }
 
-    pub(super) fn endpoint_known(&mut self, now: Instant, endpoint: SshEndpoint, out: &mut Out) {
+    pub(super) fn endpoint_known(
+        &mut self,
+        now: Instant,
+        endpoint: SshEndpoint,
+        out: &mut impl Emit<Effect>,
+    ) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
         self.set_stage(Stage::EndpointKnown, out);
@@ -330,7 +345,7 @@ impl super::Machine {
         });
     }
 
-    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut Out) {
+    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut impl Emit<Effect>) {
         self.fail_with(now, reason, false, out);
     }
 
@@ -339,7 +354,7 @@ impl super::Machine {
         now: Instant,
         reason: String,
         unresolved: bool,
-        out: &mut Out,
+        out: &mut impl Emit<Effect>,
     ) {
         self.timers.clear();
         self.record.failed_reason = Some(reason.clone());
@@ -354,7 +369,7 @@ impl super::Machine {
         self.enter(Phase::Failed { unresolved }, out);
     }
 
-    pub(super) fn issue_lookup(&mut self, out: &mut Out) {
+    pub(super) fn issue_lookup(&mut self, out: &mut impl Emit<Effect>) {
         self.timers.cancel(&TimerKind::EndpointPoll);
         let op = self.next_op();
         self.phase = Phase::Locating { op: Some(op) };
@@ -366,12 +381,12 @@ impl super::Machine {
         out.push(Effect::LookupEndpoint { op, lease });
     }
 
-    pub(super) fn persist_destroy_requested(&mut self, out: &mut Out) {
+    pub(super) fn persist_destroy_requested(&mut self, out: &mut impl Emit<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
-    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut Out) {
+    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut impl Emit<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::ReplaceRequested {
             node,
@@ -379,7 +394,7 @@ impl super::Machine {
         }));
     }
 
-    pub(super) fn persist_abandoned(&mut self, out: &mut Out) {
+    pub(super) fn persist_abandoned(&mut self, out: &mut impl Emit<Effect>) {
         let node = self.record.desired.node_id.clone();
         let nonce = self.record.nonce.expect("an intent has a nonce");
         out.push(Effect::Persist(JournalRecord::IntentAbandoned {
@@ -389,13 +404,13 @@ impl super::Machine {
     }
 
     /// Enters `phase` and announces its stage if it changed.
-    pub(super) fn enter(&mut self, phase: Phase, out: &mut Out) {
+    pub(super) fn enter(&mut self, phase: Phase, out: &mut impl Emit<Effect>) {
         self.phase = phase;
         self.set_stage(phase.stage(), out);
     }
 
     /// Records `stage` (also a transient one) and announces it if it changed.
-    pub(super) fn set_stage(&mut self, stage: Stage, out: &mut Out) {
+    pub(super) fn set_stage(&mut self, stage: Stage, out: &mut impl Emit<Effect>) {
         if self.record.stage == stage {
             return;
         }

@@ -2,9 +2,11 @@
 //! world (recording routes) or to a sibling child (a node's session, a
 //! session's node), depth first and in order.
 
+use super::window::IdWindow;
 use super::{Orchestrator, Owner, Session, Slot};
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
+use crate::machine::Emit;
 use crate::node;
 use crate::plan::ReplacementPolicy;
 use crate::port::{Effect, Input};
@@ -112,7 +114,10 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through a node manager and wraps its effects.
+    /// Runs one input through a node manager. Its effects are routed as
+    /// the node makes them (see [`NodeSink`]); those for a sibling, and
+    /// everything after the first of them, are handled after the step, in
+    /// order.
     pub(super) fn deliver_node(
         &mut self,
         now: Instant,
@@ -124,48 +129,38 @@ impl Orchestrator {
             self.counters.unknown_nodes += 1;
             return;
         };
-        let mut effects = self.node_buffers.pop().unwrap_or_default();
+        let mut deferred = self.node_buffers.pop().unwrap_or_default();
+        let mut changes = Changes::default();
         let (ignored, strays) = (machine.ignored(), machine.stray_leases());
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
-        machine.step(now, input, &mut effects);
+        let mut sink = NodeSink {
+            out: &mut *out,
+            routes: &mut self.routes,
+            slot,
+            id: &self.ids[slot.at()],
+            changes: &mut changes,
+            deferred: &mut deferred,
+        };
+        machine.step(now, input, &mut sink);
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
         self.sync_node(slot);
-        for effect in effects.drain(..) {
+        self.node_changed(slot, changes);
+        for effect in deferred.drain(..) {
             self.node_effect(now, slot, effect, out);
         }
-        self.node_buffers.push(effects);
+        self.node_buffers.push(deferred);
     }
 
+    /// A node effect handled after its step.
     fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out) {
-        let owner = || Owner::Node(slot);
+        let mut changes = Changes::default();
+        let id = &self.ids[slot.at()];
+        let Some(effect) = emit_node(out, &mut self.routes, slot, id, &mut changes, effect) else {
+            return self.node_changed(slot, changes);
+        };
         match effect {
-            node::Effect::Persist(record) => out.push(Effect::Persist(record)),
-            node::Effect::CreateLease { op, request } => {
-                self.routes.insert(op.0, owner());
-                out.push(Effect::CreateLease { op, request });
-            }
-            node::Effect::LookupEndpoint { op, lease } => {
-                self.routes.insert(op.0, owner());
-                out.push(Effect::LookupEndpoint { op, lease });
-            }
-            node::Effect::ListLeases {
-                op,
-                run_id,
-                provider,
-            } => {
-                self.routes.insert(op.0, owner());
-                out.push(Effect::ListLeases {
-                    op,
-                    run_id,
-                    provider,
-                });
-            }
-            node::Effect::DestroyLease { op, lease } => {
-                self.routes.insert(op.0, owner());
-                out.push(Effect::DestroyLease { op, lease });
-            }
             node::Effect::StartBootstrap {
                 session,
                 endpoint,
@@ -199,26 +194,14 @@ impl Orchestrator {
             node::Effect::CancelBootstrap { session } => {
                 self.deliver_session(now, slot, session, bootstrap::Input::Cancel, out)
             }
-            node::Effect::Changed {
-                stage,
-                ready,
-                failed_reason,
-            } => {
-                self.node_changed(slot, stage);
-                out.push(Effect::NodeChanged {
-                    node: self.ids[slot.at()].clone(),
-                    stage,
-                    ready,
-                    failed_reason,
-                });
-            }
+            other => unreachable!("emit_node routes {other:?}"),
         }
     }
 
     /// Feeds the quarantine and schedules a reconcile pass when a node
-    /// reaches a stage the reconciler acts on.
-    fn node_changed(&mut self, slot: Slot, stage: node::Stage) {
-        if stage == node::Stage::Failed {
+    /// reached a stage the reconciler acts on.
+    fn node_changed(&mut self, slot: Slot, changes: Changes) {
+        if changes.failed > 0 {
             let host = self
                 .slot_machine(slot)
                 .record()
@@ -226,20 +209,24 @@ impl Orchestrator {
                 .as_ref()
                 .and_then(|lease| lease.host_id.clone());
             if let Some(host) = host {
-                self.quarantine.record_failure(&host);
+                for _ in 0..changes.failed {
+                    self.quarantine.record_failure(&host);
+                }
             }
         }
         let replaces = matches!(
             self.reconciler.replacement,
             ReplacementPolicy::Bounded { .. }
         );
-        if replaces && matches!(stage, node::Stage::Failed | node::Stage::Destroyed) {
+        if replaces && changes.ended {
             self.reconcile_due = true;
         }
     }
 
-    /// Runs one input through session `id` of the node in `slot`, and
-    /// wraps its effects. A session that has ended ignores it.
+    /// Runs one input through session `id` of the node in `slot`. Its
+    /// effects are routed as the session makes them (see
+    /// [`SessionSink`]); its end, and everything after it, is handled
+    /// after the step. A session that has ended ignores the input.
     pub(super) fn deliver_session(
         &mut self,
         now: Instant,
@@ -252,19 +239,34 @@ impl Orchestrator {
             self.counters.ignored_by_sessions += 1;
             return;
         };
-        let mut effects = self.session_buffers.pop().unwrap_or_default();
+        let mut deferred = self.session_buffers.pop().unwrap_or_default();
         let ignored = session.machine.ignored();
+        let node = self.nodes[slot.at()].as_mut();
+        let node_ignored = node.as_ref().map_or(0, |n| n.ignored());
         session.machine.swap_ids(&mut self.ops);
-        session.machine.step(now, input, &mut effects);
+        let mut sink = SessionSink {
+            out: &mut *out,
+            routes: &mut self.routes,
+            ops: &mut session.ops,
+            slot,
+            id,
+            now,
+            node,
+            deferred: &mut deferred,
+        };
+        session.machine.step(now, input, &mut sink);
+        let node_ignored = sink.node.map_or(0, |n| n.ignored()) - node_ignored;
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
+        self.counters.ignored_by_nodes += node_ignored;
         self.sync_session(slot);
-        for effect in effects.drain(..) {
+        for effect in deferred.drain(..) {
             self.session_effect(now, id, slot, effect, out);
         }
-        self.session_buffers.push(effects);
+        self.session_buffers.push(deferred);
     }
 
+    /// A session effect handled after its step.
     fn session_effect(
         &mut self,
         now: Instant,
@@ -273,41 +275,12 @@ impl Orchestrator {
         effect: bootstrap::Effect,
         out: &mut Out,
     ) {
+        let routes = &mut self.routes;
+        let ops = self.sessions[node.at()].as_mut().map(|s| &mut s.ops);
+        let Some(effect) = emit_session(out, routes, ops, node, id, effect) else {
+            return;
+        };
         match effect {
-            bootstrap::Effect::SshConnect {
-                op,
-                endpoint,
-                lease_id,
-            } => {
-                self.route_session(op, node, id);
-                out.push(Effect::SshConnect {
-                    op,
-                    session: id,
-                    endpoint,
-                    lease_id,
-                });
-            }
-            bootstrap::Effect::SshExec {
-                op,
-                command,
-                purpose,
-                join,
-            } => {
-                self.route_session(op, node, id);
-                out.push(Effect::SshExec {
-                    op,
-                    session: id,
-                    command,
-                    purpose,
-                    join,
-                });
-            }
-            bootstrap::Effect::SshClose { op } => {
-                self.route_session(op, node, id);
-                out.push(Effect::SshClose { op, session: id });
-            }
-            bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
-            bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
             bootstrap::Effect::Observed(observation) => {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
@@ -331,15 +304,194 @@ impl Orchestrator {
                 };
                 self.deliver_node(now, node, input, out);
             }
+            other => unreachable!("emit_session routes {other:?}"),
         }
     }
+}
 
-    fn route_session(&mut self, op: OpId, slot: Slot, id: SessionId) {
-        self.routes.insert(op.0, Owner::Session(slot, id));
-        self.sessions[slot.at()]
-            .as_mut()
-            .expect("a routing session exists")
-            .ops
-            .push(op);
+/// What a node's stage changes ask of the composite after its step.
+#[derive(Default)]
+struct Changes {
+    /// Changes to `Failed` (each counts against the lease's host).
+    failed: u32,
+    /// Whether it reached a stage a replacement acts on.
+    ended: bool,
+}
+
+/// Routes a node effect bound for the world: records the route of an
+/// operation and pushes the port effect. A stage change goes out as
+/// `NodeChanged` and is noted in `changes`. An effect for a sibling
+/// (a session to start, tell or cancel) is handed back.
+#[inline]
+fn emit_node(
+    out: &mut Out,
+    routes: &mut IdWindow<Owner>,
+    slot: Slot,
+    id: &LogicalNodeId,
+    changes: &mut Changes,
+    effect: node::Effect,
+) -> Option<node::Effect> {
+    let owner = Owner::Node(slot);
+    match effect {
+        node::Effect::Persist(record) => out.push(Effect::Persist(record)),
+        node::Effect::CreateLease { op, request } => {
+            routes.insert(op.0, owner);
+            out.push(Effect::CreateLease { op, request });
+        }
+        node::Effect::LookupEndpoint { op, lease } => {
+            routes.insert(op.0, owner);
+            out.push(Effect::LookupEndpoint { op, lease });
+        }
+        node::Effect::ListLeases {
+            op,
+            run_id,
+            provider,
+        } => {
+            routes.insert(op.0, owner);
+            out.push(Effect::ListLeases {
+                op,
+                run_id,
+                provider,
+            });
+        }
+        node::Effect::DestroyLease { op, lease } => {
+            routes.insert(op.0, owner);
+            out.push(Effect::DestroyLease { op, lease });
+        }
+        node::Effect::Changed {
+            stage,
+            ready,
+            failed_reason,
+        } => {
+            changes.failed += u32::from(stage == node::Stage::Failed);
+            changes.ended |= matches!(stage, node::Stage::Failed | node::Stage::Destroyed);
+            out.push(Effect::NodeChanged {
+                node: id.clone(),
+                stage,
+                ready,
+                failed_reason,
+            });
+        }
+        sibling @ (node::Effect::StartBootstrap { .. }
+        | node::Effect::ConvergenceObserved { .. }
+        | node::Effect::CancelBootstrap { .. }) => return Some(sibling),
+    }
+    None
+}
+
+/// Routes a session effect bound for the world: records the route of an
+/// operation (also in the session's own list, `ops`, while it lives) and
+/// pushes the port effect. An observation for the node and the session's
+/// end are handed back.
+#[inline]
+fn emit_session(
+    out: &mut Out,
+    routes: &mut IdWindow<Owner>,
+    ops: Option<&mut Vec<OpId>>,
+    slot: Slot,
+    id: SessionId,
+    effect: bootstrap::Effect,
+) -> Option<bootstrap::Effect> {
+    let route = |op: OpId| {
+        routes.insert(op.0, Owner::Session(slot, id));
+        ops.expect("a routing session exists").push(op);
+    };
+    match effect {
+        bootstrap::Effect::SshConnect {
+            op,
+            endpoint,
+            lease_id,
+        } => {
+            route(op);
+            out.push(Effect::SshConnect {
+                op,
+                session: id,
+                endpoint,
+                lease_id,
+            });
+        }
+        bootstrap::Effect::SshExec {
+            op,
+            command,
+            purpose,
+            join,
+        } => {
+            route(op);
+            out.push(Effect::SshExec {
+                op,
+                session: id,
+                command,
+                purpose,
+                join,
+            });
+        }
+        bootstrap::Effect::SshClose { op } => {
+            route(op);
+            out.push(Effect::SshClose { op, session: id });
+        }
+        bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
+        bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
+        sibling @ (bootstrap::Effect::Observed(_) | bootstrap::Effect::Finished(_)) => {
+            return Some(sibling);
+        }
+    }
+    None
+}
+
+/// Where a node manager's step puts its effects while the composite
+/// delivers an input to it: straight out (see [`emit_node`]) until the
+/// first effect for a sibling, which waits in `deferred` with every effect
+/// after it, so that the order of effects is the order of handling.
+struct NodeSink<'a> {
+    out: &'a mut Out,
+    routes: &'a mut IdWindow<Owner>,
+    slot: Slot,
+    id: &'a LogicalNodeId,
+    changes: &'a mut Changes,
+    deferred: &'a mut Vec<node::Effect>,
+}
+
+impl Emit<node::Effect> for NodeSink<'_> {
+    #[inline]
+    fn push(&mut self, effect: node::Effect) {
+        if !self.deferred.is_empty() {
+            return self.deferred.push(effect);
+        }
+        let (out, routes) = (&mut *self.out, &mut *self.routes);
+        if let Some(sibling) = emit_node(out, routes, self.slot, self.id, self.changes, effect) {
+            self.deferred.push(sibling);
+        }
+    }
+}
+
+/// Where a bootstrap session's step puts its effects: straight out (see
+/// [`emit_session`]); an observation goes to its node at once (the node
+/// notes it and makes no effect, so the order of effects is unchanged);
+/// the session's end waits in `deferred` with every effect after it.
+struct SessionSink<'a> {
+    out: &'a mut Out,
+    routes: &'a mut IdWindow<Owner>,
+    ops: &'a mut Vec<OpId>,
+    slot: Slot,
+    id: SessionId,
+    now: Instant,
+    /// The session's node (a live session's node is in the ledger).
+    node: Option<&'a mut node::Machine>,
+    deferred: &'a mut Vec<bootstrap::Effect>,
+}
+
+impl Emit<bootstrap::Effect> for SessionSink<'_> {
+    #[inline]
+    fn push(&mut self, effect: bootstrap::Effect) {
+        if !self.deferred.is_empty() {
+            return self.deferred.push(effect);
+        }
+        if let (bootstrap::Effect::Observed(observation), Some(node)) = (&effect, &mut self.node) {
+            return node.observe(self.now, *observation);
+        }
+        let (out, routes, ops) = (&mut *self.out, &mut *self.routes, Some(&mut *self.ops));
+        if let Some(sibling) = emit_session(out, routes, ops, self.slot, self.id, effect) {
+            self.deferred.push(sibling);
+        }
     }
 }
