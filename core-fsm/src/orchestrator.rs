@@ -95,7 +95,48 @@ pub(crate) struct Session {
     pub(crate) id: SessionId,
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it, dropped from the routes when it ends.
-    pub(crate) ops: Vec<OpId>,
+    pub(crate) ops: OpList,
+}
+
+/// Operations routed to a session: the first [`OpList::INLINE`] in place (a
+/// session issues about six: no allocation), any more in a vector.
+#[derive(Clone, Debug)]
+pub(crate) struct OpList {
+    inline: [OpId; OpList::INLINE],
+    len: usize,
+    more: Vec<OpId>,
+}
+
+impl Default for OpList {
+    fn default() -> OpList {
+        OpList {
+            inline: [OpId(0); OpList::INLINE],
+            len: 0,
+            more: Vec::new(),
+        }
+    }
+}
+
+impl OpList {
+    const INLINE: usize = 8;
+
+    pub(crate) fn push(&mut self, op: OpId) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = op;
+                self.len += 1;
+            }
+            None => self.more.push(op),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = OpId> + '_ {
+        self.inline[..self.len].iter().chain(&self.more).copied()
+    }
+
+    pub(crate) fn contains(&self, op: OpId) -> bool {
+        self.iter().any(|o| o == op)
+    }
 }
 
 /// The orchestrator composite.
@@ -124,8 +165,6 @@ pub struct Orchestrator {
     pub(crate) live_sessions: usize,
     /// The probe command every session runs, made once.
     pub(crate) probe_command: Arc<str>,
-    /// Emptied operation lists of ended sessions, for the next ones.
-    pub(crate) spare_op_lists: Vec<Vec<OpId>>,
     /// Who awaits each operation's answer, by operation id.
     pub(crate) routes: IdWindow<Owner>,
     pub(crate) deadlines: Deadlines,
@@ -177,7 +216,6 @@ impl Orchestrator {
             sessions: (0..count).map(|_| None).collect(),
             live_sessions: 0,
             probe_command: bootstrap::PROBE_COMMAND.into(),
-            spare_op_lists: Vec::new(),
             routes: IdWindow::default(),
             deadlines: Deadlines::new(count),
             tally: Tally::new(count),
@@ -284,10 +322,12 @@ impl Orchestrator {
     }
 
     /// Puts a new node manager into the ledger and indexes it.
-    pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
+    /// `now` is the time of the step that creates it (a restore's is
+    /// zero: it only hints where its deadline is indexed).
+    pub(crate) fn insert_node(&mut self, now: Instant, slot: Slot, machine: node::Machine) {
         assert!(self.nodes[slot.at()].is_none(), "one manager per node");
         self.nodes[slot.at()] = Some(machine);
-        self.sync_node(slot);
+        self.sync_node(now, slot);
     }
 }
 

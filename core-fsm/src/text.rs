@@ -119,7 +119,13 @@ impl std::ops::Deref for Text {
 
 impl PartialEq for Text {
     fn eq(&self, other: &Text) -> bool {
-        self.as_bytes() == other.as_bytes()
+        match (&self.0, &other.0) {
+            // Unused inline bytes are zero, so equal text is equal arrays.
+            (Repr::Inline { len: a, bytes: x }, Repr::Inline { len: b, bytes: y }) => {
+                a == b && x == y
+            }
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 
@@ -134,8 +140,30 @@ impl PartialOrd for Text {
 impl Ord for Text {
     /// Byte order, which is the order of `str`.
     fn cmp(&self, other: &Text) -> Ordering {
-        self.as_bytes().cmp(other.as_bytes())
+        match (&self.0, &other.0) {
+            // Unused inline bytes are zero: comparing the arrays as big-endian
+            // words, then the lengths, is byte order (a prefix sorts first;
+            // text ending in zero bytes ties with its prefix on the arrays
+            // and is longer).
+            (Repr::Inline { len: a, bytes: x }, Repr::Inline { len: b, bytes: y }) => {
+                words(x).cmp(&words(y)).then(a.cmp(b))
+            }
+            _ => self.as_bytes().cmp(other.as_bytes()),
+        }
     }
+}
+
+/// Inline bytes as big-endian words: their order is the bytes' order.
+#[inline]
+fn words(bytes: &[u8; INLINE_MAX]) -> (u64, u64, u64) {
+    let mut wide = [0u8; 24];
+    wide[..INLINE_MAX].copy_from_slice(bytes);
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&wide[at..at + 8]);
+        u64::from_be_bytes(w)
+    };
+    (word(0), word(8), word(16))
 }
 
 impl Hash for Text {
@@ -211,6 +239,14 @@ mod tests {
     #[test]
     fn orders_as_str_orders() {
         let mut words = vec!["workers-2", "workers-10", "é", "a", "", "workers-1"];
+        words.extend([
+            "a\0",
+            "a\0\0",
+            "a\u{1}",
+            "b",
+            "\u{7f}",
+            "x".repeat(INLINE_MAX).leak(),
+        ]);
         words.push("a-rather-long-node-id-that-is-shared-0");
         words.push("a-rather-long-node-id-that-is-shared-1");
         let mut texts: Vec<Text> = words.iter().map(|w| Text::from(*w)).collect();
@@ -218,6 +254,14 @@ mod tests {
         texts.sort();
         let sorted: Vec<&str> = texts.iter().map(Text::as_str).collect();
         assert_eq!(sorted, words);
+        // Equality and order agree with `str`'s for every pair.
+        for (a, x) in words.iter().zip(&texts) {
+            for (b, y) in words.iter().zip(&texts) {
+                assert_eq!(x.cmp(y), Text::from(*a).cmp(&Text::from(*b)));
+                assert_eq!(x.cmp(y), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(x == y, a == b, "{a:?} vs {b:?}");
+            }
+        }
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl Orchestrator {
                 };
                 let rng = self.node_rng(&spec.node_id);
                 let machine = node::Machine::new(self.node_config, spec, rng);
-                self.insert_node(slot, machine);
+                self.insert_node(now, slot, machine);
                 self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
             }
             Action::Destroy { node } => match self.slot_of(&node) {

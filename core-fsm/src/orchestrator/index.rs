@@ -7,6 +7,8 @@
 use super::{Orchestrator, Slot};
 use crate::node;
 use crate::time::Instant;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// A child of the composite that may have a deadline: a node manager, or
 /// the bootstrap session of the node in a slot (a node has one at most).
@@ -17,7 +19,7 @@ pub(crate) enum Child {
 }
 
 impl Child {
-    /// The child's leaf: a slot's node and session side by side.
+    /// The child's index: a slot's node and session side by side.
     fn leaf(self) -> usize {
         match self {
             Child::Node(slot) => 2 * slot.at(),
@@ -35,76 +37,195 @@ impl Child {
     }
 }
 
-/// No deadline, in the tree.
+/// No deadline.
 const NONE: u64 = u64::MAX;
+
+/// Queues of deadlines set with one timeout, at most; deadlines set with
+/// any other timeout go to a heap.
+const QUEUES_MAX: usize = 8;
 
 /// Every child's next deadline, by child and in time order.
 ///
-/// A tournament tree over the children: each leaf holds a child's deadline
-/// (or none), each inner entry the earliest below it, so the root is the
-/// earliest of all. Setting a deadline walks up from its leaf and stops
-/// where the earliest below stays the same: logarithmic at worst, with no
-/// stale entries to clean and fixed memory (two entries per child).
+/// A child's deadline is almost always "now plus one of a few fixed
+/// timeouts", and time never goes back, so the deadlines set with one
+/// timeout arrive in order: each timeout gets a first-in-first-out queue
+/// whose front is its earliest, and setting a deadline is a push at the
+/// back. A deadline that would break a queue's order (an unusual timeout
+/// when every queue is taken, or an earlier time) goes to a heap instead.
+/// An entry whose child has since been set to something else is stale: it
+/// is skipped where it is met (at a front) and dropped in bulk when stale
+/// entries outnumber live ones, so memory stays proportional to the
+/// children. The earliest deadline is kept exact after every change.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Deadlines {
-    /// Leaves (a power of two, at least one).
-    leaves: usize,
-    /// `tree[1]` is the root, `tree[leaves + leaf]` a leaf; raw
-    /// milliseconds, [`NONE`] for no deadline.
-    tree: Vec<u64>,
+    /// Each child's deadline by leaf; [`NONE`] for none.
+    current: Vec<u64>,
+    /// How many children have a deadline.
+    live: usize,
+    queues: Vec<Queue>,
+    /// Entries that fit no queue, earliest first.
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Entries held, stale ones included.
+    entries: usize,
+    /// The earliest deadline of any child ([`NONE`] for none).
+    earliest: u64,
+}
+
+/// Deadlines set with one timeout, in order: `(deadline, leaf)`.
+#[derive(Clone, Debug)]
+struct Queue {
+    timeout: u64,
+    entries: VecDeque<(u64, u32)>,
 }
 
 impl Deadlines {
     pub(crate) fn new(slots: usize) -> Deadlines {
-        let leaves = (2 * slots).max(1).next_power_of_two();
         Deadlines {
-            leaves,
-            tree: vec![NONE; 2 * leaves],
+            current: vec![NONE; 2 * slots],
+            earliest: NONE,
+            ..Deadlines::default()
         }
     }
 
     /// `child`'s deadline as indexed.
     pub(crate) fn get(&self, child: Child) -> Option<Instant> {
-        let raw = self.tree[self.leaves + child.leaf()];
+        let raw = self.current[child.leaf()];
         (raw != NONE).then_some(Instant(raw))
     }
 
-    /// Sets `child`'s deadline.
-    pub(crate) fn set(&mut self, child: Child, deadline: Option<Instant>) {
-        let mut at = self.leaves + child.leaf();
+    /// Sets `child`'s deadline; `now` is the time of the step that set it.
+    pub(crate) fn set(&mut self, now: Instant, child: Child, deadline: Option<Instant>) {
+        let leaf = child.leaf();
         let raw = deadline.map_or(NONE, |d| d.0);
-        if self.tree[at] == raw {
+        let old = self.current[leaf];
+        if old == raw {
             return;
         }
-        self.tree[at] = raw;
-        while at > 1 {
-            let parent = at / 2;
-            let earliest = self.tree[2 * parent].min(self.tree[2 * parent + 1]);
-            if self.tree[parent] == earliest {
+        self.current[leaf] = raw;
+        self.live = self.live + usize::from(raw != NONE) - usize::from(old != NONE);
+        if raw != NONE {
+            self.push(
+                now.0,
+                raw,
+                u32::try_from(leaf).expect("fewer than 2^32 children"),
+            );
+        }
+        if old == self.earliest {
+            // The earliest may have moved on: find the next.
+            self.earliest = self.first_live();
+        } else if raw < self.earliest {
+            self.earliest = raw;
+        }
+        if self.entries > 2 * self.live + 64 {
+            self.compact();
+        }
+    }
+
+    fn push(&mut self, now: u64, deadline: u64, leaf: u32) {
+        self.entries += 1;
+        let timeout = deadline.saturating_sub(now);
+        let at = match self.queues.iter().position(|q| q.timeout == timeout) {
+            Some(at) => Some(at),
+            None if self.queues.len() < QUEUES_MAX => {
+                self.queues.push(Queue {
+                    timeout,
+                    entries: VecDeque::new(),
+                });
+                Some(self.queues.len() - 1)
+            }
+            None => None,
+        };
+        match at.map(|at| &mut self.queues[at].entries) {
+            Some(queue) if queue.back().is_none_or(|back| back.0 <= deadline) => {
+                queue.push_back((deadline, leaf));
+            }
+            _ => self.heap.push(Reverse((deadline, leaf))),
+        }
+    }
+
+    /// Whether an entry names its child's deadline now.
+    fn is_live(current: &[u64], (deadline, leaf): (u64, u32)) -> bool {
+        current[leaf as usize] == deadline
+    }
+
+    /// Drops stale entries at the fronts, and returns the earliest live
+    /// deadline.
+    fn first_live(&mut self) -> u64 {
+        let current = &self.current;
+        let mut earliest = NONE;
+        for queue in &mut self.queues {
+            while let Some(&front) = queue.entries.front() {
+                if Self::is_live(current, front) {
+                    earliest = earliest.min(front.0);
+                    break;
+                }
+                queue.entries.pop_front();
+                self.entries -= 1;
+            }
+        }
+        while let Some(&Reverse(top)) = self.heap.peek() {
+            if Self::is_live(current, top) {
+                earliest = earliest.min(top.0);
                 break;
             }
-            self.tree[parent] = earliest;
-            at = parent;
+            self.heap.pop();
+            self.entries -= 1;
         }
+        earliest
+    }
+
+    /// Keeps one entry per child with a deadline (its first live one).
+    fn compact(&mut self) {
+        let current = &self.current;
+        let mut kept = vec![false; current.len()];
+        let mut keep = |entry: (u64, u32)| {
+            let fresh = Self::is_live(current, entry) && !kept[entry.1 as usize];
+            kept[entry.1 as usize] |= fresh;
+            fresh
+        };
+        for queue in &mut self.queues {
+            queue.entries.retain(|entry| keep(*entry));
+        }
+        self.heap.retain(|Reverse(entry)| keep(*entry));
+        self.queues.retain(|q| !q.entries.is_empty());
+        self.entries = self.live;
     }
 
     /// The earliest deadline of any child.
     pub(crate) fn earliest(&self) -> Option<Instant> {
-        let raw = self.tree.get(1).copied().unwrap_or(NONE);
-        (raw != NONE).then_some(Instant(raw))
+        (self.earliest != NONE).then_some(Instant(self.earliest))
     }
 
     /// Takes every child due at `now` out of the index (each is re-synced
     /// after its tick): nodes in slot (node-id) order, and the slots of
     /// due sessions, also in slot order.
     pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<Slot>, Vec<Slot>) {
-        let (mut nodes, mut sessions) = (Vec::new(), Vec::new());
         let mut due = Vec::new();
-        self.collect_due(1, now.0, &mut due);
+        let current = &mut self.current;
+        let mut take = |(deadline, leaf): (u64, u32)| {
+            if current[leaf as usize] == deadline {
+                current[leaf as usize] = NONE;
+                due.push(leaf as usize);
+            }
+        };
+        for queue in &mut self.queues {
+            while let Some(&front) = queue.entries.front().filter(|f| f.0 <= now.0) {
+                queue.entries.pop_front();
+                self.entries -= 1;
+                take(front);
+            }
+        }
+        while let Some(&Reverse(top)) = self.heap.peek().filter(|t| t.0.0 <= now.0) {
+            self.heap.pop();
+            self.entries -= 1;
+            take(top);
+        }
+        self.live -= due.len();
+        self.earliest = self.first_live();
+        due.sort_unstable();
+        let (mut nodes, mut sessions) = (Vec::new(), Vec::new());
         for leaf in due {
-            let child = Child::of_leaf(leaf);
-            self.set(child, None);
-            match child {
+            match Child::of_leaf(leaf) {
                 Child::Node(slot) => nodes.push(slot),
                 Child::Session(slot) => sessions.push(slot),
             }
@@ -112,28 +233,15 @@ impl Deadlines {
         (nodes, sessions)
     }
 
-    /// The leaves at or below `at` whose deadline is at most `now`, in
-    /// leaf order.
-    fn collect_due(&self, at: usize, now: u64, due: &mut Vec<usize>) {
-        if self.tree[at] > now {
-            return;
-        }
-        if at >= self.leaves {
-            due.push(at - self.leaves);
-            return;
-        }
-        self.collect_due(2 * at, now, due);
-        self.collect_due(2 * at + 1, now, due);
-    }
-
-    /// Whether the index names exactly these deadlines and every inner
-    /// entry is the earliest below it (checked by tests).
+    /// Whether the index names exactly these deadlines: every child's
+    /// deadline has an entry, queues are in order, the live count and the
+    /// earliest are exact (checked by tests).
     pub(crate) fn matches(
         &self,
         nodes: impl Iterator<Item = (Slot, Option<Instant>)>,
         sessions: impl Iterator<Item = (Slot, Option<Instant>)>,
     ) -> bool {
-        let mut named = vec![false; self.leaves];
+        let mut named = vec![false; self.current.len()];
         let mut agrees = |child: Child, at: Option<Instant>| {
             named[child.leaf()] = true;
             self.get(child) == at
@@ -144,12 +252,36 @@ impl Deadlines {
         let sessions_match = sessions
             .into_iter()
             .all(|(slot, at)| agrees(Child::Session(slot), at));
-        let unnamed_empty = (0..self.leaves)
+        let unnamed_empty = (0..self.current.len())
             .filter(|leaf| !named[*leaf])
-            .all(|leaf| self.tree[self.leaves + leaf] == NONE);
-        let inner_exact = (1..self.leaves)
-            .all(|at| self.tree[at] == self.tree[2 * at].min(self.tree[2 * at + 1]));
-        nodes_match && sessions_match && unnamed_empty && inner_exact
+            .all(|leaf| self.current[leaf] == NONE);
+        let mut entered = vec![false; self.current.len()];
+        let all_entries = (self.queues.iter().flat_map(|q| q.entries.iter().copied()))
+            .chain(self.heap.iter().map(|Reverse(entry)| *entry));
+        let mut held = 0;
+        for entry in all_entries {
+            held += 1;
+            entered[entry.1 as usize] |= Self::is_live(&self.current, entry);
+        }
+        let every_deadline_entered = (self.current.iter().zip(&entered))
+            .all(|(deadline, entered)| *deadline == NONE || *entered);
+        let queues_ordered = self.queues.iter().all(|q| {
+            let (a, b) = q.entries.as_slices();
+            a.iter()
+                .chain(b)
+                .zip(a.iter().chain(b).skip(1))
+                .all(|(x, y)| x.0 <= y.0)
+        });
+        let live = self.current.iter().filter(|d| **d != NONE).count();
+        let earliest = self.current.iter().copied().min().unwrap_or(NONE);
+        nodes_match
+            && sessions_match
+            && unnamed_empty
+            && every_deadline_entered
+            && queues_ordered
+            && held == self.entries
+            && live == self.live
+            && earliest == self.earliest
     }
 }
 
@@ -209,13 +341,13 @@ pub(crate) fn is_settled(machine: &node::Machine) -> bool {
 
 impl Orchestrator {
     /// Re-reads a node's deadline and flags after it handled an input.
-    pub(crate) fn sync_node(&mut self, slot: Slot) {
+    pub(crate) fn sync_node(&mut self, now: Instant, slot: Slot) {
         use crate::Machine as _;
         let machine = self.slot_machine(slot);
         let deadline = machine.next_deadline();
         let unsettled = !is_settled(machine);
         let leased = !machine.holds_no_lease();
-        self.deadlines.set(Child::Node(slot), deadline);
+        self.deadlines.set(now, Child::Node(slot), deadline);
         self.tally.set(slot, unsettled, leased);
     }
 }
@@ -223,11 +355,11 @@ impl Orchestrator {
 impl Orchestrator {
     /// Re-reads the deadline of the session in `slot` after it handled an
     /// input (or ended).
-    pub(crate) fn sync_session(&mut self, slot: Slot) {
+    pub(crate) fn sync_session(&mut self, now: Instant, slot: Slot) {
         use crate::Machine as _;
         let deadline = self.sessions[slot.at()]
             .as_ref()
             .and_then(|s| s.machine.next_deadline());
-        self.deadlines.set(Child::Session(slot), deadline);
+        self.deadlines.set(now, Child::Session(slot), deadline);
     }
 }

@@ -94,7 +94,7 @@ impl Orchestrator {
                         .sessions
                         .get(slot.at())
                         .and_then(Option::as_ref)
-                        .is_some_and(|s| s.id == *session && s.ops.contains(&op));
+                        .is_some_and(|s| s.id == *session && s.ops.contains(op));
                     assert!(known, "O4 {op}: routed to a live session that knows it");
                 }
             }

@@ -3,7 +3,7 @@
 //! session's node), depth first and in order.
 
 use super::window::IdWindow;
-use super::{Orchestrator, Owner, Session, Slot};
+use super::{OpList, Orchestrator, Owner, Session, Slot};
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
 use crate::machine::Emit;
@@ -145,7 +145,7 @@ impl Orchestrator {
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
-        self.sync_node(slot);
+        self.sync_node(now, slot);
         self.node_changed(slot, changes);
         for effect in deferred.drain(..) {
             self.node_effect(now, slot, effect, out);
@@ -173,13 +173,12 @@ impl Orchestrator {
                     bootstrap::Config::with_probe(session, spec, lease_id, endpoint, probe);
                 config.log_seqs = log_seqs;
                 let machine = bootstrap::Machine::new(config);
-                let ops = (self.spare_op_lists.pop()).unwrap_or_else(|| Vec::with_capacity(8));
                 let entry = &mut self.sessions[slot.at()];
                 assert!(entry.is_none(), "O2: one session per node");
                 *entry = Some(Session {
                     id: session,
                     machine,
-                    ops,
+                    ops: OpList::default(),
                 });
                 self.live_sessions += 1;
                 self.deliver_session(now, slot, session, bootstrap::Input::Start, out);
@@ -259,7 +258,7 @@ impl Orchestrator {
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
         self.counters.ignored_by_nodes += node_ignored;
-        self.sync_session(slot);
+        self.sync_session(now, slot);
         for effect in deferred.drain(..) {
             self.session_effect(now, id, slot, effect, out);
         }
@@ -285,15 +284,14 @@ impl Orchestrator {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
             bootstrap::Effect::Finished(outcome) => {
-                let mut session = self.sessions[node.at()]
+                let session = self.sessions[node.at()]
                     .take()
                     .expect("a finishing session exists");
                 self.live_sessions -= 1;
-                self.sync_session(node);
-                for op in session.ops.drain(..) {
+                self.sync_session(now, node);
+                for op in session.ops.iter() {
                     self.routes.remove(op.0);
                 }
-                self.spare_op_lists.push(session.ops);
                 let input = match outcome {
                     bootstrap::Outcome::Converged => node::Input::BootstrapClosed,
                     bootstrap::Outcome::Failed { stage, reason } => node::Input::BootstrapFailed {
@@ -322,7 +320,7 @@ struct Changes {
 /// operation and pushes the port effect. A stage change goes out as
 /// `NodeChanged` and is noted in `changes`. An effect for a sibling
 /// (a session to start, tell or cancel) is handed back.
-#[inline]
+#[inline(always)]
 fn emit_node(
     out: &mut Out,
     routes: &mut IdWindow<Owner>,
@@ -383,11 +381,11 @@ fn emit_node(
 /// operation (also in the session's own list, `ops`, while it lives) and
 /// pushes the port effect. An observation for the node and the session's
 /// end are handed back.
-#[inline]
+#[inline(always)]
 fn emit_session(
     out: &mut Out,
     routes: &mut IdWindow<Owner>,
-    ops: Option<&mut Vec<OpId>>,
+    ops: Option<&mut OpList>,
     slot: Slot,
     id: SessionId,
     effect: bootstrap::Effect,
@@ -452,7 +450,7 @@ struct NodeSink<'a> {
 }
 
 impl Emit<node::Effect> for NodeSink<'_> {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, effect: node::Effect) {
         if !self.deferred.is_empty() {
             return self.deferred.push(effect);
@@ -471,7 +469,7 @@ impl Emit<node::Effect> for NodeSink<'_> {
 struct SessionSink<'a> {
     out: &'a mut Out,
     routes: &'a mut IdWindow<Owner>,
-    ops: &'a mut Vec<OpId>,
+    ops: &'a mut OpList,
     slot: Slot,
     id: SessionId,
     now: Instant,
@@ -481,7 +479,7 @@ struct SessionSink<'a> {
 }
 
 impl Emit<bootstrap::Effect> for SessionSink<'_> {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, effect: bootstrap::Effect) {
         if !self.deferred.is_empty() {
             return self.deferred.push(effect);
