@@ -94,7 +94,8 @@ pub(crate) enum Owner {
 pub(crate) struct Session {
     pub(crate) id: SessionId,
     pub(crate) machine: bootstrap::Machine,
-    /// Every operation routed to it, dropped from the routes when it ends.
+    /// Every operation routed to it and not yet answered for good, dropped
+    /// from the routes when it ends.
     pub(crate) ops: OpList,
 }
 
@@ -137,6 +138,21 @@ impl OpList {
     pub(crate) fn contains(&self, op: OpId) -> bool {
         self.iter().any(|o| o == op)
     }
+
+    /// Takes `op` out of the list, if it is there (order is not kept).
+    pub(crate) fn remove(&mut self, op: OpId) {
+        if let Some(at) = self.inline[..self.len].iter().position(|o| *o == op) {
+            self.len -= 1;
+            self.inline[at] = self.inline[self.len];
+            // Refill the inline part from the vector, so it stays a prefix.
+            if let Some(more) = self.more.pop() {
+                self.inline[self.len] = more;
+                self.len += 1;
+            }
+        } else if let Some(at) = self.more.iter().position(|o| *o == op) {
+            self.more.swap_remove(at);
+        }
+    }
 }
 
 /// The orchestrator composite.
@@ -147,7 +163,8 @@ pub struct Orchestrator {
     pub(crate) ids: Vec<LogicalNodeId>,
     /// Slots of the planned nodes by group and index, for the reconciler's
     /// creates (which name a node by group and index).
-    pub(crate) group_slots: BTreeMap<GroupId, Vec<Slot>>,
+    /// Sorted by group id.
+    pub(crate) group_slots: Vec<(GroupId, Vec<Slot>)>,
     /// Specs by slot, taken when the node manager is created.
     pub(crate) specs: Vec<Option<LogicalNodeSpec>>,
     pub(crate) reconciler: reconcile::Config,
@@ -298,12 +315,26 @@ impl Orchestrator {
 
     /// The slot of node `index` of a planned group.
     pub(crate) fn group_slot(&self, group: &GroupId, index: u32) -> Option<Slot> {
-        let slots = self.group_slots.get(group)?;
+        self.group_slot_by(group.0.as_bytes(), index)
+    }
+
+    fn group_slot_by(&self, group: &[u8], index: u32) -> Option<Slot> {
+        let (groups, want) = (&self.group_slots, |(g, _): &(GroupId, _)| {
+            g.0.as_bytes().cmp(group)
+        });
+        let slots = &groups[groups.binary_search_by(want).ok()?].1;
         slots.get(usize::try_from(index).ok()?).copied()
     }
 
     /// The slot of a planned node.
     pub(crate) fn slot_of(&self, id: &LogicalNodeId) -> Option<Slot> {
+        // A planned node's id names its group and index: look there first.
+        if let Some((group, index)) = crate::plan::parse_node_id(id)
+            && let Some(slot) = self.group_slot_by(group, index)
+            && self.ids[slot.at()] == *id
+        {
+            return Some(slot);
+        }
         let at = self.ids.binary_search(id).ok()?;
         Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes")))
     }
@@ -336,7 +367,7 @@ impl Orchestrator {
 fn group_slots(
     specs: &[LogicalNodeSpec],
     desired: &reconcile::Desired,
-) -> BTreeMap<GroupId, Vec<Slot>> {
+) -> Vec<(GroupId, Vec<Slot>)> {
     let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
         .groups
         .iter()

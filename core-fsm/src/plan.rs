@@ -236,6 +236,23 @@ pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
     LogicalNodeId(Text::concat(&[group.as_str(), "-", digits.as_str()]))
 }
 
+/// The group and index an id of the form `{group}-{index}` names (the
+/// index in plain decimal, as [`node_id`] writes it), as bytes: no id of
+/// another form is parsed.
+pub fn parse_node_id(id: &LogicalNodeId) -> Option<(&[u8], u32)> {
+    let bytes = id.0.as_bytes();
+    let dash = bytes.iter().rposition(|b| *b == b'-')?;
+    let (group, digits) = (&bytes[..dash], &bytes[dash + 1..]);
+    let canonical = digits.first().is_some_and(|d| *d != b'0') || digits == b"0";
+    if !canonical || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let index = digits.iter().try_fold(0u32, |n, d| {
+        n.checked_mul(10)?.checked_add(u32::from(d - b'0'))
+    })?;
+    Some((group, index))
+}
+
 /// Whether `id` is `{group}-{index}`, without building that id.
 pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
     // Bytes, not `str`s: this runs for every node when a composite is built.

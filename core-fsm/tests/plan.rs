@@ -304,3 +304,28 @@ fn expansion_is_in_plan_order_with_stable_ids() {
         .collect();
     assert_eq!(counts, [("cpu", 3), ("workers", 2)]);
 }
+
+#[test]
+fn node_ids_parse_back_into_group_and_index() {
+    for (group, index) in [("workers", 0), ("a-b", 7), ("cpu", 1234), ("g", u32::MAX)] {
+        let id = plan::node_id(&GroupId::from(group), index);
+        let parsed = plan::parse_node_id(&id);
+        assert_eq!(parsed, Some((group.as_bytes(), index)), "{id}");
+    }
+    // Only the form `node_id` writes parses: no leading zeros, no sign,
+    // no overflow, a dash and digits.
+    for id in [
+        "workers-01",
+        "workers-",
+        "workers",
+        "workers-+1",
+        "w-4294967296",
+        "w-1x",
+    ] {
+        assert_eq!(plan::parse_node_id(&LogicalNodeId::from(id)), None, "{id}");
+    }
+    assert_eq!(
+        plan::parse_node_id(&LogicalNodeId::from("-3")),
+        Some((&b""[..], 3))
+    );
+}

@@ -88,6 +88,10 @@ impl Orchestrator {
         };
         if last {
             self.routes.remove(op.0);
+            // Answered: the session's end has no route left to drop for it.
+            if let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) {
+                session.ops.remove(op);
+            }
         }
         self.deliver_session(now, slot, id, input, out);
     }
@@ -147,8 +151,10 @@ impl Orchestrator {
         self.counters.stray_leases += machine.stray_leases() - strays;
         self.sync_node(now, slot);
         self.node_changed(slot, changes);
-        for effect in deferred.drain(..) {
-            self.node_effect(now, slot, effect, out);
+        if !deferred.is_empty() {
+            for effect in deferred.drain(..) {
+                self.node_effect(now, slot, effect, out);
+            }
         }
         self.node_buffers.push(deferred);
     }
@@ -259,8 +265,10 @@ impl Orchestrator {
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
         self.counters.ignored_by_nodes += node_ignored;
         self.sync_session(now, slot);
-        for effect in deferred.drain(..) {
-            self.session_effect(now, id, slot, effect, out);
+        if !deferred.is_empty() {
+            for effect in deferred.drain(..) {
+                self.session_effect(now, id, slot, effect, out);
+            }
         }
         self.session_buffers.push(deferred);
     }
