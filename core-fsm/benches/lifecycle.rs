@@ -64,69 +64,83 @@ impl World {
         }
     }
 
-    /// The lease id for the create of `op`: `bench:{op}`.
-    fn lease_id(&mut self, op: u64) -> LeaseId {
-        let at = op as usize;
-        while self.lease_ids.len() <= at {
-            let n = self.lease_ids.len();
-            self.lease_ids.push(LeaseId::new(format!("bench:{n}")));
-        }
-        self.lease_ids[at].clone()
-    }
 }
 
-/// Answers every effect that starts I/O at once, successfully.
+/// The lease id for the create of `op`: `bench:{op}`.
+fn lease_id(lease_ids: &mut Vec<LeaseId>, op: u64) -> LeaseId {
+    let at = op as usize;
+    while lease_ids.len() <= at {
+        let n = lease_ids.len();
+        lease_ids.push(LeaseId::new(format!("bench:{n}")));
+    }
+    lease_ids[at].clone()
+}
+
+/// Answers every effect that starts I/O at once, successfully; then drops
+/// the effects (read in place: an effect is not moved to be answered).
 fn answer(world: &mut World) {
-    let mut effects = std::mem::take(&mut world.effects);
-    for effect in effects.drain(..) {
-        let queue = &mut world.queue;
+    let World {
+        queue,
+        effects,
+        lease_ids,
+        agent,
+        endpoint,
+    } = world;
+    for effect in effects.iter() {
         match effect {
             Effect::CreateLease { op, request } => {
                 let lease = LeaseFacts {
                     provider: request.provider,
-                    lease_id: world.lease_id(op.0),
+                    lease_id: lease_id(lease_ids, op.0),
                     contract_id: String::new(),
                     offer_id: None,
                     host_id: None,
                     nonce: request.nonce,
                     metadata: BTreeMap::new(),
                 };
-                let endpoint = world.endpoint.clone();
-                world.queue.push_back(Input::LeaseCreated {
-                    op,
+                queue.push_back(Input::LeaseCreated {
+                    op: *op,
                     result: Ok(LeaseGranted {
                         lease: Arc::new(lease),
-                        endpoint: Some(endpoint),
+                        endpoint: Some(endpoint.clone()),
                     }),
                 });
             }
-            Effect::SshConnect { op, .. } => {
-                queue.push_back(Input::SshConnected { op, result: Ok(()) })
-            }
+            Effect::SshConnect { op, .. } => queue.push_back(Input::SshConnected {
+                op: *op,
+                result: Ok(()),
+            }),
             Effect::SshExec {
                 op,
                 purpose: CommandPurpose::Start,
                 join: Some(binding),
                 ..
             } => {
-                queue.push_back(Input::SshExited { op, result: Ok(0) });
+                queue.push_back(Input::SshExited {
+                    op: *op,
+                    result: Ok(0),
+                });
                 queue.push_back(Input::AgentJoined {
-                    node: binding.node,
-                    lease_id: binding.lease_id,
-                    agent: world.agent.clone(),
+                    node: binding.node.clone(),
+                    lease_id: binding.lease_id.clone(),
+                    agent: agent.clone(),
                 });
             }
-            Effect::SshExec { op, .. } => queue.push_back(Input::SshExited { op, result: Ok(0) }),
-            Effect::SshClose { op, .. } => queue.push_back(Input::SshClosed { op }),
-            Effect::DestroyLease { op, .. } => {
-                queue.push_back(Input::LeaseDestroyed { op, result: Ok(()) })
-            }
+            Effect::SshExec { op, .. } => queue.push_back(Input::SshExited {
+                op: *op,
+                result: Ok(0),
+            }),
+            Effect::SshClose { op, .. } => queue.push_back(Input::SshClosed { op: *op }),
+            Effect::DestroyLease { op, .. } => queue.push_back(Input::LeaseDestroyed {
+                op: *op,
+                result: Ok(()),
+            }),
             other => {
                 black_box(other);
             }
         }
     }
-    world.effects = effects;
+    effects.clear();
 }
 
 /// Drives `input` and everything it causes until the world is quiet.
