@@ -63,7 +63,6 @@ impl World {
             },
         }
     }
-
 }
 
 /// The lease id for the create of `op`: `bench:{op}`.

@@ -233,7 +233,7 @@ pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
     // Built by hand, not with `format!`: every node of a run gets its id
     // here, and the formatting machinery costs more than the rest.
     let digits = Digits::of(index);
-    LogicalNodeId(Text::concat(&[group.as_str(), "-", digits.as_str()]))
+    LogicalNodeId(group.0.join_ascii(&[b"-", digits.as_bytes()]))
 }
 
 /// The group and index an id of the form `{group}-{index}` names (the
@@ -259,7 +259,7 @@ pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
     id.0.as_bytes()
         .strip_prefix(group.0.as_bytes())
         .and_then(|rest| rest.strip_prefix(b"-"))
-        .is_some_and(|rest| rest == Digits::of(index).as_str().as_bytes())
+        .is_some_and(|rest| rest == Digits::of(index).as_bytes())
 }
 
 /// The decimal digits of a `u32`, on the stack.
@@ -283,8 +283,8 @@ impl Digits {
         Digits { buf, start }
     }
 
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.buf[self.start..]).expect("ASCII digits")
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
     }
 }
 

@@ -80,6 +80,34 @@ impl Text {
     }
 }
 
+impl Text {
+    /// `self` followed by `parts`, which must be ASCII: unlike
+    /// [`Text::concat`], nothing is re-validated as UTF-8 (text followed by
+    /// ASCII is valid UTF-8).
+    pub(crate) fn join_ascii(&self, parts: &[&[u8]]) -> Text {
+        assert!(parts.iter().all(|p| p.is_ascii()), "join_ascii takes ASCII");
+        let head = self.as_bytes();
+        let len = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > INLINE_MAX {
+            let mut text = String::with_capacity(len);
+            text.push_str(self);
+            for part in parts {
+                text.extend(part.iter().map(|b| char::from(*b)));
+            }
+            return Text(Repr::Shared(Arc::from(text)));
+        }
+        let mut bytes = [0u8; INLINE_MAX];
+        bytes[..head.len()].copy_from_slice(head);
+        let mut at = head.len();
+        for part in parts {
+            bytes[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let len = u8::try_from(len).expect("INLINE_MAX fits a u8");
+        Text(Repr::Inline { len, bytes })
+    }
+}
+
 impl From<&str> for Text {
     fn from(text: &str) -> Text {
         if text.len() <= INLINE_MAX {
@@ -234,6 +262,11 @@ mod tests {
         assert_eq!(Text::concat(&["workers", "-", "12"]), short);
         let joined = Text::concat(&["x".repeat(INLINE_MAX).as_str(), "-1"]);
         assert_eq!(joined.as_str(), format!("{}-1", "x".repeat(INLINE_MAX)));
+        assert_eq!(Text::from("workers").join_ascii(&[b"-", b"12"]), short);
+        let long_join = Text::from("x".repeat(INLINE_MAX)).join_ascii(&[b"-", b"1"]);
+        assert_eq!(long_join, joined);
+        assert!(matches!(long_join.0, Repr::Shared(_)));
+        assert_eq!(Text::from("é").join_ascii(&[b"-0"]).as_str(), "é-0");
     }
 
     #[test]

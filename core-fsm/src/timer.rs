@@ -161,7 +161,16 @@ impl<K: Ord + Clone> TimerTable<K> {
 
     /// The earliest deadline of all armed timers.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.entries().map(|(_, at)| *at).min()
+        // Plain loops: this runs after every step of every machine.
+        let mut earliest: Option<Instant> = None;
+        let mut see = |at: Instant| earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        for (_, at) in self.inline.iter().flatten() {
+            see(*at);
+        }
+        for (_, at) in &self.spilled {
+            see(*at);
+        }
+        earliest
     }
 
     /// Removes and returns every kind due at or before `now`, earliest first

@@ -292,12 +292,14 @@ impl Orchestrator {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
             bootstrap::Effect::Finished(outcome) => {
-                let session = self.sessions[node.at()]
-                    .take()
-                    .expect("a finishing session exists");
+                // Only its open operations are taken out; the session is
+                // dropped where it lies.
+                let session = self.sessions[node.at()].as_mut();
+                let ops = std::mem::take(&mut session.expect("a finishing session exists").ops);
+                self.sessions[node.at()] = None;
                 self.live_sessions -= 1;
                 self.sync_session(now, node);
-                for op in session.ops.iter() {
+                for op in ops.iter() {
                     self.routes.remove(op.0);
                 }
                 let input = match outcome {
