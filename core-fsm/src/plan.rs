@@ -16,7 +16,6 @@ pub use validate::{
 
 use crate::ids::{GroupId, LogicalNodeId, RoleId, RunId};
 use crate::reconcile::Desired;
-use crate::text::Text;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
