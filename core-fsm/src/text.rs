@@ -150,7 +150,7 @@ impl PartialEq for Text {
         match (&self.0, &other.0) {
             // Unused inline bytes are zero, so equal text is equal arrays.
             (Repr::Inline { len: a, bytes: x }, Repr::Inline { len: b, bytes: y }) => {
-                a == b && x == y
+                a == b && words(x) == words(y)
             }
             _ => self.as_bytes() == other.as_bytes(),
         }

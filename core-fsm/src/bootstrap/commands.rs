@@ -80,21 +80,21 @@ impl super::Machine {
 
     /// Follows the configured sources; a pass through `StdoutStreaming`.
     pub(super) fn start_tails(&mut self, out: &mut impl Emit<Effect>) {
-        let boot = &self.config.boot;
-        let sources = [
-            (boot.stdout_sources.clone(), false),
-            (boot.stderr_sources.clone(), true),
-        ];
         let stage = super::Stage::StdoutStreaming;
         out.push(Effect::Observed(self.observation(stage)));
-        for (list, to_stderr) in sources {
+        for to_stderr in [false, true] {
+            let boot = &self.config.boot;
+            let list = match to_stderr {
+                false => &boot.stdout_sources,
+                true => &boot.stderr_sources,
+            };
             if list.is_empty() {
                 continue;
             }
+            let command = tail_command(list, to_stderr);
             assert!(self.tails.len() < TAILS_MAX, "one tail per stream");
             let op = self.next_op();
             self.tails.push(op);
-            let command = tail_command(&list, to_stderr);
             out.push(Effect::SshExec {
                 op,
                 command: command.into(),

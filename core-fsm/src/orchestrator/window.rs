@@ -7,17 +7,22 @@
 //! abandoned operation whose answer may still come, late) moves to a tree,
 //! so the window's memory stays bounded however long the run.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-/// Ids the window spans at most before its oldest entry moves to the tree.
+/// Ids the window spans at most before its oldest entry moves to the tree
+/// (a power of two: the window is a ring indexed by `id % WINDOW_MAX`).
 pub(crate) const WINDOW_MAX: usize = 4096;
 
 /// Values by increasing `u64` id.
 #[derive(Clone, Debug)]
 pub(crate) struct IdWindow<T> {
-    /// The id of `window[0]`.
+    /// The oldest id the window may hold: every id below it is in `old`.
     base: u64,
-    window: VecDeque<Option<T>>,
+    /// One past the highest id the window holds (`base` when empty).
+    end: u64,
+    /// Slot `id % ring.len()` holds id `id` for `base <= id < end`; the
+    /// ring grows by doubling up to [`WINDOW_MAX`].
+    ring: Vec<Option<T>>,
     /// Entries older than the window.
     old: BTreeMap<u64, T>,
     len: usize,
@@ -27,7 +32,8 @@ impl<T> Default for IdWindow<T> {
     fn default() -> Self {
         IdWindow {
             base: 0,
-            window: VecDeque::new(),
+            end: 0,
+            ring: Vec::new(),
             old: BTreeMap::new(),
             len: 0,
         }
@@ -40,11 +46,18 @@ impl<T> IdWindow<T> {
         self.len
     }
 
+    fn at(&self, id: u64) -> usize {
+        // The ring's length is a power of two.
+        (id as usize) & (self.ring.len() - 1)
+    }
+
     /// Inserts `value` under `id`, replacing any value there. Ids are
     /// expected to grow; an id below the window goes to the tree.
     pub(crate) fn insert(&mut self, id: u64, value: T) {
-        if self.window.is_empty() {
+        if self.base == self.end && id >= self.base {
+            // Empty: the window starts at this id.
             self.base = id;
+            self.end = id;
         }
         if id < self.base {
             if self.old.insert(id, value).is_none() {
@@ -52,26 +65,18 @@ impl<T> IdWindow<T> {
             }
             return;
         }
-        let at = usize::try_from(id - self.base).unwrap_or(usize::MAX);
-        if at >= WINDOW_MAX {
-            // Far ahead of the oldest entry: move old entries out until
-            // the id fits (or the window is empty).
-            self.spill_until(id);
-            if self.window.is_empty() {
-                self.base = id;
-            }
+        let span = id - self.base + 1;
+        if span > self.ring.len() as u64 {
+            self.make_room(span);
         }
-        let at = (id - self.base) as usize;
-        if at == self.window.len() {
-            // The usual case: the next id.
-            self.window.push_back(Some(value));
-            self.len += 1;
-            return;
+        while self.end <= id {
+            // Ids skipped over (issued elsewhere) hold nothing.
+            let at = self.at(self.end);
+            self.ring[at] = None;
+            self.end += 1;
         }
-        if at > self.window.len() {
-            self.window.resize_with(at + 1, || None);
-        }
-        if self.window[at].replace(value).is_none() {
+        let at = self.at(id);
+        if self.ring[at].replace(value).is_none() {
             self.len += 1;
         }
     }
@@ -81,18 +86,22 @@ impl<T> IdWindow<T> {
         if id < self.base {
             return self.old.get(&id);
         }
-        let at = usize::try_from(id - self.base).ok()?;
-        self.window.get(at).and_then(Option::as_ref)
+        if id >= self.end {
+            return None;
+        }
+        self.ring[self.at(id)].as_ref()
     }
 
     /// Takes the value under `id` out.
     pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
         let value = if id < self.base {
             self.old.remove(&id)
+        } else if id >= self.end {
+            None
         } else {
-            let at = usize::try_from(id - self.base).ok()?;
-            let value = self.window.get_mut(at).and_then(Option::take);
-            if at == 0 {
+            let at = self.at(id);
+            let value = self.ring[at].take();
+            if id == self.base {
                 self.trim();
             }
             value
@@ -104,30 +113,46 @@ impl<T> IdWindow<T> {
     /// Every entry in id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
         let old = self.old.iter().map(|(id, v)| (*id, v));
-        let window = (self.base..)
-            .zip(&self.window)
-            .filter_map(|(id, v)| v.as_ref().map(|v| (id, v)));
+        let window =
+            (self.base..self.end).filter_map(|id| self.ring[self.at(id)].as_ref().map(|v| (id, v)));
         old.chain(window)
     }
 
-    /// Drops empty slots at the front, advancing the base.
+    /// Advances the base past empty slots.
     fn trim(&mut self) {
-        while let Some(None) = self.window.front() {
-            self.window.pop_front();
+        while self.base < self.end && self.ring[self.at(self.base)].is_none() {
             self.base += 1;
         }
     }
 
-    /// Moves entries from the front of the window to the tree until `id`
-    /// is within [`WINDOW_MAX`] of the base.
-    fn spill_until(&mut self, id: u64) {
-        while !self.window.is_empty() && id - self.base >= WINDOW_MAX as u64 {
-            if let Some(Some(value)) = self.window.pop_front() {
+    /// Makes the window span `span` ids: grows the ring up to
+    /// [`WINDOW_MAX`], then moves the oldest entries to the tree.
+    fn make_room(&mut self, span: u64) {
+        let want = usize::try_from(span).unwrap_or(usize::MAX).min(WINDOW_MAX);
+        if want > self.ring.len() {
+            let size = want.next_power_of_two().max(16);
+            let mut ring: Vec<Option<T>> = (0..size).map(|_| None).collect();
+            for id in self.base..self.end {
+                let at = self.at(id);
+                ring[(id as usize) & (size - 1)] = self.ring[at].take();
+            }
+            self.ring = ring;
+        }
+        let keep_from = (self.base + span).saturating_sub(self.ring.len() as u64);
+        while self.base < keep_from.min(self.end) {
+            let at = self.at(self.base);
+            if let Some(value) = self.ring[at].take() {
                 self.old.insert(self.base, value);
             }
             self.base += 1;
-            self.trim();
         }
+        if self.base < keep_from {
+            // Nothing left in the window: it restarts at the oldest id
+            // that must fit.
+            self.base = keep_from;
+            self.end = keep_from;
+        }
+        self.trim();
     }
 }
 
@@ -155,13 +180,53 @@ mod tests {
         w.insert(far, 1);
         assert_eq!(w.get(2), Some(&20), "the old entry is still found");
         assert_eq!(w.get(far), Some(&1));
-        assert!(w.window.len() <= WINDOW_MAX, "the window stays bounded");
+        assert!(w.ring.len() <= WINDOW_MAX, "the window stays bounded");
+        assert!(w.end - w.base <= WINDOW_MAX as u64);
         let all: Vec<(u64, u64)> = w.iter().map(|(id, v)| (id, *v)).collect();
         assert_eq!(all, vec![(2, 20), (far, 1)], "iteration is in id order");
         assert_eq!(w.remove(2), Some(20));
         assert_eq!(w.len(), 1);
         assert_eq!(w.get(far - 1), None);
         assert_eq!(w.get(far + 1), None);
+    }
+
+    #[test]
+    fn agrees_with_a_map_under_random_use() {
+        let mut rng = crate::rng::DetRng::new(7);
+        let mut w = IdWindow::default();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut next = 1u64;
+        for _ in 0..200_000 {
+            match rng.next_u64() % 10 {
+                // Mostly fresh ids, sometimes far ahead (a gap).
+                0..=4 => {
+                    next += 1 + rng.next_u64() % 3;
+                    if rng.next_u64() % 500 == 0 {
+                        next += rng.next_u64() % (3 * WINDOW_MAX as u64);
+                    }
+                    w.insert(next, next);
+                    model.insert(next, next);
+                }
+                // Answers, mostly of recent ids, some of old ones.
+                _ => {
+                    let reach = if rng.next_u64() % 4 == 0 {
+                        3 * WINDOW_MAX
+                    } else {
+                        32
+                    };
+                    let id = next.saturating_sub(rng.next_u64() % reach as u64);
+                    assert_eq!(w.remove(id), model.remove(&id), "remove {id}");
+                }
+            }
+            let probe = next.saturating_sub(rng.next_u64() % (2 * WINDOW_MAX as u64));
+            assert_eq!(w.get(probe), model.get(&probe), "get {probe}");
+            assert_eq!(w.len(), model.len());
+            assert!(w.end - w.base <= WINDOW_MAX as u64);
+        }
+        assert!(!w.old.is_empty(), "some entries moved to the tree");
+        let all: Vec<(u64, u64)> = w.iter().map(|(id, v)| (id, *v)).collect();
+        let want: Vec<(u64, u64)> = model.into_iter().collect();
+        assert_eq!(all, want);
     }
 
     #[test]
@@ -173,7 +238,7 @@ mod tests {
             if id % 3 != 0 {
                 w.remove(id);
             }
-            assert!(w.window.len() <= WINDOW_MAX);
+            assert!(w.ring.len() <= WINDOW_MAX && w.end - w.base <= WINDOW_MAX as u64);
         }
         assert_eq!(w.len(), (WINDOW_MAX * 5).div_ceil(3));
         assert_eq!(w.iter().count(), w.len());
