@@ -201,7 +201,7 @@ mod tests {
                 // Mostly fresh ids, sometimes far ahead (a gap).
                 0..=4 => {
                     next += 1 + rng.next_u64() % 3;
-                    if rng.next_u64() % 500 == 0 {
+                    if rng.next_u64().is_multiple_of(500) {
                         next += rng.next_u64() % (3 * WINDOW_MAX as u64);
                     }
                     w.insert(next, next);
@@ -209,7 +209,7 @@ mod tests {
                 }
                 // Answers, mostly of recent ids, some of old ones.
                 _ => {
-                    let reach = if rng.next_u64() % 4 == 0 {
+                    let reach = if rng.next_u64().is_multiple_of(4) {
                         3 * WINDOW_MAX
                     } else {
                         32
