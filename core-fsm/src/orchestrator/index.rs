@@ -342,11 +342,7 @@ pub(crate) fn is_settled(machine: &node::Machine) -> bool {
 impl Orchestrator {
     /// Re-reads a node's deadline and flags after it handled an input.
     pub(crate) fn sync_node(&mut self, now: Instant, slot: Slot) {
-        use crate::Machine as _;
-        let machine = self.slot_machine(slot);
-        let deadline = machine.next_deadline();
-        let unsettled = !is_settled(machine);
-        let leased = !machine.holds_no_lease();
+        let (deadline, unsettled, leased) = self.slot_machine(slot).index_facts();
         self.deadlines.set(now, Child::Node(slot), deadline);
         self.tally.set(slot, unsettled, leased);
     }
