@@ -418,7 +418,11 @@ impl crate::Machine for Orchestrator {
             } => self.on_joined(now, node, lease_id, agent, out),
             answer => self.route_answer(now, answer, out),
         }
-        self.reconcile(now, out);
+        // Most inputs leave no pass due: checked here, so that they skip
+        // the pass's large frame.
+        if self.reconcile_due {
+            self.reconcile(now, out);
+        }
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -93,6 +93,7 @@ impl Orchestrator {
         }
     }
 
+    #[inline(never)]
     pub(super) fn reconcile(&mut self, now: Instant, out: &mut Out) {
         for _ in 0..RECONCILE_PASSES_MAX {
             if !self.reconcile_due {

@@ -159,7 +159,9 @@ impl Orchestrator {
         self.node_buffers.push(deferred);
     }
 
-    /// A node effect handled after its step.
+    /// A node effect handled after its step (not inlined: rare, and its
+    /// frame is large).
+    #[inline(never)]
     fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out) {
         let mut changes = Changes::default();
         let id = &self.ids[slot.at()];
@@ -273,7 +275,9 @@ impl Orchestrator {
         self.session_buffers.push(deferred);
     }
 
-    /// A session effect handled after its step.
+    /// A session effect handled after its step (not inlined: rare, and its
+    /// frame is large).
+    #[inline(never)]
     fn session_effect(
         &mut self,
         now: Instant,
