@@ -5,24 +5,35 @@
 //! every effect loop does. A plain timed loop; prints
 //! `node lifecycles/s: N`. Run with `cargo bench -p core-fsm --bench lifecycle`.
 //!
-//! Measured on the shared 2-core machine (noisy; callgrind's instruction
-//! counts are the repeatable figure), 1,000 nodes per orchestrator:
+//! Measured on shared 2-core machines (noisy, and machines differ: the
+//! same build read ~580k/s on one and ~400k/s on another; callgrind's
+//! instruction counts are the repeatable figure), 1,000 nodes per
+//! orchestrator:
 //! - 171k/s (~62k instructions per lifecycle) with `String` ids and specs,
 //!   leases and boot specs copied into every effect, tree-based routes,
 //!   sessions and deadline index, and a fresh effect vector per step;
-//! - ~575k/s (~22k instructions) with `Text` ids (inline, no reference
-//!   count), shared (`Arc`) specs, leases and commands, sessions by slot,
-//!   routes in an id window, a tournament tree of deadlines, timer tables
-//!   that allocate nothing, and `handle_into` with a reused buffer. Pools
-//!   of 10 to 1,000 nodes give the same rate (10,000: ~310k/s, bound by
-//!   the cache).
+//! - ~575k/s (~22k instructions; ~400k/s on the slower machine) with
+//!   `Text` ids (inline, no reference count), shared (`Arc`) specs, leases
+//!   and commands, sessions by slot, routes in an id window, a tournament
+//!   tree of deadlines, timer tables that allocate nothing, and
+//!   `handle_into` with a reused buffer;
+//! - ~650k/s on the slower machine (~16k instructions) with children
+//!   emitting through a sink (`machine::Emit`: each effect routed as it is
+//!   made, no collecting and re-wrapping; a session's observations noted
+//!   on its node at once), deadlines in per-timeout queues, session op
+//!   lists inline, a ring of routes, planned ids parsed to their slot,
+//!   core-fsm in one codegen unit, rare paths (a reconcile pass, deferred
+//!   child effects) out of line, and this world reading effects in place.
+//!   Pools of 100 to 1,000 nodes give about the same rate (10: ~580k/s,
+//!   building the composite weighs more; 10,000: ~380k/s, bound by the
+//!   cache).
 //!
-//! What remains is spread thin: the deadline index (~2k instructions per
-//! lifecycle, a walk up the tree for each re-armed timer), building and
-//! dropping the composite (~1.5k per node), this world's own answering
-//! (~3k), the remaining reference counts (specs, leases, commands: about a
-//! sixth of the time, measured by swapping `Arc` for `Rc`), and each
-//! child's step and the wrapping of its effects.
+//! What remains is spread thin (per lifecycle): this world (~3k
+//! instructions: queueing answers, dropping 22 effects, the lease it
+//! allocates), the deadline index and the per-step re-read of each child's
+//! deadline and flags (~2.5k), routing and the composite's own bookkeeping
+//! around each of ~13 child steps (~4k), building and dropping the
+//! composite (~1.3k per node), and the children's own transitions (~4k).
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId};
