@@ -290,6 +290,14 @@ impl Orchestrator {
         self.tearing_down && self.live_sessions == 0 && self.tally.none_leased()
     }
 
+    /// No node may hold a lease and no session is open: every lease the
+    /// ledger knows of is destroyed, and no intent is unresolved. True of a
+    /// composite restored from the journal of a run that was torn down, so
+    /// a runtime may start a new run instead of resuming that one.
+    pub fn holds_no_lease(&self) -> bool {
+        self.live_sessions == 0 && self.tally.none_leased()
+    }
+
     /// Raises a node's last log sequence numbers to `seqs`, when a runtime
     /// knows more than the journal: after a restart, the datastream may
     /// hold lines of a session the crash interrupted, above the journaled

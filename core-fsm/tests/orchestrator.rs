@@ -361,7 +361,11 @@ fn restart_finishes_a_requested_destroy() {
         journal.last(),
         Some(JournalRecord::DestroyRequested { .. })
     ));
-    let mut h = Harness::restore(plan, &journal);
+    let mut h = Harness::restore(plan.clone(), &journal);
+    assert!(
+        !h.orchestrator.holds_no_lease(),
+        "a lease and an open intent stand: the run is not over"
+    );
     h.at(5_000, Input::Teardown);
     h.at(
         5_100,
@@ -385,6 +389,11 @@ fn restart_finishes_a_requested_destroy() {
         }
     }
     assert!(h.orchestrator.is_torn_down());
+    // Restored from the journal of this finished teardown, the run holds
+    // nothing: a runtime may start a new one instead.
+    let whole: Vec<JournalRecord> = journal.iter().cloned().chain(h.journal()).collect();
+    let ended = Harness::restore(plan, &whole);
+    assert!(ended.orchestrator.holds_no_lease());
     insta::assert_snapshot!(h.transcript);
 }
 

@@ -4,7 +4,9 @@
 //!
 //! Order of business: load and validate the plan (a bad plan exits 2 before
 //! anything is written), refuse a second `up` on the same state dir, open
-//! the journal (records there mean: restore and adopt, never create twice),
+//! the journal (records there mean: restore and adopt, never create twice;
+//! unless that run ended holding nothing, which is then kept aside in
+//! `previous/` while a new run starts),
 //! bind the control plane, then `Start`; run until every node settled, show
 //! the summary, keep running until a stop arrives (SIGINT, SIGTERM, `stop`
 //! on stdin, `drover down`), deliver `Teardown`, run until torn down.
@@ -142,7 +144,54 @@ pub fn prepare_state(
         );
     }
     identity::load_or_create(state_dir)?;
+    if !recovered.records.is_empty() && run_is_over(plan, &recovered.records) {
+        // Nothing to adopt or destroy: this `up` is a new run. The ended
+        // run's journal and logs are kept aside, not resumed.
+        drop(journal);
+        let kept = archive_ended_run(state_dir)?;
+        eprintln!(
+            "drover: the previous run in this state dir ended with every lease destroyed; \
+             its journal and logs are in {}; starting a new run",
+            kept.display()
+        );
+        let (journal, recovered) = Journal::open(state_dir)?;
+        return Ok((journal, recovered.records));
+    }
     Ok((journal, recovered.records))
+}
+
+/// Whether the journaled run holds nothing: every lease it knew of is
+/// destroyed and no intent is unresolved (what the composite restored from
+/// these records says).
+pub fn run_is_over(plan: &RunPlan, records: &[JournalRecord]) -> bool {
+    let config = core_fsm::orchestrator::Config {
+        plan: plan.clone(),
+        seed: 0,
+    };
+    core_fsm::orchestrator::Orchestrator::restore(config, records).holds_no_lease()
+}
+
+/// Where an ended run's journal and datastream are kept: `previous/` in
+/// the state dir (the run before it, if any, is replaced).
+pub fn previous_run_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("previous")
+}
+
+/// Moves the journal and the datastream of an ended run to
+/// [`previous_run_dir`]; returns that folder.
+fn archive_ended_run(state_dir: &Path) -> anyhow::Result<PathBuf> {
+    let kept = previous_run_dir(state_dir);
+    if kept.exists() {
+        std::fs::remove_dir_all(&kept)?;
+    }
+    std::fs::create_dir_all(&kept)?;
+    let journal = Journal::path_in(state_dir);
+    std::fs::rename(&journal, kept.join(crate::journal::FILE_NAME))?;
+    let datastream = crate::datastream::dir_in(state_dir);
+    if datastream.exists() {
+        std::fs::rename(&datastream, kept.join("datastream"))?;
+    }
+    Ok(kept)
 }
 
 /// The providers of the run in `state_dir` (see

@@ -66,6 +66,60 @@ fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_a
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn a_second_up_after_a_run_that_ended_starts_a_new_run_and_keeps_the_old_journal() {
+    let dir = scratch("again");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(2));
+    let mut first = Up::start(&state, &plan);
+    first.wait_line(SETTLE, is_settled);
+    let first_leases: Vec<String> = (0..2).map(|i| lease_of(&status(&state), i)).collect();
+    let first_pids = node_pids(&state);
+    first.type_stop();
+    assert_eq!(first.wait_exit(EXIT), 0, "{}", first.seen.join("\n"));
+
+    // Every lease of the first run is destroyed: the same command on the
+    // same state dir brings the plan up again, as a new run.
+    let mut second = Up::start(&state, &plan);
+    let settled = second.wait_line(SETTLE, is_settled);
+    assert_eq!(settled["nodes"].as_array().unwrap().len(), 2, "{settled}");
+    let status = status(&state);
+    for i in 0..2 {
+        let node = node(&status, &format!("workers-{i}"));
+        assert_eq!(
+            (node["stage"].as_str(), node["ready"].as_bool()),
+            (Some("Dormant"), Some(true)),
+            "{node}"
+        );
+        assert!(
+            !first_leases.contains(&lease_of(&status, i)),
+            "a new lease, not the destroyed one: {node}"
+        );
+    }
+    // The ended run's journal and logs are kept aside, not resumed.
+    let kept = runtime_real::up::previous_run_dir(&state);
+    let old = runtime_real::journal::Journal::read(&kept).unwrap();
+    assert!(
+        old.records
+            .iter()
+            .any(|r| matches!(r, core_fsm::port::JournalRecord::LeaseReleased { .. })),
+        "the first run's journal, with its releases, is in {kept:?}"
+    );
+    assert!(kept.join("datastream").is_dir());
+    let second_pids = node_pids(&state);
+    second.type_stop();
+    assert_eq!(second.wait_exit(EXIT), 0, "{}", second.seen.join("\n"));
+    let all: Vec<u32> = first_pids.into_iter().chain(second_pids).collect();
+    assert_eq!(running(&all), Vec::<u32>::new(), "node processes left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The lease of `workers-{i}` in a status document.
+fn lease_of(status: &serde_json::Value, i: u32) -> String {
+    let node = node(status, &format!("workers-{i}"));
+    node["lease"].as_str().unwrap().to_owned()
+}
+
 fn status_after(state: &std::path::Path) -> serde_json::Value {
     status(state)
 }
