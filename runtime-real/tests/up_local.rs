@@ -26,12 +26,7 @@ fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_a
     assert_eq!(nodes.len(), 3, "{settled}");
     let status = status(&state);
     for i in 0..3 {
-        let node = node(&status, &format!("workers-{i}"));
-        assert_eq!(
-            (node["stage"].as_str(), node["ready"].as_bool()),
-            (Some("Dormant"), Some(true)),
-            "{node}"
-        );
+        let node = dormant_ready(&status, i);
         assert!(
             node["lease"].as_str().unwrap().starts_with("local:"),
             "{node}"
@@ -85,12 +80,7 @@ fn a_second_up_after_a_run_that_ended_starts_a_new_run_and_keeps_the_old_journal
     assert_eq!(settled["nodes"].as_array().unwrap().len(), 2, "{settled}");
     let status = status(&state);
     for i in 0..2 {
-        let node = node(&status, &format!("workers-{i}"));
-        assert_eq!(
-            (node["stage"].as_str(), node["ready"].as_bool()),
-            (Some("Dormant"), Some(true)),
-            "{node}"
-        );
+        let node = dormant_ready(&status, i);
         assert!(
             !first_leases.contains(&lease_of(&status, i)),
             "a new lease, not the destroyed one: {node}"
@@ -112,6 +102,17 @@ fn a_second_up_after_a_run_that_ended_starts_a_new_run_and_keeps_the_old_journal
     let all: Vec<u32> = first_pids.into_iter().chain(second_pids).collect();
     assert_eq!(running(&all), Vec::<u32>::new(), "node processes left");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `workers-{i}` in a status document, which must be Dormant and ready.
+fn dormant_ready(status: &serde_json::Value, i: u32) -> &serde_json::Value {
+    let node = node(status, &format!("workers-{i}"));
+    assert_eq!(
+        (node["stage"].as_str(), node["ready"].as_bool()),
+        (Some("Dormant"), Some(true)),
+        "{node}"
+    );
+    node
 }
 
 /// The lease of `workers-{i}` in a status document.

@@ -119,15 +119,20 @@ impl Machine {
         self.resume
             || !self.timers.is_empty()
             || self.stray_deadline().is_some()
-            || matches!(
-                self.phase,
-                Phase::Requesting { .. }
-                    | Phase::Resolving { .. }
-                    | Phase::Locating { .. }
-                    | Phase::Bootstrapping { .. }
-                    | Phase::Joined { .. }
-                    | Phase::Destroying { op: Some(_), .. }
-            )
+            || self.phase_awaits_answer()
+    }
+
+    /// Whether the phase awaits a provider answer or a session.
+    fn phase_awaits_answer(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Requesting { .. }
+                | Phase::Resolving { .. }
+                | Phase::Locating { .. }
+                | Phase::Bootstrapping { .. }
+                | Phase::Joined { .. }
+                | Phase::Destroying { op: Some(_), .. }
+        )
     }
 
     /// What a composite indexes after each step, read in one pass: the
@@ -143,18 +148,8 @@ impl Machine {
             (own, stray) => own.or(stray),
         };
         // `in_flight`, with the timers and strays read once.
-        let in_flight = self.resume
-            || own.is_some()
-            || stray.is_some()
-            || matches!(
-                self.phase,
-                Phase::Requesting { .. }
-                    | Phase::Resolving { .. }
-                    | Phase::Locating { .. }
-                    | Phase::Bootstrapping { .. }
-                    | Phase::Joined { .. }
-                    | Phase::Destroying { op: Some(_), .. }
-            );
+        let in_flight =
+            self.resume || own.is_some() || stray.is_some() || self.phase_awaits_answer();
         let at_rest = matches!(
             self.record.stage,
             Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
