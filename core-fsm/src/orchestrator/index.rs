@@ -44,9 +44,6 @@ const NONE: u64 = u64::MAX;
 /// any other timeout go to a heap.
 const QUEUES_MAX: usize = 8;
 
-/// Where a child's live entry is: a queue's index, or this for the heap.
-const IN_HEAP: u8 = u8::MAX;
-
 /// Every child's next deadline, by child and in time order.
 ///
 /// A child's deadline is almost always "now plus one of a few fixed
@@ -55,22 +52,14 @@ const IN_HEAP: u8 = u8::MAX;
 /// whose front is its earliest, and setting a deadline is a push at the
 /// back. A deadline that would break a queue's order (an unusual timeout
 /// when every queue is taken, or an earlier time) goes to a heap instead.
-///
-/// An entry is live while its child's deadline is its deadline and its
-/// child's place is its queue (or the heap); any other entry is stale.
-/// Every front (and the heap's top) is kept live: when a child's deadline
-/// changes, the queue its live entry was in drops its stale front entries,
-/// so the earliest deadline is the least of the fronts, kept exact after
-/// every change. Stale entries behind a front are dropped when they reach
-/// it, or in bulk once they outnumber the live ones, so memory stays
-/// proportional to the children.
+/// An entry whose child has since been set to something else is stale: it
+/// is skipped where it is met (at a front) and dropped in bulk when stale
+/// entries outnumber live ones, so memory stays proportional to the
+/// children. The earliest deadline is kept exact after every change.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Deadlines {
     /// Each child's deadline by leaf; [`NONE`] for none.
     current: Vec<u64>,
-    /// Each child's place: the queue (or [`IN_HEAP`]) of its live entry,
-    /// while it has a deadline.
-    place: Vec<u8>,
     /// How many children have a deadline.
     live: usize,
     queues: Vec<Queue>,
@@ -87,15 +76,12 @@ pub(crate) struct Deadlines {
 struct Queue {
     timeout: u64,
     entries: VecDeque<(u64, u32)>,
-    /// The deadline of the (live) front entry; [`NONE`] when empty.
-    front: u64,
 }
 
 impl Deadlines {
     pub(crate) fn new(slots: usize) -> Deadlines {
         Deadlines {
             current: vec![NONE; 2 * slots],
-            place: vec![0; 2 * slots],
             earliest: NONE,
             ..Deadlines::default()
         }
@@ -117,15 +103,16 @@ impl Deadlines {
         }
         self.current[leaf] = raw;
         self.live = self.live + usize::from(raw != NONE) - usize::from(old != NONE);
-        if old != NONE {
-            // Its entry there is stale now: keep that front live.
-            self.clean(self.place[leaf]);
-        }
         if raw != NONE {
-            self.push(now.0, raw, leaf);
+            self.push(
+                now.0,
+                raw,
+                u32::try_from(leaf).expect("fewer than 2^32 children"),
+            );
         }
         if old == self.earliest {
-            self.earliest = self.least_front();
+            // The earliest may have moved on: find the next.
+            self.earliest = self.first_live();
         } else if raw < self.earliest {
             self.earliest = raw;
         }
@@ -134,12 +121,8 @@ impl Deadlines {
         }
     }
 
-    fn push(&mut self, now: u64, deadline: u64, leaf: usize) {
+    fn push(&mut self, now: u64, deadline: u64, leaf: u32) {
         self.entries += 1;
-        let entry = (
-            deadline,
-            u32::try_from(leaf).expect("fewer than 2^32 children"),
-        );
         let timeout = deadline.saturating_sub(now);
         let at = match self.queues.iter().position(|q| q.timeout == timeout) {
             Some(at) => Some(at),
@@ -147,85 +130,64 @@ impl Deadlines {
                 self.queues.push(Queue {
                     timeout,
                     entries: VecDeque::new(),
-                    front: NONE,
                 });
                 Some(self.queues.len() - 1)
             }
             None => None,
         };
-        match at {
-            Some(at)
-                if self.queues[at]
-                    .entries
-                    .back()
-                    .is_none_or(|b| b.0 <= deadline) =>
-            {
-                let queue = &mut self.queues[at];
-                if queue.entries.is_empty() {
-                    queue.front = deadline;
-                }
-                queue.entries.push_back(entry);
-                self.place[leaf] = u8::try_from(at).expect("QUEUES_MAX fits a u8");
+        match at.map(|at| &mut self.queues[at].entries) {
+            Some(queue) if queue.back().is_none_or(|back| back.0 <= deadline) => {
+                queue.push_back((deadline, leaf));
             }
-            _ => {
-                self.heap.push(Reverse(entry));
-                self.place[leaf] = IN_HEAP;
-            }
+            _ => self.heap.push(Reverse((deadline, leaf))),
         }
     }
 
-    /// Whether an entry of `place` names its child's deadline now.
-    fn is_live(current: &[u64], places: &[u8], place: u8, (deadline, leaf): (u64, u32)) -> bool {
-        current[leaf as usize] == deadline && places[leaf as usize] == place
+    /// Whether an entry names its child's deadline now.
+    fn is_live(current: &[u64], (deadline, leaf): (u64, u32)) -> bool {
+        current[leaf as usize] == deadline
     }
 
-    /// Drops the stale entries at the front of `place` (a queue, or the
-    /// heap), so that its front is live.
-    fn clean(&mut self, place: u8) {
-        let (current, places) = (&self.current, &self.place);
-        if place == IN_HEAP {
-            while let Some(&Reverse(top)) = self.heap.peek() {
-                if Self::is_live(current, places, place, top) {
+    /// Drops stale entries at the fronts, and returns the earliest live
+    /// deadline.
+    fn first_live(&mut self) -> u64 {
+        let current = &self.current;
+        let mut earliest = NONE;
+        for queue in &mut self.queues {
+            while let Some(&front) = queue.entries.front() {
+                if Self::is_live(current, front) {
+                    earliest = earliest.min(front.0);
                     break;
                 }
-                self.heap.pop();
+                queue.entries.pop_front();
                 self.entries -= 1;
             }
-            return;
         }
-        let queue = &mut self.queues[usize::from(place)];
-        while let Some(&front) = queue.entries.front() {
-            if Self::is_live(current, places, place, front) {
-                queue.front = front.0;
-                return;
+        while let Some(&Reverse(top)) = self.heap.peek() {
+            if Self::is_live(current, top) {
+                earliest = earliest.min(top.0);
+                break;
             }
-            queue.entries.pop_front();
+            self.heap.pop();
             self.entries -= 1;
         }
-        queue.front = NONE;
-    }
-
-    /// The earliest live deadline: the least of the (live) fronts.
-    fn least_front(&self) -> u64 {
-        let queues = self.queues.iter().map(|q| q.front).min().unwrap_or(NONE);
-        let heap = self.heap.peek().map_or(NONE, |Reverse(top)| top.0);
-        queues.min(heap)
+        earliest
     }
 
     /// Keeps one entry per child with a deadline (its first live one).
     fn compact(&mut self) {
-        let (current, places) = (&self.current, &self.place);
+        let current = &self.current;
         let mut kept = vec![false; current.len()];
-        let mut keep = |place: u8, entry: (u64, u32)| {
-            let fresh = Self::is_live(current, places, place, entry) && !kept[entry.1 as usize];
+        let mut keep = |entry: (u64, u32)| {
+            let fresh = Self::is_live(current, entry) && !kept[entry.1 as usize];
             kept[entry.1 as usize] |= fresh;
             fresh
         };
-        for (at, queue) in (0u8..).zip(&mut self.queues) {
-            queue.entries.retain(|entry| keep(at, *entry));
-            queue.front = queue.entries.front().map_or(NONE, |f| f.0);
+        for queue in &mut self.queues {
+            queue.entries.retain(|entry| keep(*entry));
         }
-        self.heap.retain(|Reverse(entry)| keep(IN_HEAP, *entry));
+        self.heap.retain(|Reverse(entry)| keep(*entry));
+        self.queues.retain(|q| !q.entries.is_empty());
         self.entries = self.live;
     }
 
@@ -239,31 +201,27 @@ impl Deadlines {
     /// due sessions, also in slot order.
     pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<Slot>, Vec<Slot>) {
         let mut due = Vec::new();
-        for at in 0..self.queues.len() {
-            let place = u8::try_from(at).expect("QUEUES_MAX fits a u8");
-            while let Some(&front) = self.queues[at].entries.front().filter(|f| f.0 <= now.0) {
-                self.queues[at].entries.pop_front();
+        let current = &mut self.current;
+        let mut take = |(deadline, leaf): (u64, u32)| {
+            if current[leaf as usize] == deadline {
+                current[leaf as usize] = NONE;
+                due.push(leaf as usize);
+            }
+        };
+        for queue in &mut self.queues {
+            while let Some(&front) = queue.entries.front().filter(|f| f.0 <= now.0) {
+                queue.entries.pop_front();
                 self.entries -= 1;
-                if Self::is_live(&self.current, &self.place, place, front) {
-                    self.current[front.1 as usize] = NONE;
-                    due.push(front.1 as usize);
-                }
+                take(front);
             }
         }
         while let Some(&Reverse(top)) = self.heap.peek().filter(|t| t.0.0 <= now.0) {
             self.heap.pop();
             self.entries -= 1;
-            if Self::is_live(&self.current, &self.place, IN_HEAP, top) {
-                self.current[top.1 as usize] = NONE;
-                due.push(top.1 as usize);
-            }
+            take(top);
         }
         self.live -= due.len();
-        for at in 0..self.queues.len() {
-            self.clean(u8::try_from(at).expect("QUEUES_MAX fits a u8"));
-        }
-        self.clean(IN_HEAP);
-        self.earliest = self.least_front();
+        self.earliest = self.first_live();
         due.sort_unstable();
         let (mut nodes, mut sessions) = (Vec::new(), Vec::new());
         for leaf in due {
@@ -298,28 +256,13 @@ impl Deadlines {
             .filter(|leaf| !named[*leaf])
             .all(|leaf| self.current[leaf] == NONE);
         let mut entered = vec![false; self.current.len()];
-        let placed = |at: u8| move |entry: &(u64, u32)| (at, *entry);
-        let all_entries = (0u8..)
-            .zip(&self.queues)
-            .flat_map(|(at, q)| q.entries.iter().map(placed(at)))
-            .chain(self.heap.iter().map(|Reverse(entry)| (IN_HEAP, *entry)));
+        let all_entries = (self.queues.iter().flat_map(|q| q.entries.iter().copied()))
+            .chain(self.heap.iter().map(|Reverse(entry)| *entry));
         let mut held = 0;
-        for (place, entry) in all_entries {
+        for entry in all_entries {
             held += 1;
-            entered[entry.1 as usize] |= Self::is_live(&self.current, &self.place, place, entry);
+            entered[entry.1 as usize] |= Self::is_live(&self.current, entry);
         }
-        let fronts_live = (0u8..)
-            .zip(&self.queues)
-            .all(|(at, q)| match q.entries.front() {
-                Some(front) => {
-                    q.front == front.0 && Self::is_live(&self.current, &self.place, at, *front)
-                }
-                None => q.front == NONE,
-            });
-        let top_live = self
-            .heap
-            .peek()
-            .is_none_or(|Reverse(top)| Self::is_live(&self.current, &self.place, IN_HEAP, *top));
         let every_deadline_entered = (self.current.iter().zip(&entered))
             .all(|(deadline, entered)| *deadline == NONE || *entered);
         let queues_ordered = self.queues.iter().all(|q| {
@@ -335,8 +278,6 @@ impl Deadlines {
             && sessions_match
             && unnamed_empty
             && every_deadline_entered
-            && fronts_live
-            && top_live
             && queues_ordered
             && held == self.entries
             && live == self.live
