@@ -207,7 +207,11 @@ impl Orchestrator {
 
     /// Feeds the quarantine and schedules a reconcile pass when a node
     /// reached a stage the reconciler acts on.
+    #[inline]
     fn node_changed(&mut self, slot: Slot, changes: Changes) {
+        if changes.failed == 0 && !changes.ended {
+            return;
+        }
         if changes.failed > 0 {
             let host = self
                 .slot_machine(slot)

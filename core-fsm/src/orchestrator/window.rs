@@ -54,6 +54,14 @@ impl<T> IdWindow<T> {
     /// Inserts `value` under `id`, replacing any value there. Ids are
     /// expected to grow; an id below the window goes to the tree.
     pub(crate) fn insert(&mut self, id: u64, value: T) {
+        if id == self.end && id - self.base < self.ring.len() as u64 {
+            // The usual case: the next id, with room for it.
+            let at = self.at(id);
+            self.ring[at] = Some(value);
+            self.end += 1;
+            self.len += 1;
+            return;
+        }
         if self.base == self.end && id >= self.base {
             // Empty: the window starts at this id.
             self.base = id;
