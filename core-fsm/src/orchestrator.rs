@@ -209,17 +209,16 @@ impl Orchestrator {
         unplanned: Vec<LogicalNodeSpec>,
     ) -> Orchestrator {
         let mut specs = crate::plan::expand(&config.plan);
-        let planned = specs.len();
         specs.extend(unplanned);
-        let specs = restore::slotted(specs, planned);
-        let ids: Vec<LogicalNodeId> = specs.iter().map(|(s, _)| s.node_id.clone()).collect();
+        let specs = restore::slotted(specs);
+        let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
         let count = ids.len();
         let desired = crate::plan::desired(&config.plan);
         let group_slots = group_slots(&specs, &desired);
         Orchestrator {
             ids,
             group_slots,
-            specs: specs.into_iter().map(|(spec, _)| Some(spec)).collect(),
+            specs: specs.into_iter().map(Some).collect(),
             reconciler: reconcile::Config {
                 replacement: config.plan.replacement,
             },
@@ -373,10 +372,8 @@ impl Orchestrator {
 
 /// The slots of each wanted group's nodes, by index: `{group}-{index}` for
 /// every index below the group's wanted count.
-/// Specs from the plan's expansion are `{group}-{index}` by construction;
-/// any other (a journaled node) is checked.
 fn group_slots(
-    specs: &[(LogicalNodeSpec, bool)],
+    specs: &[LogicalNodeSpec],
     desired: &reconcile::Desired,
 ) -> Vec<(GroupId, Vec<Slot>)> {
     let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
@@ -384,9 +381,8 @@ fn group_slots(
         .iter()
         .map(|(group, count)| (group.clone(), vec![None; *count as usize]))
         .collect();
-    for (n, (spec, expanded)) in (0u32..).zip(specs) {
-        let is_planned =
-            *expanded || crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
+    for (n, spec) in (0u32..).zip(specs) {
+        let is_planned = crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
         if let Some(slots) = found.get_mut(&spec.group_id)
             && let Some(entry) = slots.get_mut(spec.index as usize)
             && is_planned

@@ -107,22 +107,15 @@ fn unplanned_spec(
     })
 }
 
-/// The specs in node-id order, one per id (the last one wins, as in a map,
-/// should an invalid plan repeat an id), each with whether it is one of the
-/// first `planned` (the plan's own, as expanded). Sorts positions, not the
-/// specs themselves.
-pub(super) fn slotted(specs: Vec<LogicalNodeSpec>, planned: usize) -> Vec<(LogicalNodeSpec, bool)> {
-    let mut order: Vec<usize> = (0..specs.len()).collect();
-    // Stable: of equal ids, the later spec comes later and wins.
-    order.sort_by(|a, b| specs[*a].node_id.cmp(&specs[*b].node_id));
-    let mut specs: Vec<Option<LogicalNodeSpec>> = specs.into_iter().map(Some).collect();
-    let mut out: Vec<(LogicalNodeSpec, bool)> = Vec::with_capacity(specs.len());
-    for at in order {
-        let spec = specs[at].take().expect("each position once");
-        let is_planned = at < planned;
+/// The plan's specs in node-id order, one per id (the last one wins, as in
+/// a map, should an invalid plan repeat an id).
+pub(super) fn slotted(mut specs: Vec<LogicalNodeSpec>) -> Vec<LogicalNodeSpec> {
+    specs.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    let mut out: Vec<LogicalNodeSpec> = Vec::with_capacity(specs.len());
+    for spec in specs {
         match out.last_mut() {
-            Some(last) if last.0.node_id == spec.node_id => *last = (spec, is_planned),
-            _ => out.push((spec, is_planned)),
+            Some(last) if last.node_id == spec.node_id => *last = spec,
+            _ => out.push(spec),
         }
     }
     out
