@@ -186,7 +186,8 @@ pub struct Orchestrator {
     pub(crate) routes: IdWindow<Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,
-    /// Effect buffers lent to children, one per nesting level.
+    /// Buffers for the effects a child step defers (those for a sibling and
+    /// everything after them), one per nesting level, reused.
     pub(crate) node_buffers: Vec<Vec<node::Effect>>,
     pub(crate) session_buffers: Vec<Vec<bootstrap::Effect>>,
     pub(crate) run_journaled: bool,
