@@ -288,7 +288,7 @@ impl Orchestrator {
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.
     pub fn is_torn_down(&self) -> bool {
-        self.tearing_down && self.live_sessions == 0 && self.tally.none_leased()
+        self.tearing_down && self.holds_no_lease()
     }
 
     /// No node may hold a lease and no session is open: every lease the

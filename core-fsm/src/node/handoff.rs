@@ -54,13 +54,7 @@ impl super::Machine {
             joined_at: now,
             handed_off_at,
         });
-        let node = self.record.desired.node_id.clone();
-        let log_seqs = self.record.log_seqs;
-        out.push(Effect::Persist(JournalRecord::NodeReady {
-            node,
-            agent,
-            log_seqs,
-        }));
+        self.persist_ready(agent, out);
         self.phase = Phase::Dormant {
             rejoin_allowed: false,
         };
@@ -72,18 +66,21 @@ impl super::Machine {
         agent.handed_off_at = Some(now);
         let agent = agent.agent.clone();
         self.set_stage(Stage::HandedOff, out);
-        let node = self.record.desired.node_id.clone();
-        let log_seqs = self.record.log_seqs;
-        out.push(Effect::Persist(JournalRecord::NodeReady {
-            node,
-            agent,
-            log_seqs,
-        }));
+        self.persist_ready(agent, out);
         self.enter(
             Phase::Dormant {
                 rejoin_allowed: false,
             },
             out,
         );
+    }
+
+    /// Journals the node as ready with `agent` and its log numbers.
+    fn persist_ready(&self, agent: AgentId, out: &mut impl Emit<Effect>) {
+        out.push(Effect::Persist(JournalRecord::NodeReady {
+            node: self.record.desired.node_id.clone(),
+            agent,
+            log_seqs: self.record.log_seqs,
+        }));
     }
 }
