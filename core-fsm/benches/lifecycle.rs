@@ -27,13 +27,25 @@
 //!   Pools of 100 to 1,000 nodes give about the same rate (10: ~580k/s,
 //!   building the composite weighs more; 10,000: ~380k/s, bound by the
 //!   cache).
+//! - ~905k/s on a third, faster machine (where the previous build read
+//!   ~870k/s; ~16k instructions) with `Text` keeping its length plus one
+//!   so that zero marks shared text (no tag byte; +4% in interleaved runs,
+//!   for reasons not pinned down: its clone still copies an odd-sized
+//!   piece), and this benchmark keeping glibc's heap between runs
+//!   (`keep_heap`: without it the figure swung between ~625k/s and
+//!   ~870k/s with unrelated allocation sizes).
 //!
-//! What remains is spread thin (per lifecycle): this world (~3k
-//! instructions: queueing answers, dropping 22 effects, the lease it
-//! allocates), the deadline index and the per-step re-read of each child's
-//! deadline and flags (~2.5k), routing and the composite's own bookkeeping
-//! around each of ~13 child steps (~4k), building and dropping the
-//! composite (~1.3k per node), and the children's own transitions (~4k).
+//! Where the time goes, from `perf record -e cpu-clock` on that machine
+//! (instruction counts no longer predict it: removing the deadline index
+//! outright, ~10% of the instructions, changed nothing): stalls, not
+//! work. The `Arc` count changes (about 23 per lifecycle: the three group
+//! specs each node holds, a session's boot spec and probe, each command,
+//! the shape of a create, the lease in two effects) cost ~6% (measured by
+//! building with `Rc`); effects are built on the stack and copied into
+//! the effect vector whole, and that copy reads back pieces still in the
+//! store buffer (a node's stage change alone, 9 per lifecycle, is ~9% of
+//! the time, most of it two such stalls); this world's own queue and
+//! drops ~13%; building and dropping the composite ~8%.
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId};
