@@ -27,13 +27,17 @@
 //!   Pools of 100 to 1,000 nodes give about the same rate (10: ~580k/s,
 //!   building the composite weighs more; 10,000: ~380k/s, bound by the
 //!   cache).
-//! - ~905k/s on a third, faster machine (where the previous build read
-//!   ~870k/s; ~16k instructions) with `Text` keeping its length plus one
-//!   so that zero marks shared text (no tag byte; +4% in interleaved runs,
-//!   for reasons not pinned down: its clone still copies an odd-sized
-//!   piece), and this benchmark keeping glibc's heap between runs
-//!   (`keep_heap`: without it the figure swung between ~625k/s and
-//!   ~870k/s with unrelated allocation sizes).
+//! - ~870-905k/s on a third, faster machine (the previous build read
+//!   ~855-895k/s there; ~16k instructions) with `Text` keeping its length
+//!   plus one so that zero marks shared text (no tag byte: 0% to +3%),
+//!   and this benchmark keeping glibc's heap between runs (`keep_heap`:
+//!   without it the figure swung between ~625k/s and ~870k/s with
+//!   unrelated allocation sizes).
+//!
+//! How the code happens to be laid out moves the figure by about 3% either
+//! way: compare builds interleaved, and again with functions aligned
+//! (`RUSTFLAGS="-C llvm-args=-align-all-functions=6"`, and `=5`), before
+//! believing a change of a few percent.
 //!
 //! Where the time goes, from `perf record -e cpu-clock` on that machine
 //! (instruction counts no longer predict it: removing the deadline index
