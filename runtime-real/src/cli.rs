@@ -184,16 +184,29 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
             return EXIT_FAILURE;
         }
     };
+    // Static groups: the machine each node would reserve.
+    let machines = match crate::provider::static_hosts::hosts::of_plan(&plan) {
+        Ok(machines) => machines,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
     let nodes = core_fsm::plan::expand(&plan);
     if json {
         let rows: Vec<_> = nodes
             .iter()
             .map(|n| {
-                serde_json::json!({
+                let mut row = serde_json::json!({
                     "id": n.node_id, "group": n.group_id, "role": n.role,
                     "provider": n.provider, "image": n.shape.image,
                     "verify_commands": n.boot.verify_commands.len(),
-                })
+                });
+                if let Some(machine) = machines.get(&n.node_id) {
+                    row["machine"] = machine.to_string().into();
+                    row["key_file"] = machine.key_file.as_str().into();
+                }
+                row
             })
             .collect();
         let mut doc = serde_json::json!({ "run_id": plan.run_id.0, "nodes": rows, "would_create": nodes.len() });
@@ -222,6 +235,15 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
                 n.shape.image,
                 n.boot.verify_commands.len()
             );
+        }
+        if !machines.is_empty() {
+            println!("static machines (reserved for the run, not rented):");
+            for n in &nodes {
+                if let Some(machine) = machines.get(&n.node_id) {
+                    let node = &n.node_id;
+                    println!("  {node:<22} {machine}  key {}", machine.key_file);
+                }
+            }
         }
         if let Some(vast) = &vast {
             print!("{}", crate::provider::vastai::plan::render(vast));

@@ -165,3 +165,61 @@ fn after_kill_9_of_up_down_stops_the_static_agents_over_ssh() {
     assert_eq!(std::fs::read_dir(state.join("static")).unwrap().count(), 0);
     cleanup(&dir, run);
 }
+
+#[test]
+fn plan_lists_the_machine_each_static_node_would_reserve_and_touches_nothing() {
+    let dir = scratch("static-plan");
+    let state = dir.join("state");
+    let mut plan = RunPlan::local(2);
+    let group = &mut plan.groups[0];
+    group.group_id = GroupId::from("hosts");
+    group.provider = ProviderKind::Static;
+    let key = dir.join("no-such-key");
+    let hosts: Vec<StaticHost> = [("10.1.2.3", 22), ("2001:db8::7", 2222)]
+        .into_iter()
+        .map(|(host, port)| StaticHost {
+            host: host.to_owned(),
+            port,
+            user: "ops".to_owned(),
+            key_file: key.display().to_string(),
+        })
+        .collect();
+    to_labels(&mut group.shape.provider_labels, &hosts);
+    let file = write_plan(&dir, &plan);
+
+    let out = drover(&state, &["plan", file.to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{shown}");
+    let listed: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("static machines"))
+        .skip(1)
+        .collect();
+    assert_eq!(listed.len(), 2, "{shown}");
+    assert!(
+        listed[0].contains("hosts-0") && listed[0].contains("ops@10.1.2.3:22"),
+        "{shown}"
+    );
+    assert!(
+        listed[1].contains("hosts-1") && listed[1].contains("ops@[2001:db8::7]:2222"),
+        "{shown}"
+    );
+
+    let out = drover(&state, &["--json", "plan", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let machines: Vec<&str> = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["machine"].as_str().unwrap())
+        .collect();
+    assert_eq!(machines, ["ops@10.1.2.3:22", "ops@[2001:db8::7]:2222"]);
+    assert_eq!(doc["nodes"][0]["key_file"], key.display().to_string());
+    assert!(!state.exists(), "plan writes nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
