@@ -29,22 +29,23 @@
 //!   cache).
 //! - ~870-905k/s on a third, faster machine (the previous build read
 //!   ~855-895k/s there; ~16k instructions) with `Text` keeping its length
-//!   plus one so that zero marks shared text (no tag byte: 0% to +3%),
+//!   plus one so that zero marks shared text (no tag byte: +3% to +5%),
 //!   and this benchmark keeping glibc's heap between runs (`keep_heap`:
 //!   without it the figure swung between ~625k/s and ~870k/s with
 //!   unrelated allocation sizes).
 //!
-//! How the code happens to be laid out moves the figure by about 3% either
-//! way: compare builds interleaved, and again with functions aligned
-//! (`RUSTFLAGS="-C llvm-args=-align-all-functions=6"`, and `=5`), before
-//! believing a change of a few percent.
+//! Runs of one build differ by about 2%: compare builds interleaved, and
+//! again with functions aligned (`RUSTFLAGS="-C
+//! llvm-args=-align-all-functions=6"`, and `=5`, each build in its own
+//! target dir: cargo takes a copy of the tree at another path for fresh),
+//! before believing a change of a few percent.
 //!
 //! Where the time goes, from `perf record -e cpu-clock` on that machine
 //! (instruction counts no longer predict it: removing the deadline index
 //! outright, ~10% of the instructions, changed nothing): stalls, not
 //! work. The `Arc` count changes (about 23 per lifecycle: the three group
 //! specs each node holds, a session's boot spec and probe, each command,
-//! the shape of a create, the lease in two effects) cost ~6% (measured by
+//! the shape of a create, the lease in two effects) cost ~6-9% (measured by
 //! building with `Rc`); effects are built on the stack and copied into
 //! the effect vector whole, and that copy reads back pieces still in the
 //! store buffer (a node's stage change alone, 9 per lifecycle, is ~9% of
