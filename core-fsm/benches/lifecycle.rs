@@ -66,6 +66,8 @@ use std::sync::Arc;
 const NODES: u32 = 1_000;
 /// How long to measure, in milliseconds of wall time.
 const MEASURE_MS: u128 = 3_000;
+/// Windows the measuring time is cut into, each rated on its own.
+const WINDOWS: u128 = 6;
 
 /// The world's side: a queue of answers, and what it answers with, made
 /// once (op ids restart with each orchestrator, so lease ids repeat).
@@ -239,14 +241,26 @@ fn main() {
     let mut world = World::new();
     // Warm up allocator and caches.
     run(&plan, 0, &mut world);
+    // The rate over the whole time, and over each of its windows: their
+    // spread says how far a single figure can be trusted.
     let started = std::time::Instant::now();
-    let mut lifecycles = 0u64;
-    let mut seed = 1;
-    while started.elapsed().as_millis() < MEASURE_MS {
-        lifecycles += run(&plan, seed, &mut world);
-        seed += 1;
+    let (mut lifecycles, mut seed) = (0u64, 1);
+    let mut rates = Vec::with_capacity(WINDOWS as usize);
+    for window in 1..=WINDOWS {
+        let (at, before) = (started.elapsed().as_secs_f64(), lifecycles);
+        while started.elapsed().as_millis() < MEASURE_MS * window / WINDOWS {
+            lifecycles += run(&plan, seed, &mut world);
+            seed += 1;
+        }
+        let seconds = started.elapsed().as_secs_f64() - at;
+        rates.push((lifecycles - before) as f64 / seconds);
     }
     let seconds = started.elapsed().as_secs_f64();
+    rates.sort_by(f64::total_cmp);
+    let (low, high) = (rates[0], rates[rates.len() - 1]);
     println!("node lifecycles/s: {:.0}", lifecycles as f64 / seconds);
-    println!("({lifecycles} lifecycles in {seconds:.2}s, {NODES} nodes per run, single thread)");
+    println!(
+        "({lifecycles} lifecycles in {seconds:.2}s, {NODES} nodes per run, single thread; \
+         {WINDOWS} windows from {low:.0} to {high:.0}/s)"
+    );
 }
