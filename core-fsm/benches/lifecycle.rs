@@ -32,25 +32,37 @@
 //!   plus one so that zero marks shared text (no tag byte: +3% to +5%),
 //!   and this benchmark keeping glibc's heap between runs (`keep_heap`:
 //!   without it the figure swung between ~625k/s and ~870k/s with
-//!   unrelated allocation sizes).
+//!   unrelated allocation sizes);
+//! - ~930-965k/s there with `Text`'s clone written out, its shared case
+//!   out of line (+7% to +11%: the derived clone spilled the inline bytes
+//!   in odd pieces that every effect holding an id then read back before
+//!   they had left the store buffer). The VM's speed drifts by ~5% over an
+//!   hour, so only interleaved runs compare.
 //!
-//! Runs of one build differ by about 2%: compare builds interleaved, and
-//! again with functions aligned (`RUSTFLAGS="-C
-//! llvm-args=-align-all-functions=6"`, and `=5`, each build in its own
-//! target dir: cargo takes a copy of the tree at another path for fresh),
-//! before believing a change of a few percent.
+//! Runs of one build differ by about 2%, windows within a run by ~1%:
+//! compare builds interleaved, and again with functions aligned
+//! (`RUSTFLAGS="-C llvm-args=-align-all-functions=6"`, and `=5`), each
+//! build in its own target dir (cargo takes a copy of the tree at another
+//! path for fresh and keeps the first one's binary), before believing a
+//! change of a few percent. Measured that way, none of these helped:
+//! deadlines as intrusive lists, sorting build positions instead of specs,
+//! aligning the machines, boxing the log record or the join binding in
+//! effects, a compact answer queue in this world, inlining the route
+//! window's insert, dropping one `Arc` per node.
 //!
 //! Where the time goes, from `perf record -e cpu-clock` on that machine
 //! (instruction counts no longer predict it: removing the deadline index
 //! outright, ~10% of the instructions, changed nothing): stalls, not
 //! work. The `Arc` count changes (about 23 per lifecycle: the three group
 //! specs each node holds, a session's boot spec and probe, each command,
-//! the shape of a create, the lease in two effects) cost ~6-9% (measured by
-//! building with `Rc`); effects are built on the stack and copied into
-//! the effect vector whole, and that copy reads back pieces still in the
-//! store buffer (a node's stage change alone, 9 per lifecycle, is ~9% of
-//! the time, most of it two such stalls); this world's own queue and
-//! drops ~13%; building and dropping the composite ~8%.
+//! the shape of a create, the lease in two effects) cost ~9% in all
+//! (measured by building with `Rc`), though no single one is measurable;
+//! effects are built on the stack and copied into the effect vector whole,
+//! and that copy reads back words still in the store buffer (a node's stage
+//! change, 9 per lifecycle, is ~7% of the time, most of it that stall); a
+//! node's input is copied the same way as its step begins (~3%); this
+//! world's own queue and drops ~13%; building and dropping the composite
+//! ~8%.
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId};
