@@ -19,6 +19,7 @@
 mod commands;
 mod index;
 mod invariants;
+mod out;
 mod restore;
 mod routing;
 mod window;
@@ -410,6 +411,7 @@ impl crate::Machine for Orchestrator {
     }
 
     fn handle_into(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
+        let out = &mut out::Out::new(out);
         match input {
             Input::Tick => self.on_tick(now, out),
             Input::Start => self.on_start(now, out),

@@ -30,6 +30,23 @@ fn arc_is_allowed_and_the_rest_of_std_sync_is_not() {
 }
 
 #[test]
+fn unsafe_is_found_outside_the_one_file_allowed_it() {
+    // An `unsafe` block, fn or impl is found; the lint's name is not.
+    let text = "// unsafe in a comment is fine\nunsafe { v.set_len(1) };\n#[allow(unsafe_code)]\nunsafe fn f() {}\n";
+    let found = tidy::source_findings("core-fsm/src/node/machine.rs", text);
+    let locations: Vec<&str> = found.iter().map(|f| f.location.as_str()).collect();
+    assert_eq!(
+        locations,
+        [
+            "core-fsm/src/node/machine.rs:2",
+            "core-fsm/src/node/machine.rs:4"
+        ]
+    );
+    let allowed = format!("core-fsm/src/{}", tidy::UNSAFE_ALLOWED_IN);
+    assert!(tidy::source_findings(&allowed, text).is_empty());
+}
+
+#[test]
 fn forbidden_dependencies_are_found() {
     let tree = "core-fsm v0.1.0 (/w/core-fsm)\nserde v1.0.0\ntokio v1.0.0\nrand v0.10.0\n";
     let found = tidy::dependency_findings(tree);

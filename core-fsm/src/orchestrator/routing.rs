@@ -2,6 +2,7 @@
 //! world (recording routes) or to a sibling child (a node's session, a
 //! session's node), depth first and in order.
 
+use super::out::Out;
 use super::window::IdWindow;
 use super::{OpList, Orchestrator, Owner, Session, Slot};
 use crate::bootstrap;
@@ -13,11 +14,9 @@ use crate::port::{Effect, Input};
 use crate::time::Instant;
 use std::sync::Arc;
 
-type Out = Vec<Effect>;
-
 impl Orchestrator {
     /// Routes an answer by its operation id.
-    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Out) {
+    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Out<'_>) {
         match answer {
             Input::LeaseCreated { op, result } => {
                 self.answer_node(now, op, node::Input::LeaseCreated { op, result }, out)
@@ -65,7 +64,7 @@ impl Orchestrator {
         }
     }
 
-    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out) {
+    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out<'_>) {
         let Some(&Owner::Node(slot)) = self.routes.get(op.0) else {
             self.counters.unknown_ops += 1;
             return;
@@ -80,7 +79,7 @@ impl Orchestrator {
         op: OpId,
         last: bool,
         input: bootstrap::Input,
-        out: &mut Out,
+        out: &mut Out<'_>,
     ) {
         let Some(&Owner::Session(slot, id)) = self.routes.get(op.0) else {
             self.counters.unknown_ops += 1;
@@ -104,7 +103,7 @@ impl Orchestrator {
         id: LogicalNodeId,
         lease_id: LeaseId,
         agent: AgentId,
-        out: &mut Out,
+        out: &mut Out<'_>,
     ) {
         match self.slot_of(&id) {
             Some(slot)
@@ -127,7 +126,7 @@ impl Orchestrator {
         now: Instant,
         slot: Slot,
         input: node::Input,
-        out: &mut Out,
+        out: &mut Out<'_>,
     ) {
         let Some(machine) = self.nodes[slot.at()].as_mut() else {
             self.counters.unknown_nodes += 1;
@@ -162,7 +161,7 @@ impl Orchestrator {
     /// A node effect handled after its step (not inlined: rare, and its
     /// frame is large).
     #[inline(never)]
-    fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out) {
+    fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out<'_>) {
         let mut changes = Changes::default();
         let id = &self.ids[slot.at()];
         let Some(effect) = emit_node(out, &mut self.routes, slot, id, &mut changes, effect) else {
@@ -244,7 +243,7 @@ impl Orchestrator {
         slot: Slot,
         id: SessionId,
         input: bootstrap::Input,
-        out: &mut Out,
+        out: &mut Out<'_>,
     ) {
         let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) else {
             self.counters.ignored_by_sessions += 1;
@@ -288,7 +287,7 @@ impl Orchestrator {
         id: SessionId,
         node: Slot,
         effect: bootstrap::Effect,
-        out: &mut Out,
+        out: &mut Out<'_>,
     ) {
         let routes = &mut self.routes;
         let ops = self.sessions[node.at()].as_mut().map(|s| &mut s.ops);
@@ -340,7 +339,7 @@ struct Changes {
 /// (a session to start, tell or cancel) is handed back.
 #[inline(always)]
 fn emit_node(
-    out: &mut Out,
+    out: &mut Out<'_>,
     routes: &mut IdWindow<Owner>,
     slot: Slot,
     id: &LogicalNodeId,
@@ -349,14 +348,14 @@ fn emit_node(
 ) -> Option<node::Effect> {
     let owner = Owner::Node(slot);
     match effect {
-        node::Effect::Persist(record) => out.push(Effect::Persist(record)),
+        node::Effect::Persist(record) => out.push_with(|| Effect::Persist(record)),
         node::Effect::CreateLease { op, request } => {
             routes.insert(op.0, owner);
-            out.push(Effect::CreateLease { op, request });
+            out.push_with(|| Effect::CreateLease { op, request });
         }
         node::Effect::LookupEndpoint { op, lease } => {
             routes.insert(op.0, owner);
-            out.push(Effect::LookupEndpoint { op, lease });
+            out.push_with(|| Effect::LookupEndpoint { op, lease });
         }
         node::Effect::ListLeases {
             op,
@@ -364,7 +363,7 @@ fn emit_node(
             provider,
         } => {
             routes.insert(op.0, owner);
-            out.push(Effect::ListLeases {
+            out.push_with(|| Effect::ListLeases {
                 op,
                 run_id,
                 provider,
@@ -372,7 +371,7 @@ fn emit_node(
         }
         node::Effect::DestroyLease { op, lease } => {
             routes.insert(op.0, owner);
-            out.push(Effect::DestroyLease { op, lease });
+            out.push_with(|| Effect::DestroyLease { op, lease });
         }
         node::Effect::Changed {
             stage,
@@ -381,7 +380,7 @@ fn emit_node(
         } => {
             changes.failed += u32::from(stage == node::Stage::Failed);
             changes.ended |= matches!(stage, node::Stage::Failed | node::Stage::Destroyed);
-            out.push(Effect::NodeChanged {
+            out.push_with(|| Effect::NodeChanged {
                 node: id.clone(),
                 stage,
                 ready,
@@ -401,7 +400,7 @@ fn emit_node(
 /// end are handed back.
 #[inline(always)]
 fn emit_session(
-    out: &mut Out,
+    out: &mut Out<'_>,
     routes: &mut IdWindow<Owner>,
     ops: Option<&mut OpList>,
     slot: Slot,
@@ -419,7 +418,7 @@ fn emit_session(
             lease_id,
         } => {
             route(op);
-            out.push(Effect::SshConnect {
+            out.push_with(|| Effect::SshConnect {
                 op,
                 session: id,
                 endpoint,
@@ -433,7 +432,7 @@ fn emit_session(
             join,
         } => {
             route(op);
-            out.push(Effect::SshExec {
+            out.push_with(|| Effect::SshExec {
                 op,
                 session: id,
                 command,
@@ -443,10 +442,10 @@ fn emit_session(
         }
         bootstrap::Effect::SshClose { op } => {
             route(op);
-            out.push(Effect::SshClose { op, session: id });
+            out.push_with(|| Effect::SshClose { op, session: id });
         }
-        bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
-        bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
+        bootstrap::Effect::RevokeJoin(binding) => out.push_with(|| Effect::RevokeJoin(binding)),
+        bootstrap::Effect::Log(record) => out.push_with(|| Effect::Log(record)),
         sibling @ (bootstrap::Effect::Observed(_) | bootstrap::Effect::Finished(_)) => {
             return Some(sibling);
         }
@@ -458,8 +457,8 @@ fn emit_session(
 /// delivers an input to it: straight out (see [`emit_node`]) until the
 /// first effect for a sibling, which waits in `deferred` with every effect
 /// after it, so that the order of effects is the order of handling.
-struct NodeSink<'a> {
-    out: &'a mut Out,
+struct NodeSink<'a, 'o> {
+    out: &'a mut Out<'o>,
     routes: &'a mut IdWindow<Owner>,
     slot: Slot,
     id: &'a LogicalNodeId,
@@ -467,7 +466,7 @@ struct NodeSink<'a> {
     deferred: &'a mut Vec<node::Effect>,
 }
 
-impl Emit<node::Effect> for NodeSink<'_> {
+impl Emit<node::Effect> for NodeSink<'_, '_> {
     #[inline(always)]
     fn push(&mut self, effect: node::Effect) {
         if !self.deferred.is_empty() {
@@ -484,8 +483,8 @@ impl Emit<node::Effect> for NodeSink<'_> {
 /// [`emit_session`]); an observation goes to its node at once (the node
 /// notes it and makes no effect, so the order of effects is unchanged);
 /// the session's end waits in `deferred` with every effect after it.
-struct SessionSink<'a> {
-    out: &'a mut Out,
+struct SessionSink<'a, 'o> {
+    out: &'a mut Out<'o>,
     routes: &'a mut IdWindow<Owner>,
     ops: &'a mut OpList,
     slot: Slot,
@@ -496,7 +495,7 @@ struct SessionSink<'a> {
     deferred: &'a mut Vec<bootstrap::Effect>,
 }
 
-impl Emit<bootstrap::Effect> for SessionSink<'_> {
+impl Emit<bootstrap::Effect> for SessionSink<'_, '_> {
     #[inline(always)]
     fn push(&mut self, effect: bootstrap::Effect) {
         if !self.deferred.is_empty() {
