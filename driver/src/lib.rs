@@ -114,6 +114,8 @@ pub struct Driver<M, C, S, D, E> {
     machine: M,
     ports: Ports<C, S, D, E>,
     counters: Counters,
+    /// The effect buffer every step reuses (`Machine::handle_into`).
+    effects: Vec<port::Effect>,
 }
 
 impl<M, C, S, D, E> Driver<M, C, S, D, E>
@@ -130,6 +132,7 @@ where
             machine,
             ports,
             counters: Counters::default(),
+            effects: Vec::new(),
         }
     }
 
@@ -160,8 +163,11 @@ where
     pub async fn step(&mut self, input: port::Input) -> Result<(), DiskError> {
         let now = self.ports.clock.now();
         self.counters.inputs += 1;
-        let effects = self.machine.handle(now, input);
-        for effect in effects {
+        // One buffer for every step; taken out while its effects are
+        // dispatched (a failed persist drops the rest with it).
+        let mut effects = std::mem::take(&mut self.effects);
+        self.machine.handle_into(now, input, &mut effects);
+        for effect in effects.drain(..) {
             match effect {
                 port::Effect::Persist(record) => {
                     self.ports.disk.persist(&record).await?;
@@ -173,6 +179,7 @@ where
                 }
             }
         }
+        self.effects = effects;
         if cfg!(debug_assertions) {
             self.machine.check_invariants();
         }
