@@ -38,6 +38,17 @@
 //!   in odd pieces that every effect holding an id then read back before
 //!   they had left the store buffer). The VM's speed drifts by ~5% over an
 //!   hour, so only interleaved runs compare.
+//! - On a fourth, slower machine (a Zen 3 VM at ~2.6 GHz with busy
+//!   neighbours: runs of one build read from ~430k/s to ~590k/s) the build
+//!   above read a median ~430k/s, with its best 0.5 s window at ~540k/s,
+//!   and this one ~470k/s, best window ~610k/s (+9% and +13%; 8 rounds,
+//!   interleaved), with the composite writing each effect where it is
+//!   kept (`orchestrator/out.rs`: room is made before the effect is made,
+//!   so the compiler no longer builds it on the stack and copies it in;
+//!   a node's stage change went from ~7.8% of the time to ~3.4%). The
+//!   same ~16k instructions per lifecycle run there at ~3.5 per cycle, so
+//!   the figure follows the clock: 1,000,000/s on that machine would need
+//!   ~9k instructions per lifecycle.
 //!
 //! Runs of one build differ by about 2%, windows within a run by ~1%:
 //! compare builds interleaved, and again with functions aligned
@@ -48,7 +59,15 @@
 //! deadlines as intrusive lists, sorting build positions instead of specs,
 //! aligning the machines, boxing the log record or the join binding in
 //! effects, a compact answer queue in this world, inlining the route
-//! window's insert, dropping one `Arc` per node.
+//! window's insert, dropping one `Arc` per node. On the slower machine,
+//! also none of: fat or thin LTO and `-C target-cpu=native` (within 1-2%),
+//! `opt-level = 2` (same) or `"s"` (-35%), a larger
+//! `-x86-sfb-inspection-limit` (no change to the code), answering this
+//! world's effects in rounds instead of through a queue (-6%), inlined fast
+//! paths for the route window's insert and remove, making a node's and a
+//! session's own effects after room is made too (the copies left are
+//! spread thin), and removing the deadline index outright. Pools of 20 to
+//! 3,000 nodes read the same there too.
 //!
 //! Where the time goes, from `perf record -e cpu-clock` on that machine
 //! (instruction counts no longer predict it: removing the deadline index
@@ -57,12 +76,12 @@
 //! specs each node holds, a session's boot spec and probe, each command,
 //! the shape of a create, the lease in two effects) cost ~9% in all
 //! (measured by building with `Rc`), though no single one is measurable;
-//! effects are built on the stack and copied into the effect vector whole,
-//! and that copy reads back words still in the store buffer (a node's stage
-//! change, 9 per lifecycle, is ~7% of the time, most of it that stall); a
-//! node's input is copied the same way as its step begins (~3%); this
-//! world's own queue and drops ~13%; building and dropping the composite
-//! ~8%.
+//! effects were built on the stack and copied into the effect vector
+//! whole, a copy that read back words still in the store buffer (fixed,
+//! see above: loads of 16 bytes from the stack fell from ~11% of the
+//! samples to ~5-6%, the rest spread over many sites); a node's input is
+//! copied the same way as its step begins (~3%); this world's own queue
+//! and drops ~13%; building and dropping the composite ~8%.
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId};
