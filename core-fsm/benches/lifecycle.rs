@@ -39,13 +39,14 @@
 //!   they had left the store buffer). The VM's speed drifts by ~5% over an
 //!   hour, so only interleaved runs compare.
 //! - On a fourth, slower machine (a Zen 3 VM at ~2.6 GHz with busy
-//!   neighbours: runs of one build read from ~430k/s to ~590k/s) the build
-//!   above read a median ~430k/s, with its best 0.5 s window at ~540k/s,
-//!   and this one ~470k/s, best window ~610k/s (+9% and +13%; 8 rounds,
-//!   interleaved), with the composite writing each effect where it is
-//!   kept (`orchestrator/out.rs`: room is made before the effect is made,
-//!   so the compiler no longer builds it on the stack and copies it in;
-//!   a node's stage change went from ~7.8% of the time to ~3.4%). The
+//!   neighbours: runs of one build read from ~340k/s to ~590k/s, and two
+//!   builds run side by side on its two cores no steadier) the build above
+//!   read run medians of 425k-490k/s and best 0.5 s windows up to ~571k/s
+//!   over 32 interleaved rounds, and this one 446k-535k/s and up to
+//!   ~627k/s (+5% to +10%), with the composite writing each effect where
+//!   it is kept (`orchestrator/out.rs`: room is made before the effect is
+//!   made, so the compiler no longer builds it on the stack and copies it
+//!   in; a node's stage change went from ~7.8% of the samples to ~3.4%). The
 //!   same ~16k instructions per lifecycle run there at ~3.5 per cycle, so
 //!   the figure follows the clock: 1,000,000/s on that machine would need
 //!   ~9k instructions per lifecycle.
