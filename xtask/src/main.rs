@@ -283,9 +283,20 @@ fn seeds_per_core(text: &str) -> Option<f64> {
 
 fn bench(what: &str) -> bool {
     match what {
+        // An example, not a `cargo bench` target: cargo builds bench
+        // targets with unwinding whatever the profile says, and this one is
+        // to measure the composite as the release profile builds it.
         "fsm" => step(
             "bench fsm",
-            cargo(&["bench", "-p", "core-fsm", "--bench", "lifecycle"]),
+            cargo(&[
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "core-fsm",
+                "--example",
+                "lifecycle",
+            ]),
         ),
         "sim" => bench_sim(),
         "up" => step(

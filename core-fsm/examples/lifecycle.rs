@@ -3,7 +3,11 @@
 //! effect is answered by a minimal in-memory world, and every answer goes
 //! back through `handle_into`, and `next_deadline` is read after every step, as
 //! every effect loop does. A plain timed loop; prints
-//! `node lifecycles/s: N`. Run with `cargo bench -p core-fsm --bench lifecycle`.
+//! `node lifecycles/s: N`. Run with `cargo xtask bench fsm`, which runs
+//! `cargo run --release -p core-fsm --example lifecycle`: an example, so
+//! that it is built as the release profile builds drover (`panic =
+//! "abort"`; cargo builds `cargo bench` targets with unwinding whatever
+//! the profile says).
 //!
 //! Measured on shared 2-core machines (noisy, and machines differ: the
 //! same build read ~580k/s on one and ~400k/s on another; callgrind's
@@ -50,6 +54,12 @@
 //!   same ~16k instructions per lifecycle run there at ~3.5 per cycle, so
 //!   the figure follows the clock: 1,000,000/s on that machine would need
 //!   ~9k instructions per lifecycle.
+//! - There, another +4% to +12% (run medians and best windows, 24 rounds
+//!   in two sets) with the release profile's `panic = "abort"`, measured
+//!   as this example: without landing pads no value has to be kept aside
+//!   in case it must be dropped while unwinding, so more of them are built
+//!   where they are kept (loads of 16 bytes from the stack ~5% of the
+//!   samples -> ~2.4%). Best windows of ~700k/s, runs of ~550k-570k/s.
 //!
 //! Runs of one build differ by about 2%, windows within a run by ~1%:
 //! compare builds interleaved, and again with functions aligned
