@@ -193,7 +193,8 @@ fn drover_sim(args: &[String]) -> bool {
     let mut cmd = cargo(&[
         "run",
         "--quiet",
-        "--release",
+        "--profile",
+        "sim",
         "-p",
         "sim",
         "--bin",
@@ -217,7 +218,8 @@ fn madsim_cargo(args: &[&str]) -> Command {
 const DROVER_MADSIM: &[&str] = &[
     "run",
     "--quiet",
-    "--release",
+    "--profile",
+    "sim",
     "-p",
     "sim-madsim",
     "--bin",
@@ -236,7 +238,8 @@ fn bench_sim() -> bool {
     let mut tier1 = cargo(&[
         "run",
         "--quiet",
-        "--release",
+        "--profile",
+        "sim",
         "-p",
         "sim",
         "--bin",
