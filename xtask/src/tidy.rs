@@ -140,6 +140,7 @@ pub const ALLOWED_PATHS: &[&str] = &["std::sync::Arc;"];
 /// code, and docs may name what they avoid.
 pub fn source_findings(name: &str, text: &str) -> Vec<Finding> {
     let mut findings = Vec::new();
+    let unsafe_allowed = name.replace('\\', "/").ends_with(UNSAFE_ALLOWED_IN);
     for (index, line) in text.lines().enumerate() {
         let code = line.trim_start();
         if code.starts_with("//") {
@@ -157,7 +158,6 @@ pub fn source_findings(name: &str, text: &str) -> Vec<Finding> {
                 });
             }
         }
-        let unsafe_allowed = name.replace('\\', "/").ends_with(UNSAFE_ALLOWED_IN);
         if contains_token(code, "unsafe") && !unsafe_allowed {
             findings.push(Finding {
                 location: format!("{name}:{}", index + 1),
