@@ -184,6 +184,29 @@ fn a_failing_verify_fails_its_node_with_reason_and_logs_others_ready_and_down_de
 }
 
 #[test]
+fn a_nodes_commands_see_a_machines_environment_not_the_secrets_drover_was_started_with() {
+    let dir = scratch("env");
+    let state = dir.join("state");
+    let mut plan = local_plan(1);
+    plan.groups[0].boot.verify_commands = vec!["env".into()];
+    let plan = write_plan(&dir, &plan);
+    let secret = "vast-key-that-must-stay-home-7f3a";
+    let env = [("VAST_API_KEY", secret), ("DROVER_TEST_TOKEN", secret)];
+    let mut up = Up::start_with_env(&state, &plan, &["--json"], &env);
+    up.wait_line(SETTLE, is_settled);
+    assert_eq!(node(&status(&state), "workers-0")["ready"], true);
+    let logs = drover(&state, &["logs", "workers-0"]);
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    // The verify command printed the node's environment: a machine's own.
+    assert!(logs.contains("PATH=") && logs.contains("HOME="), "{logs}");
+    assert!(!logs.contains(secret), "a secret reached the node: {logs}");
+    assert!(!logs.contains("VAST_API_KEY"), "{logs}");
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn kill_9_of_up_mid_bootstrap_then_down_leaves_no_node_process() {
     let dir = scratch("kill9");
     let state = dir.join("state");

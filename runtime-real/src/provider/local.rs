@@ -150,6 +150,10 @@ impl LocalProvider {
             .arg("--port-file")
             .arg(dir.join("port"))
             .current_dir(dir)
+            // A rented machine does not have the user's environment (API
+            // keys, tokens): the node starts with a machine's own.
+            .env_clear()
+            .envs(machine_env(dir))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -329,6 +333,25 @@ impl Provider for LocalProvider {
     ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
         Box::pin(async move { Ok(self.list(run_id)?.into_iter().map(Arc::new).collect()) })
     }
+}
+
+/// The environment a local node (and every command it runs) starts with:
+/// what a freshly rented machine has, not what `drover` was started with.
+/// Only `PATH` is carried over (so the node finds the shell tools and the
+/// drover binaries as the user's shell does); `HOME` is the node's folder.
+/// Everything else, an API key above all, stays behind.
+pub fn machine_env(dir: &Path) -> [(&'static str, std::ffi::OsString); 3] {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    [
+        ("PATH", path),
+        (
+            "HOME",
+            std::path::absolute(dir)
+                .unwrap_or_else(|_| dir.to_owned())
+                .into(),
+        ),
+        ("LANG", "C.UTF-8".into()),
+    ]
 }
 
 fn endpoint(port: u16) -> SshEndpoint {

@@ -71,7 +71,13 @@ impl Up {
 
     /// `drover --state-dir STATE ARGS.. up PLAN`, its stdout a pipe.
     pub fn start_with(state: &Path, plan: &Path, args: &[&str]) -> Up {
+        Up::start_with_env(state, plan, args, &[])
+    }
+
+    /// As [`Up::start_with`], with `env` added to `up`'s environment.
+    pub fn start_with_env(state: &Path, plan: &Path, args: &[&str], env: &[(&str, &str)]) -> Up {
         let mut child = Command::new(DROVER)
+            .envs(env.iter().copied())
             .arg("--state-dir")
             .arg(state)
             .args(args)

@@ -239,6 +239,10 @@ async fn run_command(
         .arg("-c")
         .arg(&command)
         .current_dir(&dir)
+        // A machine's environment, not the one this server was started
+        // with (see `machine_env`).
+        .env_clear()
+        .envs(super::machine_env(&dir))
         .env("PATH", path)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
