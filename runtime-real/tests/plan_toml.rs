@@ -327,6 +327,20 @@ fn bad_plans() -> Vec<(&'static str, String)> {
             format!("{valid}\n[[group.host]]\nhost = \"h\"\nkey_file = \"/k\"\n")
                 .replace("disk_gb = 1", "disk_gb = 1\n\n[group.shape.provider_labels]\n\"static.host.0\" = \"x\""),
         ),
+        (
+            "vastai labels: unknown, a bid in dollars, a bad rate unit and URL",
+            with("provider = \"local\"", "provider = \"vastai\"").replace(
+                "disk_gb = 1",
+                "disk_gb = 1\n\n[group.shape.provider_labels]\n\"vastai.bid_cents_per_hour\" = \"0.30\"\n\"vastai.base_ulr\" = \"http://x\"\n\"vastai.base_url\" = \"ftp://x\"\n\"vastai.rate_unit_ms\" = \"fast\"\nnote = \"mine\"",
+            ),
+        ),
+        (
+            "vastai labels on a local group",
+            with(
+                "disk_gb = 1",
+                "disk_gb = 1\n\n[group.shape.provider_labels]\n\"vastai.bid_cents_per_hour\" = \"30\"",
+            ),
+        ),
         ("hosts as a plain table", static_plan().replacen("[[group.host]]", "[group.host]", 1).replacen("[[group.host]]", "", 1).replace("host = \"::1\"\nuser = \"ops\"\nkey_file = \"/keys/b\"\n", "")),
         (
             "structural and rule errors together",

@@ -111,6 +111,7 @@ fn read_group(doc: &mut Doc, path: &str, value: &Value<'_>) -> Option<NodeGroupS
         Some(v) => read_join(doc, &format!("{path}.join"), v),
         None => default_join(),
     };
+    check_vastai_labels(doc, path, provider, &shape);
     let mut shape = shape;
     let hosts = match table.take(doc, "host") {
         Some(v) => read_hosts(doc, &format!("{path}.host"), v, &boot.ssh_user),
@@ -183,6 +184,31 @@ fn read_hosts(doc: &mut Doc, path: &str, value: &Value<'_>, user: &str) -> Optio
         });
     }
     Some(hosts)
+}
+
+/// `vastai.*` labels: read by vastai groups only, each known and well
+/// formed (a misspelt key or a bid of "0.30" would otherwise be ignored,
+/// and the run would rent at another price or talk to another API).
+fn check_vastai_labels(doc: &mut Doc, path: &str, provider: ProviderKind, shape: &DesiredShape) {
+    use crate::provider::vastai::settings::{LABEL_PREFIX, label_problem};
+    for (key, value) in &shape.provider_labels {
+        if !key.starts_with(LABEL_PREFIX) {
+            continue;
+        }
+        let problem = if provider == ProviderKind::Vastai {
+            label_problem(key, value)
+        } else {
+            Some(format!(
+                "only a vastai group reads {LABEL_PREFIX}* labels (this group's provider is {})",
+                format!("{provider:?}").to_lowercase()
+            ))
+        };
+        if let Some(problem) = problem {
+            let field = format!("{path}.shape.provider_labels.{key}");
+            let span = doc.spans.get(&field).cloned().unwrap_or(0..0);
+            doc.error(span, &field, problem);
+        }
+    }
 }
 
 /// A static group lists one host per node; no other group lists any; the

@@ -14,6 +14,10 @@ pub const DEFAULT_BASE_URL: &str = "https://console.vast.ai";
 /// The environment variable that overrides the base URL (§A.1).
 pub const BASE_URL_ENV: &str = "VAST_URL";
 
+/// The provider label that makes a group's creates interruptible bids at
+/// this many whole cents per hour (overrides the configured bid).
+pub const BID_LABEL: &str = "vastai.bid_cents_per_hour";
+
 /// The client's configuration.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {

@@ -16,7 +16,7 @@ mod list;
 mod offers;
 mod status;
 
-pub use config::{BASE_URL_ENV, ClientConfig, DEFAULT_BASE_URL, validate_public_key};
+pub use config::{BASE_URL_ENV, BID_LABEL, ClientConfig, DEFAULT_BASE_URL, validate_public_key};
 pub use http::{AuthStyle, ClientStats, RetryPolicy};
 pub use lease::{create_body, onstart_script};
 pub use offers::{ChosenOffers, Offer, choose, fits, rank, search_body, vast_gpu_name};
@@ -121,7 +121,7 @@ impl VastClient {
     fn bid_dollars(&self, shape: &DesiredShape) -> Option<f64> {
         shape
             .provider_labels
-            .get("vastai.bid_cents_per_hour")
+            .get(BID_LABEL)
             .and_then(|cents| cents.parse::<u32>().ok())
             .or(self.config.bid_cents_per_hour)
             .map(|cents| f64::from(cents) / 100.0)

@@ -24,6 +24,36 @@ pub const BASE_URL_LABEL: &str = "vastai.base_url";
 pub const RATE_UNIT_LABEL: &str = "vastai.rate_unit_ms";
 /// The default worth of one threshold unit: a second (the conservative reading).
 pub const RATE_UNIT_DEFAULT_MS: u64 = 1_000;
+/// The provider label that makes every create of the group an interruptible
+/// bid at this many whole cents per hour (the client reads it per create).
+pub use vastai::client::BID_LABEL;
+/// What every `vastai.*` label names.
+pub const LABEL_PREFIX: &str = "vastai.";
+
+/// Why `value` is not a valid value of the `vastai.*` label `key` (an
+/// unknown key included); `None` when it is. The plan file's reader reports
+/// this at the label's line; [`from_plan`] checks it again for plans that
+/// came from elsewhere.
+pub fn label_problem(key: &str, value: &str) -> Option<String> {
+    let value = value.trim();
+    match key {
+        BASE_URL_LABEL if !(value.starts_with("http://") || value.starts_with("https://")) => Some(
+            format!("the Vast.ai base URL must start with http:// or https://, not {value:?}"),
+        ),
+        BASE_URL_LABEL => None,
+        RATE_UNIT_LABEL => value
+            .parse::<u64>()
+            .err()
+            .map(|_| format!("a whole number of milliseconds, not {value:?}")),
+        BID_LABEL => value
+            .parse::<u32>()
+            .err()
+            .map(|_| format!("a whole number of cents per hour (30 for $0.30), not {value:?}")),
+        _ => Some(format!(
+            "unknown Vast.ai label (known: {BASE_URL_LABEL}, {RATE_UNIT_LABEL}, {BID_LABEL})"
+        )),
+    }
+}
 
 /// The provider settings of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +73,17 @@ pub fn from_plan(plan: &RunPlan) -> Result<Option<Settings>, String> {
         .collect();
     if groups.is_empty() {
         return Ok(None);
+    }
+    for group in &groups {
+        let labels = &group.shape.provider_labels;
+        for (key, value) in labels.range(LABEL_PREFIX.to_owned()..) {
+            if !key.starts_with(LABEL_PREFIX) {
+                break;
+            }
+            if let Some(problem) = label_problem(key, value) {
+                return Err(format!("group {}: {key}: {problem}", group.group_id));
+            }
+        }
     }
     let agreed = |label: &str| -> Result<Option<String>, String> {
         let values: BTreeSet<&String> = groups
@@ -172,5 +213,15 @@ mod tests {
         assert!(from_plan(&plan).unwrap_err().contains("http://"));
         let plan = plan_with(&[&[(RATE_UNIT_LABEL, "fast")]]);
         assert!(from_plan(&plan).unwrap_err().contains("milliseconds"));
+        // A bid in dollars would be ignored by the client (on-demand at
+        // full price) and a misspelt key silently unread: both refused.
+        let plan = plan_with(&[&[(BID_LABEL, "0.30")]]);
+        let err = from_plan(&plan).unwrap_err();
+        assert!(err.contains(BID_LABEL) && err.contains("cents"), "{err}");
+        let plan = plan_with(&[&[("vastai.base_ulr", "http://x")]]);
+        let err = from_plan(&plan).unwrap_err();
+        assert!(err.contains("unknown Vast.ai label"), "{err}");
+        let plan = plan_with(&[&[(BID_LABEL, "30"), ("other.label", "kept")]]);
+        assert!(from_plan(&plan).is_ok());
     }
 }
