@@ -431,3 +431,42 @@ fn a_later_session_of_the_node_continues_its_log_numbers() {
     }
     insta::assert_snapshot!(s.log);
 }
+
+#[test]
+fn log_numbers_at_their_limit_stay_there_instead_of_wrapping() {
+    // Seqs continue from the datastream's file, which a person can edit:
+    // a number at the limit must neither panic nor wrap to a used one.
+    let mut config = Config::new(
+        SessionId(2),
+        &spec(),
+        LeaseId::from("vastai:124"),
+        endpoint(),
+    );
+    config.log_seqs = LogSeqs {
+        stdout: u64::MAX,
+        stderr: u64::MAX - 1,
+    };
+    let mut s = Script {
+        session: Machine::new(config),
+        log: String::new(),
+        now: 0,
+    };
+    s.at(0, Input::Start).connected();
+    let mut seqs = vec![];
+    for stream in [LogStream::Stdout, LogStream::Stderr, LogStream::Stderr] {
+        let op = s.op();
+        let effects = s.session.handle(
+            Instant(1),
+            Input::SshOutput {
+                op,
+                stream,
+                line: "line".to_owned(),
+            },
+        );
+        seqs.extend(effects.iter().filter_map(|e| match e {
+            Effect::Log(r) => Some(r.seq),
+            _ => None,
+        }));
+    }
+    assert_eq!(seqs, vec![u64::MAX, u64::MAX, u64::MAX]);
+}

@@ -39,11 +39,11 @@ impl Writer {
 
     /// Appends `record` as one line of its node's file.
     pub fn append(&mut self, record: &LogRecord) -> io::Result<()> {
-        assert!(
-            is_safe_file_stem(record.node.as_str()),
-            "logical node id {:?} is not a safe file name; the plan validator admits only [A-Za-z0-9_-]",
-            record.node
-        );
+        // The plan admits only safe ids; a node restored from an edited
+        // journal may not be: its line is refused, nothing else is lost.
+        if !is_safe_file_stem(record.node.as_str()) {
+            return Err(unsafe_id(&record.node));
+        }
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
         line.push(b'\n');
         let file = match self.files.entry(record.node.clone()) {
@@ -102,7 +102,19 @@ pub fn format(record: &LogRecord) -> String {
     )
 }
 
-fn is_safe_file_stem(s: &str) -> bool {
+/// The error for a node id that cannot name a file.
+pub fn unsafe_id(node: &LogicalNodeId) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "logical node id {:?} is not a safe file name (letters, digits, `-`, `_`, `.`)",
+            node.as_str()
+        ),
+    )
+}
+
+/// Whether `s` names a file in the datastream folder and nothing else.
+pub fn is_safe_file_stem(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
@@ -153,6 +165,23 @@ mod tests {
         let text = std::fs::read_to_string(file_of(&dir, &LogicalNodeId::from("w-0"))).unwrap();
         assert_eq!(text.lines().count(), 2);
         assert_eq!(format(&w0[0]), "w-0 stdout #1 t=10ms | hello");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_node_id_that_is_not_a_file_name_is_refused_and_others_go_on() {
+        let dir = std::env::temp_dir().join(format!("drover-ds-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut writer = Writer::new(&dir);
+        for bad in ["../escape", "a/b", "..", ""] {
+            let err = writer.append(&record(bad, 1, "x")).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad}: {err}");
+            assert!(err.to_string().contains("not a safe file name"), "{err}");
+        }
+        writer.append(&record("w-0", 1, "still written")).unwrap();
+        let (w0, _) = read(&dir, &LogicalNodeId::from("w-0")).unwrap();
+        assert_eq!(w0, vec![record("w-0", 1, "still written")]);
+        assert!(!dir.join("escape.ndjson").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -152,13 +152,15 @@ impl super::Machine {
         line: String,
         out: &mut impl Emit<Effect>,
     ) {
+        // Saturating: the numbers continue from a file a person can edit,
+        // and one at the limit must not wrap to a number already used.
         let seq = match stream {
             LogStream::Stdout => {
-                self.stdout_seq += 1;
+                self.stdout_seq = self.stdout_seq.saturating_add(1);
                 self.stdout_seq
             }
             LogStream::Stderr => {
-                self.stderr_seq += 1;
+                self.stderr_seq = self.stderr_seq.saturating_add(1);
                 self.stderr_seq
             }
         };

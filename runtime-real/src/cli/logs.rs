@@ -15,6 +15,10 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
 /// Runs `drover logs`; returns the exit code.
 pub async fn run(state_dir: &Path, node: &str, follow: bool, json: bool) -> i32 {
     let node = LogicalNodeId::from(node);
+    if !datastream::is_safe_file_stem(node.as_str()) {
+        eprintln!("drover logs: {}", datastream::unsafe_id(&node));
+        return EXIT_FAILURE;
+    }
     let path = datastream::file_of(state_dir, &node);
     let mut offset = 0u64;
     loop {
