@@ -82,8 +82,8 @@ pub enum ClockMode {
 /// The fake's configuration.
 #[derive(Clone, Debug)]
 pub struct FakeConfig {
-    /// The one valid API key (compared exactly; never logged).
-    pub api_key: String,
+    /// The one valid API key (compared exactly; `Debug` prints `***`).
+    pub api_key: crate::ApiKey,
     /// Seed of every random choice (429 body shapes, rates, 5xx codes).
     pub seed: u64,
     /// Lifecycle clock.
@@ -111,7 +111,7 @@ impl FakeConfig {
     /// For tests: manual clock, short lifecycle steps, no rate limits.
     pub fn for_tests(api_key: &str) -> FakeConfig {
         FakeConfig {
-            api_key: api_key.to_owned(),
+            api_key: crate::ApiKey::new(api_key),
             seed: 7,
             clock: ClockMode::Manual,
             timings: Timings {

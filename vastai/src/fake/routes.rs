@@ -167,7 +167,9 @@ pub(crate) fn gate(
             return Err(auth_error(StatusCode::UNAUTHORIZED));
         }
         None => "anonymous".to_owned(),
-        Some(key) if key != shared.config.api_key => return Err(auth_error(StatusCode::NOT_FOUND)),
+        Some(key) if key != shared.config.api_key.expose() => {
+            return Err(auth_error(StatusCode::NOT_FOUND));
+        }
         Some(key) => key,
     };
     let interval = shared.config.rate_limits.interval_ms(endpoint);
