@@ -42,7 +42,9 @@ fn a_wrong_join_token_is_refused_and_only_that_node_fails_with_join_timeout() {
     bad.boot.start_command = AGENT_START
         .replace("'${JOIN_TOKEN}'", "'x${JOIN_TOKEN}'")
         .into();
-    bad.boot.timeouts.join_timeout = core_fsm::time::Duration::from_secs(3);
+    // Long enough that the refused agent has surely connected and said so
+    // before the wait ends, even on a loaded machine.
+    bad.boot.timeouts.join_timeout = core_fsm::time::Duration::from_secs(10);
     plan.groups.push(bad);
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);

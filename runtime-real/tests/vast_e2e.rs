@@ -109,7 +109,15 @@ fn an_ambiguous_create_f5_yields_exactly_one_instance_per_node_end_to_end() {
     let plan = write_plan(&dir, &vast_plan(&fake.url, 2));
     let started = Instant::now();
     let mut up = Up::start(&state, &plan);
-    up.wait_settled(CUT_SEEN_WITHIN);
+    // Both leases are known (the cut one adopted by its label) long before
+    // the client's request timeout: the cut was seen when it happened. Only
+    // the create path is bounded this tightly, not the bootstraps after it.
+    for _ in 0..2 {
+        up.out.wait(CUT_SEEN_WITHIN, "a lease known", |l| {
+            l["event"] == "node" && l["stage"] == "LeaseCreated"
+        });
+    }
+    up.wait_settled(SETTLE);
     eprintln!(
         "timing: F5 cut, 2 vast nodes ready in {:?}",
         started.elapsed()

@@ -356,14 +356,16 @@ async fn f14_insufficient_bid_error_carries_a_contract_that_is_destroyed() {
 
 #[tokio::test]
 async fn f15_rate_limit_storms_are_survived_within_the_retry_bound() {
-    // The fake enforces the documented thresholds (1 unit = 50 ms, so show
-    // instance allows one request per 100 ms); this client does not pace.
+    // The fake enforces the documented thresholds (1 unit = 200 ms, so show
+    // instance allows one request per 400 ms: back-to-back lookups are
+    // rejected however slow the machine); this client does not pace, and
+    // its retries outlast one interval.
     let w = world_with(
-        |f| f.rate_limits = RateLimits::documented(50),
+        |f| f.rate_limits = RateLimits::documented(200),
         |c| {
             c.retry.attempts_max = 10;
-            c.retry.backoff_base_ms = 4;
-            c.retry.backoff_max_ms = 50;
+            c.retry.backoff_base_ms = 50;
+            c.retry.backoff_max_ms = 200;
         },
     )
     .await;
@@ -397,11 +399,12 @@ async fn f15_rate_limit_storms_are_survived_within_the_retry_bound() {
         "{}",
         err.message
     );
-    // A client that paces itself by the thresholds (with a margin over the
-    // server's: 20 ms against 4 ms for show instance) sees no 429 at all.
+    // A client that paces itself by the thresholds (with a wide margin over
+    // the server's: 50 ms against 4 ms for show instance, so a request held
+    // up in flight cannot close the gap) sees no 429 at all.
     let p = world_with(
         |f| f.rate_limits = RateLimits::documented(2),
-        |c| c.rate_limits = RateLimits::documented(10),
+        |c| c.rate_limits = RateLimits::documented(25),
     )
     .await;
     let lease = p.create("workers-0", 1).await.unwrap().lease;
