@@ -3,9 +3,9 @@
 //! Two checks, both cheap enough to run as a test:
 //! - core-fsm's normal dependency tree holds serde and its derive only (an
 //!   allowlist, so a new dependency is a deliberate change here);
-//! - core-fsm's sources use no wall clock, OS randomness, threads, I/O,
-//!   async or unordered maps, and no `unsafe` outside the one file that
-//!   is allowed it ([`UNSAFE_ALLOWED_IN`]).
+//! - core-fsm's sources use no wall clock, OS randomness, environment,
+//!   threads, I/O, async or unordered maps, and no `unsafe` outside the one
+//!   file that is allowed it ([`UNSAFE_ALLOWED_IN`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,8 @@ pub const FORBIDDEN_PATTERNS: &[(&str, &str)] = &[
     ("std::net", "I/O: the effect loop does I/O"),
     ("std::io", "I/O: the effect loop does I/O"),
     ("std::process", "processes: the runtime starts them"),
+    ("std::env", "the environment: configuration is an input"),
+    ("env::", "the environment: configuration is an input"),
     ("std::thread", "threads: machines are single-threaded"),
     ("std::sync", "threads: machines are single-threaded"),
     ("tokio", "async runtime: machines are sans-IO"),

@@ -22,6 +22,14 @@ fn forbidden_sources_are_found() {
 }
 
 #[test]
+fn reading_the_environment_is_found() {
+    let text = "let v = std::env::var(\"X\");\nuse std::env;\nlet w = env::var_os(\"Y\");\nlet envelope = 1;\n";
+    let found = tidy::source_findings("x.rs", text);
+    let locations: Vec<&str> = found.iter().map(|f| f.location.as_str()).collect();
+    assert_eq!(locations, ["x.rs:1", "x.rs:1", "x.rs:2", "x.rs:3"]);
+}
+
+#[test]
 fn arc_is_allowed_and_the_rest_of_std_sync_is_not() {
     let text = "use std::sync::Arc;\nuse std::sync::Mutex;\nuse std::sync::{Arc, Mutex};\nlet n = std::sync::atomic::AtomicU64::new(0);\n";
     let found = tidy::source_findings("x.rs", text);
