@@ -10,7 +10,7 @@ mod up_support;
 use core_fsm::ids::{GroupId, RunId};
 use core_fsm::plan::{ProviderKind, RunPlan};
 use runtime_real::provider::static_hosts::hosts::{StaticHost, to_labels};
-use runtime_real::provider::static_hosts::pid_file;
+use runtime_real::provider::static_hosts::{default_claims_dir, pid_file};
 use sshd_support::Sshd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -120,10 +120,36 @@ fn two_static_nodes_on_openssh_reach_ready_and_stop_releases_them_and_stops_the_
     let pids = agent_pids(run, &["hosts-0", "hosts-1"]);
     assert!(pids.iter().all(|&p| is_drover_agent(p)), "{pids:?}");
     assert_eq!(std::fs::read_dir(state.join("static")).unwrap().count(), 2);
+    let claims = default_claims_dir().expect("HOME is set");
+    let claim = |port: u16| claims.join(format!("static_127.0.0.1_{port}.json"));
+    assert!(sshd.ports.iter().all(|&p| claim(p).exists()));
+
+    // A second run of the plan in another state dir may not take machines
+    // this run holds: its nodes fail with a reason naming this state dir,
+    // and this run's nodes and agents are untouched.
+    let other = dir.join("other-state");
+    let mut second = Up::start(&other, &plan);
+    second.wait_line(SETTLE, |l| l["event"] == "settled");
+    let refused = status(&other);
+    for i in 0..2 {
+        let node = node(&refused, &format!("hosts-{i}"));
+        let reason = node["failed_reason"].as_str().unwrap_or_default();
+        assert_eq!(node["stage"], "Failed", "{node}");
+        assert!(reason.contains("is reserved by the run in"), "{reason}");
+    }
+    second.type_stop();
+    assert_eq!(second.wait_exit(EXIT), 1, "{}", second.seen.join("\n"));
+    assert!(pids.iter().all(|&p| is_drover_agent(p)), "{pids:?}");
+    let still = status(&state);
+    for i in 0..2 {
+        assert_eq!(node(&still, &format!("hosts-{i}"))["ready"], true);
+    }
 
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     wait_gone(&pids);
+    // Released: the claims went with the reservations.
+    assert!(sshd.ports.iter().all(|&p| !claim(p).exists()));
     // The agents were told to shut down and removed their own pid files.
     for node in ["hosts-0", "hosts-1"] {
         assert!(!home().join(pid_file(RunId(run), node)).exists());

@@ -16,6 +16,20 @@
 //! plane, so this is the backstop for an agent that was not connected.
 //! Listing returns the run's reservations, which is how a restarted `up`
 //! adopts a create whose answer it lost.
+//!
+//! A reservation is also *claimed* for the user, beside every state dir:
+//!
+//! ```text
+//! $XDG_STATE_HOME/drover/static-claims/<lease>.json   {"state_dir":..}
+//! (else ~/.local/state/drover/static-claims)
+//! ```
+//!
+//! so that a second run in another state dir cannot reserve a machine a run
+//! still holds (its agent's pid file and its teardown would meet the first
+//! run's): that create is refused, naming the state dir that holds it. A
+//! claim whose state dir no longer holds the reservation (destroyed, or the
+//! folder removed) is stale and is taken over. Claims cover one user on one
+//! workstation; two workstations sharing machines are not coordinated.
 
 pub mod hosts;
 
@@ -47,19 +61,77 @@ struct Reservation {
     lease: LeaseFacts,
 }
 
+/// A claim as stored in the user's claims folder: which state dir holds
+/// the reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Claim {
+    state_dir: PathBuf,
+    lease_id: LeaseId,
+}
+
 /// The static provider of one state dir and plan.
 pub struct StaticProvider {
     state_dir: PathBuf,
     hosts: BTreeMap<LogicalNodeId, StaticHost>,
+    /// The user's claims folder; `None` when neither `XDG_STATE_HOME` nor
+    /// `HOME` is set (reservations are then kept per state dir only).
+    claims: Option<PathBuf>,
+}
+
+/// The user's claims folder: `$XDG_STATE_HOME/drover/static-claims`, else
+/// `~/.local/state/drover/static-claims`.
+pub fn default_claims_dir() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(state.join("drover").join("static-claims"))
+}
+
+/// The file name a lease is kept under (reservations and claims alike).
+fn file_name(lease: &LeaseId) -> String {
+    let name: String = lease
+        .as_str()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{name}.json")
+}
+
+/// Where the state dir `state_dir` keeps its reservation of `lease`.
+fn reservation_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
+    state_dir.join("static").join(file_name(lease))
 }
 
 impl StaticProvider {
     /// A provider for the static groups of `plan`, keeping its reservations
-    /// under `<state_dir>/static`.
+    /// under `<state_dir>/static` and claiming them in the user's claims
+    /// folder ([`default_claims_dir`]).
     pub fn new(state_dir: &Path, plan: &RunPlan) -> Result<StaticProvider, String> {
+        StaticProvider::with_claims(state_dir, plan, default_claims_dir())
+    }
+
+    /// As [`StaticProvider::new`], with claims kept in `claims` (none: not
+    /// claimed beyond the state dir).
+    pub fn with_claims(
+        state_dir: &Path,
+        plan: &RunPlan,
+        claims: Option<PathBuf>,
+    ) -> Result<StaticProvider, String> {
+        // Absolute, so that a claim names the state dir from anywhere.
+        let state_dir = std::fs::canonicalize(state_dir)
+            .or_else(|_| std::path::absolute(state_dir))
+            .unwrap_or_else(|_| state_dir.to_owned());
         Ok(StaticProvider {
-            state_dir: state_dir.to_owned(),
+            state_dir,
             hosts: hosts::of_plan(plan)?,
+            claims,
         })
     }
 
@@ -68,18 +140,76 @@ impl StaticProvider {
     }
 
     fn file(&self, lease: &LeaseId) -> PathBuf {
-        let name: String = lease
-            .as_str()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        self.dir().join(format!("{name}.json"))
+        reservation_file(&self.state_dir, lease)
+    }
+
+    /// Claims `lease` for this state dir: refused while another state dir
+    /// still holds its reservation; a stale claim is taken over.
+    fn claim(&self, host: &StaticHost, lease: &LeaseId) -> Result<(), ProviderError> {
+        let Some(dir) = &self.claims else {
+            return Ok(());
+        };
+        let path = dir.join(file_name(lease));
+        let failed = |e: std::io::Error| {
+            error(
+                Rejected,
+                format!("claiming {host} in {}: {e}", path.display()),
+            )
+        };
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        let ours = Claim {
+            state_dir: self.state_dir.clone(),
+            lease_id: lease.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&ours).expect("a claim serialises");
+        // The usual case: nobody claimed it; `create_new` makes two
+        // claimants race fairly.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                use std::io::Write as _;
+                return file.write_all(&bytes).map_err(failed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(failed(e)),
+        }
+        let held = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Claim>(&b).ok());
+        if let Some(held) = held
+            && held.state_dir != self.state_dir
+            && reservation_file(&held.state_dir, lease).exists()
+        {
+            return Err(error(
+                Rejected,
+                format!(
+                    "{host} is reserved by the run in {}; `drover --state-dir {} down` releases it",
+                    held.state_dir.display(),
+                    held.state_dir.display()
+                ),
+            ));
+        }
+        // Ours already, or stale (or unreadable): take it.
+        super::local::write_atomic(&path, &bytes).map_err(failed)
+    }
+
+    /// Gives up this state dir's claim of `lease` (another's is left).
+    fn release_claim(&self, lease: &LeaseId) {
+        let Some(dir) = &self.claims else {
+            return;
+        };
+        let path = dir.join(file_name(lease));
+        let held = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Claim>(&b).ok());
+        if held.is_some_and(|c| c.state_dir == self.state_dir) {
+            // Gone already is as good as removed; a claim left behind is
+            // stale once the reservation is gone, and is taken over.
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     fn read(&self, lease: &LeaseId) -> Result<Option<Reservation>, ProviderError> {
@@ -126,6 +256,7 @@ impl StaticProvider {
             run_id: request.run_id,
             lease: lease.clone(),
         };
+        self.claim(host, &lease.lease_id)?;
         let transient = |e: std::io::Error| error(Transient, format!("reserving {host}: {e}"));
         std::fs::create_dir_all(self.dir()).map_err(transient)?;
         let bytes = serde_json::to_vec_pretty(&reservation).expect("a reservation serialises");
@@ -170,10 +301,12 @@ impl StaticProvider {
             }
         }
         match std::fs::remove_file(self.file(&lease.lease_id)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(error(Transient, format!("releasing {host}: {e}"))),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(error(Transient, format!("releasing {host}: {e}"))),
         }
+        self.release_claim(&lease.lease_id);
+        Ok(())
     }
 
     fn list(&self, run_id: RunId) -> Result<Vec<LeaseFacts>, ProviderError> {
@@ -302,5 +435,102 @@ impl Provider for StaticProvider {
         run_id: RunId,
     ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
         Box::pin(async move { Ok(self.list(run_id)?.into_iter().map(Arc::new).collect()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core_fsm::ids::{GroupId, Nonce};
+    use core_fsm::plan::DesiredShape;
+
+    fn plan() -> RunPlan {
+        let mut plan = RunPlan::local(1);
+        let group = &mut plan.groups[0];
+        group.group_id = GroupId::from("hosts");
+        group.provider = ProviderKind::Static;
+        let host = StaticHost {
+            host: "10.0.0.7".to_owned(),
+            port: 22,
+            user: "ops".to_owned(),
+            key_file: "/keys/a".to_owned(),
+        };
+        hosts::to_labels(&mut group.shape.provider_labels, &[host]);
+        plan
+    }
+
+    fn request(nonce: u64) -> CreateLeaseRequest {
+        CreateLeaseRequest {
+            run_id: RunId(1),
+            node: LogicalNodeId::from("hosts-0"),
+            nonce: Nonce(nonce),
+            provider: ProviderKind::Static,
+            shape: DesiredShape::default().into(),
+            excluded_hosts: vec![],
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drover-claims-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_machine_reserved_by_a_run_in_one_state_dir_is_refused_to_another_until_released() {
+        let root = scratch("two");
+        let claims = Some(root.join("claims"));
+        let (a, b) = (root.join("a"), root.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let first = StaticProvider::with_claims(&a, &plan(), claims.clone()).unwrap();
+        let second = StaticProvider::with_claims(&b, &plan(), claims.clone()).unwrap();
+        let granted = first.create(request(1)).expect("the first run reserves it");
+        let err = second.create(request(2)).unwrap_err();
+        assert_eq!(err.kind, Rejected, "{err:?}");
+        assert!(
+            err.message.contains("ops@10.0.0.7:22")
+                && err.message.contains(&first.state_dir.display().to_string())
+                && err.message.contains("down"),
+            "{}",
+            err.message
+        );
+        assert!(
+            second.list(RunId(1)).unwrap().is_empty(),
+            "nothing half-reserved"
+        );
+        // The same state dir reserving again (a lost answer retried) is fine.
+        first.create(request(3)).expect("its own claim");
+        // Released (what destroy does once the agent is stopped): the
+        // other state dir may take it.
+        std::fs::remove_file(first.file(&granted.lease.lease_id)).unwrap();
+        first.release_claim(&granted.lease.lease_id);
+        second.create(request(4)).expect("released, so free");
+        assert_eq!(second.list(RunId(1)).unwrap().len(), 1);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_claim_whose_state_dir_no_longer_holds_the_machine_is_taken_over() {
+        let root = scratch("stale");
+        let claims = Some(root.join("claims"));
+        let (a, b) = (root.join("a"), root.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let first = StaticProvider::with_claims(&a, &plan(), claims.clone()).unwrap();
+        first.create(request(1)).unwrap();
+        // The first state dir is deleted by hand, its claim left behind.
+        std::fs::remove_dir_all(&a).unwrap();
+        let second = StaticProvider::with_claims(&b, &plan(), claims).unwrap();
+        second
+            .create(request(2))
+            .expect("a stale claim is taken over");
+        let claim: Claim = serde_json::from_slice(
+            &std::fs::read(root.join("claims").join("static_10.0.0.7_22.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(claim.state_dir, second.state_dir);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
