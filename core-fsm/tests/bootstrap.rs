@@ -403,24 +403,31 @@ fn a_foreground_start_command_is_logged_until_ssh_closes() {
     insta::assert_snapshot!(s.log);
 }
 
-#[test]
-fn a_later_session_of_the_node_continues_its_log_numbers() {
+/// A second session of a node, its log numbers continuing from `seqs`,
+/// connected.
+fn later_session(seqs: LogSeqs) -> Script {
     let mut config = Config::new(
         SessionId(2),
         &spec(),
         LeaseId::from("vastai:124"),
         endpoint(),
     );
-    config.log_seqs = LogSeqs {
-        stdout: 7,
-        stderr: 2,
-    };
+    config.log_seqs = seqs;
     let mut s = Script {
         session: Machine::new(config),
         log: String::new(),
         now: 0,
     };
     s.at(0, Input::Start).connected();
+    s
+}
+
+#[test]
+fn a_later_session_of_the_node_continues_its_log_numbers() {
+    let mut s = later_session(LogSeqs {
+        stdout: 7,
+        stderr: 2,
+    });
     for stream in [LogStream::Stdout, LogStream::Stderr, LogStream::Stdout] {
         let op = s.op();
         s.then(Input::SshOutput {
@@ -436,22 +443,10 @@ fn a_later_session_of_the_node_continues_its_log_numbers() {
 fn log_numbers_at_their_limit_stay_there_instead_of_wrapping() {
     // Seqs continue from the datastream's file, which a person can edit:
     // a number at the limit must neither panic nor wrap to a used one.
-    let mut config = Config::new(
-        SessionId(2),
-        &spec(),
-        LeaseId::from("vastai:124"),
-        endpoint(),
-    );
-    config.log_seqs = LogSeqs {
+    let mut s = later_session(LogSeqs {
         stdout: u64::MAX,
         stderr: u64::MAX - 1,
-    };
-    let mut s = Script {
-        session: Machine::new(config),
-        log: String::new(),
-        now: 0,
-    };
-    s.at(0, Input::Start).connected();
+    });
     let mut seqs = vec![];
     for stream in [LogStream::Stdout, LogStream::Stderr, LogStream::Stderr] {
         let op = s.op();

@@ -70,9 +70,10 @@ impl russh::client::Handler for Client {
     }
 }
 
-/// The file pinning the host key of `lease` under `state_dir`.
-pub fn pin_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
-    let name: String = lease
+/// A lease id as a file name: letters, digits, `-` and `.` kept, anything
+/// else (`:`, `/`) as `_`.
+pub fn lease_file_stem(lease: &LeaseId) -> String {
+    lease
         .as_str()
         .chars()
         .map(|c| {
@@ -82,8 +83,12 @@ pub fn pin_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    state_dir.join("known_hosts").join(name)
+        .collect()
+}
+
+/// The file pinning the host key of `lease` under `state_dir`.
+pub fn pin_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
+    state_dir.join("known_hosts").join(lease_file_stem(lease))
 }
 
 /// Forgets the pinned host key of a destroyed lease.

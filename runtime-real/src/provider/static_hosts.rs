@@ -90,18 +90,7 @@ pub fn default_claims_dir() -> Option<PathBuf> {
 
 /// The file name a lease is kept under (reservations and claims alike).
 fn file_name(lease: &LeaseId) -> String {
-    let name: String = lease
-        .as_str()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{name}.json")
+    format!("{}.json", ssh::lease_file_stem(lease))
 }
 
 /// Where the state dir `state_dir` keeps its reservation of `lease`.
