@@ -617,6 +617,58 @@ fn destroy_failures_retry_with_backoff_then_wait_for_a_new_destroy() {
 }
 
 #[test]
+fn a_destroy_while_the_last_destroy_attempt_is_in_flight_renews_the_retries() {
+    let mut s = Script::new();
+    s.run_to_dormant();
+    s.at(2_000, Input::Destroy);
+    // Every attempt but the last fails; the last is in flight.
+    loop {
+        let now = last_time(&s.log);
+        s.at(
+            now + 100,
+            Input::LeaseDestroyed {
+                op: s.last_op(),
+                result: Err(err(ProviderErrorKind::Transient, "429")),
+            },
+        );
+        s.tick();
+        if s.log.matches("DestroyLease").count() == 5 {
+            break;
+        }
+    }
+    s.note("the operator asks again while the last attempt is in flight");
+    let (now, ignored) = (last_time(&s.log), s.node.ignored());
+    s.at(now + 10, Input::Destroy);
+    assert_eq!(
+        s.node.ignored(),
+        ignored,
+        "the request is taken, not ignored"
+    );
+    s.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: s.last_op(),
+            result: Err(err(ProviderErrorKind::Transient, "429")),
+        },
+    );
+    assert!(
+        s.node.next_deadline().is_some(),
+        "a retry is armed: the request was not lost"
+    );
+    s.tick();
+    let now = last_time(&s.log);
+    s.at(
+        now + 100,
+        Input::LeaseDestroyed {
+            op: s.last_op(),
+            result: Ok(()),
+        },
+    );
+    assert_eq!(s.node.stage(), node::Stage::Destroyed);
+    insta::assert_snapshot!(s.log);
+}
+
+#[test]
 fn destroy_while_the_create_is_in_flight() {
     let mut log = String::new();
     let mut s = Script::new();

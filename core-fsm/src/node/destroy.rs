@@ -83,23 +83,28 @@ impl super::Machine {
                 }
                 self.issue_destroy(now, 1, 0, out)
             }
+            // A destroy in flight: this request is not lost if that attempt
+            // fails with its retries spent. It renews the budget (the attempt
+            // in flight counts as the one before the first, `tries` 0), so
+            // a second `Teardown` or `drover down` always tries again.
             Phase::Destroying {
                 op: Some(op),
-                tries,
                 replace,
-            } if replace > 0 => {
-                self.persist_destroy_requested(out);
+                ..
+            } => {
+                if replace > 0 {
+                    self.persist_destroy_requested(out);
+                }
                 self.phase = Phase::Destroying {
                     op: Some(op),
-                    tries,
+                    tries: 0,
                     replace: 0,
                 };
             }
             Phase::Destroyed if strays_sent => {}
-            Phase::Requesting { .. }
-            | Phase::Resolving { .. }
-            | Phase::Destroying { .. }
-            | Phase::Destroyed => self.ignored += 1,
+            Phase::Requesting { .. } | Phase::Resolving { .. } | Phase::Destroyed => {
+                self.ignored += 1
+            }
         }
     }
 
