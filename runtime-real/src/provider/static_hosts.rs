@@ -245,11 +245,22 @@ impl StaticProvider {
             run_id: request.run_id,
             lease: lease.clone(),
         };
-        self.claim(host, &lease.lease_id)?;
         let transient = |e: std::io::Error| error(Transient, format!("reserving {host}: {e}"));
         std::fs::create_dir_all(self.dir()).map_err(transient)?;
         let bytes = serde_json::to_vec_pretty(&reservation).expect("a reservation serialises");
-        super::local::write_atomic(&self.file(&lease.lease_id), &bytes).map_err(transient)?;
+        let file = self.file(&lease.lease_id);
+        let held_before = file.exists();
+        super::local::write_atomic(&file, &bytes).map_err(transient)?;
+        // Reserved first, claimed second: a claim whose state dir holds no
+        // reservation is then surely stale, and of two runs racing for one
+        // machine, the one that loses the claim sees the winner's
+        // reservation and backs off (taking back only what it just wrote).
+        if let Err(refused) = self.claim(host, &lease.lease_id) {
+            if !held_before {
+                let _ = std::fs::remove_file(&file);
+            }
+            return Err(refused);
+        }
         Ok(LeaseGranted {
             endpoint: Some(endpoint_of(host)),
             lease: Arc::new(lease),
