@@ -98,7 +98,8 @@ fn read_group(doc: &mut Doc, path: &str, value: &Value<'_>) -> Option<NodeGroupS
     let name = table.string(doc, "name", true).unwrap_or_default();
     let role = table.string(doc, "role", true).unwrap_or_default();
     let count = table.u32(doc, "count", true).unwrap_or(1);
-    let provider = read_provider(doc, &mut table).unwrap_or(ProviderKind::Local);
+    let read = read_provider(doc, &mut table);
+    let provider = read.unwrap_or(ProviderKind::Local);
     let shape = match table.require(doc, "shape") {
         Some(v) => read_shape(doc, &format!("{path}.shape"), v),
         None => DesiredShape::default(),
@@ -111,7 +112,11 @@ fn read_group(doc: &mut Doc, path: &str, value: &Value<'_>) -> Option<NodeGroupS
         Some(v) => read_join(doc, &format!("{path}.join"), v),
         None => default_join(),
     };
-    check_vastai_labels(doc, path, provider, &shape);
+    // Against the provider the file names (an unreadable one is reported
+    // already; its placeholder would add a misleading error here).
+    if let Some(provider) = read {
+        check_vastai_labels(doc, path, provider, &shape);
+    }
     let mut shape = shape;
     let hosts = match table.take(doc, "host") {
         Some(v) => read_hosts(doc, &format!("{path}.host"), v, &boot.ssh_user),
