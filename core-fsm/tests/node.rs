@@ -60,6 +60,12 @@ impl Script {
         self
     }
 
+    /// The answer to the last destroy, at `ms`.
+    fn destroy_answered(&mut self, ms: u64, result: Result<(), ProviderError>) -> &mut Script {
+        let op = self.last_op();
+        self.at(ms, Input::LeaseDestroyed { op, result })
+    }
+
     fn tick(&mut self) -> &mut Script {
         let at = self.node.next_deadline().expect("a timer is armed");
         self.at(at.0, Input::Tick)
@@ -335,13 +341,7 @@ fn endpoint_failures_fail_the_node_and_destroy_still_works() {
             },
         );
         s.at(2_000, Input::Destroy);
-        s.at(
-            2_100,
-            Input::LeaseDestroyed {
-                op: s.last_op(),
-                result: Err(err(ProviderErrorKind::NotFound, "gone")),
-            },
-        );
+        s.destroy_answered(2_100, Err(err(ProviderErrorKind::NotFound, "gone")));
         writeln!(log, "## {name}\n{}", s.log).unwrap();
     }
     writeln!(log, "## endpoint timeout (12s, polled every 5s)").unwrap();
@@ -557,13 +557,7 @@ fn list_failures_are_bounded_and_never_read_as_empty() {
             result: Ok(vec![ours]),
         },
     );
-    s.at(
-        now + 2,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(now + 2, Ok(()));
     assert_eq!(s.node.stage(), node::Stage::Destroyed);
     insta::assert_snapshot!(s.log);
 }
@@ -573,45 +567,21 @@ fn destroy_failures_retry_with_backoff_then_wait_for_a_new_destroy() {
     let mut s = Script::new();
     s.run_to_dormant();
     s.at(2_000, Input::Destroy);
-    s.at(
-        2_100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Err(err(ProviderErrorKind::Transient, "503")),
-        },
-    );
+    s.destroy_answered(2_100, Err(err(ProviderErrorKind::Transient, "503")));
     s.tick();
     s.note("no answer: the destroy times out and is retried");
     s.tick().tick();
     for _ in 0..2 {
         let now = last_time(&s.log);
-        s.at(
-            now,
-            Input::LeaseDestroyed {
-                op: s.last_op(),
-                result: Err(err(ProviderErrorKind::Transient, "503")),
-            },
-        );
+        s.destroy_answered(now, Err(err(ProviderErrorKind::Transient, "503")));
         s.tick();
     }
     let now = last_time(&s.log);
-    s.at(
-        now,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Err(err(ProviderErrorKind::Rejected, "locked")),
-        },
-    );
+    s.destroy_answered(now, Err(err(ProviderErrorKind::Rejected, "locked")));
     assert!(s.node.next_deadline().is_none(), "retries are bounded");
     assert!(s.node.record().destroy_error.is_some());
     s.at(now + 60_000, Input::Destroy);
-    s.at(
-        now + 60_100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(now + 60_100, Ok(()));
     assert_eq!(s.node.stage(), node::Stage::Destroyed);
     insta::assert_snapshot!(s.log);
 }
@@ -624,13 +594,7 @@ fn a_destroy_while_the_last_destroy_attempt_is_in_flight_renews_the_retries() {
     // Every attempt but the last fails; the last is in flight.
     loop {
         let now = last_time(&s.log);
-        s.at(
-            now + 100,
-            Input::LeaseDestroyed {
-                op: s.last_op(),
-                result: Err(err(ProviderErrorKind::Transient, "429")),
-            },
-        );
+        s.destroy_answered(now + 100, Err(err(ProviderErrorKind::Transient, "429")));
         s.tick();
         if s.log.matches("DestroyLease").count() == 5 {
             break;
@@ -644,26 +608,14 @@ fn a_destroy_while_the_last_destroy_attempt_is_in_flight_renews_the_retries() {
         ignored,
         "the request is taken, not ignored"
     );
-    s.at(
-        now + 100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Err(err(ProviderErrorKind::Transient, "429")),
-        },
-    );
+    s.destroy_answered(now + 100, Err(err(ProviderErrorKind::Transient, "429")));
     assert!(
         s.node.next_deadline().is_some(),
         "a retry is armed: the request was not lost"
     );
     s.tick();
     let now = last_time(&s.log);
-    s.at(
-        now + 100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(now + 100, Ok(()));
     assert_eq!(s.node.stage(), node::Stage::Destroyed);
     insta::assert_snapshot!(s.log);
 }
@@ -714,13 +666,7 @@ fn destroy_during_bootstrap_cancels_the_session_first() {
             reason: "cancelled".to_owned(),
         },
     );
-    s.at(
-        1_400,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(1_400, Ok(()));
     assert_eq!(
         s.node.record().bootstrap.as_ref().unwrap().last_stdout_seq,
         Some(3)
@@ -794,13 +740,7 @@ fn bootstrap_failure_then_replacement_destroys_first() {
             excluded_hosts: vec!["host-a".to_owned()],
         },
     );
-    s.at(
-        30_100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(30_100, Ok(()));
     assert_eq!(s.node.record().attempt, 2);
     assert!(s.node.record().failed_reason.is_none());
     s.granted(31_000, 124, false);
@@ -1000,23 +940,11 @@ fn a_stray_lease_is_journaled_destroyed_with_retries_and_restored() {
             _ => None,
         })
         .collect();
-    s.at(
-        360_500,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Err(err(ProviderErrorKind::Transient, "429")),
-        },
-    );
+    s.destroy_answered(360_500, Err(err(ProviderErrorKind::Transient, "429")));
     s.note("retried after the backoff; that destroy times out and is retried too");
     s.tick().tick().tick();
     let now = last_time(&s.log);
-    s.at(
-        now + 100,
-        Input::LeaseDestroyed {
-            op: s.last_op(),
-            result: Ok(()),
-        },
-    );
+    s.destroy_answered(now + 100, Ok(()));
     assert!(
         s.node.next_deadline().is_some(),
         "the node's own create waits"
@@ -1075,13 +1003,7 @@ fn replace_of_an_unresolved_failure_resolves_the_intent_first() {
         if found {
             let ours = lease(123, s.nonce());
             s.listed(now + 100, vec![ours]);
-            s.at(
-                now + 200,
-                Input::LeaseDestroyed {
-                    op: s.last_op(),
-                    result: Ok(()),
-                },
-            );
+            s.destroy_answered(now + 200, Ok(()));
         } else {
             s.listed(now + 100, vec![]);
             s.tick().listed(now + 120_200, vec![]);

@@ -93,6 +93,12 @@ fn file_name(lease: &LeaseId) -> String {
     format!("{}.json", ssh::lease_file_stem(lease))
 }
 
+/// The claim in `path`; `None` when there is none or it does not read.
+fn read_claim(path: &Path) -> Option<Claim> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// Where the state dir `state_dir` keeps its reservation of `lease`.
 fn reservation_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
     state_dir.join("static").join(file_name(lease))
@@ -165,10 +171,7 @@ impl StaticProvider {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(failed(e)),
         }
-        let held = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Claim>(&b).ok());
-        if let Some(held) = held
+        if let Some(held) = read_claim(&path)
             && held.state_dir != self.state_dir
             && reservation_file(&held.state_dir, lease).exists()
         {
@@ -191,10 +194,7 @@ impl StaticProvider {
             return;
         };
         let path = dir.join(file_name(lease));
-        let held = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Claim>(&b).ok());
-        if held.is_some_and(|c| c.state_dir == self.state_dir) {
+        if read_claim(&path).is_some_and(|c| c.state_dir == self.state_dir) {
             // Gone already is as good as removed; a claim left behind is
             // stale once the reservation is gone, and is taken over.
             let _ = std::fs::remove_file(&path);
@@ -477,15 +477,23 @@ mod tests {
         dir
     }
 
+    /// Two state dirs `a` and `b` under a scratch root, claiming in one
+    /// claims folder: the root and a provider for each.
+    fn two_runs(name: &str) -> (PathBuf, StaticProvider, StaticProvider) {
+        let root = scratch(name);
+        let claims = Some(root.join("claims"));
+        let provider = |dir: &str| {
+            let state = root.join(dir);
+            std::fs::create_dir_all(&state).unwrap();
+            StaticProvider::with_claims(&state, &plan(), claims.clone()).unwrap()
+        };
+        let (first, second) = (provider("a"), provider("b"));
+        (root, first, second)
+    }
+
     #[test]
     fn a_machine_reserved_by_a_run_in_one_state_dir_is_refused_to_another_until_released() {
-        let root = scratch("two");
-        let claims = Some(root.join("claims"));
-        let (a, b) = (root.join("a"), root.join("b"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
-        let first = StaticProvider::with_claims(&a, &plan(), claims.clone()).unwrap();
-        let second = StaticProvider::with_claims(&b, &plan(), claims.clone()).unwrap();
+        let (root, first, second) = two_runs("two");
         let granted = first.create(request(1)).expect("the first run reserves it");
         let err = second.create(request(2)).unwrap_err();
         assert_eq!(err.kind, Rejected, "{err:?}");
@@ -513,16 +521,10 @@ mod tests {
 
     #[test]
     fn a_claim_whose_state_dir_no_longer_holds_the_machine_is_taken_over() {
-        let root = scratch("stale");
-        let claims = Some(root.join("claims"));
-        let (a, b) = (root.join("a"), root.join("b"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
-        let first = StaticProvider::with_claims(&a, &plan(), claims.clone()).unwrap();
+        let (root, first, second) = two_runs("stale");
         first.create(request(1)).unwrap();
         // The first state dir is deleted by hand, its claim left behind.
-        std::fs::remove_dir_all(&a).unwrap();
-        let second = StaticProvider::with_claims(&b, &plan(), claims).unwrap();
+        std::fs::remove_dir_all(&first.state_dir).unwrap();
         second
             .create(request(2))
             .expect("a stale claim is taken over");
