@@ -210,13 +210,16 @@ impl Orchestrator {
         life: u64,
         unplanned: Vec<LogicalNodeSpec>,
     ) -> Orchestrator {
-        let mut specs = crate::plan::expand(&config.plan);
+        // In id order, so that the sort below finds a one-group plan sorted.
+        let mut specs = crate::plan::expand_in_id_order(&config.plan);
+        // Only an unplanned node can have an id that is not its group's.
+        let check_ids = !unplanned.is_empty();
         specs.extend(unplanned);
         let specs = restore::slotted(specs);
         let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
         let count = ids.len();
         let desired = crate::plan::desired(&config.plan);
-        let group_slots = group_slots(&specs, &desired);
+        let group_slots = group_slots(&specs, &desired, check_ids);
         Orchestrator {
             ids,
             group_slots,
@@ -373,10 +376,13 @@ impl Orchestrator {
 }
 
 /// The slots of each wanted group's nodes, by index: `{group}-{index}` for
-/// every index below the group's wanted count.
+/// every index below the group's wanted count. Without `check_ids`, every
+/// spec is taken to be planned (named `{group}-{index}`, as expansion names
+/// them).
 fn group_slots(
     specs: &[LogicalNodeSpec],
     desired: &reconcile::Desired,
+    check_ids: bool,
 ) -> Vec<(GroupId, Vec<Slot>)> {
     let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
         .groups
@@ -384,7 +390,8 @@ fn group_slots(
         .map(|(group, count)| (group.clone(), vec![None; *count as usize]))
         .collect();
     for (n, spec) in (0u32..).zip(specs) {
-        let is_planned = crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
+        let is_planned =
+            !check_ids || crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
         if let Some(slots) = found.get_mut(&spec.group_id)
             && let Some(entry) = slots.get_mut(spec.index as usize)
             && is_planned

@@ -293,25 +293,102 @@ impl Digits {
 /// Meant for a plan that passed [`validate`]; on any other plan it still
 /// returns without panicking, but ids may collide.
 pub fn expand(plan: &RunPlan) -> Vec<LogicalNodeSpec> {
-    plan.groups
-        .iter()
-        .flat_map(|group| {
-            let shape = Arc::new(group.shape.clone());
-            let boot = Arc::new(group.boot.clone());
-            let join = Arc::new(group.join.clone());
-            (0..group.count).map(move |index| LogicalNodeSpec {
-                run_id: plan.run_id,
-                node_id: node_id(&group.group_id, index),
-                group_id: group.group_id.clone(),
-                index,
-                role: group.role.clone(),
-                provider: group.provider,
-                shape: Arc::clone(&shape),
-                boot: Arc::clone(&boot),
-                join: Arc::clone(&join),
-            })
+    expand_with(plan, |count| IdOrder::Plain(0..count))
+}
+
+/// [`expand`], each group's nodes in node-id order (`workers-0`,
+/// `workers-1`, `workers-10`, ...) instead of index order, so that sorting
+/// a one-group plan's nodes by id finds them sorted already.
+pub(crate) fn expand_in_id_order(plan: &RunPlan) -> Vec<LogicalNodeSpec> {
+    expand_with(plan, |count| IdOrder::Decimal(DecimalOrder::below(count)))
+}
+
+fn expand_with(plan: &RunPlan, order: impl Fn(u32) -> IdOrder) -> Vec<LogicalNodeSpec> {
+    let count = plan.groups.iter().map(|g| g.count as usize).sum();
+    let mut specs = Vec::with_capacity(count);
+    let groups = plan.groups.iter().flat_map(|group| {
+        let shape = Arc::new(group.shape.clone());
+        let boot = Arc::new(group.boot.clone());
+        let join = Arc::new(group.join.clone());
+        order(group.count).map(move |index| LogicalNodeSpec {
+            run_id: plan.run_id,
+            node_id: node_id(&group.group_id, index),
+            group_id: group.group_id.clone(),
+            index,
+            role: group.role.clone(),
+            provider: group.provider,
+            shape: Arc::clone(&shape),
+            boot: Arc::clone(&boot),
+            join: Arc::clone(&join),
         })
-        .collect()
+    });
+    specs.extend(groups);
+    specs
+}
+
+/// The indexes of a group in the order its nodes are expanded.
+enum IdOrder {
+    Plain(std::ops::Range<u32>),
+    Decimal(DecimalOrder),
+}
+
+impl Iterator for IdOrder {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self {
+            IdOrder::Plain(range) => range.next(),
+            IdOrder::Decimal(order) => order.next(),
+        }
+    }
+}
+
+/// The numbers below a bound in the order of their decimal digits as
+/// text (`0, 1, 10, 100, 101, ..., 11, ...`), each once, without sorting:
+/// from a number, the next is its tenfold if that is below the bound,
+/// else the next number up after dropping trailing nines (and the last
+/// digit while stepping would reach the bound).
+pub(crate) struct DecimalOrder {
+    bound: u64,
+    /// The next number to yield.
+    next: u64,
+    /// Numbers still to yield.
+    left: u64,
+}
+
+impl DecimalOrder {
+    pub(crate) fn below(bound: u32) -> DecimalOrder {
+        DecimalOrder {
+            bound: u64::from(bound),
+            next: 0,
+            left: u64::from(bound),
+        }
+    }
+}
+
+impl Iterator for DecimalOrder {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let at = self.next;
+        self.next = if at == 0 {
+            // "0" comes first, and only it starts with a zero.
+            1
+        } else if at * 10 < self.bound {
+            at * 10
+        } else {
+            let mut up = at;
+            while up % 10 == 9 || up + 1 >= self.bound {
+                up /= 10;
+            }
+            up + 1
+        };
+        Some(u32::try_from(at).expect("below a u32 bound"))
+    }
 }
 
 /// The pool shape the reconciler drives towards: each group's wanted count.
@@ -325,5 +402,49 @@ pub fn desired(plan: &RunPlan) -> Desired {
             .iter()
             .map(|group| (group.group_id.clone(), group.count))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The numbers below a bound, as sorting their decimal text orders
+    /// them: every bound up to 2,100 and some far larger.
+    #[test]
+    fn decimal_order_is_the_order_of_the_digits_as_text() {
+        let bounds = (0..2_100).chain([9_999, 10_000, 10_001, 123_457]);
+        for bound in bounds {
+            let mut want: Vec<u32> = (0..bound).collect();
+            want.sort_by_key(|n| n.to_string());
+            let got: Vec<u32> = DecimalOrder::below(bound).collect();
+            assert_eq!(got, want, "below {bound}");
+        }
+    }
+
+    /// Near `u32::MAX` the order steps without overflow.
+    #[test]
+    fn decimal_order_steps_near_the_largest_bound() {
+        let mut order = DecimalOrder::below(u32::MAX);
+        assert_eq!(order.by_ref().take(4).collect::<Vec<_>>(), [0, 1, 10, 100]);
+        let near_the_top = DecimalOrder {
+            next: 4_294_967_294,
+            left: 3,
+            ..DecimalOrder::below(u32::MAX)
+        };
+        let got: Vec<u32> = near_the_top.collect();
+        assert_eq!(got, [4_294_967_294, 42_949_673, 429_496_730]);
+    }
+
+    /// Expanding in id order gives the same specs as in plan order.
+    #[test]
+    fn expanding_in_id_order_only_reorders() {
+        let mut plan = RunPlan::example_two_workers();
+        plan.groups[0].count = 120;
+        let mut by_id = expand_in_id_order(&plan);
+        let ids: Vec<&str> = by_id.iter().map(|s| s.node_id.0.as_str()).collect();
+        assert!(ids.is_sorted(), "one group comes sorted");
+        by_id.sort_by_key(|s| s.index);
+        assert_eq!(by_id, expand(&plan));
     }
 }

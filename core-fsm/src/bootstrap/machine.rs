@@ -1,9 +1,9 @@
 //! The session's state, its one `match (phase, input)` and its invariants.
 //! Transitions live in `transitions.rs`.
 
+use super::Sink;
 use super::{Config, Effect, Input, Stage, TimerKind};
 use crate::ids::{Counter, OpId};
-use crate::machine::Emit;
 use crate::port::LogSeqs;
 use crate::time::Instant;
 use crate::timer::TimerTable;
@@ -240,7 +240,7 @@ impl crate::Machine for Machine {
 impl Machine {
     /// `handle`, pushing the effects onto `out` (the composite lends one
     /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Emit<Effect>) {
+    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Sink) {
         match (self.phase, input) {
             (_, Input::Tick) => self.on_tick(now, out),
             (Phase::Created, Input::Start) => self.connect(now, 1, out),

@@ -3,15 +3,15 @@
 //! file holds timers, connecting, log lines and the end; the commands are
 //! in `commands.rs`.
 
+use super::Sink;
 use super::machine::{End, Failure, Phase};
 use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind};
 use crate::ids::OpId;
-use crate::machine::Emit;
 use crate::port::{LogRecord, LogStream, SshError, SshErrorKind};
 use crate::time::{Duration, Instant};
 
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Sink) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (TimerKind::ConnectDeadline, Phase::Connecting { attempts, .. }) => {
@@ -79,7 +79,7 @@ impl super::Machine {
     }
 
     /// One connect attempt; the first also arms the overall deadline.
-    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut impl Emit<Effect>) {
+    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut impl Sink) {
         let t = self.config.boot.timeouts;
         if attempts == 1 {
             self.timers
@@ -125,7 +125,7 @@ impl super::Machine {
         now: Instant,
         attempts: u32,
         result: Result<(), SshError>,
-        out: &mut impl Emit<Effect>,
+        out: &mut impl Sink,
     ) {
         match result {
             Ok(()) => {
@@ -150,7 +150,7 @@ impl super::Machine {
         now: Instant,
         stream: LogStream,
         line: String,
-        out: &mut impl Emit<Effect>,
+        out: &mut impl Sink,
     ) {
         // Saturating: the numbers continue from a file a person can edit,
         // and one at the limit must not wrap to a number already used.
@@ -175,7 +175,7 @@ impl super::Machine {
             at: now,
             line,
         }));
-        out.push(Effect::Observed(self.observation(self.phase.stage())));
+        out.observed(self.observation(self.phase.stage()));
     }
 
     pub(super) fn fail(
@@ -183,7 +183,7 @@ impl super::Machine {
         now: Instant,
         failure: Failure,
         why: String,
-        out: &mut impl Emit<Effect>,
+        out: &mut impl Sink,
     ) {
         self.reason = Some(why);
         self.revoke_join(out);
@@ -194,7 +194,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn revoke_join(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn revoke_join(&mut self, out: &mut impl Sink) {
         if self.join_minted {
             out.push(Effect::RevokeJoin(self.config.join_binding()));
         }
@@ -202,7 +202,7 @@ impl super::Machine {
 
     /// Closes SSH; every log line is already out, in order, so the
     /// datastream is flushed once the effects before this one are done.
-    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut impl Emit<Effect>) {
+    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut impl Sink) {
         self.timers.clear();
         let op = self.next_op();
         self.set_phase(Phase::Closing { op, end }, out);
@@ -211,7 +211,7 @@ impl super::Machine {
         self.timers.set(TimerKind::Close, now + timeout);
     }
 
-    pub(super) fn finish(&mut self, end: End, out: &mut impl Emit<Effect>) {
+    pub(super) fn finish(&mut self, end: End, out: &mut impl Sink) {
         self.timers.clear();
         self.tails.clear();
         self.set_phase(Phase::Ended { end }, out);
@@ -229,7 +229,7 @@ impl super::Machine {
         out.push(Effect::Finished(outcome));
     }
 
-    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut impl Emit<Effect>) {
+    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut impl Sink) {
         let changed = self.phase.stage() != phase.stage();
         self.phase = phase;
         if changed {
@@ -237,8 +237,8 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn observe(&self, out: &mut impl Emit<Effect>) {
-        out.push(Effect::Observed(self.observation(self.phase.stage())));
+    pub(super) fn observe(&self, out: &mut impl Sink) {
+        out.observed(self.observation(self.phase.stage()));
     }
 
     pub(super) fn observation(&self, stage: super::Stage) -> Observation {

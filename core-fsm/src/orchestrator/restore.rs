@@ -111,6 +111,13 @@ fn unplanned_spec(
 /// a map, should an invalid plan repeat an id).
 pub(super) fn slotted(mut specs: Vec<LogicalNodeSpec>) -> Vec<LogicalNodeSpec> {
     specs.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    if specs
+        .windows(2)
+        .all(|pair| pair[0].node_id != pair[1].node_id)
+    {
+        // Every id once (as in any valid plan): nothing to drop.
+        return specs;
+    }
     let mut out: Vec<LogicalNodeSpec> = Vec::with_capacity(specs.len());
     for spec in specs {
         match out.last_mut() {

@@ -480,9 +480,10 @@ impl Emit<node::Effect> for NodeSink<'_, '_> {
 }
 
 /// Where a bootstrap session's step puts its effects: straight out (see
-/// [`emit_session`]); an observation goes to its node at once (the node
-/// notes it and makes no effect, so the order of effects is unchanged);
-/// the session's end waits in `deferred` with every effect after it.
+/// [`emit_session`]); an observation goes to its node at once, never made
+/// into an effect (the node notes it and makes no effect, so the order of
+/// effects is unchanged); the session's end waits in `deferred` with every
+/// effect after it.
 struct SessionSink<'a, 'o> {
     out: &'a mut Out<'o>,
     routes: &'a mut IdWindow<Owner>,
@@ -495,14 +496,23 @@ struct SessionSink<'a, 'o> {
     deferred: &'a mut Vec<bootstrap::Effect>,
 }
 
+impl bootstrap::Sink for SessionSink<'_, '_> {
+    #[inline(always)]
+    fn observed(&mut self, observation: bootstrap::Observation) {
+        if self.deferred.is_empty()
+            && let Some(node) = &mut self.node
+        {
+            return node.observe(self.now, observation);
+        }
+        self.push(bootstrap::Effect::Observed(observation));
+    }
+}
+
 impl Emit<bootstrap::Effect> for SessionSink<'_, '_> {
     #[inline(always)]
     fn push(&mut self, effect: bootstrap::Effect) {
         if !self.deferred.is_empty() {
             return self.deferred.push(effect);
-        }
-        if let (bootstrap::Effect::Observed(observation), Some(node)) = (&effect, &mut self.node) {
-            return node.observe(self.now, *observation);
         }
         let (out, routes, ops) = (&mut *self.out, &mut *self.routes, Some(&mut *self.ops));
         if let Some(sibling) = emit_session(out, routes, ops, self.slot, self.id, effect) {
