@@ -342,11 +342,20 @@ impl Orchestrator {
     /// The slot of a planned node.
     pub(crate) fn slot_of(&self, id: &LogicalNodeId) -> Option<Slot> {
         // A planned node's id names its group and index: look there first.
-        if let Some((group, index)) = crate::plan::parse_node_id(id)
-            && let Some(slot) = self.group_slot_by(group, index)
-            && self.ids[slot.at()] == *id
-        {
-            return Some(slot);
+        if let Some((group, index)) = crate::plan::parse_node_id(id) {
+            let slot = match self.group_slots.as_slice() {
+                // One group: the id compared below names it, or not.
+                [(_, slots)] => usize::try_from(index)
+                    .ok()
+                    .and_then(|i| slots.get(i))
+                    .copied(),
+                _ => self.group_slot_by(group, index),
+            };
+            if let Some(slot) = slot
+                && self.ids[slot.at()] == *id
+            {
+                return Some(slot);
+            }
         }
         let at = self.ids.binary_search(id).ok()?;
         Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes")))

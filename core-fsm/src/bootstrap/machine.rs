@@ -241,52 +241,59 @@ impl Machine {
     /// `handle`, pushing the effects onto `out` (the composite lends one
     /// buffer per nesting level instead of allocating one per step).
     pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Sink) {
-        match (self.phase, input) {
-            (_, Input::Tick) => self.on_tick(now, out),
-            (Phase::Created, Input::Start) => self.connect(now, 1, out),
-            (
+        // By input, then phase: the input is matched where it lies, not
+        // first copied into a pair with the phase.
+        let phase = self.phase;
+        match input {
+            Input::Tick => self.on_tick(now, out),
+            Input::Start => match phase {
+                Phase::Created => self.connect(now, 1, out),
+                _ => self.ignored += 1,
+            },
+            Input::SshConnected { op: got, result } => match phase {
                 Phase::Connecting {
                     op: Some(op),
                     attempts,
-                },
-                Input::SshConnected { op: got, result },
-            ) if op == got => self.on_connected(now, attempts, result, out),
-            (_, Input::SshOutput { op, stream, line }) if self.owns_output(op) => {
+                } if op == got => self.on_connected(now, attempts, result, out),
+                _ => self.ignored += 1,
+            },
+            Input::SshOutput { op, stream, line } if self.owns_output(op) => {
                 self.on_line(now, stream, line, out)
             }
-            (Phase::Probing { op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_probe_exit(now, result, out)
-            }
-            (Phase::Verifying { index, op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_verify_exit(now, index, result, out)
-            }
-            (Phase::Starting { op }, Input::SshExited { op: got, result }) if op == got => {
-                self.on_start_exit(now, result, out)
-            }
-            (_, Input::SshExited { op, result }) if self.tails.contains(&op) => {
-                self.on_tail_exit(now, op, result, out)
-            }
+            Input::SshOutput { .. } => self.ignored += 1,
+            Input::SshExited { op: got, result } => match phase {
+                Phase::Probing { op } if op == got => self.on_probe_exit(now, result, out),
+                Phase::Verifying { index, op } if op == got => {
+                    self.on_verify_exit(now, index, result, out)
+                }
+                Phase::Starting { op } if op == got => self.on_start_exit(now, result, out),
+                _ if self.tails.contains(&got) => self.on_tail_exit(now, got, result, out),
+                _ => self.ignored += 1,
+            },
             // A start command that stays in the foreground may still be
             // running when the agent joins.
-            (Phase::Starting { .. } | Phase::WaitingForJoin, Input::ConvergenceObserved { .. }) => {
-                self.close(now, End::Converged, out)
-            }
-            (Phase::Closing { op, end }, Input::SshClosed { op: got }) if op == got => {
-                self.finish(end, out)
-            }
-            (Phase::Created, Input::Cancel) => self.finish(End::Cancelled, out),
-            (
+            Input::ConvergenceObserved { .. } => match phase {
+                Phase::Starting { .. } | Phase::WaitingForJoin => {
+                    self.close(now, End::Converged, out)
+                }
+                _ => self.ignored += 1,
+            },
+            Input::SshClosed { op: got } => match phase {
+                Phase::Closing { op, end } if op == got => self.finish(end, out),
+                _ => self.ignored += 1,
+            },
+            Input::Cancel => match phase {
+                Phase::Created => self.finish(End::Cancelled, out),
                 Phase::Connecting { .. }
                 | Phase::Probing { .. }
                 | Phase::Verifying { .. }
                 | Phase::Starting { .. }
-                | Phase::WaitingForJoin,
-                Input::Cancel,
-            ) => {
-                self.revoke_join(out);
-                self.close(now, End::Cancelled, out)
-            }
-            _ => self.ignored += 1,
+                | Phase::WaitingForJoin => {
+                    self.revoke_join(out);
+                    self.close(now, End::Cancelled, out)
+                }
+                Phase::Closing { .. } | Phase::Ended { .. } => self.ignored += 1,
+            },
         }
     }
 

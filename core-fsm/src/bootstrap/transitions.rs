@@ -96,7 +96,7 @@ impl super::Machine {
             attempts,
         };
         if first {
-            self.observe(out);
+            out.observed(self.observation(super::Stage::SshConnecting));
         }
         let endpoint = self.config.endpoint.clone();
         let lease_id = self.config.lease_id.clone();
@@ -230,15 +230,14 @@ impl super::Machine {
     }
 
     pub(super) fn set_phase(&mut self, phase: Phase, out: &mut impl Sink) {
-        let changed = self.phase.stage() != phase.stage();
+        // The new stage is known before the phase is stored, so the
+        // observation need not read the phase back.
+        let stage = phase.stage();
+        let changed = self.phase.stage() != stage;
         self.phase = phase;
         if changed {
-            self.observe(out);
+            out.observed(self.observation(stage));
         }
-    }
-
-    pub(super) fn observe(&self, out: &mut impl Sink) {
-        out.observed(self.observation(self.phase.stage()));
     }
 
     pub(super) fn observation(&self, stage: super::Stage) -> Observation {

@@ -253,111 +253,109 @@ impl Machine {
     /// `handle`, pushing the effects onto `out` (the composite lends one
     /// buffer per nesting level instead of allocating one per step).
     pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Emit<Effect>) {
-        match (self.phase, input) {
-            (_, Input::Tick) => self.on_tick(now, out),
-            (Phase::New, Input::Start { excluded_hosts }) => {
-                self.excluded_hosts = excluded_hosts;
-                let _ = self.retry_spent_strays(now, out);
-                let attempt = self.record.attempt.max(1);
-                self.request_lease(now, attempt, 1, out)
-            }
-            (_, Input::Start { excluded_hosts }) if self.resume => {
-                self.excluded_hosts = excluded_hosts;
-                self.resume(now, out)
-            }
-            (
-                Phase::Destroyed | Phase::Failed { unresolved: false },
-                Input::Replace {
-                    attempt,
-                    excluded_hosts,
-                },
-            ) if attempt > self.record.attempt => {
-                self.excluded_hosts = excluded_hosts;
-                self.on_replace(now, attempt, out);
-            }
-            // The failed intent's lease may exist: find out first (bounded
-            // per attempt), then replace whatever turns up.
-            (
-                Phase::Failed { unresolved: true },
-                Input::Replace {
-                    attempt,
-                    excluded_hosts,
-                },
-            ) if attempt > self.record.attempt
-                && self.replace_resolves < self.config.intents_max =>
-            {
-                self.excluded_hosts = excluded_hosts;
-                self.replace_resolves += 1;
-                let resolve = Resolve::new(self.config.intents_max, Then::Replace(attempt));
-                self.issue_list(now, resolve, out);
-            }
-            (_, Input::LeaseDestroyed { op, result }) if self.is_stray_op(op) => {
+        // By input, then phase: the input is matched where it lies, not
+        // first copied into a pair with the phase.
+        let phase = self.phase;
+        match input {
+            Input::Tick => self.on_tick(now, out),
+            Input::Start { excluded_hosts } => match phase {
+                Phase::New => {
+                    self.excluded_hosts = excluded_hosts;
+                    let _ = self.retry_spent_strays(now, out);
+                    let attempt = self.record.attempt.max(1);
+                    self.request_lease(now, attempt, 1, out)
+                }
+                _ if self.resume => {
+                    self.excluded_hosts = excluded_hosts;
+                    self.resume(now, out)
+                }
+                _ => self.ignored += 1,
+            },
+            Input::Replace {
+                attempt,
+                excluded_hosts,
+            } => match phase {
+                Phase::Destroyed | Phase::Failed { unresolved: false }
+                    if attempt > self.record.attempt =>
+                {
+                    self.excluded_hosts = excluded_hosts;
+                    self.on_replace(now, attempt, out);
+                }
+                // The failed intent's lease may exist: find out first
+                // (bounded per attempt), then replace whatever turns up.
+                Phase::Failed { unresolved: true }
+                    if attempt > self.record.attempt
+                        && self.replace_resolves < self.config.intents_max =>
+                {
+                    self.excluded_hosts = excluded_hosts;
+                    self.replace_resolves += 1;
+                    let resolve = Resolve::new(self.config.intents_max, Then::Replace(attempt));
+                    self.issue_list(now, resolve, out);
+                }
+                _ => self.ignored += 1,
+            },
+            Input::LeaseDestroyed { op, result } if self.is_stray_op(op) => {
                 self.on_stray_destroyed(now, op, result, out)
             }
-            (_, Input::Destroy) => self.on_destroy(now, out),
-            (
+            Input::Destroy => self.on_destroy(now, out),
+            Input::LeaseCreated { op: got, result } => match phase {
                 Phase::Requesting {
                     op: Some(op),
                     tries,
                     intents,
                     destroy_after,
+                } if op == got => {
+                    let then = if destroy_after {
+                        Then::Destroy
+                    } else {
+                        Then::Bootstrap
+                    };
+                    self.on_lease_created(now, result, (tries, intents), then, out)
+                }
+                _ => match result {
+                    Ok(granted) => self.on_stray_lease(now, granted, out),
+                    Err(_) => self.ignored += 1,
                 },
-                Input::LeaseCreated { op: got, result },
-            ) if op == got => {
-                let then = if destroy_after {
-                    Then::Destroy
-                } else {
-                    Then::Bootstrap
-                };
-                self.on_lease_created(now, result, (tries, intents), then, out)
-            }
-            (
-                _,
-                Input::LeaseCreated {
-                    result: Ok(granted),
-                    ..
-                },
-            ) => self.on_stray_lease(now, granted, out),
-            (Phase::Locating { op: Some(op) }, Input::EndpointLooked { op: got, result })
-                if op == got =>
-            {
-                self.on_endpoint(now, result, out)
-            }
-            (
+            },
+            Input::EndpointLooked { op: got, result } => match phase {
+                Phase::Locating { op: Some(op) } if op == got => self.on_endpoint(now, result, out),
+                _ => self.ignored += 1,
+            },
+            Input::LeasesListed { op: got, result } => match phase {
                 Phase::Resolving {
                     op: Some(op),
                     resolve,
-                },
-                Input::LeasesListed { op: got, result },
-            ) if op == got => self.on_listed(now, result, resolve, out),
-            (
+                } if op == got => self.on_listed(now, result, resolve, out),
+                _ => self.ignored += 1,
+            },
+            Input::LeaseDestroyed { op: got, result } => match phase {
                 Phase::Destroying {
                     op: Some(op),
                     tries,
                     replace,
-                },
-                Input::LeaseDestroyed { op: got, result },
-            ) if op == got => self.on_destroyed(now, result, tries, replace, out),
+                } if op == got => self.on_destroyed(now, result, tries, replace, out),
+                _ => self.ignored += 1,
+            },
             // A cancelled session still logs until SSH is closed: its
             // numbers count in any phase.
-            (_, Input::BootstrapObserved(obs)) => self.observe(now, obs),
-            (Phase::Bootstrapping { session }, Input::AgentJoined { lease_id, agent })
-                if self.expects_join(&lease_id) =>
-            {
-                self.on_joined(now, session, agent, out)
-            }
-            (
+            Input::BootstrapObserved(obs) => self.observe(now, obs),
+            Input::AgentJoined { lease_id, agent } => match phase {
+                Phase::Bootstrapping { session } if self.expects_join(&lease_id) => {
+                    self.on_joined(now, session, agent, out)
+                }
                 Phase::Dormant {
                     rejoin_allowed: true,
-                },
-                Input::AgentJoined { lease_id, agent },
-            ) if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
-            (Phase::Joined { .. }, Input::BootstrapClosed) => self.on_handed_off(now, out),
-            (
-                Phase::Bootstrapping { .. } | Phase::Joined { .. },
-                Input::BootstrapFailed { reason },
-            ) => self.fail(now, reason, out),
-            _ => self.ignored += 1,
+                } if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
+                _ => self.ignored += 1,
+            },
+            Input::BootstrapClosed => match phase {
+                Phase::Joined { .. } => self.on_handed_off(now, out),
+                _ => self.ignored += 1,
+            },
+            Input::BootstrapFailed { reason } => match phase {
+                Phase::Bootstrapping { .. } | Phase::Joined { .. } => self.fail(now, reason, out),
+                _ => self.ignored += 1,
+            },
         }
     }
 
