@@ -60,6 +60,25 @@
 //!   in case it must be dropped while unwinding, so more of them are built
 //!   where they are kept (loads of 16 bytes from the stack ~5% of the
 //!   samples -> ~2.4%). Best windows of ~700k/s, runs of ~550k-570k/s.
+//! - On a fifth machine (a 2-core AMD EPYC Zen 4 VM at ~2.6 GHz, where the
+//!   ~14.6k instructions per lifecycle ran at more than 3.5 per cycle, so
+//!   that instruction counts mattered again), the build above read
+//!   ~905-935k/s, and this one ~1.01-1.04M/s (interleaved, 5 rounds: run
+//!   medians +9.9%, ~13.7k instructions). A node's and a session's step
+//!   match the input where it lies, then the phase (`match (self.phase,
+//!   input)` copied the input into the pair first, with loads that read
+//!   back words still in the store buffer, before the jump on its kind:
+//!   ~+5%); a session observes the stage it already knows instead of
+//!   reading back the phase it has just stored (~+1%); its observations go
+//!   to the node through `bootstrap::Sink::observed` without being made
+//!   into an effect (~+1.5%); the composite is built from specs expanded
+//!   in id order, so sorting them finds a one-group plan sorted, and
+//!   planned ids are not checked again (~+1%). Tried there and no help:
+//!   inlining the answer paths into `handle_into` (-4%), deadline queues
+//!   whose fronts are always live (more instructions, not fewer), a
+//!   first-live scan that checks only the least front (-4%). `Rc` for
+//!   `Arc` read +1.5%; removing the deadline index outright +6.6% (an
+//!   upper bound for any cheaper index).
 //!
 //! Runs of one build differ by about 2%, windows within a run by ~1%:
 //! compare builds interleaved, and again with functions aligned
