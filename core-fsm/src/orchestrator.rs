@@ -86,8 +86,11 @@ impl Slot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
     Node(Slot),
-    /// The session of the node in the slot, while it is this one.
-    Session(Slot, SessionId),
+    /// The live session of the node in the slot. A session's routes are
+    /// dropped when it ends (O4), so a route names the session that issued
+    /// it without its id: an entry is half the size, and the ring of routes
+    /// twice as dense.
+    Session(Slot),
 }
 
 /// A live bootstrap session and the node it belongs to.

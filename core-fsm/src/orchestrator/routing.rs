@@ -81,10 +81,14 @@ impl Orchestrator {
         input: bootstrap::Input,
         out: &mut Out<'_>,
     ) {
-        let Some(&Owner::Session(slot, id)) = self.routes.get(op.0) else {
+        let Some(&Owner::Session(slot)) = self.routes.get(op.0) else {
             self.counters.unknown_ops += 1;
             return;
         };
+        let id = self.sessions[slot.at()]
+            .as_ref()
+            .expect("O4: a routed session is live")
+            .id;
         if last {
             self.routes.remove(op.0);
             // Answered: the session's end has no route left to drop for it.
@@ -408,7 +412,7 @@ fn emit_session(
     effect: bootstrap::Effect,
 ) -> Option<bootstrap::Effect> {
     let route = |op: OpId| {
-        routes.insert(op.0, Owner::Session(slot, id));
+        routes.insert(op.0, Owner::Session(slot));
         ops.expect("a routing session exists").push(op);
     };
     match effect {
