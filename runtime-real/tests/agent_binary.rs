@@ -136,3 +136,55 @@ async fn bad_arguments_exit_2_without_echoing_the_token() {
     assert!(text.contains("orchestrator address"), "{text}");
     assert!(!text.contains("secret-token"), "{text}");
 }
+
+/// A token passed as `DROVER_JOIN_TOKEN` joins as one on the command line
+/// does, and never appears in the agent's arguments, which every user of
+/// the host can read (`/proc/PID/cmdline`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_from_the_environment_joins_and_stays_out_of_the_process_list() {
+    let dir = state_dir("bin-env-token");
+    let mut control = ControlPlane::bind(&dir).await.unwrap();
+    let mut events = control.take_events();
+    let token = control.mint(binding("w-0"));
+    let child = Command::new(env!("CARGO_BIN_EXE_drover-agent"))
+        .args(["--join", &control.addr_string(), "--node", "w-0"])
+        .args(["--heartbeat-ms", "50", "--reconnect-ms", "10000"])
+        .env("DROVER_JOIN_TOKEN", &token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("drover-agent starts");
+    let agent = wait_for(&mut events, "Joined", |e| match e {
+        ControlEvent::Joined { binding: b, agent } if *b == binding("w-0") => Some(agent.clone()),
+        _ => None,
+    })
+    .await;
+    let pid = child.id().expect("the agent runs");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("its arguments");
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.contains("--node w-0"), "{cmdline}");
+    assert!(
+        !cmdline.contains(&token),
+        "the token is in the process list"
+    );
+    assert!(control.shutdown_agent(&agent));
+    let (code, output) = finish(child).await;
+    assert_eq!(code, Some(0), "{output}");
+    assert!(!output.contains(&token), "the token leaked: {output}");
+    control.shutdown().await;
+}
+
+/// With no token on the command line or in the environment, the agent
+/// exits 2 and says which argument is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_binary_exits_2_naming_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_drover-agent"))
+        .args(["--join", "x@127.0.0.1:1", "--node", "w-0"])
+        .env_remove("DROVER_JOIN_TOKEN")
+        .output();
+    let output = tokio::time::timeout(WAIT, output).await.unwrap().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(text.contains("--token"), "{text}");
+}

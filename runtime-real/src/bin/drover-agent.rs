@@ -1,8 +1,13 @@
 //! The `drover-agent` node agent: joins the orchestrator's control plane with
 //! a one-time token, heartbeats, and exits 0 when told to shut down.
 //!
-//! `drover-agent --join ADDR --node NODE --token TOKEN [--heartbeat-ms N]
+//! `drover-agent --join ADDR --node NODE [--token TOKEN] [--heartbeat-ms N]
 //! [--pid-file PATH]`
+//!
+//! The token may instead come in the environment, as `DROVER_JOIN_TOKEN`
+//! (`DROVER_JOIN_TOKEN='${JOIN_TOKEN}' nohup drover-agent ...` in a start
+//! command): a process's arguments are readable by every user of the host
+//! for as long as it runs, its environment only by its owner.
 //!
 //! With `--pid-file` the agent writes its pid there first (creating the
 //! folder) and removes the file when it exits; a `static` host's destroy
@@ -30,8 +35,15 @@ struct Args {
     /// The logical node this agent runs as.
     #[arg(long, value_name = "NODE")]
     node: String,
-    /// The one-time join token.
-    #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
+    /// The one-time join token (else from `DROVER_JOIN_TOKEN`, which keeps
+    /// it out of the process list).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = TOKEN_ENV,
+        hide_env_values = true,
+        value_parser = parse_token
+    )]
     token: JoinToken,
     /// The run id, checked against the token's binding when given.
     #[arg(long, value_name = "RUN", value_parser = parse_run)]
@@ -52,6 +64,9 @@ struct Args {
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
 }
+
+/// The environment variable a start command may pass the token in.
+const TOKEN_ENV: &str = "DROVER_JOIN_TOKEN";
 
 /// Writes our pid to `path`, creating its folder.
 fn write_pid_file(path: &Path) -> std::io::Result<()> {

@@ -40,8 +40,8 @@ pub fn local_plan(count: u32) -> RunPlan {
 }
 
 /// Starts the agent in the background, as a real start command would.
-pub const AGENT_START: &str = "nohup drover-agent --join '${ORCH_ADDR}' --node '${LOGICAL_NODE_ID}' \
-     --token '${JOIN_TOKEN}' --heartbeat-ms 200 > agent.log 2>&1 &";
+pub const AGENT_START: &str = "DROVER_JOIN_TOKEN='${JOIN_TOKEN}' nohup drover-agent \
+     --join '${ORCH_ADDR}' --node '${LOGICAL_NODE_ID}' --heartbeat-ms 200 > agent.log 2>&1 &";
 
 /// Runs a `drover` command to completion.
 pub fn drover(state: &Path, args: &[&str]) -> Output {
