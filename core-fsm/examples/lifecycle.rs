@@ -73,12 +73,15 @@
 //!   to the node through `bootstrap::Sink::observed` without being made
 //!   into an effect (~+1.5%); the composite is built from specs expanded
 //!   in id order, so sorting them finds a one-group plan sorted, and
-//!   planned ids are not checked again (~+1%). Tried there and no help:
-//!   inlining the answer paths into `handle_into` (-4%), deadline queues
-//!   whose fronts are always live (more instructions, not fewer), a
-//!   first-live scan that checks only the least front (-4%). `Rc` for
-//!   `Arc` read +1.5%; removing the deadline index outright +6.6% (an
-//!   upper bound for any cheaper index).
+//!   planned ids are not checked again (~+1%); then a session's route
+//!   names its slot only, halving the route ring's entries (+1-2%; ~13.6k
+//!   instructions, `cargo xtask bench fsm` 1.011-1.038M/s over five
+//!   runs). Tried there and no help: removing a session's duplicate
+//!   timer cancel (neutral), inlining the answer paths into `handle_into`
+//!   (-4%), deadline queues whose fronts are always live (more
+//!   instructions, not fewer), a first-live scan that checks only the
+//!   least front (-4%). `Rc` for `Arc` read +1.5%; removing the deadline
+//!   index outright +6.6% (an upper bound for any cheaper index).
 //!
 //! Runs of one build differ by about 2%, windows within a run by ~1%:
 //! compare builds interleaved, and again with functions aligned
