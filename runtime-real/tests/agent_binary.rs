@@ -1,24 +1,42 @@
 //! The real `drover-agent` binary against a real control plane on loopback:
 //! join, heartbeat, exit 0 on shutdown; exit 3 when rejected; exit 4 when
-//! the orchestrator stays unreachable; the token never appears in its output.
+//! the orchestrator stays unreachable; the token never appears in its output,
+//! nor, passed in the environment, in its arguments.
 
 mod transport_support;
 
+use core_fsm::ids::AgentId;
 use runtime_real::transport::{ControlEvent, ControlPlane, RejectReason};
 use std::process::Stdio;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
 use transport_support::*;
 
 fn agent_command(addr: &str, node: &str, token: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_drover-agent"))
-        .args(["--join", addr, "--node", node, "--token", token])
+    spawn_agent(addr, node, |command| command.args(["--token", token]))
+}
+
+/// The agent for `node`, its token handed over by `token`.
+fn spawn_agent(addr: &str, node: &str, token: impl FnOnce(&mut Command) -> &mut Command) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_drover-agent"));
+    command.args(["--join", addr, "--node", node]);
+    token(&mut command)
         .args(["--heartbeat-ms", "50", "--reconnect-ms", "10000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("drover-agent starts")
+}
+
+/// Waits, bounded, for `node`'s agent to join; its id.
+async fn joined(events: &mut mpsc::Receiver<ControlEvent>, node: &str) -> AgentId {
+    wait_for(events, "Joined", |e| match e {
+        ControlEvent::Joined { binding: b, agent } if *b == binding(node) => Some(agent.clone()),
+        _ => None,
+    })
+    .await
 }
 
 /// Waits, bounded, for the process to exit; its code and all its output.
@@ -47,11 +65,7 @@ async fn the_binary_joins_heartbeats_and_exits_0_on_shutdown() {
     let mut events = control.take_events();
     let token = control.mint(binding("w-0"));
     let child = agent_command(&control.addr_string(), "w-0", &token);
-    let agent = wait_for(&mut events, "Joined", |e| match e {
-        ControlEvent::Joined { binding: b, agent } if *b == binding("w-0") => Some(agent.clone()),
-        _ => None,
-    })
-    .await;
+    let agent = joined(&mut events, "w-0").await;
     wait_for(&mut events, "Heartbeat", |e| match e {
         ControlEvent::Heartbeat {
             agent: a, seq: 2, ..
@@ -146,20 +160,10 @@ async fn a_token_from_the_environment_joins_and_stays_out_of_the_process_list() 
     let mut control = ControlPlane::bind(&dir).await.unwrap();
     let mut events = control.take_events();
     let token = control.mint(binding("w-0"));
-    let child = Command::new(env!("CARGO_BIN_EXE_drover-agent"))
-        .args(["--join", &control.addr_string(), "--node", "w-0"])
-        .args(["--heartbeat-ms", "50", "--reconnect-ms", "10000"])
-        .env("DROVER_JOIN_TOKEN", &token)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("drover-agent starts");
-    let agent = wait_for(&mut events, "Joined", |e| match e {
-        ControlEvent::Joined { binding: b, agent } if *b == binding("w-0") => Some(agent.clone()),
-        _ => None,
-    })
-    .await;
+    let child = spawn_agent(&control.addr_string(), "w-0", |command| {
+        command.env("DROVER_JOIN_TOKEN", &token)
+    });
+    let agent = joined(&mut events, "w-0").await;
     let pid = child.id().expect("the agent runs");
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("its arguments");
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
