@@ -75,10 +75,13 @@ fn killed_mid_create(name: &str) -> (std::path::PathBuf, Fake, Up) {
     let dir = scratch(name);
     let state = dir.join("state");
     let mut fake = Fake::start(&dir);
-    fake.add_rule(json!({"scenario": {"kind": "f05_create_lost", "cut": false}, "times": 1}));
+    // The answer is held for longer than any bound here, so the kill comes
+    // before it however slow the machine.
+    fake.add_rule(json!({"scenario": {"kind": "f05_create_lost", "cut": false,
+                                      "hold_ms": 3_600_000}, "times": 1}));
     let plan = write_plan(&dir, &vast_plan(&fake.url, 2));
     let mut up = Up::start(&state, &plan);
-    // Both machines are up; one create's answer is held for 30 s.
+    // Both machines are up; one create's answer is held back.
     fake.wait_count("up", 2, BOUND);
     up.out.wait(BOUND, "one node ready to bootstrap", |l| {
         l["event"] == "node" && l["stage"] == "BootstrapRunning"

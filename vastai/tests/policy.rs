@@ -164,7 +164,10 @@ async fn the_api_key_never_appears_in_errors_or_debug_output() {
             w.client.plan_offers(&shape(), 1).await.unwrap_err()
         ));
         w.fake.clear_rules();
-        w.rule(Rule::always(Scenario::F05CreateLost { cut: false }));
+        w.rule(Rule::always(Scenario::F05CreateLost {
+            cut: false,
+            hold_ms: None,
+        }));
         seen.push(format!("{:?}", w.create("workers-2", 3).await.unwrap_err()));
         seen.push(format!("{:?}", w.fake.instances()));
         seen.push(format!("{:?}", w.backend.log()));

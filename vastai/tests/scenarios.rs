@@ -145,7 +145,13 @@ async fn f04_create_invisible_reads_pending_then_ready_never_gone() {
 #[tokio::test]
 async fn f05_lost_create_is_ambiguous_and_resolved_by_label_never_twice() {
     let w = world_with(|_| {}, |c| c.request_timeout_ms = 300).await;
-    w.rule(Rule::always(Scenario::F05CreateLost { cut: false }).times(1));
+    w.rule(
+        Rule::always(Scenario::F05CreateLost {
+            cut: false,
+            hold_ms: None,
+        })
+        .times(1),
+    );
     let err = w.create("workers-0", 1).await.unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::Ambiguous, "{err:?}");
     assert_eq!(
@@ -173,7 +179,13 @@ async fn f05_cut_answer_is_ambiguous_at_once_and_resolved_by_label_never_twice()
     // The client's production timeout: a cut answer must end the create by
     // itself (the connection breaks), not by the client giving up on it.
     let w = world_with(|_| {}, |c| c.request_timeout_ms = 60_000).await;
-    w.rule(Rule::always(Scenario::F05CreateLost { cut: true }).times(1));
+    w.rule(
+        Rule::always(Scenario::F05CreateLost {
+            cut: true,
+            hold_ms: None,
+        })
+        .times(1),
+    );
     let create = w.create("workers-0", 1);
     let err = tokio::time::timeout(std::time::Duration::from_secs(20), create)
         .await

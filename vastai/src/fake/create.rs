@@ -36,9 +36,18 @@ enum Decision {
     Refuse(Response),
     Made {
         id: u64,
-        lost: Option<bool>,
+        lost: Option<Lost>,
         insufficient_bid: bool,
     },
+}
+
+/// How a committed create's answer is lost (F5).
+#[derive(Clone, Copy, Debug)]
+enum Lost {
+    /// Held back for this many milliseconds, then sent.
+    Held(u64),
+    /// Cut part-way on the wire.
+    Cut,
 }
 
 fn invalid(ask: u64, msg: &str) -> Response {
@@ -197,15 +206,12 @@ pub(crate) async fn create(
     match lost {
         None => json_reply(StatusCode::OK, answer),
         // F5: committed, but the answer never arrives in time.
-        Some(false) => {
-            tokio::time::sleep(std::time::Duration::from_millis(
-                shared.config.create_hang_ms,
-            ))
-            .await;
+        Some(Lost::Held(ms)) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             json_reply(StatusCode::OK, answer)
         }
         // F5, cut: the answer breaks part-way on the wire.
-        Some(true) => super::cut::cut_answer(),
+        Some(Lost::Cut) => super::cut::cut_answer(),
     }
 }
 
@@ -288,7 +294,10 @@ fn decide(shared: &Shared, inner: &mut Inner, ask: u64, request: CreateRequest) 
         }
     }
     let lost = match scenario {
-        Some(Scenario::F05CreateLost { cut }) => Some(cut),
+        Some(Scenario::F05CreateLost { cut: true, .. }) => Some(Lost::Cut),
+        Some(Scenario::F05CreateLost { hold_ms, .. }) => {
+            Some(Lost::Held(hold_ms.unwrap_or(shared.config.create_hang_ms)))
+        }
         _ => None,
     };
     inner.instances.insert(

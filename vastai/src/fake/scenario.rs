@@ -40,6 +40,10 @@ pub enum Scenario {
         /// Cut the connection mid-answer instead of never answering in time.
         #[serde(default)]
         cut: bool,
+        /// How long the answer is held back (default: the fake's
+        /// `create_hang_ms`).
+        #[serde(default)]
+        hold_ms: Option<u64>,
     },
     /// F6: stays `loading` for ever (a slow image pull).
     #[serde(rename = "f06_stuck_loading")]
@@ -131,6 +135,7 @@ impl Scenario {
             },
             "f05" => Scenario::F05CreateLost {
                 cut: name.contains("cut"),
+                hold_ms: first,
             },
             "f06" => Scenario::F06StuckLoading,
             "f07" => Scenario::F07SshLate {
@@ -254,6 +259,18 @@ mod tests {
             Some(Scenario::F06StuckLoading)
         );
         assert_eq!(Scenario::parse_short("f16"), None);
+        let held = |hold_ms| Scenario::F05CreateLost {
+            cut: false,
+            hold_ms,
+        };
+        assert_eq!(Scenario::parse_short("f05_create_lost"), Some(held(None)));
+        assert_eq!(
+            Scenario::parse_short("f05_create_lost:600000"),
+            Some(held(Some(600_000)))
+        );
+        let lost: Scenario =
+            serde_json::from_str(r#"{"kind":"f05_create_lost","hold_ms":90000}"#).unwrap();
+        assert_eq!(lost, held(Some(90_000)));
         let rule: Rule = serde_json::from_str(
             r#"{"scenario":{"kind":"f07_ssh_late","delay_ms":5000},"when":{"label_contains":"workers-1"},"times":1}"#,
         )
