@@ -315,14 +315,22 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
     };
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut stdin_open = true;
+    // A terminal echoes what is typed, a line under the live table.
+    let echoed = std::io::IsTerminal::is_terminal(&std::io::stdin());
     loop {
         tokio::select! {
             biased;
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
             line = stdin.next_line(), if stdin_open => match line {
-                Ok(Some(word)) if matches!(word.trim(), "stop" | "shutdown" | "quit") => break,
-                Ok(Some(_)) => {}
+                Ok(Some(word)) => {
+                    if echoed {
+                        view.lock().expect("view").typed_line();
+                    }
+                    if matches!(word.trim(), "stop" | "shutdown" | "quit") {
+                        break;
+                    }
+                }
                 Ok(None) | Err(_) => stdin_open = false,
             },
         }

@@ -112,6 +112,15 @@ impl LiveView {
         self.redraw();
     }
 
+    /// A line typed on the terminal was echoed below the table: the next
+    /// erase takes it too, so the table is redrawn where it stands (else
+    /// the redraw would start a line low and leave the old header behind).
+    pub fn typed_line(&mut self) {
+        if self.mode == Mode::Tty && self.drawn > 0 {
+            self.drawn += 1;
+        }
+    }
+
     /// Whether a terminal table is shown (and wants ticks).
     pub fn is_tty(&self) -> bool {
         self.mode == Mode::Tty
@@ -355,6 +364,24 @@ mod tests {
             lease: lease.map(LeaseId::from),
             settled_ms,
         }
+    }
+
+    /// A typed line echoed under a drawn table is erased with it; with no
+    /// table on the terminal, or no terminal, nothing is erased.
+    #[test]
+    fn a_typed_line_under_the_table_is_erased_with_it() {
+        let dir = std::env::temp_dir();
+        let mut tty = LiveView::new(dir.clone(), Mode::Tty);
+        tty.typed_line();
+        assert_eq!(tty.erase(), "", "no table drawn yet");
+        tty.drawn = 3;
+        assert_eq!(tty.erase(), "\x1b[3F\x1b[J");
+        tty.typed_line();
+        assert_eq!(tty.erase(), "\x1b[4F\x1b[J", "the echoed line too");
+        let mut plain = LiveView::new(dir, Mode::Plain);
+        plain.drawn = 3;
+        plain.typed_line();
+        assert_eq!(plain.erase(), "");
     }
 
     #[test]
