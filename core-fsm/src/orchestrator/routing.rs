@@ -85,16 +85,14 @@ impl Orchestrator {
             self.counters.unknown_ops += 1;
             return;
         };
-        let id = self.sessions[slot.at()]
-            .as_ref()
-            .expect("O4: a routed session is live")
-            .id;
+        let session = self.sessions[slot.at()]
+            .as_mut()
+            .expect("O4: a routed session is live");
+        let id = session.id;
         if last {
-            self.routes.remove(op.0);
             // Answered: the session's end has no route left to drop for it.
-            if let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) {
-                session.ops.remove(op);
-            }
+            session.ops.remove(op);
+            self.routes.remove(op.0);
         }
         self.deliver_session(now, slot, id, input, out);
     }
