@@ -125,12 +125,59 @@ impl Shape {
     }
 }
 
-/// Makes a model of `shape` with weights of `ty` (tensors whose rows do not
+/// Which type each weight gets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Recipe {
+    /// Every matrix of one type.
+    Uniform(GgmlType),
+    /// llama.cpp's Q4_K_M mix: q4_K, with q6_K for the head and for the
+    /// value and down projections of the first and last eighth of the
+    /// blocks and every third block between.
+    Q4KM,
+}
+
+impl Recipe {
+    /// Parses `f32`, `f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k` or `q4_k_m`.
+    pub fn parse(name: &str) -> Option<Recipe> {
+        if name.eq_ignore_ascii_case("q4_k_m") {
+            return Some(Recipe::Q4KM);
+        }
+        GgmlType::from_name(name)
+            .filter(|t| *t != GgmlType::Q8K)
+            .map(Recipe::Uniform)
+    }
+
+    fn for_tensor(self, name: &str, layer: usize, layers: usize) -> GgmlType {
+        match self {
+            Recipe::Uniform(t) => t,
+            Recipe::Q4KM => {
+                let more_bits =
+                    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+                let sensitive =
+                    name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight");
+                if name == "output.weight" || (sensitive && more_bits) {
+                    GgmlType::Q6K
+                } else {
+                    GgmlType::Q4K
+                }
+            }
+        }
+    }
+
+    fn file_type(self) -> u32 {
+        match self {
+            Recipe::Uniform(t) => file_type(t),
+            Recipe::Q4KM => 15,
+        }
+    }
+}
+
+/// Makes a model of `shape` with weights of `recipe` (tensors whose rows do not
 /// fit its blocks fall back to f16, norms stay f32, as llama.cpp's quantizer
 /// does), the vocabulary copied from `vocab_from` when given.
 pub fn make_model(
     shape: &Shape,
-    ty: GgmlType,
+    recipe: Recipe,
     seed: u64,
     vocab_from: Option<&Header>,
 ) -> Result<GgufOut, String> {
@@ -157,13 +204,20 @@ pub fn make_model(
         )
         .meta(&k("rope.freq_base"), Value::F32(10000.0))
         .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
-        .meta("general.file_type", Value::U32(file_type(ty)));
+        .meta("general.file_type", Value::U32(recipe.file_type()));
     vocabulary(&mut out, shape.vocab, vocab_from)?;
     let mut rng = SplitMix64::new(seed);
     let d = shape.dim;
     let kv = d / shape.heads * shape.kv_heads;
+    let layers = shape.layers;
     let mut tensor =
-        |name: String, cols: usize, rows: usize, scale: f32, ty: GgmlType, offset: f32| {
+        |name: String, cols: usize, rows: usize, scale: f32, ty: Option<GgmlType>, offset: f32| {
+            let layer = name
+                .split('.')
+                .nth(1)
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            let ty = ty.unwrap_or_else(|| recipe.for_tensor(&name, layer, layers));
             let values: Vec<f32> = (0..cols * rows)
                 .map(|_| offset + rng.symmetric(scale))
                 .collect();
@@ -188,39 +242,46 @@ pub fn make_model(
     // head is scaled up so that logits have clear maxima (greedy decoding
     // then does not hinge on rounding).
     let unit = |cols: usize| (3.0 / cols as f32).sqrt();
-    tensor("token_embd.weight".into(), d, shape.vocab, 1.0, ty, 0.0);
+    tensor("token_embd.weight".into(), d, shape.vocab, 1.0, None, 0.0);
     for i in 0..shape.layers {
         let n = |s: &str| format!("blk.{i}.{s}");
-        tensor(n("attn_norm.weight"), d, 1, 0.2, GgmlType::F32, 1.0);
-        tensor(n("attn_q.weight"), d, d, unit(d), ty, 0.0);
-        tensor(n("attn_k.weight"), d, kv, unit(d), ty, 0.0);
-        tensor(n("attn_v.weight"), d, kv, unit(d), ty, 0.0);
+        tensor(n("attn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
+        tensor(n("attn_q.weight"), d, d, unit(d), None, 0.0);
+        tensor(n("attn_k.weight"), d, kv, unit(d), None, 0.0);
+        tensor(n("attn_v.weight"), d, kv, unit(d), None, 0.0);
         if a == "qwen2" {
-            tensor(n("attn_q.bias"), d, 1, 0.5, GgmlType::F32, 0.0);
-            tensor(n("attn_k.bias"), kv, 1, 0.5, GgmlType::F32, 0.0);
-            tensor(n("attn_v.bias"), kv, 1, 0.5, GgmlType::F32, 0.0);
+            tensor(n("attn_q.bias"), d, 1, 0.5, Some(GgmlType::F32), 0.0);
+            tensor(n("attn_k.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
+            tensor(n("attn_v.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
         }
-        tensor(n("attn_output.weight"), d, d, 0.5 * unit(d), ty, 0.0);
-        tensor(n("ffn_norm.weight"), d, 1, 0.2, GgmlType::F32, 1.0);
-        tensor(n("ffn_gate.weight"), d, shape.ff, unit(d), ty, 0.0);
-        tensor(n("ffn_up.weight"), d, shape.ff, unit(d), ty, 0.0);
+        tensor(n("attn_output.weight"), d, d, 0.5 * unit(d), None, 0.0);
+        tensor(n("ffn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
+        tensor(n("ffn_gate.weight"), d, shape.ff, unit(d), None, 0.0);
+        tensor(n("ffn_up.weight"), d, shape.ff, unit(d), None, 0.0);
         tensor(
             n("ffn_down.weight"),
             shape.ff,
             d,
             0.5 * unit(shape.ff),
-            ty,
+            None,
             0.0,
         );
     }
-    tensor("output_norm.weight".into(), d, 1, 0.2, GgmlType::F32, 1.0);
+    tensor(
+        "output_norm.weight".into(),
+        d,
+        1,
+        0.2,
+        Some(GgmlType::F32),
+        1.0,
+    );
     if !shape.tied {
         tensor(
             "output.weight".into(),
             d,
             shape.vocab,
             4.0 * unit(d),
-            ty,
+            None,
             0.0,
         );
     }
@@ -307,4 +368,39 @@ fn vocabulary(out: &mut GgufOut, size: usize, from: Option<&Header>) -> Result<(
         .meta("tokenizer.ggml.eos_token_id", Value::U32(2))
         .meta("tokenizer.ggml.unknown_token_id", Value::U32(0));
     Ok(())
+}
+
+/// A model the golden tests compare with llama.cpp: made from its seed by
+/// the test itself (the file is never committed), and by `cargo xtask
+/// reference` for llama.cpp to answer on.
+pub struct GoldenFixture {
+    /// The golden file's name (`workers/tests/golden/NAME.json`).
+    pub name: &'static str,
+    /// The shape spec.
+    pub shape: &'static str,
+    /// The weight recipe.
+    pub recipe: &'static str,
+    /// The seed.
+    pub seed: u64,
+}
+
+/// The fixtures, all with stories260K's vocabulary.
+pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
+    GoldenFixture { name: "small-f32", shape: "small", recipe: "f32", seed: 1 },
+    GoldenFixture { name: "small-f16", shape: "small", recipe: "f16", seed: 1 },
+    GoldenFixture { name: "small-q8_0", shape: "small", recipe: "q8_0", seed: 1 },
+    GoldenFixture { name: "small-q4_0", shape: "small", recipe: "q4_0", seed: 1 },
+    GoldenFixture { name: "small-q4_k_m", shape: "small", recipe: "q4_k_m", seed: 1 },
+    GoldenFixture { name: "qwen2-f32", shape: "small,arch=qwen2", recipe: "f32", seed: 2 },
+];
+
+impl GoldenFixture {
+    /// Writes this fixture to `path`, the vocabulary taken from `vocab`.
+    pub fn write(&self, vocab: &Header, path: &std::path::Path) -> Result<(), String> {
+        let shape = Shape::parse(self.shape)?;
+        let recipe = Recipe::parse(self.recipe).ok_or_else(|| format!("recipe {}", self.recipe))?;
+        make_model(&shape, recipe, self.seed, Some(vocab))?
+            .write_file(path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
 }

@@ -48,6 +48,15 @@ enum Command {
         /// Where to write the model.
         out: PathBuf,
     },
+    /// Write the golden tests' fixtures (for `cargo xtask reference`).
+    #[command(hide = true)]
+    MakeGoldenFixtures {
+        /// The GGUF whose vocabulary the fixtures share (stories260K).
+        #[arg(long)]
+        vocab_from: PathBuf,
+        /// The directory to write `NAME.gguf` files into.
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -63,6 +72,7 @@ fn main() -> ExitCode {
             vocab_from,
             out,
         } => cli::make_model(&shape, &ty, seed, vocab_from.as_deref(), &out),
+        Command::MakeGoldenFixtures { vocab_from, dir } => cli::make_golden_fixtures(&vocab_from, &dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,9 +8,8 @@ pub use bench::{BenchArgs, bench};
 pub use generate::{GenerateArgs, generate};
 pub use inspect::inspect;
 
-use crate::fixture::{Shape, make_model as make};
+use crate::fixture::{Recipe, Shape, make_model as make};
 use crate::gguf::file::ModelFile;
-use crate::tensor::GgmlType;
 use std::path::Path;
 
 /// A subcommand's failure, printed as `drover-worker: MESSAGE`.
@@ -25,14 +24,9 @@ pub fn make_model(
     out: &Path,
 ) -> CliResult {
     let shape = Shape::parse(shape).map_err(|e| format!("--shape: {e}"))?;
-    let ty = match GgmlType::from_name(ty) {
-        Some(t) if t != GgmlType::Q8K => t,
-        _ => {
-            return Err(format!(
-                "--type {ty}: one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"
-            ));
-        }
-    };
+    let recipe = Recipe::parse(ty).ok_or_else(|| {
+        format!("--type {ty}: one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m")
+    })?;
     let vocab = match vocab_from {
         Some(p) => Some(
             ModelFile::open(p)
@@ -46,12 +40,25 @@ pub fn make_model(
         "making a {} model: {} parameters, {} weights, seed {seed}",
         shape.arch,
         shape.parameters(),
-        ty
+        ty.to_lowercase()
     );
-    let model = make(&shape, ty, seed, vocab.as_ref()).map_err(|e| format!("--vocab-from: {e}"))?;
+    let model =
+        make(&shape, recipe, seed, vocab.as_ref()).map_err(|e| format!("--vocab-from: {e}"))?;
     model
         .write_file(out)
         .map_err(|e| format!("{}: {e}", out.display()))?;
     eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// `drover-worker make-golden-fixtures`.
+pub fn make_golden_fixtures(vocab_from: &Path, dir: &Path) -> CliResult {
+    let vocab = ModelFile::open(vocab_from).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for f in crate::fixture::GOLDEN_FIXTURES {
+        let path = dir.join(format!("{}.gguf", f.name));
+        f.write(vocab.header(), &path)?;
+        println!("{}={}", f.name, path.display());
+    }
     Ok(())
 }
