@@ -386,12 +386,42 @@ pub struct GoldenFixture {
 
 /// The fixtures, all with stories260K's vocabulary.
 pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
-    GoldenFixture { name: "small-f32", shape: "small", recipe: "f32", seed: 1 },
-    GoldenFixture { name: "small-f16", shape: "small", recipe: "f16", seed: 1 },
-    GoldenFixture { name: "small-q8_0", shape: "small", recipe: "q8_0", seed: 1 },
-    GoldenFixture { name: "small-q4_0", shape: "small", recipe: "q4_0", seed: 1 },
-    GoldenFixture { name: "small-q4_k_m", shape: "small", recipe: "q4_k_m", seed: 1 },
-    GoldenFixture { name: "qwen2-f32", shape: "small,arch=qwen2", recipe: "f32", seed: 2 },
+    GoldenFixture {
+        name: "small-f32",
+        shape: "small",
+        recipe: "f32",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-f16",
+        shape: "small",
+        recipe: "f16",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q8_0",
+        shape: "small",
+        recipe: "q8_0",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q4_0",
+        shape: "small",
+        recipe: "q4_0",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q4_k_m",
+        shape: "small",
+        recipe: "q4_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "qwen2-f32",
+        shape: "small,arch=qwen2",
+        recipe: "f32",
+        seed: 2,
+    },
 ];
 
 impl GoldenFixture {

@@ -72,7 +72,9 @@ fn main() -> ExitCode {
             vocab_from,
             out,
         } => cli::make_model(&shape, &ty, seed, vocab_from.as_deref(), &out),
-        Command::MakeGoldenFixtures { vocab_from, dir } => cli::make_golden_fixtures(&vocab_from, &dir),
+        Command::MakeGoldenFixtures { vocab_from, dir } => {
+            cli::make_golden_fixtures(&vocab_from, &dir)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

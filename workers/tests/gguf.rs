@@ -228,9 +228,7 @@ fn tensors_outside_the_file_or_of_unknown_types_are_refused() {
 
 #[test]
 fn a_file_that_is_not_there_names_its_path() {
-    let err = ModelFile::open(std::path::Path::new("/nonexistent/m.gguf"))
-        .err()
-        .expect("error");
+    let err = ModelFile::open(std::path::Path::new("/nonexistent/m.gguf")).expect_err("error");
     assert!(
         err.to_string().starts_with("/nonexistent/m.gguf: "),
         "{err}"
@@ -247,9 +245,7 @@ fn a_truncated_model_on_disk_is_an_error_not_a_panic() {
     {
         let p = dir.join(format!("cut{i}.gguf"));
         std::fs::write(&p, &full[..cut]).expect("write");
-        let err = ModelFile::open(&p)
-            .err()
-            .expect("a truncated file must not open");
+        let err = ModelFile::open(&p).expect_err("a truncated file must not open");
         assert!(err.to_string().contains("offset"), "{err}");
     }
 }

@@ -32,7 +32,10 @@ fn goldens() -> Vec<(String, Value)> {
 
 fn sha256(path: &Path) -> String {
     let bytes = std::fs::read(path).expect("model");
-    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The model a golden was made on: stories260K, or its fixture made again.
@@ -40,7 +43,10 @@ fn model_for(name: &str, golden: &Value, dir: &Path) -> PathBuf {
     let path = if name == "stories260k" {
         common::stories()
     } else {
-        let f = GOLDEN_FIXTURES.iter().find(|f| f.name == name).expect("a fixture for every golden");
+        let f = GOLDEN_FIXTURES
+            .iter()
+            .find(|f| f.name == name)
+            .expect("a fixture for every golden");
         let vocab = ModelFile::open(&common::stories()).expect("stories");
         let path = dir.join(format!("{name}.gguf"));
         f.write(vocab.header(), &path).expect("fixture");
@@ -55,7 +61,11 @@ fn model_for(name: &str, golden: &Value, dir: &Path) -> PathBuf {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids").iter().map(|t| t.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|t| t.as_u64().expect("id") as u32)
+        .collect()
 }
 
 #[test]
@@ -65,7 +75,11 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
     assert!(all.len() >= 7, "stories260k and every fixture have goldens");
     for (name, golden) in &all {
         let path = model_for(name, golden, &dir);
-        let tolerance = if name.ends_with("f32") || name == "stories260k" { 1e-4 } else { 1e-3 };
+        let tolerance = if name.ends_with("f32") || name == "stories260k" {
+            1e-4
+        } else {
+            1e-3
+        };
         let mut chain = Chain::open(&path, &[], 512).expect("open");
         let vocab = chain.first().config().vocab;
         for prompt in golden["prompts"].as_array().expect("prompts") {
@@ -80,11 +94,17 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
                     worst = worst.max((g - w.as_f64().expect("logit") as f32).abs());
                 }
             }
-            assert!(worst <= tolerance, "{name} {:?}: logits differ by {worst}", prompt["text"]);
+            assert!(
+                worst <= tolerance,
+                "{name} {:?}: logits differ by {worst}",
+                prompt["text"]
+            );
             let want = ids(&prompt["greedy"]);
             let mut got = vec![greedy(&logits[(tokens.len() - 1) * vocab..])];
             while got.len() < want.len() {
-                let l = chain.forward(&[*got.last().expect("token")], Logits::Last).expect("decode");
+                let l = chain
+                    .forward(&[*got.last().expect("token")], Logits::Last)
+                    .expect("decode");
                 got.push(greedy(&l));
             }
             assert_eq!(got, want, "{name} {:?}: greedy tokens", prompt["text"]);

@@ -309,6 +309,9 @@ fn bench(what: &str) -> bool {
             ]),
         ),
         "sim" => bench_sim(),
+        "worker" => worker::bench_worker()
+            .map_err(|e| eprintln!("xtask bench worker: {e}"))
+            .is_ok(),
         "up" => step(
             "bench up",
             cargo(&[

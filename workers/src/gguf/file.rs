@@ -15,6 +15,7 @@ use std::sync::Arc;
 const COALESCE_GAP_BYTES: u64 = 4096;
 
 /// An open GGUF file whose header has been read.
+#[derive(Debug)]
 pub struct ModelFile {
     path: PathBuf,
     file: File,

@@ -5,8 +5,6 @@
 //! whole block inside slices whose lengths are checked before the loop.
 
 use super::Kernels;
-#[cfg(target_arch = "x86_64")]
-use super::scalar;
 
 /// The AVX2 kernels, if this processor runs them.
 pub fn kernels() -> Option<Kernels> {
@@ -20,11 +18,11 @@ pub fn kernels() -> Option<Kernels> {
                 name: "avx2",
                 f32: dot_f32,
                 f16: dot_f16,
-                bf16: scalar::dot_bf16,
+                bf16: dot_bf16,
                 q8_0: dot_q8_0,
                 q4_0: dot_q4_0,
-                q4k: scalar::dot_q4k,
-                q6k: scalar::dot_q6k,
+                q4k: dot_q4k,
+                q6k: dot_q6k,
             });
         }
     }
@@ -38,7 +36,7 @@ mod imp {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
+    pub(super) fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
         let hi = _mm256_extractf128_ps::<1>(v);
         let s = _mm_add_ps(lo, hi);
@@ -48,7 +46,7 @@ mod imp {
     }
 
     #[inline]
-    fn f16(b: &[u8], i: usize) -> f32 {
+    pub(super) fn f16(b: &[u8], i: usize) -> f32 {
         half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
     }
 
@@ -174,9 +172,14 @@ mod imp {
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
+mod kquants;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
 mod wrappers {
     use super::imp;
-    // SAFETY (all four): these are only installed by `kernels()` after the
+    use super::kquants as imp_k;
+    // SAFETY (all): these are only installed by `kernels()` after the
     // features they enable were detected on this processor.
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f32(w, a) }
@@ -189,6 +192,15 @@ mod wrappers {
     }
     pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_q4_0(w, a) }
+    }
+    pub fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
+        unsafe { imp_k::dot_bf16(w, a) }
+    }
+    pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
+        unsafe { imp_k::dot_q4k(w, a) }
+    }
+    pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
+        unsafe { imp_k::dot_q6k(w, a) }
     }
 }
 #[cfg(target_arch = "x86_64")]
