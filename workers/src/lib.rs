@@ -15,3 +15,4 @@ pub mod model;
 pub mod rng;
 pub mod sample;
 pub mod tensor;
+pub mod wire;
