@@ -1,1 +1,3 @@
 //! drover workers: the compute process an agent starts.
+
+pub mod tokenizer;
