@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod worker;
+
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "drover's developer tasks")]
 struct Cli {
@@ -56,6 +58,8 @@ enum Task {
     },
     /// Join `spec/*.md` into `SPEC.md`.
     Spec,
+    /// Rewrite drover-worker's goldens from llama.cpp (builds it once).
+    Reference,
 }
 
 fn main() -> ExitCode {
@@ -77,6 +81,9 @@ fn main() -> ExitCode {
         Task::Bench { what } => bench(&what),
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),
+        Task::Reference => worker::reference()
+            .map_err(|e| eprintln!("xtask reference: {e}"))
+            .is_ok(),
     };
     if ok {
         ExitCode::SUCCESS
@@ -302,6 +309,9 @@ fn bench(what: &str) -> bool {
             ]),
         ),
         "sim" => bench_sim(),
+        "worker" => worker::bench_worker()
+            .map_err(|e| eprintln!("xtask bench worker: {e}"))
+            .is_ok(),
         "up" => step(
             "bench up",
             cargo(&[

@@ -1,0 +1,64 @@
+//! The `drover-worker` subcommands.
+
+mod bench;
+mod generate;
+mod inspect;
+
+pub use bench::{BenchArgs, bench};
+pub use generate::{GenerateArgs, generate};
+pub use inspect::inspect;
+
+use crate::fixture::{Recipe, Shape, make_model as make};
+use crate::gguf::file::ModelFile;
+use std::path::Path;
+
+/// A subcommand's failure, printed as `drover-worker: MESSAGE`.
+pub type CliResult = Result<(), String>;
+
+/// `drover-worker make-model`.
+pub fn make_model(
+    shape: &str,
+    ty: &str,
+    seed: u64,
+    vocab_from: Option<&Path>,
+    out: &Path,
+) -> CliResult {
+    let shape = Shape::parse(shape).map_err(|e| format!("--shape: {e}"))?;
+    let recipe = Recipe::parse(ty).ok_or_else(|| {
+        format!("--type {ty}: one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m")
+    })?;
+    let vocab = match vocab_from {
+        Some(p) => Some(
+            ModelFile::open(p)
+                .map_err(|e| e.to_string())?
+                .header()
+                .clone(),
+        ),
+        None => None,
+    };
+    eprintln!(
+        "making a {} model: {} parameters, {} weights, seed {seed}",
+        shape.arch,
+        shape.parameters(),
+        ty.to_lowercase()
+    );
+    let model =
+        make(&shape, recipe, seed, vocab.as_ref()).map_err(|e| format!("--vocab-from: {e}"))?;
+    model
+        .write_file(out)
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// `drover-worker make-golden-fixtures`.
+pub fn make_golden_fixtures(vocab_from: &Path, dir: &Path) -> CliResult {
+    let vocab = ModelFile::open(vocab_from).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for f in crate::fixture::GOLDEN_FIXTURES {
+        let path = dir.join(format!("{}.gguf", f.name));
+        f.write(vocab.header(), &path)?;
+        println!("{}={}", f.name, path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,436 @@
+//! The project's own models: random weights from a seed, any shape, any
+//! supported type, with a SentencePiece vocabulary llama.cpp loads (copied
+//! from another GGUF, or made up). `drover-worker make-model` writes them.
+
+use crate::gguf::write::{GgufOut, TensorOut};
+use crate::gguf::{Header, Value};
+use crate::rng::SplitMix64;
+use crate::tensor::GgmlType;
+use crate::tensor::quantize::quantized;
+
+/// The shape of a model to make.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    /// `llama` or `qwen2`.
+    pub arch: String,
+    /// Hidden size.
+    pub dim: usize,
+    /// Blocks.
+    pub layers: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Feed-forward width.
+    pub ff: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Context length.
+    pub ctx: usize,
+    /// Output projection tied to the embedding.
+    pub tied: bool,
+}
+
+impl Shape {
+    /// A named shape: `tiny` (stories260K's), `small` (the golden fixtures'),
+    /// `0.5b` (the CPU benchmark's) or `7b` (llama-2-7B's).
+    pub fn preset(name: &str) -> Option<Shape> {
+        let s = |dim, layers, heads, kv_heads, ff, vocab, ctx| Shape {
+            arch: "llama".into(),
+            dim,
+            layers,
+            heads,
+            kv_heads,
+            ff,
+            vocab,
+            ctx,
+            tied: false,
+        };
+        Some(match name {
+            "tiny" => s(64, 5, 8, 4, 172, 512, 512),
+            "small" => s(256, 4, 8, 4, 768, 512, 512),
+            "0.5b" => s(1536, 16, 12, 4, 4096, 32000, 2048),
+            "7b" => s(4096, 32, 32, 32, 11008, 32000, 4096),
+            _ => return None,
+        })
+    }
+
+    /// Parses `PRESET[,key=value...]` or `key=value,...` (keys: arch, dim,
+    /// layers, heads, kv_heads, ff, vocab, ctx, tied).
+    pub fn parse(spec: &str) -> Result<Shape, String> {
+        let mut parts = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .peekable();
+        let mut shape = match parts.peek() {
+            Some(p) if !p.contains('=') => {
+                let name = parts.next().unwrap_or_default();
+                Shape::preset(name).ok_or_else(|| {
+                    format!("unknown shape preset {name:?} (tiny, small, 0.5b, 7b)")
+                })?
+            }
+            _ => Shape::preset("tiny").expect("tiny exists"),
+        };
+        for part in parts {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not key=value"))?;
+            let num = || {
+                value
+                    .parse::<usize>()
+                    .map_err(|e| format!("{key}={value}: {e}"))
+            };
+            match key {
+                "arch" if value == "llama" || value == "qwen2" => shape.arch = value.to_string(),
+                "arch" => return Err(format!("arch={value}: llama or qwen2")),
+                "dim" => shape.dim = num()?,
+                "layers" => shape.layers = num()?,
+                "heads" => shape.heads = num()?,
+                "kv_heads" => shape.kv_heads = num()?,
+                "ff" => shape.ff = num()?,
+                "vocab" => shape.vocab = num()?,
+                "ctx" => shape.ctx = num()?,
+                "tied" => shape.tied = value == "true" || value == "1",
+                _ => return Err(format!("unknown shape key {key:?}")),
+            }
+        }
+        let ok = shape.dim > 0
+            && shape.layers > 0
+            && shape.heads > 0
+            && shape.kv_heads > 0
+            && shape.dim % shape.heads == 0
+            && shape.heads % shape.kv_heads == 0
+            && (shape.dim / shape.heads) % 2 == 0
+            && shape.vocab >= 259;
+        if !ok {
+            return Err(format!(
+                "{shape:?}: dims must divide into heads, heads into kv heads, vocab >= 259"
+            ));
+        }
+        Ok(shape)
+    }
+
+    /// Parameters of the model.
+    pub fn parameters(&self) -> u64 {
+        let (d, kv, ff, v) = (
+            self.dim as u64,
+            (self.dim / self.heads * self.kv_heads) as u64,
+            self.ff as u64,
+            self.vocab as u64,
+        );
+        let block = 2 * d * d + 2 * d * kv + 3 * d * ff + 2 * d;
+        let head = if self.tied { 0 } else { d * v };
+        self.layers as u64 * block + d * v + head + d
+    }
+}
+
+/// Which type each weight gets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Recipe {
+    /// Every matrix of one type.
+    Uniform(GgmlType),
+    /// llama.cpp's Q4_K_M mix: q4_K, with q6_K for the head and for the
+    /// value and down projections of the first and last eighth of the
+    /// blocks and every third block between.
+    Q4KM,
+}
+
+impl Recipe {
+    /// Parses `f32`, `f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k` or `q4_k_m`.
+    pub fn parse(name: &str) -> Option<Recipe> {
+        if name.eq_ignore_ascii_case("q4_k_m") {
+            return Some(Recipe::Q4KM);
+        }
+        GgmlType::from_name(name)
+            .filter(|t| *t != GgmlType::Q8K)
+            .map(Recipe::Uniform)
+    }
+
+    fn for_tensor(self, name: &str, layer: usize, layers: usize) -> GgmlType {
+        match self {
+            Recipe::Uniform(t) => t,
+            Recipe::Q4KM => {
+                let more_bits =
+                    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+                let sensitive =
+                    name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight");
+                if name == "output.weight" || (sensitive && more_bits) {
+                    GgmlType::Q6K
+                } else {
+                    GgmlType::Q4K
+                }
+            }
+        }
+    }
+
+    fn file_type(self) -> u32 {
+        match self {
+            Recipe::Uniform(t) => file_type(t),
+            Recipe::Q4KM => 15,
+        }
+    }
+}
+
+/// Makes a model of `shape` with weights of `recipe` (tensors whose rows do not
+/// fit its blocks fall back to f16, norms stay f32, as llama.cpp's quantizer
+/// does), the vocabulary copied from `vocab_from` when given.
+pub fn make_model(
+    shape: &Shape,
+    recipe: Recipe,
+    seed: u64,
+    vocab_from: Option<&Header>,
+) -> Result<GgufOut, String> {
+    let mut out = GgufOut::new();
+    let a = shape.arch.as_str();
+    let k = |s: &str| format!("{a}.{s}");
+    out.meta("general.architecture", Value::String(a.to_string()))
+        .meta(
+            "general.name",
+            Value::String(format!("drover fixture seed {seed}")),
+        )
+        .meta(&k("context_length"), Value::U32(shape.ctx as u32))
+        .meta(&k("embedding_length"), Value::U32(shape.dim as u32))
+        .meta(&k("block_count"), Value::U32(shape.layers as u32))
+        .meta(&k("feed_forward_length"), Value::U32(shape.ff as u32))
+        .meta(&k("attention.head_count"), Value::U32(shape.heads as u32))
+        .meta(
+            &k("attention.head_count_kv"),
+            Value::U32(shape.kv_heads as u32),
+        )
+        .meta(
+            &k("rope.dimension_count"),
+            Value::U32((shape.dim / shape.heads) as u32),
+        )
+        .meta(&k("rope.freq_base"), Value::F32(10000.0))
+        .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+        .meta("general.file_type", Value::U32(recipe.file_type()));
+    vocabulary(&mut out, shape.vocab, vocab_from)?;
+    let mut rng = SplitMix64::new(seed);
+    let d = shape.dim;
+    let kv = d / shape.heads * shape.kv_heads;
+    let layers = shape.layers;
+    let mut tensor =
+        |name: String, cols: usize, rows: usize, scale: f32, ty: Option<GgmlType>, offset: f32| {
+            let layer = name
+                .split('.')
+                .nth(1)
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            let ty = ty.unwrap_or_else(|| recipe.for_tensor(&name, layer, layers));
+            let values: Vec<f32> = (0..cols * rows)
+                .map(|_| offset + rng.symmetric(scale))
+                .collect();
+            let ty = if (cols as u64).is_multiple_of(ty.block_elements()) {
+                ty
+            } else {
+                GgmlType::F16
+            };
+            let dims = if rows == 1 {
+                vec![cols as u64]
+            } else {
+                vec![cols as u64, rows as u64]
+            };
+            out.tensors.push(TensorOut {
+                name,
+                dims,
+                ty,
+                data: quantized(ty, &values),
+            });
+        };
+    // Uniform weights scaled so each projection keeps unit variance; the
+    // head is scaled up so that logits have clear maxima (greedy decoding
+    // then does not hinge on rounding).
+    let unit = |cols: usize| (3.0 / cols as f32).sqrt();
+    tensor("token_embd.weight".into(), d, shape.vocab, 1.0, None, 0.0);
+    for i in 0..shape.layers {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        tensor(n("attn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
+        tensor(n("attn_q.weight"), d, d, unit(d), None, 0.0);
+        tensor(n("attn_k.weight"), d, kv, unit(d), None, 0.0);
+        tensor(n("attn_v.weight"), d, kv, unit(d), None, 0.0);
+        if a == "qwen2" {
+            tensor(n("attn_q.bias"), d, 1, 0.5, Some(GgmlType::F32), 0.0);
+            tensor(n("attn_k.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
+            tensor(n("attn_v.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
+        }
+        tensor(n("attn_output.weight"), d, d, 0.5 * unit(d), None, 0.0);
+        tensor(n("ffn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
+        tensor(n("ffn_gate.weight"), d, shape.ff, unit(d), None, 0.0);
+        tensor(n("ffn_up.weight"), d, shape.ff, unit(d), None, 0.0);
+        tensor(
+            n("ffn_down.weight"),
+            shape.ff,
+            d,
+            0.5 * unit(shape.ff),
+            None,
+            0.0,
+        );
+    }
+    tensor(
+        "output_norm.weight".into(),
+        d,
+        1,
+        0.2,
+        Some(GgmlType::F32),
+        1.0,
+    );
+    if !shape.tied {
+        tensor(
+            "output.weight".into(),
+            d,
+            shape.vocab,
+            4.0 * unit(d),
+            None,
+            0.0,
+        );
+    }
+    Ok(out)
+}
+
+/// llama.cpp's `general.file_type` for a model mostly of `ty`.
+fn file_type(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q4K => 15,
+        GgmlType::Q6K => 18,
+        GgmlType::BF16 => 32,
+        GgmlType::Q8K => 7,
+    }
+}
+
+/// The tokenizer keys: copied from `from` (whose vocabulary must have
+/// `size` tokens), or a made-up SentencePiece vocabulary of `size` tokens.
+fn vocabulary(out: &mut GgufOut, size: usize, from: Option<&Header>) -> Result<(), String> {
+    if let Some(h) = from {
+        let n = h
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+            .map_or(0, <[Value]>::len);
+        if n != size {
+            return Err(format!(
+                "the vocabulary to copy has {n} tokens, the shape asks for {size}"
+            ));
+        }
+        for (key, value) in h
+            .metadata
+            .iter()
+            .filter(|(k, _)| k.starts_with("tokenizer."))
+        {
+            out.meta(key, value.clone());
+        }
+        return Ok(());
+    }
+    let mut tokens = vec!["<unk>".to_string(), "<s>".to_string(), "</s>".to_string()];
+    let mut types = vec![2i32, 3, 3];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    let letters: Vec<char> = ('a'..='z').collect();
+    let mut len = 1;
+    'fill: loop {
+        let count = letters.len().pow(len);
+        for prefix in ["\u{2581}", ""] {
+            for i in 0..count {
+                if tokens.len() >= size {
+                    break 'fill;
+                }
+                let mut s = prefix.to_string();
+                let mut x = i;
+                for _ in 0..len {
+                    s.push(letters[x % 26]);
+                    x /= 26;
+                }
+                tokens.push(s);
+                types.push(1);
+            }
+        }
+        len += 1;
+    }
+    let scores: Vec<Value> = (0..tokens.len())
+        .map(|i| Value::F32(if i < 259 { 0.0 } else { -(i as f32) }))
+        .collect();
+    out.meta("tokenizer.ggml.model", Value::String("llama".into()))
+        .meta(
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        )
+        .meta("tokenizer.ggml.scores", Value::Array(scores))
+        .meta(
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        )
+        .meta("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .meta("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .meta("tokenizer.ggml.unknown_token_id", Value::U32(0));
+    Ok(())
+}
+
+/// A model the golden tests compare with llama.cpp: made from its seed by
+/// the test itself (the file is never committed), and by `cargo xtask
+/// reference` for llama.cpp to answer on.
+pub struct GoldenFixture {
+    /// The golden file's name (`workers/tests/golden/NAME.json`).
+    pub name: &'static str,
+    /// The shape spec.
+    pub shape: &'static str,
+    /// The weight recipe.
+    pub recipe: &'static str,
+    /// The seed.
+    pub seed: u64,
+}
+
+/// The fixtures, all with stories260K's vocabulary.
+pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
+    GoldenFixture {
+        name: "small-f32",
+        shape: "small",
+        recipe: "f32",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-f16",
+        shape: "small",
+        recipe: "f16",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q8_0",
+        shape: "small",
+        recipe: "q8_0",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q4_0",
+        shape: "small",
+        recipe: "q4_0",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q4_k_m",
+        shape: "small",
+        recipe: "q4_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "qwen2-f32",
+        shape: "small,arch=qwen2",
+        recipe: "f32",
+        seed: 2,
+    },
+];
+
+impl GoldenFixture {
+    /// Writes this fixture to `path`, the vocabulary taken from `vocab`.
+    pub fn write(&self, vocab: &Header, path: &std::path::Path) -> Result<(), String> {
+        let shape = Shape::parse(self.shape)?;
+        let recipe = Recipe::parse(self.recipe).ok_or_else(|| format!("recipe {}", self.recipe))?;
+        make_model(&shape, recipe, self.seed, Some(vocab))?
+            .write_file(path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}

@@ -1,0 +1,149 @@
+//! AVX2 dot products for bf16 and the k-quants (q4_K, q6_K against q8_K).
+//! The integer sums are exact; only the order of the float sums differs
+//! from the portable kernels.
+
+use super::imp::{f16, hsum};
+use crate::tensor::blocks::q4k_scale_min;
+use std::arch::x86_64::*;
+
+#[target_feature(enable = "avx2,fma")]
+pub fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len(), a.len());
+    let n = w.len() / 2;
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    let widen = |p: *const u8| {
+        // SAFETY: callers pass a pointer with 16 readable bytes.
+        let h = unsafe { _mm_loadu_si128(p as *const __m128i) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    };
+    while i + 8 <= n {
+        // SAFETY: bytes 2*i .. 2*i + 16 lie inside both rows.
+        let (x, y) = unsafe { (widen(w.as_ptr().add(2 * i)), widen(a.as_ptr().add(2 * i))) };
+        acc = _mm256_fmadd_ps(x, y, acc);
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    for j in i..n {
+        let x = half::bf16::from_le_bytes([w[2 * j], w[2 * j + 1]]).to_f32();
+        let y = half::bf16::from_le_bytes([a[2 * j], a[2 * j + 1]]).to_f32();
+        s += x * y;
+    }
+    s
+}
+
+#[inline]
+fn q8k_scale(y: &[u8]) -> f32 {
+    f32::from_le_bytes([y[0], y[1], y[2], y[3]])
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len() % 144, 0);
+    assert_eq!(w.len() / 144 * 292, a.len());
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_min = 0f32;
+    let low = _mm256_set1_epi8(0x0F);
+    for (x, y) in w.chunks_exact(144).zip(a.chunks_exact(292)) {
+        let dy = q8k_scale(y);
+        let scales = &x[4..16];
+        let mut summ = 0i32;
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let (sc_l, m_l) = q4k_scale_min(2 * j, scales);
+            let (sc_h, m_h) = q4k_scale_min(2 * j + 1, scales);
+            let bsum = |k: usize| i16::from_le_bytes([y[260 + 2 * k], y[261 + 2 * k]]) as i32;
+            summ += m_l as i32 * (bsum(4 * j) + bsum(4 * j + 1))
+                + m_h as i32 * (bsum(4 * j + 2) + bsum(4 * j + 3));
+            // SAFETY: 32 bytes at 16 + 32j of a 144-byte block, and 64 at
+            // 4 + 64j of a 292-byte one.
+            let (q4, q8l, q8h) = unsafe {
+                (
+                    _mm256_loadu_si256(x.as_ptr().add(16 + 32 * j) as *const __m256i),
+                    _mm256_loadu_si256(y.as_ptr().add(4 + 64 * j) as *const __m256i),
+                    _mm256_loadu_si256(y.as_ptr().add(36 + 64 * j) as *const __m256i),
+                )
+            };
+            let q4l = _mm256_and_si256(q4, low);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), low);
+            let pl = _mm256_madd_epi16(
+                _mm256_set1_epi16(sc_l as i16),
+                _mm256_maddubs_epi16(q4l, q8l),
+            );
+            let ph = _mm256_madd_epi16(
+                _mm256_set1_epi16(sc_h as i16),
+                _mm256_maddubs_epi16(q4h, q8h),
+            );
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(f16(x, 0) * dy),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+        acc_min -= f16(x, 2) * dy * summ as f32;
+    }
+    hsum(acc) + acc_min
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len() % 210, 0);
+    assert_eq!(w.len() / 210 * 292, a.len());
+    let mut acc = _mm256_setzero_ps();
+    let low = _mm256_set1_epi8(0x0F);
+    let offset = _mm256_set1_epi8(32);
+    for (x, y) in w.chunks_exact(210).zip(a.chunks_exact(292)) {
+        let dy = q8k_scale(y);
+        let sc = &x[192..208];
+        let mut sumi = _mm256_setzero_si256();
+        for half in 0..2 {
+            // SAFETY: ql (64 bytes at 64h), qh (32 at 128 + 32h) inside the
+            // 210-byte block; four 32-byte groups at 4 + 128h + 32k inside
+            // the 292-byte one.
+            let (ql1, ql2, qh, q8) = unsafe {
+                let q8 = |k: usize| {
+                    _mm256_loadu_si256(y.as_ptr().add(4 + 128 * half + 32 * k) as *const __m256i)
+                };
+                (
+                    _mm256_loadu_si256(x.as_ptr().add(64 * half) as *const __m256i),
+                    _mm256_loadu_si256(x.as_ptr().add(64 * half + 32) as *const __m256i),
+                    _mm256_loadu_si256(x.as_ptr().add(128 + 32 * half) as *const __m256i),
+                    [q8(0), q8(1), q8(2), q8(3)],
+                )
+            };
+            let m3 = _mm256_set1_epi8(3);
+            let hi = |shift: i32| -> __m256i {
+                let bits = match shift {
+                    0 => qh,
+                    2 => _mm256_srli_epi16::<2>(qh),
+                    4 => _mm256_srli_epi16::<4>(qh),
+                    _ => _mm256_srli_epi16::<6>(qh),
+                };
+                _mm256_slli_epi16::<4>(_mm256_and_si256(bits, m3))
+            };
+            let q6 = [
+                _mm256_or_si256(_mm256_and_si256(ql1, low), hi(0)),
+                _mm256_or_si256(_mm256_and_si256(ql2, low), hi(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low), hi(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql2), low), hi(6)),
+            ];
+            for k in 0..4 {
+                let p = _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(q6[k], q8[k]),
+                    _mm256_maddubs_epi16(offset, q8[k]),
+                );
+                let s0 = sc[8 * half + 2 * k] as i8 as i16;
+                let s1 = sc[8 * half + 2 * k + 1] as i8 as i16;
+                let scale = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(f16(x, 208) * dy),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum(acc)
+}

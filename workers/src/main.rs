@@ -1,0 +1,86 @@
+//! `drover-worker`: inspect, run, benchmark and make GGUF models.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use workers::cli;
+
+#[derive(Parser)]
+#[command(
+    name = "drover-worker",
+    version,
+    about = "drover's compute process: a llama-family GGUF engine"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a model's metadata and tensor table.
+    Inspect {
+        /// The GGUF file.
+        model: PathBuf,
+        /// One JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Complete a prompt, streaming the text to stdout.
+    Generate(cli::GenerateArgs),
+    /// Measure prefill and decode tokens/s.
+    Bench(cli::BenchArgs),
+    /// Write a model with random weights (the project's fixtures).
+    MakeModel {
+        /// A preset (tiny, small, 0.5b, 7b) and/or key=value overrides:
+        /// arch, dim, layers, heads, kv_heads, ff, vocab, ctx, tied.
+        #[arg(long, default_value = "tiny")]
+        shape: String,
+        /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k.
+        #[arg(long = "type", default_value = "f32")]
+        ty: String,
+        /// Seed of the weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Copy the vocabulary from this GGUF (its size must match the shape's).
+        #[arg(long)]
+        vocab_from: Option<PathBuf>,
+        /// Where to write the model.
+        out: PathBuf,
+    },
+    /// Write the golden tests' fixtures (for `cargo xtask reference`).
+    #[command(hide = true)]
+    MakeGoldenFixtures {
+        /// The GGUF whose vocabulary the fixtures share (stories260K).
+        #[arg(long)]
+        vocab_from: PathBuf,
+        /// The directory to write `NAME.gguf` files into.
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Inspect { model, json } => cli::inspect(&model, json),
+        Command::Generate(a) => cli::generate(&a),
+        Command::Bench(a) => cli::bench(&a),
+        Command::MakeModel {
+            shape,
+            ty,
+            seed,
+            vocab_from,
+            out,
+        } => cli::make_model(&shape, &ty, seed, vocab_from.as_deref(), &out),
+        Command::MakeGoldenFixtures { vocab_from, dir } => {
+            cli::make_golden_fixtures(&vocab_from, &dir)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The transformer: hyperparameters, a stage's weights, its forward pass.
+
+pub mod config;
+pub mod ops;
+pub mod stage;
+pub mod weights;
+
+pub use config::{Arch, Config, RopeLayout};
+pub use stage::{Logits, Stage, StageError, StageInput, StageOutput};

@@ -1,0 +1,345 @@
+//! One pipeline stage: a contiguous range of a model's blocks, with the
+//! token embedding on the first stage and the head on the last.
+//!
+//! A stage takes token ids (first stage) or f32 residual activations (the
+//! others) for `n` consecutive positions and returns activations or logits.
+//! Every stage computes its blocks exactly as a single stage over all blocks
+//! would, and activations cross stages as f32, so N stages give bit-identical
+//! logits to one.
+
+use super::config::Config;
+use super::ops;
+use super::weights::{self, Block, StageWeights};
+use crate::gguf::file::ModelFile;
+use crate::kernels::{Encoded, Kernels, matmul};
+use rayon::prelude::*;
+use std::ops::Range;
+use std::path::Path;
+
+/// What a stage is fed.
+pub enum StageInput<'a> {
+    /// Token ids (first stage only).
+    Tokens(&'a [u32]),
+    /// `n × embedding` residual activations (every other stage).
+    Activations(&'a [f32]),
+}
+
+/// Which positions the last stage computes logits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position of the batch (generation).
+    Last,
+    /// Every position (evaluation against the reference).
+    All,
+}
+
+/// What a stage returns.
+#[derive(Debug, PartialEq)]
+pub enum StageOutput {
+    /// `n × embedding` activations for the next stage.
+    Activations(Vec<f32>),
+    /// Logits, `vocab` values per position asked for.
+    Logits(Vec<f32>),
+}
+
+/// Why a stage step or load failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The model file.
+    #[error(transparent)]
+    File(#[from] crate::gguf::Error),
+    /// The model's metadata.
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
+    /// A bad layer range, input or position.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The keys and values of every position so far, per block.
+struct KvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    len: usize,
+    capacity: usize,
+}
+
+/// A loaded stage and its KV cache.
+pub struct Stage {
+    config: Config,
+    layers: Range<usize>,
+    weights: StageWeights,
+    cache: KvCache,
+    kernels: &'static Kernels,
+}
+
+impl Stage {
+    /// Opens `path` and maps blocks `layers` (and the embedding or head when
+    /// the range starts at 0 or ends at the last block), with a KV cache of
+    /// `context` positions (at most the model's own context length; 0 means
+    /// that length).
+    pub fn open(path: &Path, layers: Range<usize>, context: usize) -> Result<Stage, StageError> {
+        let file = ModelFile::open(path)?;
+        let config = Config::from_header(file.header(), &path.display().to_string())?;
+        if layers.start >= layers.end || layers.end > config.blocks {
+            return Err(StageError::Invalid(format!(
+                "{}: layers {}..{} are not a non-empty range of the model's {} blocks",
+                path.display(),
+                layers.start,
+                layers.end,
+                config.blocks
+            )));
+        }
+        let weights = weights::load(&file, &config, &layers)?;
+        let capacity = if context == 0 {
+            config.context
+        } else {
+            context.min(config.context)
+        };
+        let kv = config.kv_dim();
+        let cache = KvCache {
+            keys: (0..layers.len())
+                .map(|_| vec![0f32; capacity * kv])
+                .collect(),
+            values: (0..layers.len())
+                .map(|_| vec![0f32; capacity * kv])
+                .collect(),
+            len: 0,
+            capacity,
+        };
+        Ok(Stage {
+            config,
+            layers,
+            weights,
+            cache,
+            kernels: Kernels::current(),
+        })
+    }
+
+    /// The model's hyperparameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The blocks this stage runs.
+    pub fn layers(&self) -> Range<usize> {
+        self.layers.clone()
+    }
+
+    /// Positions held in the KV cache: the position the next input starts at.
+    pub fn position(&self) -> usize {
+        self.cache.len
+    }
+
+    /// The KV cache's capacity in positions.
+    pub fn context(&self) -> usize {
+        self.cache.capacity
+    }
+
+    /// Bytes of the model file this stage mapped.
+    pub fn bytes_mapped(&self) -> u64 {
+        self.weights.bytes_mapped
+    }
+
+    /// Forgets every position from `pos` on (a new prompt, or a resume).
+    pub fn truncate(&mut self, pos: usize) {
+        self.cache.len = self.cache.len.min(pos);
+    }
+
+    /// Runs the next `n` positions through this stage's blocks.
+    pub fn forward(
+        &mut self,
+        input: StageInput,
+        logits: Logits,
+    ) -> Result<StageOutput, StageError> {
+        let d = self.config.embedding;
+        let mut x = match (input, &self.weights.embedding) {
+            (StageInput::Tokens(tokens), Some(embd)) => {
+                let mut x = Vec::with_capacity(tokens.len() * d);
+                for &t in tokens {
+                    if t as usize >= self.config.vocab {
+                        return Err(StageError::Invalid(format!(
+                            "token id {t} is outside the vocabulary of {}",
+                            self.config.vocab
+                        )));
+                    }
+                    x.extend(embd.row_f32(t as usize));
+                }
+                x
+            }
+            (StageInput::Activations(a), None) if a.len() % d == 0 => a.to_vec(),
+            (StageInput::Activations(a), None) => {
+                return Err(StageError::Invalid(format!(
+                    "{} activations are not a whole number of {d}-wide rows",
+                    a.len()
+                )));
+            }
+            (StageInput::Tokens(_), None) => {
+                return Err(StageError::Invalid(format!(
+                    "stage {}..{} takes activations, not tokens",
+                    self.layers.start, self.layers.end
+                )));
+            }
+            (StageInput::Activations(_), Some(_)) => {
+                return Err(StageError::Invalid(
+                    "the first stage takes tokens, not activations".into(),
+                ));
+            }
+        };
+        let n = x.len() / d;
+        if n == 0 {
+            return Err(StageError::Invalid("an empty batch".into()));
+        }
+        let pos = self.cache.len;
+        if pos + n > self.cache.capacity {
+            return Err(StageError::Invalid(format!(
+                "positions {pos}..{} exceed the context of {}",
+                pos + n,
+                self.cache.capacity
+            )));
+        }
+        for (i, block) in self.weights.blocks.iter().enumerate() {
+            let (keys, values) = (&mut self.cache.keys[i], &mut self.cache.values[i]);
+            block_forward(self.kernels, &self.config, block, &mut x, pos, keys, values);
+        }
+        self.cache.len = pos + n;
+        let Some(head) = &self.weights.head else {
+            return Ok(StageOutput::Activations(x));
+        };
+        let rows = match logits {
+            Logits::Last => &x[(n - 1) * d..],
+            Logits::All => &x[..],
+        };
+        let mut normed = vec![0f32; rows.len()];
+        ops::rms_norm(rows, &head.norm, self.config.rms_eps, &mut normed);
+        let out = head.output.matrix();
+        let mut logits = vec![0f32; rows.len() / d * out.rows];
+        matmul(
+            self.kernels,
+            &out,
+            &Encoded::new(out.ty, &normed, d),
+            &mut logits,
+        );
+        Ok(StageOutput::Logits(logits))
+    }
+}
+
+/// `y = w · x` for each row of `x`.
+fn project(kernels: &Kernels, w: &super::weights::Weight, x: &[f32]) -> Vec<f32> {
+    let m = w.matrix();
+    let mut y = vec![0f32; x.len() / m.cols * m.rows];
+    matmul(kernels, &m, &Encoded::new(m.ty, x, m.cols), &mut y);
+    y
+}
+
+fn block_forward(
+    kernels: &Kernels,
+    c: &Config,
+    block: &Block,
+    x: &mut [f32],
+    pos: usize,
+    keys: &mut [f32],
+    values: &mut [f32],
+) {
+    let d = c.embedding;
+    let n = x.len() / d;
+    let (qd, kvd) = (c.q_dim(), c.kv_dim());
+    let mut h = vec![0f32; x.len()];
+    ops::rms_norm(x, &block.attn_norm, c.rms_eps, &mut h);
+    let encoded = Encoded::new(block.q.ty(), &h, d);
+    let proj = |w: &super::weights::Weight| {
+        let m = w.matrix();
+        let mut y = vec![0f32; n * m.rows];
+        if w.ty().activation_type() == block.q.ty().activation_type() {
+            matmul(kernels, &m, &encoded, &mut y);
+        } else {
+            matmul(kernels, &m, &Encoded::new(m.ty, &h, d), &mut y);
+        }
+        y
+    };
+    let (mut q, mut k, mut v) = (proj(&block.q), proj(&block.k), proj(&block.v));
+    if let Some([bq, bk, bv]) = &block.qkv_bias {
+        ops::add_bias(&mut q, bq);
+        ops::add_bias(&mut k, bk);
+        ops::add_bias(&mut v, bv);
+    }
+    for t in 0..n {
+        ops::rope(
+            &mut q[t * qd..(t + 1) * qd],
+            c.head_dim,
+            c.rope_dims,
+            c.rope_base,
+            c.rope,
+            pos + t,
+        );
+        ops::rope(
+            &mut k[t * kvd..(t + 1) * kvd],
+            c.head_dim,
+            c.rope_dims,
+            c.rope_base,
+            c.rope,
+            pos + t,
+        );
+    }
+    keys[pos * kvd..(pos + n) * kvd].copy_from_slice(&k);
+    values[pos * kvd..(pos + n) * kvd].copy_from_slice(&v);
+    let attn = attention(c, &q, keys, values, pos, n);
+    let o = project(kernels, &block.o, &attn);
+    ops::add(x, &o);
+    ops::rms_norm(x, &block.ffn_norm, c.rms_eps, &mut h);
+    let encoded = Encoded::new(block.gate.ty(), &h, d);
+    let (gm, um) = (block.gate.matrix(), block.up.matrix());
+    let mut gate = vec![0f32; n * gm.rows];
+    let mut up = vec![0f32; n * um.rows];
+    matmul(kernels, &gm, &encoded, &mut gate);
+    if um.ty.activation_type() == gm.ty.activation_type() {
+        matmul(kernels, &um, &encoded, &mut up);
+    } else {
+        matmul(kernels, &um, &Encoded::new(um.ty, &h, d), &mut up);
+    }
+    ops::swiglu(&mut gate, &up);
+    let down = project(kernels, &block.down, &gate);
+    ops::add(x, &down);
+}
+
+/// Causal grouped-query attention of the `n` new positions starting at `pos`
+/// over every cached position up to each one.
+fn attention(
+    c: &Config,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    pos: usize,
+    n: usize,
+) -> Vec<f32> {
+    let (hd, qd, kvd) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let group = c.heads / c.kv_heads;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; n * qd];
+    let one = |(idx, o): (usize, &mut [f32])| {
+        let (t, head) = (idx / c.heads, idx % c.heads);
+        let kv_head = head / group;
+        let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
+        let len = pos + t + 1;
+        let mut scores: Vec<f32> = (0..len)
+            .map(|j| {
+                let kh = &keys[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
+                qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale
+            })
+            .collect();
+        ops::softmax(&mut scores);
+        for (j, &p) in scores.iter().enumerate() {
+            let vh = &values[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
+            for (o, &v) in o.iter_mut().zip(vh) {
+                *o += p * v;
+            }
+        }
+    };
+    let work = n * c.heads * (pos + n) * hd;
+    if work < 1 << 16 {
+        out.chunks_exact_mut(hd).enumerate().for_each(one);
+    } else {
+        out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+    }
+    out
+}

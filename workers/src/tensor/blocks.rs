@@ -1,0 +1,131 @@
+//! Decoding rows of every supported type to f32.
+//!
+//! Used for embedding lookups and as the reference the dot-product kernels
+//! are tested against; matrix products never dequantize a whole matrix.
+
+use super::GgmlType;
+use half::{bf16, f16};
+
+/// Reads the f16 at `b[i..i + 2]`.
+#[inline]
+pub fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// The 6-bit scale and min of sub-block `j` of a Q4_K block's 12 scale
+/// bytes (ggml's `get_scale_min_k4`).
+#[inline]
+pub fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Decodes one row of `ty` (`bytes` holds exactly the row) into `out`.
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    assert_eq!(
+        bytes.len() as u64,
+        ty.row_bytes(out.len() as u64),
+        "{ty} row"
+    );
+    match ty {
+        GgmlType::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(34)) {
+                let d = f16_at(b, 0);
+                for (x, &q) in o.iter_mut().zip(&b[2..]) {
+                    *x = q as i8 as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q4_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(18)) {
+                let d = f16_at(b, 0);
+                for (j, &q) in b[2..].iter().enumerate() {
+                    o[j] = ((q & 0xF) as i32 - 8) as f32 * d;
+                    o[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q4K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(144)) {
+                dequantize_q4k(b, o);
+            }
+        }
+        GgmlType::Q6K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(210)) {
+                dequantize_q6k(b, o);
+            }
+        }
+        GgmlType::Q8K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(292)) {
+                let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                for (x, &q) in o.iter_mut().zip(&b[4..260]) {
+                    *x = q as i8 as f32 * d;
+                }
+            }
+        }
+    }
+}
+
+fn dequantize_q4k(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for chunk in 0..4 {
+        let (sc1, m1) = q4k_scale_min(2 * chunk, scales);
+        let (sc2, m2) = q4k_scale_min(2 * chunk + 1, scales);
+        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
+        let q = &qs[chunk * 32..chunk * 32 + 32];
+        let o = &mut out[chunk * 64..chunk * 64 + 64];
+        for l in 0..32 {
+            o[l] = d1 * (q[l] & 0xF) as f32 - min1;
+            o[l + 32] = d2 * (q[l] >> 4) as f32 - min2;
+        }
+    }
+}
+
+fn dequantize_q6k(b: &[u8], out: &mut [f32]) {
+    let ql = &b[0..128];
+    let qh = &b[128..192];
+    let sc = &b[192..208];
+    let d = f16_at(b, 208);
+    for half in 0..2 {
+        let ql = &ql[half * 64..];
+        let qh = &qh[half * 32..];
+        let sc = &sc[half * 8..];
+        let o = &mut out[half * 128..];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            o[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+            o[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+            o[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+            o[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Tensor element types as ggml numbers and lays them out.
+//!
+//! Block layouts follow ggml's (`ggml-common.h`): a quantized row is a run of
+//! fixed-size blocks, each holding its own scale(s). Dot products run on the
+//! blocks directly ([`crate::kernels`]); nothing dequantizes a whole matrix.
+
+pub mod blocks;
+pub mod quantize;
+
+use std::fmt;
+
+/// The tensor types drover-worker computes with, by their ggml type code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    /// 32-bit float (0).
+    F32,
+    /// IEEE half (1).
+    F16,
+    /// 4-bit, 32 per block, one f16 scale (2).
+    Q4_0,
+    /// 8-bit, 32 per block, one f16 scale (8).
+    Q8_0,
+    /// 4-bit k-quant, 256 per block, 6-bit sub-block scales and mins (12).
+    Q4K,
+    /// 6-bit k-quant, 256 per block, 8-bit sub-block scales (14).
+    Q6K,
+    /// 8-bit k-quant, the activation side of k-quant dot products (15).
+    Q8K,
+    /// bfloat16 (30).
+    BF16,
+}
+
+impl GgmlType {
+    /// Every supported type.
+    pub const ALL: [GgmlType; 8] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q8K,
+        GgmlType::BF16,
+    ];
+
+    /// The type of a ggml type code, or `None` for one drover cannot compute.
+    pub fn from_code(code: u32) -> Option<GgmlType> {
+        GgmlType::ALL.into_iter().find(|t| t.code() == code)
+    }
+
+    /// The ggml type code.
+    pub fn code(self) -> u32 {
+        match self {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q8_0 => 8,
+            GgmlType::Q4K => 12,
+            GgmlType::Q6K => 14,
+            GgmlType::Q8K => 15,
+            GgmlType::BF16 => 30,
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_elements(self) -> u64 {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> u64 {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            GgmlType::Q4_0 => 18,
+            GgmlType::Q8_0 => 34,
+            GgmlType::Q4K => 144,
+            GgmlType::Q6K => 210,
+            GgmlType::Q8K => 292,
+        }
+    }
+
+    /// Bytes of `elements` values (a whole number of blocks is assumed;
+    /// callers check divisibility first).
+    pub fn row_bytes(self, elements: u64) -> u64 {
+        elements / self.block_elements() * self.block_bytes()
+    }
+
+    /// The lower-case name llama.cpp prints (`q4_K`, `f16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "f32",
+            GgmlType::F16 => "f16",
+            GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q4K => "q4_K",
+            GgmlType::Q6K => "q6_K",
+            GgmlType::Q8K => "q8_K",
+            GgmlType::BF16 => "bf16",
+        }
+    }
+
+    /// A type from its name, case-insensitive (`q4_k` and `Q4_K` both).
+    pub fn from_name(name: &str) -> Option<GgmlType> {
+        GgmlType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The type activations are converted to before a dot product with a
+    /// weight row of this type, as ggml's `vec_dot_type` says.
+    pub fn activation_type(self) -> GgmlType {
+        match self {
+            GgmlType::F32 => GgmlType::F32,
+            GgmlType::F16 => GgmlType::F16,
+            GgmlType::BF16 => GgmlType::BF16,
+            GgmlType::Q4_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+            GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8K => GgmlType::Q8K,
+        }
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Name of a ggml type code drover does not compute, for error messages.
+pub fn unsupported_type_name(code: u32) -> &'static str {
+    match code {
+        3 => "q4_1",
+        6 => "q5_0",
+        7 => "q5_1",
+        9 => "q8_1",
+        10 => "q2_K",
+        11 => "q3_K",
+        13 => "q5_K",
+        16..=23 => "an i-quant",
+        24..=28 => "an integer type",
+        _ => "unknown",
+    }
+}

@@ -1,0 +1,198 @@
+//! Encoding f32 rows into every supported type.
+//!
+//! Activations are quantized exactly as ggml's CPU backend does before a dot
+//! product (Q8_0 as its AVX2 path, Q8_K as its reference), so that a
+//! quantized matmul sees the same integers as llama.cpp's. The k-quant
+//! encoders for weights are simple (one pass, no search): they write valid
+//! blocks for the project's own fixtures and benchmark models; llama.cpp's
+//! quantizer makes the k-quant fixtures the goldens compare against.
+
+use super::GgmlType;
+use half::{bf16, f16};
+
+/// Encodes `x` (a whole number of blocks) as `ty`, appending to `out`.
+pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
+    assert_eq!(
+        x.len() as u64 % ty.block_elements(),
+        0,
+        "{ty} row of {}",
+        x.len()
+    );
+    match ty {
+        GgmlType::F32 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        GgmlType::F16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
+        GgmlType::BF16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
+        GgmlType::Q8_0 => x.chunks_exact(32).for_each(|b| q8_0_block(b, out)),
+        GgmlType::Q4_0 => x.chunks_exact(32).for_each(|b| q4_0_block(b, out)),
+        GgmlType::Q8K => x.chunks_exact(256).for_each(|b| q8k_block(b, out)),
+        GgmlType::Q4K => x.chunks_exact(256).for_each(|b| q4k_block(b, out)),
+        GgmlType::Q6K => x.chunks_exact(256).for_each(|b| q6k_block(b, out)),
+    }
+}
+
+/// Encodes a row into a fresh buffer.
+pub fn quantized(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ty.row_bytes(x.len() as u64) as usize);
+    quantize_row(ty, x, &mut out);
+    out
+}
+
+fn amax(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// ggml's AVX2 `quantize_row_q8_0`: scale by 127/amax, round half to even.
+fn q8_0_block(x: &[f32], out: &mut Vec<u8>) {
+    let max = amax(x);
+    let d = max / 127.0;
+    let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend(x.iter().map(|v| (v * id).round_ties_even() as i8 as u8));
+}
+
+/// ggml's `quantize_row_q4_0_ref`.
+fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
+    let max = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    let q = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+    for j in 0..16 {
+        out.push(q(x[j]) | (q(x[j + 16]) << 4));
+    }
+}
+
+/// ggml's `quantize_row_q8_K_ref`.
+fn q8k_block(x: &[f32], out: &mut Vec<u8>) {
+    let max = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    if max == 0.0 {
+        out.extend_from_slice(&0f32.to_le_bytes());
+        out.extend(std::iter::repeat_n(0u8, 256 + 32));
+        return;
+    }
+    let iscale = -127.0 / max;
+    let qs: Vec<i8> = x
+        .iter()
+        .map(|v| ((iscale * v).round_ties_even() as i32).min(127) as i8)
+        .collect();
+    out.extend_from_slice(&(1.0 / iscale).to_le_bytes());
+    out.extend(qs.iter().map(|&q| q as u8));
+    for sub in qs.chunks_exact(16) {
+        let sum: i16 = sub.iter().map(|&q| q as i16).sum();
+        out.extend_from_slice(&sum.to_le_bytes());
+    }
+}
+
+/// A one-pass Q4_K encoder: per 32-value sub-block an affine range, the
+/// scales and mins then quantized to 6 bits against their block maxima.
+fn q4k_block(x: &[f32], out: &mut Vec<u8>) {
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    for (j, sub) in x.chunks_exact(32).enumerate() {
+        let lo = sub.iter().fold(0.0f32, |m, &v| m.min(v));
+        let hi = sub.iter().fold(f32::MIN, |m, &v| m.max(v));
+        scales[j] = (hi - lo) / 15.0;
+        mins[j] = -lo;
+    }
+    let max_scale = scales.iter().fold(0.0f32, |m, &v| m.max(v));
+    let max_min = mins.iter().fold(0.0f32, |m, &v| m.max(v));
+    let d = max_scale / 63.0;
+    let dmin = max_min / 63.0;
+    let (d16, dmin16) = (f16::from_f32(d), f16::from_f32(dmin));
+    let (d, dmin) = (d16.to_f32(), dmin16.to_f32());
+    let q6 = |v: f32, unit: f32| {
+        if unit > 0.0 {
+            (v / unit).round().clamp(0.0, 63.0) as u8
+        } else {
+            0
+        }
+    };
+    let ls: Vec<u8> = scales.iter().map(|&s| q6(s, d)).collect();
+    let lm: Vec<u8> = mins.iter().map(|&m| q6(m, dmin)).collect();
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        if j < 4 {
+            packed[j] = ls[j];
+            packed[j + 4] = lm[j];
+        } else {
+            packed[j + 4] = (ls[j] & 0xF) | ((lm[j] & 0xF) << 4);
+            packed[j - 4] |= (ls[j] >> 4) << 6;
+            packed[j] |= (lm[j] >> 4) << 6;
+        }
+    }
+    out.extend_from_slice(&d16.to_le_bytes());
+    out.extend_from_slice(&dmin16.to_le_bytes());
+    out.extend_from_slice(&packed);
+    let mut q = [0u8; 256];
+    for j in 0..8 {
+        let step = d * ls[j] as f32;
+        let base = dmin * lm[j] as f32;
+        for l in 0..32 {
+            let v = x[j * 32 + l];
+            q[j * 32 + l] = if step > 0.0 {
+                ((v + base) / step).round().clamp(0.0, 15.0) as u8
+            } else {
+                0
+            };
+        }
+    }
+    for chunk in 0..4 {
+        for l in 0..32 {
+            out.push(q[chunk * 64 + l] | (q[chunk * 64 + 32 + l] << 4));
+        }
+    }
+}
+
+/// A one-pass Q6_K encoder: per 16-value sub-block a symmetric scale, the
+/// scales then quantized to 8 bits against the block maximum.
+fn q6k_block(x: &[f32], out: &mut Vec<u8>) {
+    let sub_scales: Vec<f32> = x.chunks_exact(16).map(|s| amax(s) / 31.5).collect();
+    let max_scale = sub_scales.iter().fold(0.0f32, |m, &v| m.max(v));
+    let d16 = f16::from_f32(max_scale / 127.0);
+    let d = d16.to_f32();
+    let sc: Vec<i8> = sub_scales
+        .iter()
+        .map(|&s| {
+            if d > 0.0 {
+                (s / d).round().clamp(-128.0, 127.0) as i8
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut q = [0u8; 256];
+    for (i, v) in x.iter().enumerate() {
+        let step = d * sc[i / 16] as f32;
+        let l = if step != 0.0 {
+            (v / step).round().clamp(-32.0, 31.0) as i32
+        } else {
+            0
+        };
+        q[i] = (l + 32) as u8;
+    }
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    for half in 0..2 {
+        for l in 0..32 {
+            let b = half * 128;
+            let (q1, q2, q3, q4) = (q[b + l], q[b + l + 32], q[b + l + 64], q[b + l + 96]);
+            ql[half * 64 + l] = (q1 & 0xF) | ((q3 & 0xF) << 4);
+            ql[half * 64 + l + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
+            qh[half * 32 + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+        }
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(sc.iter().map(|&s| s as u8));
+    out.extend_from_slice(&d16.to_le_bytes());
+}

@@ -1,0 +1,32 @@
+//! Shared paths of the worker tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The trained model every developer and CI run has beside the repository.
+pub fn stories() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/models/stories260k.gguf"
+    ))
+}
+
+/// The same model as GGUF version 1.
+pub fn stories_v1() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/models/stories260k-v1.gguf"
+    ))
+}
+
+/// A scratch directory under the workspace's target dir, emptied first.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../target/test-scratch"
+    ))
+    .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}

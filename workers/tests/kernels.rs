@@ -1,0 +1,88 @@
+//! Dot products on encoded blocks: the detected SIMD kernels against the
+//! portable ones, and both against the dot product of the decoded rows.
+
+use workers::kernels::Kernels;
+use workers::rng::SplitMix64;
+use workers::tensor::GgmlType;
+use workers::tensor::blocks::dequantize_row;
+use workers::tensor::quantize::quantized;
+
+const WEIGHT_TYPES: [GgmlType; 7] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+];
+
+fn row(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.symmetric(scale)).collect()
+}
+
+fn decoded(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    dequantize_row(ty, &quantized(ty, x), &mut out);
+    out
+}
+
+#[test]
+fn every_kernel_equals_the_dot_product_of_its_decoded_rows() {
+    let mut rng = SplitMix64::new(11);
+    for kernels in [Kernels::portable(), Kernels::detect()] {
+        for ty in WEIGHT_TYPES {
+            for n in [256usize, 512, 4096] {
+                let w = row(&mut rng, n, 1.0);
+                let a = row(&mut rng, n, 3.0);
+                let (wq, aq) = (quantized(ty, &w), quantized(ty.activation_type(), &a));
+                let got = kernels.dot(ty)(&wq, &aq);
+                let wd = decoded(ty, &w);
+                let ad = decoded(ty.activation_type(), &a);
+                let want: f64 = wd.iter().zip(&ad).map(|(x, y)| *x as f64 * *y as f64).sum();
+                let tol = 1e-4
+                    * wd.iter()
+                        .zip(&ad)
+                        .map(|(x, y)| (x * y).abs() as f64)
+                        .sum::<f64>();
+                assert!(
+                    (got as f64 - want).abs() <= tol,
+                    "{} {ty} n={n}: {got} vs {want}",
+                    kernels.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_rows_decode_close_to_their_values() {
+    let mut rng = SplitMix64::new(5);
+    let x = row(&mut rng, 1024, 2.0);
+    for (ty, rel) in [
+        (GgmlType::F16, 1e-3),
+        (GgmlType::BF16, 1e-2),
+        (GgmlType::Q8_0, 1e-2),
+        (GgmlType::Q8K, 1e-2),
+        (GgmlType::Q6K, 4e-2),
+        (GgmlType::Q4_0, 0.15),
+        (GgmlType::Q4K, 0.15),
+    ] {
+        let d = decoded(ty, &x);
+        let err: f32 = x.iter().zip(&d).map(|(a, b)| (a - b).abs()).sum::<f32>() / x.len() as f32;
+        let mean: f32 = x.iter().map(|a| a.abs()).sum::<f32>() / x.len() as f32;
+        assert!(err / mean < rel, "{ty}: mean error {}", err / mean);
+    }
+}
+
+#[test]
+fn q8_0_activations_round_half_to_even_like_ggml() {
+    // amax 127 makes the scale exactly 1, so 2.5 lands on a tie.
+    let mut x = vec![0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = -3.5;
+    let q = quantized(GgmlType::Q8_0, &x);
+    assert_eq!(q[2 + 1] as i8, 2);
+    assert_eq!(q[2 + 2] as i8, -4);
+}

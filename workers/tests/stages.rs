@@ -1,0 +1,120 @@
+//! A model split into stages computes exactly what one stage computes, and
+//! each stage maps only its own slice of the file.
+
+mod common;
+
+use workers::engine::{Chain, balanced_split, split_from_sizes};
+use workers::gguf::file::ModelFile;
+use workers::model::weights::stage_tensor_names;
+use workers::model::{Config, Logits, Stage};
+
+const PROMPT: [u32; 9] = [1, 403, 407, 261, 378, 432, 383, 286, 261];
+
+fn logits_of(split: &[std::ops::Range<usize>]) -> Vec<Vec<f32>> {
+    let mut chain = Chain::open(&common::stories(), split, 64).expect("open");
+    let mut all = vec![chain.forward(&PROMPT, Logits::All).expect("prefill")];
+    for t in [300u32, 301, 302] {
+        all.push(chain.forward(&[t], Logits::Last).expect("decode"));
+    }
+    all
+}
+
+#[test]
+fn every_split_of_stories260k_gives_bit_identical_logits() {
+    let one = logits_of(&balanced_split(5, 1));
+    assert_eq!(one[0].len(), PROMPT.len() * 512);
+    for split in [
+        balanced_split(5, 2),
+        balanced_split(5, 3),
+        balanced_split(5, 5),
+        split_from_sizes(&[1, 3, 1]),
+        split_from_sizes(&[4, 1]),
+    ] {
+        let got = logits_of(&split);
+        let same = got
+            .iter()
+            .zip(&one)
+            .all(|(a, b)| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(same, "split {split:?} differs from one stage");
+    }
+}
+
+#[test]
+fn balanced_splits_are_contiguous_and_front_loaded() {
+    assert_eq!(balanced_split(5, 3), vec![0..2, 2..4, 4..5]);
+    assert_eq!(balanced_split(5, 1), vec![0..5]);
+    assert_eq!(balanced_split(4, 4), vec![0..1, 1..2, 2..3, 3..4]);
+}
+
+#[test]
+fn a_stage_maps_only_its_own_tensors() {
+    let path = common::stories();
+    let file = ModelFile::open(&path).expect("open");
+    let config = Config::from_header(file.header(), "stories").expect("config");
+    let file_len = std::fs::metadata(&path).expect("len").len();
+    let mut total = 0;
+    for range in balanced_split(5, 3) {
+        let names = stage_tensor_names(&file, &config, &range);
+        let slice: u64 = names
+            .iter()
+            .map(|n| file.header().tensor(n).expect("tensor").bytes())
+            .sum();
+        let stage = Stage::open(&path, range.clone(), 16).expect("stage");
+        // Tensors are mapped in runs; a run may span the alignment padding
+        // between neighbours, never a tensor of another stage.
+        let padding = names.len() as u64 * file.header().alignment;
+        assert!(stage.bytes_mapped() >= slice, "{range:?}");
+        assert!(
+            stage.bytes_mapped() <= slice + padding,
+            "{range:?}: {} > {slice}",
+            stage.bytes_mapped()
+        );
+        total += stage.bytes_mapped();
+        assert!(file.header_bytes_read() <= file.header().data_offset + 64 * 1024);
+    }
+    assert!(
+        total <= file_len,
+        "the stages together map no more than the file"
+    );
+    let middle = stage_tensor_names(&file, &config, &(2..4));
+    assert!(
+        middle
+            .iter()
+            .all(|n| n.starts_with("blk.2.") || n.starts_with("blk.3.")),
+        "{middle:?}"
+    );
+}
+
+#[test]
+fn bad_stage_inputs_are_errors() {
+    let path = common::stories();
+    assert!(Stage::open(&path, 3..7, 16).is_err());
+    assert!(Stage::open(&path, 2..2, 16).is_err());
+    let mut first = Stage::open(&path, 0..2, 4).expect("stage");
+    let e = first.forward(
+        workers::model::StageInput::Tokens(&[1, 2, 3, 4, 5]),
+        Logits::Last,
+    );
+    assert!(
+        e.expect_err("over context")
+            .to_string()
+            .contains("exceed the context of 4")
+    );
+    let e = first.forward(workers::model::StageInput::Tokens(&[9999]), Logits::Last);
+    assert!(e.expect_err("bad id").to_string().contains("9999"));
+    let e = first.forward(
+        workers::model::StageInput::Activations(&[0.0; 64]),
+        Logits::Last,
+    );
+    assert!(e.is_err());
+    let mut second = Stage::open(&path, 2..5, 4).expect("stage");
+    let e = second.forward(
+        workers::model::StageInput::Activations(&[0.0; 65]),
+        Logits::Last,
+    );
+    assert!(
+        e.expect_err("ragged")
+            .to_string()
+            .contains("65 activations")
+    );
+}

@@ -1,0 +1,204 @@
+//! `cargo xtask reference` and `cargo xtask bench worker`: drover-worker
+//! against llama.cpp (built from source by llama-cpp-python, in a venv
+//! cached under `~/.cache/drover/`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The llama-cpp-python release the goldens come from.
+pub const LLAMA_CPP_PYTHON: &str = "0.3.36";
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `../shared/models/stories260k.gguf` beside the repository.
+pub fn stories() -> PathBuf {
+    workspace().join("../shared/models/stories260k.gguf")
+}
+
+/// The venv holding llama-cpp-python, made (and llama.cpp built, about 12
+/// minutes on 2 cores) when missing.
+pub fn llama_venv() -> Result<PathBuf, String> {
+    let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
+    let venv =
+        PathBuf::from(home).join(format!(".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}"));
+    let python = venv.join("bin/python");
+    let ready = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import llama_cpp, numpy"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ready {
+        return Ok(python);
+    }
+    eprintln!(
+        "xtask: building llama-cpp-python {LLAMA_CPP_PYTHON} (llama.cpp from source) into {}; about 12 minutes on 2 cores",
+        venv.display()
+    );
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--progress-bar",
+        "off",
+        &format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"),
+        "numpy",
+    ]))?;
+    Ok(python)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("{cmd:?}: {status}"))
+}
+
+fn output(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Builds drover-worker (release) and returns its path.
+pub fn worker_binary() -> Result<PathBuf, String> {
+    run(Command::new(env!("CARGO")).args([
+        "build",
+        "--quiet",
+        "--release",
+        "--locked",
+        "-p",
+        "workers",
+    ]))?;
+    Ok(workspace().join("target/release/drover-worker"))
+}
+
+/// Writes `workers/tests/golden/*.json`: llama.cpp's tokens, logits and
+/// greedy continuations for stories260K and every golden fixture.
+pub fn reference() -> Result<(), String> {
+    let python = llama_venv()?;
+    let worker = worker_binary()?;
+    let dir = workspace().join("target/fixtures");
+    let listing = output(
+        Command::new(&worker)
+            .arg("make-golden-fixtures")
+            .arg("--vocab-from")
+            .arg(stories())
+            .arg(&dir),
+    )?;
+    let mut models = vec![format!("stories260k={}", stories().display())];
+    models.extend(listing.lines().map(str::to_string));
+    let golden = workspace().join("workers/tests/golden");
+    run(Command::new(python)
+        .arg(workspace().join("workers/reference/golden.py"))
+        .arg(&golden)
+        .args(&models))?;
+    println!("goldens written to {}", golden.display());
+    Ok(())
+}
+
+/// Where the benchmark models live (made once, kept between runs).
+pub fn bench_dir() -> PathBuf {
+    workspace().join("target/bench-models")
+}
+
+/// Makes `name` (`SHAPE` with weights `ty`) in the bench dir unless present.
+pub fn bench_model(worker: &Path, shape: &str, ty: &str) -> Result<PathBuf, String> {
+    let path = bench_dir().join(format!("{}-{ty}.gguf", shape.replace([',', '='], "_")));
+    if !path.exists() {
+        std::fs::create_dir_all(bench_dir()).map_err(|e| e.to_string())?;
+        run(Command::new(worker)
+            .args(["make-model", "--shape", shape, "--type", ty, "--seed", "7"])
+            .arg(&path))?;
+    }
+    Ok(path)
+}
+
+fn json(text: &str) -> Result<serde_json::Value, String> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or("no JSON line in the output")?;
+    serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))
+}
+
+/// `cargo xtask bench worker`: drover-worker and llama.cpp side by side on
+/// the same GGUF files, the same prompt ids and the same thread count.
+pub fn bench_worker() -> Result<(), String> {
+    let python = llama_venv()?;
+    let worker = worker_binary()?;
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .to_string();
+    let (prefill, decode, repeat) = ("512", "32", "2");
+    println!(
+        "model: shape 0.5b (dim 1536, 16 blocks, ff 4096, vocab 32000), {threads} threads, prefill {prefill}, decode {decode}"
+    );
+    println!(
+        "{:<8} {:>10} {:>10} {:>6} {:>11} {:>11} {:>6} {:>9} {:>10}",
+        "type",
+        "decode t/s",
+        "llama.cpp",
+        "ratio",
+        "prefill t/s",
+        "llama.cpp",
+        "ratio",
+        "bandwidth",
+        "RSS over"
+    );
+    for ty in ["f16", "q8_0", "q4_0", "q4_k_m"] {
+        let model = bench_model(&worker, "0.5b", ty)?;
+        let ours = json(&output(
+            Command::new(&worker)
+                .args([
+                    "bench",
+                    "--json",
+                    "--threads",
+                    &threads,
+                    "--prefill",
+                    prefill,
+                    "--decode",
+                    decode,
+                    "--repeat",
+                    repeat,
+                    "--model",
+                ])
+                .arg(&model),
+        )?)?;
+        let theirs = json(&output(
+            Command::new(&python)
+                .arg(workspace().join("workers/reference/bench.py"))
+                .arg(&model)
+                .args([prefill, decode, &threads, repeat]),
+        )?)?;
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let (d, dl) = (
+            f(&ours, "decode_tokens_per_s"),
+            f(&theirs, "decode_tokens_per_s"),
+        );
+        let (p, pl) = (
+            f(&ours, "prefill_tokens_per_s"),
+            f(&theirs, "prefill_tokens_per_s"),
+        );
+        let over = f(&ours, "peak_rss_bytes") - f(&ours, "weight_bytes") - f(&ours, "kv_bytes");
+        println!(
+            "{ty:<8} {d:>10.2} {dl:>10.2} {:>5.2}x {p:>11.1} {pl:>11.1} {:>5.2}x {:>8.0}% {:>6.1} MiB",
+            d / dl,
+            p / pl,
+            100.0 * f(&ours, "decode_bandwidth_fraction"),
+            over / 1048576.0
+        );
+    }
+    println!(
+        "targets: decode >= 1.0x llama.cpp and >= 50% of the copy bandwidth, prefill >= 0.7x, RSS over weights + KV <= 64 MiB"
+    );
+    Ok(())
+}
