@@ -80,11 +80,11 @@ impl Bpe {
         for piece in pretokenize::split(text, self.split) {
             word.clear();
             pretokenize::byte_encode(piece.as_bytes(), &mut word);
-            if self.ignore_merges {
-                if let Some(&id) = tokens.get(word.as_bytes()) {
-                    out.push(id);
-                    continue;
-                }
+            if self.ignore_merges
+                && let Some(&id) = tokens.get(word.as_bytes())
+            {
+                out.push(id);
+                continue;
             }
             session.merge(self, &word, tokens);
             session.emit(&word, tokens, out);

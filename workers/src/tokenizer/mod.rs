@@ -3,9 +3,9 @@
 //! A [`Vocab`] (the `tokenizer.ggml.*` metadata of a GGUF file) becomes a
 //! [`Tokenizer`] once checked. Two models are supported:
 //!
-//! - SentencePiece (`"llama"`, [`spm`]): spaces written as U+2581, a
+//! - SentencePiece (`"llama"`, `spm.rs`): spaces written as U+2581, a
 //!   leading space, pairs joined by score, byte fallback `<0xNN>`.
-//! - Byte-level BPE (`"gpt2"`, [`bpe`]): the llama-3 or qwen2 pre-tokenizer
+//! - Byte-level BPE (`"gpt2"`, `bpe.rs`): the llama-3 or qwen2 pre-tokenizer
 //!   split ([`pretokenize`]), GPT-2's byte alphabet, merges by rank.
 //!
 //! [`Tokenizer::tokenize`] is `llama_tokenize(vocab, text, add_special,
@@ -16,7 +16,7 @@
 
 mod bpe;
 pub mod pretokenize;
-pub mod special;
+mod special;
 mod spm;
 pub mod stream;
 mod vocab;
@@ -255,6 +255,11 @@ impl Tokenizer {
             specials,
             eog,
         })
+    }
+
+    /// [`Vocab::from_gguf`] then [`Tokenizer::new`].
+    pub fn from_gguf(header: &crate::gguf::Header) -> Result<Tokenizer, Error> {
+        Tokenizer::new(Vocab::from_gguf(header)?)
     }
 
     /// `llama_tokenize(vocab, text, add_special, parse_special = false)`:

@@ -130,24 +130,26 @@ pub fn adjust(texts: &[String], attrs: &mut [u32], extra_eog: &[Option<u32>]) ->
     }
     eog.extend(extra_eog.iter().flatten().copied());
     let find = |eog: &BTreeSet<u32>, wanted: &[&str]| {
-        eog.iter()
-            .copied()
-            .find(|&id| wanted.contains(&texts[id as usize].as_str()))
+        eog.iter().copied().find(|&id| {
+            texts
+                .get(id as usize)
+                .is_some_and(|t| wanted.contains(&t.as_str()))
+        })
     };
     let has = |eog: &BTreeSet<u32>, wanted: &[&str]| find(eog, wanted).is_some();
-    if let Some(end) = find(&eog, &["<|end|>"]) {
-        if (has(&eog, &["<|return|>"]) && has(&eog, &["<|call|>", "<|calls|>"]))
-            || (has(&eog, &["<|call|>", "<|calls|>"]) && has(&eog, &["<|flush|>"]))
-        {
-            eog.remove(&end);
-            attrs[end as usize] = attr::USER_DEFINED;
-        }
+    let has_call = has(&eog, &["<|call|>", "<|calls|>"]);
+    if let Some(end) = find(&eog, &["<|end|>"])
+        && has_call
+        && (has(&eog, &["<|return|>"]) || has(&eog, &["<|flush|>"]))
+    {
+        eog.remove(&end);
+        attrs[end as usize] = attr::USER_DEFINED;
     }
-    if let Some(s) = find(&eog, &["</s>"]) {
-        if has(&eog, &["<|tool_response>", "<|plamo:eos|>"]) {
-            eog.remove(&s);
-            attrs[s as usize] = attr::NORMAL;
-        }
+    if let Some(s) = find(&eog, &["</s>"])
+        && has(&eog, &["<|tool_response>", "<|plamo:eos|>"])
+    {
+        eog.remove(&s);
+        attrs[s as usize] = attr::NORMAL;
     }
     eog
 }

@@ -1,5 +1,8 @@
 //! The vocabulary as a GGUF file describes it (`tokenizer.ggml.*`).
 
+use super::Error;
+use crate::gguf::{Header, Value};
+
 /// A tokenizer's vocabulary and settings, as read from a model's metadata
 /// (or built by hand). [`super::Tokenizer::new`] checks it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -88,5 +91,130 @@ impl Defaults {
                 add_space_prefix: false,
             },
         }
+    }
+}
+
+impl Vocab {
+    /// Reads the `tokenizer.ggml.*` keys of a GGUF header as llama.cpp's
+    /// `llama_vocab::impl::load` does: absent special ids and flags take
+    /// the model's [`Defaults`]; an id past the vocabulary falls back to the
+    /// default, and a default past it to none.
+    pub fn from_gguf(header: &Header) -> Result<Vocab, Error> {
+        let model = string(header, "tokenizer.ggml.model")?
+            .ok_or_else(|| missing("tokenizer.ggml.model", "a string"))?;
+        let pre = string(header, "tokenizer.ggml.pre")?;
+        let tokens = strings(header, "tokenizer.ggml.tokens")?
+            .ok_or_else(|| missing("tokenizer.ggml.tokens", "an array of strings"))?;
+        let scores = match array(header, "tokenizer.ggml.scores", "an array of numbers")? {
+            Some(items) => items
+                .iter()
+                .map(|v| number(v, "tokenizer.ggml.scores"))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let token_types = match array(header, "tokenizer.ggml.token_type", "an array of i32")? {
+            Some(items) => items
+                .iter()
+                .map(|v| int32(v, "tokenizer.ggml.token_type"))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let merges = strings(header, "tokenizer.ggml.merges")?.unwrap_or_default();
+        let defaults = Defaults::of(&model, pre.as_deref());
+        let n = tokens.len();
+        let id = |key: &str, default: Option<u32>| -> Result<Option<u32>, Error> {
+            let default = default.filter(|&d| (d as usize) < n);
+            Ok(match header.get(key) {
+                None => default,
+                Some(v) => {
+                    let id = v
+                        .as_u64()
+                        .ok_or_else(|| missing(key, "an unsigned integer"))?;
+                    match u32::try_from(id) {
+                        Ok(id) if (id as usize) < n => Some(id),
+                        _ => default,
+                    }
+                }
+            })
+        };
+        Ok(Vocab {
+            bos: id("tokenizer.ggml.bos_token_id", defaults.bos)?,
+            eos: id("tokenizer.ggml.eos_token_id", defaults.eos)?,
+            unk: id("tokenizer.ggml.unknown_token_id", defaults.unk)?,
+            eot: id("tokenizer.ggml.eot_token_id", None)?,
+            eom: id("tokenizer.ggml.eom_token_id", None)?,
+            add_bos: flag(header, "tokenizer.ggml.add_bos_token")?.unwrap_or(defaults.add_bos),
+            add_eos: flag(header, "tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            add_space_prefix: flag(header, "tokenizer.ggml.add_space_prefix")?
+                .unwrap_or(defaults.add_space_prefix),
+            model,
+            pre,
+            tokens,
+            scores,
+            token_types,
+            merges,
+        })
+    }
+}
+
+fn missing(key: &str, expected: &'static str) -> Error {
+    Error::Metadata {
+        key: key.to_string(),
+        expected,
+    }
+}
+
+fn string(header: &Header, key: &str) -> Result<Option<String>, Error> {
+    match header.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_str()
+            .map(|s| Some(s.to_string()))
+            .ok_or_else(|| missing(key, "a string")),
+    }
+}
+
+fn flag(header: &Header, key: &str) -> Result<Option<bool>, Error> {
+    match header.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_bool().map(Some).ok_or_else(|| missing(key, "a bool")),
+    }
+}
+
+fn array<'h>(
+    header: &'h Header,
+    key: &str,
+    expected: &'static str,
+) -> Result<Option<&'h [Value]>, Error> {
+    match header.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_array().map(Some).ok_or_else(|| missing(key, expected)),
+    }
+}
+
+fn strings(header: &Header, key: &str) -> Result<Option<Vec<String>>, Error> {
+    let Some(items) = array(header, key, "an array of strings")? else {
+        return Ok(None);
+    };
+    let texts = items.iter().map(|v| {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| missing(key, "an array of strings"))
+    });
+    texts.collect::<Result<Vec<_>, _>>().map(Some)
+}
+
+fn number(v: &Value, key: &str) -> Result<f32, Error> {
+    match *v {
+        Value::F32(x) => Ok(x),
+        Value::I32(x) => Ok(x as f32),
+        _ => Err(missing(key, "an array of f32 or i32")),
+    }
+}
+
+fn int32(v: &Value, key: &str) -> Result<i32, Error> {
+    match *v {
+        Value::I32(x) => Ok(x),
+        _ => Err(missing(key, "an array of i32")),
     }
 }
