@@ -15,4 +15,5 @@ pub mod model;
 pub mod rng;
 pub mod sample;
 pub mod tensor;
+pub mod tokenizer;
 pub mod wire;
