@@ -213,7 +213,7 @@ pub struct Host {
     pub path: Vec<PathBuf>,
     /// The sbin folders, searched after PATH (a user's PATH often lacks them).
     pub sbin: Vec<PathBuf>,
-    /// The home folder, which holds [`CACHE_DIR`].
+    /// The home folder, which holds [`CACHE_DIR`] (`$HOME`, else `/root`).
     pub home: PathBuf,
     /// The folder a [`Check::Socket`] path is taken under: `/`, or a fake root.
     pub root: PathBuf,
