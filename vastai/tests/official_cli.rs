@@ -3,11 +3,9 @@
 //! `VAST_API_KEY`): search with a numeric and a boolean filter, create, show,
 //! list, label, destroy. What the CLI sends, the fake takes.
 //!
-//! The CLI lives in a virtual environment cached under
-//! `~/.cache/drover/vastai-cli-1.9.1/`, made here on first use (`python3 -m
-//! venv`, `pip install vastai==1.9.1`; PyPI must be reachable then). It is
-//! built in a scratch folder and renamed into place once installed, so a
-//! half-made one is never used.
+//! The CLI lives in a virtual environment under
+//! `~/.cache/drover/vastai-cli-1.9.1/`, which `cargo xtask setup` makes
+//! (`python3 -m venv`, `pip install vastai==1.9.1`).
 
 mod common;
 
@@ -21,19 +19,12 @@ use tokio::process::Command;
 use vastai::fake::{FakeConfig, MemoryBackend};
 
 const CLI_VERSION: &str = "1.9.1";
-/// Bound on making the virtual environment (a download and an install).
-const INSTALL_BOUND: Duration = Duration::from_secs(600);
 /// Bound on one CLI command.
 const COMMAND_BOUND: Duration = Duration::from_secs(60);
-/// The file that says an environment is complete.
-const MARKER: &str = "drover-installed";
 
+/// `~/.cache/drover/`, where `cargo xtask setup` keeps its venvs.
 fn cache_root() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache"),
-    }
-    .join("drover")
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/drover")
 }
 
 async fn run_bounded(command: &mut Command, bound: Duration, what: &str) -> Output {
@@ -54,58 +45,24 @@ fn shown(output: &Output) -> String {
     )
 }
 
-/// The cached environment's interpreter, made first if missing.
+/// The cached environment's interpreter. `cargo xtask setup` (the first
+/// step of `cargo xtask ci`) is the one place that makes it; without it the
+/// test fails naming that command.
 async fn cli_python() -> PathBuf {
-    let root = cache_root();
-    let venv = root.join(format!("vastai-cli-{CLI_VERSION}"));
+    let venv = cache_root().join(format!("vastai-cli-{CLI_VERSION}"));
     let python = venv.join("bin").join("python3");
-    if venv.join(MARKER).exists() {
-        return python;
-    }
-    std::fs::create_dir_all(&root).unwrap();
-    let scratch = root.join(format!(
-        "vastai-cli-{CLI_VERSION}.build-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&scratch);
-    let made = run_bounded(
-        Command::new("python3").arg("-m").arg("venv").arg(&scratch),
-        INSTALL_BOUND,
-        "python3 -m venv",
-    )
-    .await;
-    assert!(made.status.success(), "python3 -m venv: {}", shown(&made));
-    let installed = run_bounded(
-        Command::new(scratch.join("bin").join("python3"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("vastai=={CLI_VERSION}")),
-        INSTALL_BOUND,
-        "pip install vastai",
-    )
-    .await;
+    let mut check = Command::new(&python);
+    check.args(["-c", "import vastai"]);
+    let ok = python.exists()
+        && run_bounded(&mut check, COMMAND_BOUND, "import vastai")
+            .await
+            .status
+            .success();
     assert!(
-        installed.status.success(),
-        "pip install: {}",
-        shown(&installed)
+        ok,
+        "the official vastai CLI {CLI_VERSION} is not installed in {}: run `cargo xtask setup`",
+        venv.display()
     );
-    std::fs::write(scratch.join(MARKER), CLI_VERSION).unwrap();
-    // The interpreter finds its environment from where it is run, so the
-    // renamed environment works; a rename that loses a race (or a stale,
-    // unmarked folder in the way) leaves the other one in place.
-    if std::fs::rename(&scratch, &venv).is_err() {
-        if !venv.join(MARKER).exists() {
-            let _ = std::fs::remove_dir_all(&venv);
-            std::fs::rename(&scratch, &venv).expect("the environment moves into place");
-        } else {
-            let _ = std::fs::remove_dir_all(&scratch);
-        }
-    }
     python
 }
 
