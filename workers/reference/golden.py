@@ -4,7 +4,8 @@ Run by `cargo xtask reference` inside a venv holding llama-cpp-python
 (which builds llama.cpp from source). For each model it records, per
 prompt: llama.cpp's tokenization, its logits at a few positions of the
 prompt (F32 KV cache, logits for every position), and its greedy
-continuation (token ids, stopping at end of text).
+continuation (token ids, stopping at end of text) with the gap between its
+two best logits at each step.
 
 usage: golden.py OUT_DIR NAME=MODEL.gguf [NAME=MODEL.gguf ...]
 """
@@ -55,14 +56,20 @@ def record(name, path):
         positions = sorted({0, len(tokens) // 2, len(tokens) - 1})
         logits = {str(p): [float(x) for x in scores[p]] for p in positions}
         greedy = []
-        nxt = int(np.argmax(scores[-1]))
+        margins = []
+        row = scores[-1]
         while len(greedy) < GREEDY_TOKENS:
+            nxt = int(np.argmax(row))
+            top2 = np.sort(row)[-2:]
             greedy.append(nxt)
+            margins.append(float(top2[1] - top2[0]))
             if nxt == eos:
                 break
             llm.eval([nxt])
-            nxt = int(np.argmax(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)))
-        prompts.append({"text": text, "tokens": tokens, "logits": logits, "greedy": greedy})
+            row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        prompts.append(
+            {"text": text, "tokens": tokens, "logits": logits, "greedy": greedy, "margins": margins}
+        )
         print(f"  {name}: {text!r}: {len(tokens)} prompt tokens, {len(greedy)} greedy", flush=True)
     return {"model": name, "sha256": sha256(path), "prompts": prompts}
 

@@ -57,13 +57,61 @@ pub fn rope(
     }
 }
 
-/// Softmax in place, the denominator summed in f64.
+/// `exp(x)` as ggml's 8-wide AVX2 `ggml_v_expf` computes it, lane by lane
+/// (Arm's optimized-routines approximation: a degree-5 polynomial after a
+/// reduction by ln 2, at most 1.5 ulp from `expf`). llama.cpp's CPU backend
+/// computes softmax and SiLU with it; matching it keeps the rounding of
+/// every activation that a quantized product then encodes the same.
+pub fn v_expf(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
+    let n = z - r;
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bf_be8e),
+        (-n).mul_add(f32::from_bits(0x3f31_7200), x),
+    );
+    let e = z.to_bits().wrapping_shl(23);
+    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
+    let u = b * b;
+    let p = f32::from_bits(0x3c07_2010)
+        .mul_add(b, f32::from_bits(0x3d2b_9f17))
+        .mul_add(
+            u,
+            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
+        );
+    let j = p.mul_add(u, f32::from_bits(0x3f7f_fff6) * b);
+    if n.abs() <= 126.0 {
+        return j.mul_add(k, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
+}
+
+/// Sums 8 lanes in the order of ggml's AVX2 horizontal add.
+fn hsum8(v: &[f32]) -> f32 {
+    let s: [f32; 4] = std::array::from_fn(|i| v[i + 4] + v[i]);
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
+/// Softmax in place as ggml computes it over a row padded to whole groups
+/// of 8: [`v_expf`] per value, each group's sum (in ggml's order) added to
+/// an f64 denominator.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
+    for group in x.chunks_mut(8) {
+        let mut lanes = [0f32; 8];
+        for (l, v) in lanes.iter_mut().zip(group.iter_mut()) {
+            *v = v_expf(*v - max);
+            *l = *v;
+        }
+        sum += hsum8(&lanes) as f64;
     }
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
@@ -71,9 +119,14 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// `gate = silu(gate) * up`.
+/// `gate = silu(gate) * up`, as ggml's fused SwiGLU: groups of 8 with
+/// [`v_expf`], the rest with `expf`.
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
+    let whole = gate.len() / 8 * 8;
+    for (g, &u) in gate[..whole].iter_mut().zip(up) {
+        *g = *g / (1.0 + v_expf(0.0 - *g)) * u;
+    }
+    for (g, &u) in gate[whole..].iter_mut().zip(&up[whole..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
 }
