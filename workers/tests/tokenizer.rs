@@ -14,10 +14,11 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Instant;
 use workers::gguf::file::ModelFile;
-use workers::tokenizer::{Tokenizer, Utf8Stream, Vocab, attr};
+use workers::tokenizer::{Tokenizer, Utf8Stream, Vocab, attr, pretokenize};
 
 const SDIST: &str = "llama-cpp-python==0.3.36";
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36/vendor/llama.cpp/models";
+const SDIST_SRC: &str = "llama_cpp_python-0.3.36/vendor/llama.cpp/src";
 const VOCABS: &[&str] = &["llama-spm", "llama-bpe", "qwen2"];
 
 fn cache_dir() -> PathBuf {
@@ -31,8 +32,11 @@ fn stories_path() -> &'static str {
     )
 }
 
+/// llama.cpp's Unicode classes, beside the vocab files in the cache.
+const UNICODE_DATA: &str = "unicode-data.cpp";
+
 fn vocab_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
+    let mut files = vec![dir.join(UNICODE_DATA)];
     for name in VOCABS {
         for ext in ["gguf", "gguf.inp", "gguf.out"] {
             files.push(dir.join(format!("ggml-vocab-{name}.{ext}")));
@@ -96,10 +100,12 @@ fn fetch(dir: &Path) -> Result<(), String> {
             return Err(format!("pip download failed ({})", tried.join("; ")));
         }
     }
-    let members: Vec<String> = vocab_files(Path::new(SDIST_DIR))
+    let mut members: Vec<String> = vocab_files(Path::new(SDIST_DIR))
         .iter()
+        .skip(1)
         .map(|p| p.display().to_string())
         .collect();
+    members.push(format!("{SDIST_SRC}/{UNICODE_DATA}"));
     let status = Command::new("tar")
         .arg("-xzf")
         .arg(&sdist)
@@ -395,4 +401,74 @@ fn long_inputs_take_linear_time() {
         assert_eq!(t.decode(&ids, false).trim_start(), word);
         assert!(long_ms < 20_000, "{name}: {long_ms} ms for one 64 KiB word");
     }
+}
+
+/// llama.cpp's `unicode_ranges_flags` (start, flags) and whitespace set.
+fn llama_cpp_unicode(path: &Path) -> (Vec<(u32, u16)>, Vec<u32>) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let table = |name: &str| {
+        let start = text
+            .find(name)
+            .unwrap_or_else(|| panic!("{name} not in {}", path.display()));
+        let body = &text[start..];
+        let body = &body[body.find('{').unwrap_or(0) + 1..body.find("};").unwrap_or(0)];
+        let hex = |t: &str| u32::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok();
+        body.lines().filter_map(move |line| {
+            let fields: Vec<&str> = line
+                .trim()
+                .trim_matches(|c| c == '{' || c == '}' || c == ',')
+                .split(',')
+                .collect();
+            match fields.as_slice() {
+                [a, b] => Some((hex(a)?, hex(b)?)),
+                [a] => Some((hex(a)?, 0)),
+                _ => None,
+            }
+        })
+    };
+    let ranges = table("unicode_ranges_flags")
+        .map(|(a, b)| (a, b as u16))
+        .collect();
+    let spaces = table("unicode_set_whitespace").map(|(a, _)| a).collect();
+    (ranges, spaces)
+}
+
+#[test]
+fn unicode_classes_are_llama_cpps() {
+    let (ranges, spaces) = llama_cpp_unicode(&vocab_dir().join(UNICODE_DATA));
+    assert!(
+        ranges.len() > 1000 && spaces.len() > 20,
+        "{} ranges, {} spaces",
+        ranges.len(),
+        spaces.len()
+    );
+    let mut differ = Vec::new();
+    for pair in ranges.windows(2) {
+        let ((start, flags), (end, _)) = (pair[0], pair[1]);
+        for code in start..end {
+            let Some(c) = char::from_u32(code) else {
+                continue;
+            };
+            let ours = (
+                pretokenize::is_letter(c),
+                pretokenize::is_number(c),
+                pretokenize::is_space(c),
+            );
+            let theirs = (flags & 0x4 != 0, flags & 0x2 != 0, spaces.contains(&code));
+            if ours != theirs {
+                differ.push(format!("U+{code:04X} ours {ours:?} llama.cpp {theirs:?}"));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} code points differ (letter, number, space):\n{}",
+        differ.len(),
+        differ
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
