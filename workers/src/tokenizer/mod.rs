@@ -60,33 +60,8 @@ impl Tokenizer {
     /// Checks `vocab` and builds the lookup tables. Never panics: every
     /// inconsistency is an [`Error`].
     pub fn new(mut vocab: Vocab) -> Result<Tokenizer, Error> {
+        check(&vocab)?;
         let n = vocab.tokens.len();
-        if n == 0 {
-            return Err(Error::EmptyVocab);
-        }
-        check_len("scores", vocab.scores.len(), n)?;
-        check_len("token_types", vocab.token_types.len(), n)?;
-        for (what, id) in [
-            ("bos", vocab.bos),
-            ("eos", vocab.eos),
-            ("unk", vocab.unk),
-            ("eot", vocab.eot),
-            ("eom", vocab.eom),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(Error::IdOutOfRange {
-                    what,
-                    id,
-                    tokens: n,
-                });
-            }
-        }
-        if vocab.add_bos && vocab.bos.is_none() {
-            return Err(Error::MissingSpecial("bos"));
-        }
-        if vocab.add_eos && vocab.eos.is_none() {
-            return Err(Error::MissingSpecial("eos"));
-        }
         // llama.cpp renames empty tokens so that each text is findable.
         for (i, text) in vocab.tokens.iter_mut().enumerate() {
             if text.is_empty() {
@@ -118,28 +93,7 @@ impl Tokenizer {
             &mut attrs,
             &[vocab.eos, vocab.eot, vocab.eom],
         );
-        let model = match vocab.model.as_str() {
-            "llama" => Model::Spm {
-                byte_tokens: Box::new(byte_tokens(&token_ids, vocab.unk)),
-            },
-            "gpt2" => {
-                let pre = vocab.pre.as_deref().ok_or(Error::MissingPre)?;
-                let (split, ignore_merges) = if vocab::LLAMA3_PRES.contains(&pre) {
-                    (pretokenize::Split::Llama3, true)
-                } else if vocab::QWEN2_PRES.contains(&pre) {
-                    (pretokenize::Split::Qwen2, false)
-                } else {
-                    return Err(Error::UnknownPre(pre.to_string()));
-                };
-                Model::Bpe(bpe::Bpe::new(
-                    &vocab.merges,
-                    &token_ids,
-                    split,
-                    ignore_merges,
-                )?)
-            }
-            other => return Err(Error::UnknownModel(other.to_string())),
-        };
+        let model = model(&vocab, &token_ids)?;
         let pieces = (0..n)
             .map(|i| piece_bytes(&model, &vocab.tokens[i], attrs[i]))
             .collect();
@@ -284,6 +238,66 @@ impl Tokenizer {
     /// The id of the token whose text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.token_ids.get(text.as_bytes()).copied()
+    }
+}
+
+/// The checks of array lengths and special ids that need no tables.
+fn check(vocab: &Vocab) -> Result<(), Error> {
+    let n = vocab.tokens.len();
+    if n == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    check_len("scores", vocab.scores.len(), n)?;
+    check_len("token_types", vocab.token_types.len(), n)?;
+    let ids = [
+        ("bos", vocab.bos),
+        ("eos", vocab.eos),
+        ("unk", vocab.unk),
+        ("eot", vocab.eot),
+        ("eom", vocab.eom),
+    ];
+    for (what, id) in ids {
+        if let Some(id) = id.filter(|&id| id as usize >= n) {
+            return Err(Error::IdOutOfRange {
+                what,
+                id,
+                tokens: n,
+            });
+        }
+    }
+    if vocab.add_bos && vocab.bos.is_none() {
+        return Err(Error::MissingSpecial("bos"));
+    }
+    if vocab.add_eos && vocab.eos.is_none() {
+        return Err(Error::MissingSpecial("eos"));
+    }
+    Ok(())
+}
+
+/// The model-specific tables: byte tokens, or merges and pre-tokenizer.
+fn model(vocab: &Vocab, token_ids: &TokenMap) -> Result<Model, Error> {
+    match vocab.model.as_str() {
+        "llama" => Ok(Model::Spm {
+            byte_tokens: Box::new(byte_tokens(token_ids, vocab.unk)),
+        }),
+        "gpt2" => {
+            let pre = vocab.pre.as_deref().ok_or(Error::MissingPre)?;
+            // llama-3 looks whole words up before merging (`ignore_merges`).
+            let (split, ignore_merges) = if vocab::LLAMA3_PRES.contains(&pre) {
+                (pretokenize::Split::Llama3, true)
+            } else if vocab::QWEN2_PRES.contains(&pre) {
+                (pretokenize::Split::Qwen2, false)
+            } else {
+                return Err(Error::UnknownPre(pre.to_string()));
+            };
+            Ok(Model::Bpe(bpe::Bpe::new(
+                &vocab.merges,
+                token_ids,
+                split,
+                ignore_merges,
+            )?))
+        }
+        other => Err(Error::UnknownModel(other.to_string())),
     }
 }
 
