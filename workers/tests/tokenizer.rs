@@ -472,3 +472,176 @@ fn unicode_classes_are_llama_cpps() {
             .join("\n")
     );
 }
+
+/// llama.cpp's ids (llama-cpp-python 0.3.36, `add_special = true`) for texts
+/// with special tokens in them, parsed as text and as special tokens; the
+/// vectors above cover only `parse_special = false`.
+const GOLDENS: &[(&str, &str, bool, &[u32])] = &[
+    (
+        "stories260k",
+        "Once upon a time, there was a little girl named Lily.",
+        false,
+        &[
+            1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
+        ],
+    ),
+    (
+        "stories260k",
+        "Once upon a time, there was a little girl named Lily.",
+        true,
+        &[
+            1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
+        ],
+    ),
+    (
+        "stories260k",
+        " leading  and   inner spaces\n\nnewlines\ttab",
+        false,
+        &[
+            1, 410, 278, 411, 380, 299, 410, 269, 410, 410, 322, 416, 285, 262, 427, 412, 331, 419,
+            13, 13, 416, 411, 424, 421, 271, 406, 12, 413, 412, 430,
+        ],
+    ),
+    (
+        "stories260k",
+        " leading  and   inner spaces\n\nnewlines\ttab",
+        true,
+        &[
+            1, 410, 278, 411, 380, 299, 410, 269, 410, 410, 322, 416, 285, 262, 427, 412, 331, 419,
+            13, 13, 416, 411, 424, 421, 271, 406, 12, 413, 412, 430,
+        ],
+    ),
+    (
+        "stories260k",
+        "naïve café 🦙 ½",
+        false,
+        &[
+            1, 297, 412, 198, 178, 360, 280, 412, 431, 485, 410, 243, 162, 169, 156, 410, 197, 192,
+        ],
+    ),
+    (
+        "stories260k",
+        "naïve café 🦙 ½",
+        true,
+        &[
+            1, 297, 412, 198, 178, 360, 280, 412, 431, 485, 410, 243, 162, 169, 156, 410, 197, 192,
+        ],
+    ),
+    (
+        "stories260k",
+        "<s>Tom said: \"Hi!\"</s>",
+        false,
+        &[
+            1, 410, 504, 419, 505, 434, 287, 336, 467, 313, 440, 417, 443, 436, 504, 492, 419, 505,
+        ],
+    ),
+    (
+        "stories260k",
+        "<s>Tom said: \"Hi!\"</s>",
+        true,
+        &[1, 1, 274, 287, 336, 467, 313, 440, 417, 443, 436, 2],
+    ),
+    ("stories260k", "", false, &[1]),
+    ("stories260k", "", true, &[1]),
+    (
+        "llama-bpe",
+        "<|begin_of_text|>Hello<|eot_id|> world",
+        false,
+        &[
+            128000, 27, 91, 7413, 3659, 4424, 91, 29, 9906, 27, 91, 68, 354, 851, 91, 29, 1917,
+        ],
+    ),
+    (
+        "llama-bpe",
+        "<|begin_of_text|>Hello<|eot_id|> world",
+        true,
+        &[128000, 128000, 9906, 128009, 1917],
+    ),
+    (
+        "llama-bpe",
+        "<|start_header_id|>user<|end_header_id|>\n\nHi 12345!",
+        false,
+        &[
+            128000, 27, 91, 2527, 8932, 851, 91, 29, 882, 27, 91, 408, 8932, 851, 91, 1363, 13347,
+            220, 4513, 1774, 0,
+        ],
+    ),
+    (
+        "llama-bpe",
+        "<|start_header_id|>user<|end_header_id|>\n\nHi 12345!",
+        true,
+        &[128000, 128006, 882, 128007, 271, 13347, 220, 4513, 1774, 0],
+    ),
+    (
+        "llama-bpe",
+        "I'VE  \n\n  got 'em",
+        false,
+        &[128000, 40, 6, 4592, 19124, 220, 2751, 364, 336],
+    ),
+    (
+        "llama-bpe",
+        "I'VE  \n\n  got 'em",
+        true,
+        &[128000, 40, 6, 4592, 19124, 220, 2751, 364, 336],
+    ),
+    (
+        "qwen2",
+        "<|im_start|>user\nHello 2024<|im_end|>\n",
+        false,
+        &[
+            27, 91, 318, 4906, 91, 29, 872, 198, 9707, 220, 17, 15, 17, 19, 27, 91, 318, 6213, 91,
+            397,
+        ],
+    ),
+    (
+        "qwen2",
+        "<|im_start|>user\nHello 2024<|im_end|>\n",
+        true,
+        &[151644, 872, 198, 9707, 220, 17, 15, 17, 19, 151645, 198],
+    ),
+    (
+        "qwen2",
+        "<|endoftext|>x<|im_end|>",
+        false,
+        &[
+            27, 91, 8691, 723, 427, 91, 29, 87, 27, 91, 318, 6213, 91, 29,
+        ],
+    ),
+    (
+        "qwen2",
+        "<|endoftext|>x<|im_end|>",
+        true,
+        &[151643, 87, 151645],
+    ),
+    (
+        "qwen2",
+        "naïve  中文 　 end  ",
+        false,
+        &[3376, 37572, 586, 220, 72858, 16744, 220, 22441, 835, 256],
+    ),
+    (
+        "qwen2",
+        "naïve  中文 　 end  ",
+        true,
+        &[3376, 37572, 586, 220, 72858, 16744, 220, 22441, 835, 256],
+    ),
+];
+
+#[test]
+fn special_token_goldens_match_llama_cpp() {
+    let dir = vocab_dir();
+    for name in ["stories260k", "llama-bpe", "qwen2"] {
+        let path = match name {
+            "stories260k" => PathBuf::from(stories_path()),
+            _ => dir.join(format!("ggml-vocab-{name}.gguf")),
+        };
+        let t = load(&path);
+        for &(_, text, parse_special, expected) in GOLDENS.iter().filter(|g| g.0 == name) {
+            assert_eq!(
+                t.tokenize(text, true, parse_special),
+                expected,
+                "{name}: {text:?} parse_special {parse_special}"
+            );
+        }
+    }
+}
