@@ -16,3 +16,4 @@ pub mod rng;
 pub mod sample;
 pub mod tensor;
 pub mod tokenizer;
+pub mod wire;

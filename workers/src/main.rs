@@ -28,6 +28,8 @@ enum Command {
     },
     /// Complete a prompt, streaming the text to stdout.
     Generate(cli::GenerateArgs),
+    /// Serve one pipeline stage over the stage protocol on stdin/stdout.
+    Stage(cli::StageArgs),
     /// Measure prefill and decode tokens/s.
     Bench(cli::BenchArgs),
     /// Write a model with random weights (the project's fixtures).
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Inspect { model, json } => cli::inspect(&model, json),
         Command::Generate(a) => cli::generate(&a),
         Command::Bench(a) => cli::bench(&a),
+        Command::Stage(a) => cli::stage(&a),
         Command::MakeModel {
             shape,
             ty,

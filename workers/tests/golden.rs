@@ -13,6 +13,7 @@ use workers::fixture::GOLDEN_FIXTURES;
 use workers::gguf::file::ModelFile;
 use workers::model::Logits;
 use workers::sample::greedy;
+use workers::tokenizer::{Tokenizer, Vocab};
 
 fn goldens() -> Vec<(String, Value)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
@@ -81,9 +82,18 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
             1e-3
         };
         let mut chain = Chain::open(&path, &[], 512).expect("open");
+        let header = ModelFile::open(&path).expect("model").header().clone();
+        let tokenizer =
+            Tokenizer::new(Vocab::from_gguf(&header).expect("vocab")).expect("tokenizer");
         let vocab = chain.first().config().vocab;
         for prompt in golden["prompts"].as_array().expect("prompts") {
             let tokens = ids(&prompt["tokens"]);
+            let text = prompt["text"].as_str().expect("text");
+            assert_eq!(
+                tokenizer.encode(text, true),
+                tokens,
+                "{name} {text:?}: tokenization"
+            );
             chain.truncate(0);
             let logits = chain.forward(&tokens, Logits::All).expect("prefill");
             let mut worst = 0f32;

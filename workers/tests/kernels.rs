@@ -86,3 +86,44 @@ fn q8_0_activations_round_half_to_even_like_ggml() {
     assert_eq!(q[2 + 1] as i8, 2);
     assert_eq!(q[2 + 2] as i8, -4);
 }
+
+#[test]
+fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
+    use workers::kernels::{Encoded, Matrix, matmul};
+    let mut rng = SplitMix64::new(3);
+    let kernels = Kernels::detect();
+    for ty in WEIGHT_TYPES {
+        let (rows, cols, n) = (96, 512, 7);
+        let w: Vec<f32> = row(&mut rng, rows * cols, 1.0);
+        let data: Vec<u8> = w
+            .chunks_exact(cols)
+            .flat_map(|r| quantized(ty, r))
+            .collect();
+        let m = Matrix {
+            ty,
+            rows,
+            cols,
+            data: &data,
+        };
+        let x = row(&mut rng, n * cols, 2.0);
+        let mut batched = vec![0f32; n * rows];
+        matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
+        for t in 0..n {
+            let mut one = vec![0f32; rows];
+            matmul(
+                &kernels,
+                &m,
+                &Encoded::new(ty, &x[t * cols..(t + 1) * cols], cols),
+                &mut one,
+            );
+            let same = one
+                .iter()
+                .zip(&batched[t * rows..])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{ty}: token {t} of a batch differs from the token alone"
+            );
+        }
+    }
+}

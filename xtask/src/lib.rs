@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod setup;
 pub mod spec;
 pub mod tidy;
 

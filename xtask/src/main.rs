@@ -1,7 +1,7 @@
 //! `cargo xtask`: drover's developer tasks.
 //!
-//! `ci` is the conformance gate CI runs; the rest are entry points for
-//! people: run more simulation seeds, replay or shrink a trace, check purity,
+//! `ci` is the conformance gate CI runs, after `setup` (what its tests need
+//! from the machine); the rest are entry points for people: run more simulation seeds, replay or shrink a trace, check purity,
 //! and measure.
 
 #![forbid(unsafe_code)]
@@ -21,8 +21,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// The conformance gate: fmt, clippy, tidy, every test and battery.
-    Ci,
+    /// The conformance gate: setup, then fmt, clippy, tidy, every test and
+    /// battery.
+    Ci {
+        /// Only the setup step: check (and as root install) what the tests
+        /// need, then stop.
+        #[arg(long)]
+        setup_only: bool,
+    },
+    /// What the tests need from the machine: check it, install it as root,
+    /// or name the command that would (`xtask/src/setup.rs`).
+    Setup,
     /// core-fsm stays pure: dependencies and sources.
     Tidy,
     /// Run a simulation battery on all cores (tier 1, or `--madsim` for tier 2).
@@ -65,7 +74,8 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let ok = match cli.task {
-        Task::Ci => ci(),
+        Task::Ci { setup_only: true } | Task::Setup => setup(),
+        Task::Ci { setup_only: false } => ci(),
         Task::Tidy => tidy(),
         Task::Sim { madsim: true, args } => drover_madsim(&args),
         Task::Sim {
@@ -117,7 +127,21 @@ fn step(name: &str, mut cmd: Command) -> bool {
     ok
 }
 
+/// The first step of `ci`: every external thing the tests need.
+fn setup() -> bool {
+    println!("==> setup");
+    let host = xtask::setup::Host::current();
+    let table = xtask::setup::prerequisites();
+    let ok = xtask::setup::run(&host, &table, &mut std::io::stdout());
+    println!("==> setup: {}", if ok { "ok" } else { "FAILED" });
+    ok
+}
+
 fn ci() -> bool {
+    if !setup() {
+        println!("xtask ci: the machine lacks what the tests need (above); nothing was built");
+        return false;
+    }
     let steps: Vec<(&str, Command)> = vec![
         ("fmt", cargo(&["fmt", "--all", "--", "--check"])),
         (

@@ -7,6 +7,11 @@
 //! label, so a provider that cannot list delays only what only a list can
 //! find. A failed list is an error that keeps those intents open, never an
 //! empty fleet.
+//!
+//! With `--json` everything goes to stdout as NDJSON: one `down` event per
+//! lease, and a failed `down` ends with one object naming the errors, the
+//! leases the journal still holds and the intents it keeps open; nothing is
+//! written to stderr.
 
 use super::{EXIT_FAILURE, EXIT_OK, Ledger};
 use crate::journal::Journal;
@@ -28,16 +33,77 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
         && pid != std::process::id()
         && let Err(e) = wait_for_up(pid).await
     {
-        eprintln!("drover: {e}; destroying from the journal instead");
-    }
-    match destroy_from_journal(state_dir, json).await {
-        Ok(0) => EXIT_OK,
-        Ok(_) => EXIT_FAILURE,
-        Err(e) => {
-            eprintln!("drover: {e:#}");
-            EXIT_FAILURE
+        let what = "destroying from the journal instead";
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"event": "down", "what": what, "error": e})
+            );
+        } else {
+            eprintln!("drover: {e}; {what}");
         }
     }
+    let mut errors = Errors::default();
+    let failures = match destroy_from_journal(state_dir, json, &mut errors).await {
+        Ok(failures) => failures,
+        Err(e) => {
+            errors.run.push(format!("{e:#}"));
+            1
+        }
+    };
+    if failures == 0 {
+        return EXIT_OK;
+    }
+    if json {
+        println!("{}", failure_report(state_dir, &errors));
+    } else {
+        // The lease errors were said as they came, on stdout.
+        for error in &errors.run {
+            eprintln!("drover: {error}");
+        }
+    }
+    EXIT_FAILURE
+}
+
+/// What went wrong: per lease (by lease id), and for the run as a whole
+/// (a list that failed, intents kept open, a journal or plan that could
+/// not be read).
+#[derive(Default)]
+struct Errors {
+    leases: BTreeMap<String, String>,
+    run: Vec<String>,
+}
+
+/// The one object a failed `down --json` ends with: the errors, then what
+/// the journal still holds (the leases not destroyed, each with its
+/// error where one is known, and the intents kept open).
+fn failure_report(state_dir: &Path, errors: &Errors) -> serde_json::Value {
+    let ledger = Journal::read(state_dir)
+        .map(|recovered| Ledger::from_records(&recovered.records))
+        .unwrap_or_default();
+    let leases: Vec<_> = ledger
+        .standing_leases()
+        .into_iter()
+        .map(|(node, lease)| {
+            let error = errors.leases.get(lease.lease_id.as_str());
+            serde_json::json!({"node": node, "lease": lease.lease_id, "error": error})
+        })
+        .collect();
+    let intents: Vec<_> = ledger
+        .pending_intents()
+        .into_iter()
+        .map(|(node, nonce)| serde_json::json!({"node": node, "nonce": nonce.0}))
+        .collect();
+    let all: Vec<String> = errors
+        .leases
+        .iter()
+        .map(|(lease, error)| format!("{lease}: {error}"))
+        .chain(errors.run.iter().cloned())
+        .collect();
+    serde_json::json!({
+        "event": "down", "what": "failed", "error": all.join("; "), "errors": all,
+        "not_destroyed": leases, "open_intents": intents,
+    })
 }
 
 /// Signals the running `up` and waits for it to exit.
@@ -57,7 +123,11 @@ async fn wait_for_up(pid: u32) -> Result<(), String> {
 /// returns how many steps failed (destroys, and lists that could not be
 /// read). Known leases go first, so a provider that cannot list leaves no
 /// lease standing that the journal already names.
-async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<usize> {
+async fn destroy_from_journal(
+    state_dir: &Path,
+    json: bool,
+    errors: &mut Errors,
+) -> anyhow::Result<usize> {
     if !Journal::path_in(state_dir).exists() {
         say(json, "nothing to destroy: no journal", None);
         return Ok(0);
@@ -66,14 +136,29 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
     let ledger = Ledger::from_records(&recovered.records);
     let providers = crate::up::providers(state_dir)?;
     let known = ledger.standing_leases();
-    let mut failures =
-        destroy_all(state_dir, json, &mut journal, &providers, known.clone()).await?;
+    let mut failures = destroy_all(
+        state_dir,
+        json,
+        &mut journal,
+        &providers,
+        known.clone(),
+        errors,
+    )
+    .await?;
     let pending = ledger.pending_intents();
     let Some(run_id) = ledger.run_id.filter(|_| !pending.is_empty()) else {
         return Ok(failures);
     };
     let found = resolve_intents(&mut journal, &providers, run_id, &pending, &known).await?;
-    failures += destroy_all(state_dir, json, &mut journal, &providers, found.leases).await?;
+    failures += destroy_all(
+        state_dir,
+        json,
+        &mut journal,
+        &providers,
+        found.leases,
+        errors,
+    )
+    .await?;
     if !found.list_errors.is_empty() {
         // A list that failed saw nothing: an intent it did not find may
         // still have its instance, so every open intent stays open.
@@ -82,13 +167,14 @@ async fn destroy_from_journal(state_dir: &Path, json: bool) -> anyhow::Result<us
             .iter()
             .map(|(node, nonce)| format!("{node} ({nonce})"))
             .collect();
-        eprintln!(
-            "drover: {}\ndrover: {} open intent(s) not resolved, kept open for the next `drover down`: {}",
-            found.list_errors.join("\ndrover: "),
+        let failed_lists = found.list_errors.len();
+        errors.run.extend(found.list_errors);
+        errors.run.push(format!(
+            "{} open intent(s) not resolved, kept open for the next `drover down`: {}",
             open.len(),
             names.join(", "),
-        );
-        return Ok(failures + found.list_errors.len());
+        ));
+        return Ok(failures + failed_lists);
     }
     // Every list answered: intents that found no lease did not take effect.
     for (node, nonce) in Ledger::from_records(&Journal::read(state_dir)?.records).pending_intents()
@@ -153,17 +239,18 @@ async fn destroy_all(
     journal: &mut Journal,
     providers: &Providers,
     targets: Vec<(LogicalNodeId, Arc<LeaseFacts>)>,
+    errors: &mut Errors,
 ) -> anyhow::Result<usize> {
     let mut failures = 0;
     // One task per lease the journal names: bounded by the run's nodes.
     let mut running = tokio::task::JoinSet::new();
     for (node, lease) in targets {
         let Some(provider) = providers.get(&lease.provider).cloned() else {
-            say(
-                json,
-                "cannot destroy: provider not in this build",
-                Some((&node, &lease)),
-            );
+            let what = "cannot destroy: provider not in this build";
+            say(json, what, Some((&node, &lease)));
+            errors
+                .leases
+                .insert(lease.lease_id.to_string(), what.to_owned());
             failures += 1;
             continue;
         };
@@ -179,11 +266,9 @@ async fn destroy_all(
             Ok(()) => {}
             Err(e) if e.kind == ProviderErrorKind::NotFound => {}
             Err(e) => {
-                say(
-                    json,
-                    &format!("destroy failed: {}", e.message),
-                    Some((&node, &lease)),
-                );
+                let what = format!("destroy failed: {}", e.message);
+                say(json, &what, Some((&node, &lease)));
+                errors.leases.insert(lease.lease_id.to_string(), what);
                 failures += 1;
                 continue;
             }

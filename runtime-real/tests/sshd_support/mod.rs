@@ -35,8 +35,8 @@ fn sshd_binary() -> PathBuf {
     }
     panic!(
         "this test needs a stock OpenSSH server and there is no sshd here: \
-         install Debian's openssh-server (`apt-get install -y openssh-server`; \
-         .ci/run does this)"
+         install Debian's openssh-server (`cargo xtask setup` does, as root, \
+         or names the command)"
     );
 }
 

@@ -2,9 +2,9 @@
 //! rented offers keep being listed, as Vast.ai's cached catalog does ("we
 //! can't guarantee availability of any machine at the point of inquiry").
 
+use super::query::{Kind, compare_by, matches, number_param, parse_filters, parse_order};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
-use std::cmp::Ordering;
+use serde_json::{Value, json};
 
 /// One offer of the fake's catalog.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,107 +143,56 @@ impl OfferSpec {
             "verified": self.verified, "vericode": if self.verified { 1 } else { 0 },
             "start_date": 1_767_225_600.0, "end_date": 1_772_409_600.0, "duration": 5_184_000.0,
             "search": {"gpuCostPerHour": self.dph_base, "diskHour": disk_hour, "totalHour": total},
+            // The rest of the fields the official CLI can filter on.
+            "bw_nvlink": 0.0, "cpu_ghz": 2.8, "datacenter": self.verified, "disk_bw": 3120.4,
+            "dlperf_per_dphtotal": 74.1 / total.max(0.01), "total_flops": 82.5,
+            "flops_per_dphtotal": 82.5 / total.max(0.01), "gpu_display_active": false,
+            "gpu_mem_bw": 903.4, "gpu_max_power": 450, "gpu_max_temp": 83, "gpu_lanes": 16,
+            "has_avx": 1, "mobo_name": "ROMED8-2T", "pci_gen": 4.0, "pcie_bw": 24.8,
+            "ubuntu_version": "22.04", "os_version": "22.04", "vms_enabled": false,
+            "driver_vers": 570_124_004, "reliability_mult": 0.99,
         })
     }
 }
 
 /// Keys of a search body that are not filters.
-const CONTROL_KEYS: [&str; 4] = ["order", "type", "limit", "allocated_storage"];
+const CONTROL_KEYS: [&str; 5] = [
+    "order",
+    "type",
+    "limit",
+    "allocated_storage",
+    "disable_bundling",
+];
+
+/// The search types the CLI, the SDK and the OpenAPI text send.
+const TYPES: [&str; 5] = ["on-demand", "ondemand", "bid", "interruptible", "reserved"];
 
 /// A search: the offers of `catalog` matching `body`, ordered and limited.
-/// `Err` carries the 400 message.
+/// `Err` carries the 400 message, naming what could not be read.
 pub fn search(catalog: &[OfferSpec], body: &Value) -> Result<Vec<Value>, String> {
     let Some(query) = body.as_object() else {
         return Err("Invalid json body".to_owned());
     };
-    if let Some(kind) = query.get("type").and_then(Value::as_str)
-        && !["on-demand", "ondemand", "bid", "interruptible", "reserved"].contains(&kind)
-    {
-        return Err(format!("invalid type {kind}"));
+    match query.get("type") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(kind)) if TYPES.contains(&kind.as_str()) => {}
+        Some(other) => return Err(format!("type: invalid type {other} ({})", TYPES.join(", "))),
     }
-    let storage = query
-        .get("allocated_storage")
-        .and_then(Value::as_f64)
-        .unwrap_or(5.0);
+    // Every offer has the same fields; a sample types them (a catalog may be empty).
+    let sample = default_catalog()[0].to_json(5.0);
+    let kind_of = |field: &str| sample.get(field).map(Kind::of);
+    let filters = parse_filters(query, &CONTROL_KEYS, kind_of)?;
+    let order = parse_order(query.get("order"), |field| sample.get(field).is_some())?;
+    let storage = number_param(query, "allocated_storage")?.unwrap_or(5.0);
+    let limit = number_param(query, "limit")?.map_or(64, |n| n.max(0.0) as usize);
     let mut offers: Vec<Value> = catalog
         .iter()
         .map(|spec| spec.to_json(storage))
-        .filter(|offer| matches_all(offer, query, &CONTROL_KEYS))
+        .filter(|offer| matches(offer, &filters))
         .collect();
-    let order = query
-        .get("order")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     offers.sort_by(|a, b| compare_by(a, b, &order));
-    let limit = query.get("limit").and_then(Value::as_u64).unwrap_or(64) as usize;
     offers.truncate(limit);
     Ok(offers)
-}
-
-/// Whether `item` passes every `field: {op: value}` filter of `filters`.
-pub fn matches_all(item: &Value, filters: &Map<String, Value>, skip: &[&str]) -> bool {
-    filters
-        .iter()
-        .filter(|(key, _)| !skip.contains(&key.as_str()))
-        .all(|(key, ops)| {
-            let have = item.get(key);
-            match ops.as_object() {
-                Some(ops) => ops.iter().all(|(op, want)| op_holds(have, op, want)),
-                // A bare value means equality.
-                None => op_holds(have, "eq", ops),
-            }
-        })
-}
-
-fn op_holds(have: Option<&Value>, op: &str, want: &Value) -> bool {
-    let have = have.unwrap_or(&Value::Null);
-    let order = compare(have, want);
-    match op {
-        "eq" => order == Some(Ordering::Equal),
-        "neq" => order != Some(Ordering::Equal),
-        "gt" => order == Some(Ordering::Greater),
-        "gte" => matches!(order, Some(Ordering::Greater | Ordering::Equal)),
-        "lt" => order == Some(Ordering::Less),
-        "lte" => matches!(order, Some(Ordering::Less | Ordering::Equal)),
-        "in" => want
-            .as_array()
-            .is_some_and(|l| l.iter().any(|w| compare(have, w) == Some(Ordering::Equal))),
-        "notin" => want
-            .as_array()
-            .is_none_or(|l| l.iter().all(|w| compare(have, w) != Some(Ordering::Equal))),
-        _ => false,
-    }
-}
-
-fn compare(a: &Value, b: &Value) -> Option<Ordering> {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64()?.partial_cmp(&y.as_f64()?),
-        (Value::String(x), Value::String(y)) => Some(x.as_str().cmp(y.as_str())),
-        (Value::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
-        (Value::Null, Value::Null) => Some(Ordering::Equal),
-        _ => None,
-    }
-}
-
-fn compare_by(a: &Value, b: &Value, order: &[Value]) -> Ordering {
-    for entry in order {
-        let Some(col) = entry.get(0).and_then(Value::as_str) else {
-            continue;
-        };
-        let desc = entry.get(1).and_then(Value::as_str) == Some("desc");
-        let ord = compare(
-            a.get(col).unwrap_or(&Value::Null),
-            b.get(col).unwrap_or(&Value::Null),
-        )
-        .unwrap_or(Ordering::Equal);
-        let ord = if desc { ord.reverse() } else { ord };
-        if ord != Ordering::Equal {
-            return ord;
-        }
-    }
-    let id = |v: &Value| v.get("id").and_then(Value::as_u64).unwrap_or(0);
-    id(a).cmp(&id(b))
 }
 
 #[cfg(test)]

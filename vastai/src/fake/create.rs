@@ -3,6 +3,7 @@
 //! `create_instance.yaml`.
 
 use super::backend::keys_in_onstart;
+use super::query::{bool_of, number_of};
 use super::routes::{QueryMap, gate, json_reply};
 use super::scenario::Scenario;
 use super::state::{FakeInstance, Machine, fire};
@@ -95,23 +96,50 @@ fn parse_env(value: Option<&Value>) -> Result<Vec<(String, String)>, String> {
     Ok(env)
 }
 
+/// A text field: absent or `null` is empty, a number or boolean its text.
+fn text_field(body: &Value, key: &str) -> Result<String, String> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(v.to_string()),
+        Some(other) => Err(format!("'{key}' must be text, got {other}")),
+    }
+}
+
+/// A number field: a JSON number or a numeric string (`null`: absent).
+fn number_field(body: &Value, key: &str) -> Result<Option<f64>, String> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(Value::String(s)) if number_of(s).is_some() => Ok(number_of(s)),
+        Some(other) => Err(format!("'{key}' must be a number, got {other}")),
+    }
+}
+
+/// A boolean field: `true`/`false`, `"true"`/`"false"` or 1/0 (`null`: absent).
+fn bool_field(body: &Value, key: &str) -> Result<Option<bool>, String> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::String(s)) if bool_of(s).is_some() => Ok(bool_of(s)),
+        Some(Value::Number(n)) if n.as_f64() == Some(1.0) => Ok(Some(true)),
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => Ok(Some(false)),
+        Some(other) => Err(format!("'{key}' must be true or false, got {other}")),
+    }
+}
+
 impl CreateRequest {
     fn parse(body: &Value) -> Result<CreateRequest, String> {
-        let text = |key: &str| {
-            body.get(key)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        };
-        let image = text("image");
+        let text = |key: &str| text_field(body, key);
+        let image = text("image")?;
         if image.is_empty() || image.len() > 1024 {
             return Err("'image' is required and must be at most 1024 characters".to_owned());
         }
-        let label = text("label");
+        let label = text("label")?;
         if label.len() > 256 {
             return Err("'label' must be at most 256 characters".to_owned());
         }
-        let runtype = match text("runtype") {
+        let runtype = match text("runtype")? {
             r if r.is_empty() => "ssh".to_owned(),
             r => r,
         };
@@ -129,26 +157,23 @@ impl CreateRequest {
         if !runtype.split_whitespace().all(|word| known.contains(&word)) {
             return Err(format!("unknown runtype {runtype:?}"));
         }
-        let onstart = text("onstart");
+        let onstart = text("onstart")?;
         if onstart.len()
-            + text("args_str").len()
+            + text("args_str")?.len()
             + body.get("args").map_or(0, |a| a.to_string().len())
             > 4096
         {
             return Err("args + args_str + onstart must be at most 4096 characters".to_owned());
         }
-        let disk = body.get("disk").and_then(Value::as_f64).unwrap_or(10.0);
+        let disk = number_field(body, "disk")?.unwrap_or(10.0);
         if disk < 8.0 {
             return Err("'disk' must be at least 8 GB".to_owned());
         }
-        let price = body.get("price").and_then(Value::as_f64);
+        let price = number_field(body, "price")?;
         if price.is_some_and(|p| !(0.001..=128.0).contains(&p)) {
             return Err("'price' must be between 0.001 and 128".to_owned());
         }
-        let cancel_unavail = body
-            .get("cancel_unavail")
-            .and_then(Value::as_bool)
-            .unwrap_or(price.is_none());
+        let cancel_unavail = bool_field(body, "cancel_unavail")?.unwrap_or(price.is_none());
         Ok(CreateRequest {
             image,
             label,

@@ -1,8 +1,8 @@
-//! Lists (the v1 paginated list, the deprecated v0 list, F16) and SSH keys
-//! (§A.6-A.8, F20).
+//! Lists (the v1 paginated list, the deprecated v0 list, F16), SSH keys
+//! (§A.6-A.8, F20) and the account (§A.9).
 
-use super::catalog::matches_all;
-use super::routes::{QueryMap, destroy_one, gate, json_reply, no_such_instance};
+use super::query::{Kind, matches, parse_filters};
+use super::routes::{QueryMap, destroy_one, gate, identity, json_reply, no_such_instance};
 use super::{AccountKey, Shared};
 use crate::limits::Endpoint;
 use axum::body::Bytes;
@@ -15,19 +15,19 @@ use std::sync::Arc;
 
 type St = State<Arc<Shared>>;
 
-/// Columns the v1 list can filter on (stored, not computed).
-const FILTERABLE: [&str; 11] = [
-    "id",
-    "label",
-    "actual_status",
-    "intended_status",
-    "cur_state",
-    "next_state",
-    "gpu_name",
-    "verification",
-    "machine_id",
-    "host_id",
-    "image_uuid",
+/// Columns the v1 list can filter on (stored, not computed), and their kinds.
+const FILTERABLE: [(&str, Kind); 11] = [
+    ("id", Kind::Number),
+    ("label", Kind::Text),
+    ("actual_status", Kind::Text),
+    ("intended_status", Kind::Text),
+    ("cur_state", Kind::Text),
+    ("next_state", Kind::Text),
+    ("gpu_name", Kind::Text),
+    ("verification", Kind::Text),
+    ("machine_id", Kind::Number),
+    ("host_id", Kind::Number),
+    ("image_uuid", Kind::Text),
 ];
 
 /// Page size: default and maximum 25, anything <= 0 means 5 (§A.6).
@@ -64,7 +64,10 @@ pub(crate) async fn bulk_destroy(
         .and_then(|b| b.get("instance_ids").and_then(Value::as_array).cloned())
         .unwrap_or_default()
         .iter()
-        .filter_map(Value::as_u64)
+        .filter_map(|id| match id {
+            Value::String(s) => s.trim().parse().ok(),
+            other => other.as_u64(),
+        })
         .collect();
     let destroyed: Vec<u64> = ids
         .into_iter()
@@ -108,12 +111,22 @@ pub(crate) async fn v1_list(
         Some(Value::Object(map)) => map,
         Some(_) => return bad("invalid_args", "select_filters must be an object".into()),
     };
-    if let Some(column) = filters.keys().find(|k| !FILTERABLE.contains(&k.as_str())) {
+    let kind_of = |column: &str| {
+        FILTERABLE
+            .iter()
+            .find(|(name, _)| *name == column)
+            .map(|(_, kind)| *kind)
+    };
+    if let Some(column) = filters.keys().find(|k| kind_of(k).is_none()) {
         return bad(
             "invalid_args",
             format!("cannot filter on computed or unknown column {column}"),
         );
     }
+    let filters = match parse_filters(&filters, &[], kind_of) {
+        Ok(filters) => filters,
+        Err(msg) => return bad("invalid_args", format!("select_filters: {msg}")),
+    };
     let descending = json_param(&query, "order_by")
         .and_then(|o| {
             o.get(0)
@@ -144,7 +157,7 @@ pub(crate) async fn v1_list(
         })
         .collect();
     let total = visible.len();
-    visible.retain(|v| matches_all(v, &filters, &[]));
+    visible.retain(|v| matches(v, &filters));
     if descending {
         visible.reverse();
     }
@@ -324,5 +337,27 @@ pub(crate) async fn attach_key(
     json_reply(
         StatusCode::OK,
         json!({"success": true, "msg": "SSH key attached successfully"}),
+    )
+}
+
+/// `GET /api/v0/users/current/`: the account (the official CLI reads it
+/// once, to learn whether it runs for a host).
+pub(crate) async fn current_user(
+    State(shared): St,
+    headers: HeaderMap,
+    Query(query): Query<QueryMap>,
+) -> Response {
+    if let Err(refusal) = identity(&shared, &headers, &query, true) {
+        return refusal;
+    }
+    let ssh_key = shared
+        .lock()
+        .account_keys
+        .first()
+        .map(|k| k.public_key.clone());
+    json_reply(
+        StatusCode::OK,
+        json!({"id": 456, "email": "fake@example.invalid", "credit": 25.0, "balance": 25.0,
+               "ssh_key": ssh_key, "host_agreement_accepted": false}),
     )
 }

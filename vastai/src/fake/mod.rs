@@ -10,11 +10,14 @@
 
 mod backend;
 mod catalog;
+mod control;
 mod create;
 mod cut;
 mod listing;
+mod query;
 mod routes;
 pub mod scenario;
+mod search;
 mod state;
 
 pub use backend::{
@@ -330,7 +333,7 @@ impl FakeServer {
 
     /// Every instance ever created, destroyed ones included.
     pub fn instances(&self) -> Vec<InstanceInfo> {
-        routes::instance_infos(&self.shared)
+        control::instance_infos(&self.shared)
     }
 
     /// Requests seen per endpoint.

@@ -1,12 +1,11 @@
 //! The fake's HTTP surface: the gate every API request passes (request-level
-//! scenarios, auth, rate limits), search, show, destroy, manage, and the
-//! `/_fake/...` control endpoints. Creates are in `create.rs`, lists and SSH
-//! keys in `listing.rs`.
+//! scenarios, auth, rate limits), show, destroy and manage. Searches are in
+//! `search.rs`, creates in `create.rs`, lists, SSH keys and the account in
+//! `listing.rs`, the `/_fake/...` control endpoints in `control.rs`.
 
-use super::catalog;
-use super::scenario::{Rule, Scenario};
+use super::scenario::Scenario;
 use super::state::fire;
-use super::{InstanceInfo, Shared, create, listing};
+use super::{Shared, control, create, listing, search};
 use crate::limits::Endpoint;
 use axum::Router;
 use axum::body::Bytes;
@@ -33,8 +32,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             .route(&format!("{path}/"), route)
     };
     let mut app = Router::new();
-    app = both(app, "/api/v0/bundles", post(search));
-    app = both(app, "/api/v0/search/asks", put(search_new));
+    app = both(app, "/api/v0/bundles", post(search::search));
+    app = both(app, "/api/v0/search/asks", put(search::search_new));
+    app = both(app, "/api/v0/gpu_names/unique", get(search::gpu_names));
+    app = both(app, "/api/v0/users/current", get(listing::current_user));
     app = both(app, "/api/v0/asks/{id}", put(create::create));
     app = both(
         app,
@@ -61,10 +62,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     app = app
         .route(
             "/_fake/scenario",
-            post(control_add_rule).delete(control_clear_rules),
+            post(control::add_rule).delete(control::clear_rules),
         )
-        .route("/_fake/clock", post(control_clock))
-        .route("/_fake/instances", get(control_instances));
+        .route("/_fake/clock", post(control::clock))
+        .route("/_fake/instances", get(control::instances));
     app.with_state(shared)
 }
 
@@ -131,6 +132,32 @@ fn server_error(status: u16) -> Response {
     }
 }
 
+/// The caller's identity: its key (bearer or `?api_key=`), or `anonymous`
+/// where no key is needed. Missing key 401, wrong key 404 (F17).
+#[allow(clippy::result_large_err)]
+pub(crate) fn identity(
+    shared: &Shared,
+    headers: &HeaderMap,
+    query: &QueryMap,
+    needs_key: bool,
+) -> Result<String, Response> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|v| v.trim().to_owned());
+    match bearer.or_else(|| query.get("api_key").cloned()) {
+        None if needs_key || shared.config.search_requires_key => {
+            Err(auth_error(StatusCode::UNAUTHORIZED))
+        }
+        None => Ok("anonymous".to_owned()),
+        Some(key) if key != shared.config.api_key.expose() => {
+            Err(auth_error(StatusCode::NOT_FOUND))
+        }
+        Some(key) => Ok(key),
+    }
+}
+
 /// What every API request passes first: request-level scenarios (F21, F15),
 /// auth (missing key 401, wrong key 404, F17), then the per-endpoint,
 /// per-identity minimum interval (F15). Returns the caller's identity.
@@ -156,22 +183,7 @@ pub(crate) fn gate(
         Some(Scenario::F15RateLimitStorm) => return Err(too_many(endpoint, rng.below(4))),
         _ => {}
     }
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|v| v.trim().to_owned());
-    let key = bearer.or_else(|| query.get("api_key").cloned());
-    let identity = match key {
-        None if needs_key || shared.config.search_requires_key => {
-            return Err(auth_error(StatusCode::UNAUTHORIZED));
-        }
-        None => "anonymous".to_owned(),
-        Some(key) if key != shared.config.api_key.expose() => {
-            return Err(auth_error(StatusCode::NOT_FOUND));
-        }
-        Some(key) => key,
-    };
+    let identity = identity(shared, headers, query, needs_key)?;
     let interval = shared.config.rate_limits.interval_ms(endpoint);
     if interval > 0 {
         let now = tokio::time::Instant::now();
@@ -188,52 +200,6 @@ pub(crate) fn gate(
             .insert(slot, now + std::time::Duration::from_millis(interval));
     }
     Ok(identity)
-}
-
-async fn search(
-    State(shared): St,
-    headers: HeaderMap,
-    Query(query): Query<QueryMap>,
-    body: Bytes,
-) -> Response {
-    if let Err(refusal) = gate(&shared, Endpoint::Search, &headers, &query, false) {
-        return refusal;
-    }
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return json_reply(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_request", "msg": "Invalid json body"}),
-        );
-    };
-    match catalog::search(&shared.config.offers, &body) {
-        Ok(offers) => json_reply(StatusCode::OK, json!({"offers": offers})),
-        Err(msg) => json_reply(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_request", "msg": msg}),
-        ),
-    }
-}
-
-/// The newer search: `{"select_cols":["*"],"q":{...}}` -> `{"offers":[...]}`.
-async fn search_new(
-    State(shared): St,
-    headers: HeaderMap,
-    Query(query): Query<QueryMap>,
-    body: Bytes,
-) -> Response {
-    if let Err(refusal) = gate(&shared, Endpoint::Search, &headers, &query, false) {
-        return refusal;
-    }
-    let q = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|b| b.get("q").cloned());
-    match q.map(|q| catalog::search(&shared.config.offers, &q)) {
-        Some(Ok(offers)) => json_reply(StatusCode::OK, json!({"offers": offers})),
-        _ => json_reply(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_request", "msg": "Invalid json body"}),
-        ),
-    }
 }
 
 /// The 404 for an unknown instance, in both spellings seen (F18).
@@ -327,7 +293,15 @@ async fn manage(
         return refusal;
     }
     let id: u64 = id.trim().parse().unwrap_or(0);
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let change = match ManageRequest::parse(&body) {
+        Ok(change) => change,
+        Err(msg) => {
+            return json_reply(
+                StatusCode::BAD_REQUEST,
+                json!({"success": false, "error": "invalid_args", "msg": msg}),
+            );
+        }
+    };
     let now = shared.now_ms();
     let mut inner = shared.lock();
     let Some(instance) = inner
@@ -337,80 +311,45 @@ async fn manage(
     else {
         return no_such_instance(id);
     };
-    if let Some(state) = body.get("state").and_then(Value::as_str) {
-        instance.user_stopped = state == "stopped";
+    if let Some(stopped) = change.stopped {
+        instance.user_stopped = stopped;
     }
-    if let Some(label) = body.get("label").and_then(Value::as_str) {
-        if label.len() > 1024 {
-            return json_reply(
-                StatusCode::BAD_REQUEST,
-                json!({"success": false, "error": "invalid_args", "msg": "label too long"}),
-            );
-        }
-        instance.label = label.to_owned();
+    if let Some(label) = change.label {
+        instance.label = label;
     }
     json_reply(StatusCode::OK, json!({"success": true}))
 }
 
-/// Every instance, destroyed ones included.
-pub(crate) fn instance_infos(shared: &Shared) -> Vec<InstanceInfo> {
-    let now = shared.now_ms();
-    let inner = shared.lock();
-    inner
-        .instances
-        .values()
-        .map(|i| {
-            let status = i.status(now, &shared.config.timings);
-            InstanceInfo {
-                id: i.id,
-                offer_id: i.offer.id,
-                label: i.label.clone(),
-                destroyed: i.destroyed,
-                actual_status: status.as_ref().and_then(|s| s.actual.map(str::to_owned)),
-                visible: status.is_some(),
-                authorized_keys: i.authorized_keys.clone(),
-                env: i.extra_env.clone(),
-                onstart: i.onstart.clone(),
-                scenario: i.scenario.clone(),
-            }
-        })
-        .collect()
+/// What `PUT /api/v0/instances/{id}/` asks to change, read as the official
+/// CLI sends it (`{"label": ...}`, `{"state": "stopped"|"running"}`); what
+/// it cannot read is an error naming the key, never a silent success.
+struct ManageRequest {
+    stopped: Option<bool>,
+    label: Option<String>,
 }
 
-async fn control_add_rule(State(shared): St, body: Bytes) -> Response {
-    match serde_json::from_slice::<Rule>(&body) {
-        Ok(rule) => {
-            shared.lock().rules.push(rule);
-            json_reply(StatusCode::OK, json!({"ok": true}))
+impl ManageRequest {
+    fn parse(body: &[u8]) -> Result<ManageRequest, String> {
+        let body: Value = match body {
+            [] => Value::Object(Default::default()),
+            bytes => serde_json::from_slice(bytes).map_err(|_| "Invalid json body".to_owned())?,
+        };
+        let stopped = match body.get("state") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "stopped" => Some(true),
+            Some(Value::String(s)) if s == "running" => Some(false),
+            Some(other) => return Err(format!("'state' must be stopped or running, got {other}")),
+        };
+        let label = match body.get("label") {
+            None => None,
+            Some(Value::Null) => Some(String::new()),
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v @ Value::Number(_)) => Some(v.to_string()),
+            Some(other) => return Err(format!("'label' must be text, got {other}")),
+        };
+        if label.as_ref().is_some_and(|l| l.len() > 1024) {
+            return Err("'label' must be at most 1024 characters".to_owned());
         }
-        Err(e) => json_reply(
-            StatusCode::BAD_REQUEST,
-            json!({"ok": false, "msg": e.to_string()}),
-        ),
+        Ok(ManageRequest { stopped, label })
     }
-}
-
-async fn control_clear_rules(State(shared): St) -> Response {
-    shared.lock().rules.clear();
-    json_reply(StatusCode::OK, json!({"ok": true}))
-}
-
-async fn control_clock(State(shared): St, body: Bytes) -> Response {
-    let advance = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|b| b.get("advance_ms").and_then(Value::as_u64));
-    match (shared.config.clock, advance) {
-        (super::ClockMode::Manual, Some(ms)) => {
-            shared.advance_manual(ms);
-            json_reply(StatusCode::OK, json!({"now_ms": shared.now_ms()}))
-        }
-        _ => json_reply(
-            StatusCode::BAD_REQUEST,
-            json!({"ok": false, "msg": "needs a manual clock and {\"advance_ms\": N}"}),
-        ),
-    }
-}
-
-async fn control_instances(State(shared): St) -> Response {
-    json_reply(StatusCode::OK, json!(instance_infos(&shared)))
 }

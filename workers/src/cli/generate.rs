@@ -1,6 +1,12 @@
 //! `drover-worker generate`: complete a prompt, streaming text.
 
 use super::CliResult;
+use crate::engine::{Chain, split_from_sizes};
+use crate::gguf::file::ModelFile;
+use crate::model::Logits;
+use crate::sample::{Sampler, Sampling};
+use crate::tokenizer::{Tokenizer, Vocab};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Arguments of `generate`.
@@ -57,6 +63,94 @@ pub fn set_threads(threads: Option<usize>) -> CliResult {
 }
 
 /// Runs the completion.
-pub fn generate(_a: &GenerateArgs) -> CliResult {
-    Err("generate needs the tokenizer".into())
+pub fn generate(a: &GenerateArgs) -> CliResult {
+    if a.backend != "cpu" {
+        return Err(backend_error(&a.backend));
+    }
+    set_threads(a.threads)?;
+    let file = ModelFile::open(&a.model).map_err(|e| e.to_string())?;
+    let vocab =
+        Vocab::from_gguf(file.header()).map_err(|e| format!("{}: {e}", a.model.display()))?;
+    let tokenizer = Tokenizer::new(vocab).map_err(|e| format!("{}: {e}", a.model.display()))?;
+    drop(file);
+    let split = match &a.split {
+        None => Vec::new(),
+        Some(s) => {
+            let sizes = s
+                .split(',')
+                .map(|n| {
+                    n.trim()
+                        .parse::<usize>()
+                        .map_err(|e| format!("--split {s}: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            split_from_sizes(&sizes)
+        }
+    };
+    let mut chain = Chain::open(&a.model, &split, a.ctx).map_err(|e| e.to_string())?;
+    let prompt = tokenizer.encode(&a.prompt, true);
+    let context = chain.first().context();
+    if prompt.len() >= context {
+        return Err(format!(
+            "the prompt's {} tokens fill the context of {context}",
+            prompt.len()
+        ));
+    }
+    let mut sampler = Sampler::new(Sampling {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+    });
+    let mut decoder = tokenizer.decoder();
+    let mut out = std::io::stdout().lock();
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    let mut logits = chain
+        .forward(&prompt, Logits::Last)
+        .map_err(|e| e.to_string())?;
+    let reason = loop {
+        if a.max_tokens > 0 && tokens.len() >= a.max_tokens {
+            break "max_tokens";
+        }
+        let next = sampler.sample(&logits);
+        if tokenizer.is_eog(next) {
+            break "eos";
+        }
+        tokens.push(next);
+        let piece = decoder.push(next);
+        if !a.json && !piece.is_empty() {
+            out.write_all(piece.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("stdout: {e}"))?;
+        }
+        text.push_str(&piece);
+        if chain.position() >= context {
+            break "context";
+        }
+        logits = chain
+            .forward(&[next], Logits::Last)
+            .map_err(|e| e.to_string())?;
+    };
+    let rest = decoder.finish();
+    text.push_str(&rest);
+    if a.json {
+        let json = serde_json::json!({
+            "prompt_tokens": prompt, "tokens": tokens, "text": text, "reason": reason,
+        });
+        writeln!(out, "{json}").map_err(|e| format!("stdout: {e}"))?;
+    } else {
+        writeln!(out, "{rest}").map_err(|e| format!("stdout: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The error for a backend this build or machine cannot run.
+pub fn backend_error(backend: &str) -> String {
+    match backend {
+        "cuda" => {
+            "--backend cuda: this drover-worker has no CUDA backend yet; use --backend cpu".into()
+        }
+        other => format!("--backend {other}: unknown (cpu, cuda)"),
+    }
 }

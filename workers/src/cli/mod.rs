@@ -3,10 +3,12 @@
 mod bench;
 mod generate;
 mod inspect;
+mod stage;
 
 pub use bench::{BenchArgs, bench};
 pub use generate::{GenerateArgs, generate};
 pub use inspect::inspect;
+pub use stage::{StageArgs, parse_layers, stage};
 
 use crate::fixture::{Recipe, Shape, make_model as make};
 use crate::gguf::file::ModelFile;

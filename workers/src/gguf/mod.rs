@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod read;
+pub mod slice;
 pub mod write;
 
 use crate::tensor::GgmlType;

@@ -23,6 +23,8 @@ pub fn kernels() -> Option<Kernels> {
                 q4_0: dot_q4_0,
                 q4k: dot_q4k,
                 q6k: dot_q6k,
+                dot4_q8_0: Some(dot4_q8_0),
+                dot4_q4_0: Some(dot4_q4_0),
             });
         }
     }
@@ -176,9 +178,20 @@ mod kquants;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
+mod multi;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
 mod wrappers {
     use super::imp;
     use super::kquants as imp_k;
+    use super::multi;
+    pub fn dot4_q8_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        unsafe { multi::dot4_q8_0(w, a) }
+    }
+    pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        unsafe { multi::dot4_q4_0(w, a) }
+    }
     // SAFETY (all): these are only installed by `kernels()` after the
     // features they enable were detected on this processor.
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {

@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 /// A dot product of one encoded weight row with one encoded activation row.
 pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
+/// Four activation rows against one weight row.
+pub type Dot4Fn = fn(&[u8], [&[u8]; 4]) -> [f32; 4];
+
 /// The dot products in use, one per weight type.
 #[derive(Clone, Copy)]
 pub struct Kernels {
@@ -24,6 +27,8 @@ pub struct Kernels {
     q4_0: DotFn,
     q4k: DotFn,
     q6k: DotFn,
+    dot4_q8_0: Option<Dot4Fn>,
+    dot4_q4_0: Option<Dot4Fn>,
 }
 
 impl Kernels {
@@ -38,6 +43,8 @@ impl Kernels {
             q4_0: scalar::dot_q4_0,
             q4k: scalar::dot_q4k,
             q6k: scalar::dot_q6k,
+            dot4_q8_0: None,
+            dot4_q4_0: None,
         }
     }
 
@@ -67,6 +74,15 @@ impl Kernels {
             GgmlType::Q4K => self.q4k,
             GgmlType::Q6K => self.q6k,
             GgmlType::Q8K => panic!("q8_K is an activation type, not a weight type"),
+        }
+    }
+
+    /// The four-row dot product for weights of `ty`, where there is one.
+    pub fn dot4(&self, ty: GgmlType) -> Option<Dot4Fn> {
+        match ty {
+            GgmlType::Q8_0 => self.dot4_q8_0,
+            GgmlType::Q4_0 => self.dot4_q4_0,
+            _ => None,
         }
     }
 }

@@ -117,12 +117,21 @@ fn block_names(i: usize, arch: Arch) -> Vec<String> {
     names
 }
 
-/// The tensor names a stage over `layers` needs.
+/// The tensor names a stage over `layers` of the model in `file` needs.
 pub fn stage_tensor_names(file: &ModelFile, config: &Config, layers: &Range<usize>) -> Vec<String> {
+    names_for(
+        config,
+        layers,
+        file.header().tensor("output.weight").is_none(),
+    )
+}
+
+/// The tensor names a stage over `layers` needs, the head `tied` to the
+/// embedding or not.
+pub fn names_for(config: &Config, layers: &Range<usize>, tied: bool) -> Vec<String> {
     let first = layers.start == 0;
     let last = layers.end == config.blocks;
     let mut names = Vec::new();
-    let tied = file.header().tensor("output.weight").is_none();
     if first || (last && tied) {
         names.push("token_embd.weight".to_string());
     }

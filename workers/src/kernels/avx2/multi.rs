@@ -1,0 +1,62 @@
+//! Four activation rows against one weight row at once (prefill): each
+//! weight block is loaded and unpacked once for four tokens.
+
+use super::imp::{f16, hsum};
+use std::arch::x86_64::*;
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    let dot = _mm256_maddubs_epi16(ax, sy);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
+}
+
+/// Loads the 32 quants of a 34-byte q8_0 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q8_quants(block: &[u8]) -> __m256i {
+    assert!(block.len() >= 34);
+    // SAFETY: the block has 34 bytes; the load reads bytes 2..34.
+    unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot4_q8_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    assert_eq!(w.len() % 34, 0);
+    assert!(a.iter().all(|r| r.len() == w.len()));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (b, x) in w.chunks_exact(34).enumerate() {
+        let qx = q8_quants(x);
+        let dx = f16(x, 0);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let y = &a[t][34 * b..34 * b + 34];
+            let d = _mm256_set1_ps(dx * f16(y, 0));
+            *acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, q8_quants(y)), *acc);
+        }
+    }
+    acc.map(|v| hsum(v))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    assert_eq!(w.len() % 18, 0);
+    assert!(a.iter().all(|r| r.len() == w.len() / 18 * 34));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mask = _mm256_set1_epi8(0x0F);
+    let eight = _mm256_set1_epi8(8);
+    for (b, x) in w.chunks_exact(18).enumerate() {
+        // SAFETY: the block has 18 bytes; the load reads bytes 2..18.
+        let nibbles = unsafe { _mm_loadu_si128(x.as_ptr().add(2) as *const __m128i) };
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
+        let qx = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
+        let dx = f16(x, 0);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let y = &a[t][34 * b..34 * b + 34];
+            let d = _mm256_set1_ps(dx * f16(y, 0));
+            *acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, q8_quants(y)), *acc);
+        }
+    }
+    acc.map(|v| hsum(v))
+}

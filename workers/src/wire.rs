@@ -1,0 +1,183 @@
+//! The stage protocol between an agent and its `drover-worker stage`
+//! process: length-prefixed postcard frames on the worker's stdin and
+//! stdout (its stderr is for log lines). Versioned and size-capped; a frame
+//! that does not decode is an error naming its offset in the stream, and
+//! the worker answers it with [`Reply::Fault`] before it exits.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// The protocol version both sides send first.
+pub const VERSION: u16 = 1;
+/// The largest frame accepted: a 512-token prefill of an 8192-wide model's
+/// activations is 16 MiB.
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// What the agent asks of its worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Run the next positions, starting at `pos` (which must equal the
+    /// worker's position: a resume first truncates).
+    Forward {
+        /// The request's sequence number, echoed in the reply.
+        seq: u64,
+        /// The first position of the batch.
+        pos: u32,
+        /// Token ids (first stage) or activations (the others).
+        input: Input,
+        /// What the last stage returns.
+        output: OutputKind,
+    },
+    /// Forget every position from `pos` on.
+    Truncate {
+        /// The new length.
+        pos: u32,
+    },
+    /// Finish the current work and exit 0.
+    Stop,
+}
+
+/// A batch's input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Input {
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// `rows × embedding` f32 residual activations.
+    Activations(Vec<f32>),
+}
+
+/// What the last stage returns for a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OutputKind {
+    /// The sampled next token.
+    Token,
+    /// The last position's logits.
+    LastLogits,
+    /// Every position's logits.
+    AllLogits,
+}
+
+/// What the worker answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Sent once, after the weights are mapped: the worker is ready.
+    Ready {
+        /// [`VERSION`].
+        version: u16,
+        /// First block.
+        first_layer: u32,
+        /// One past the last block.
+        end_layer: u32,
+        /// Hidden size (activation row width).
+        embedding: u32,
+        /// Vocabulary size.
+        vocab: u32,
+        /// Bytes of the model mapped.
+        bytes_mapped: u64,
+    },
+    /// Activations for the next stage.
+    Activations {
+        /// The request's sequence number.
+        seq: u64,
+        /// `rows × embedding` values.
+        data: Vec<f32>,
+    },
+    /// The sampled token (last stage).
+    Token {
+        /// The request's sequence number.
+        seq: u64,
+        /// The token id.
+        id: u32,
+    },
+    /// Logits (last stage).
+    Logits {
+        /// The request's sequence number.
+        seq: u64,
+        /// `vocab` values per position.
+        data: Vec<f32>,
+    },
+    /// The request failed (or the stream broke); `seq` 0 when no request
+    /// is to blame.
+    Fault {
+        /// The request's sequence number.
+        seq: u64,
+        /// Why, for people.
+        reason: String,
+    },
+}
+
+/// A frame that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The stream ended cleanly before a frame.
+    #[error("the stream ended")]
+    Closed,
+    /// An I/O error.
+    #[error("offset {offset}: {source}")]
+    Io {
+        /// Bytes read from the stream before the frame.
+        offset: u64,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A frame too large, or bytes that do not decode.
+    #[error("offset {offset}: {reason}")]
+    Malformed {
+        /// Bytes read from the stream before the frame.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Reads frames from a stream, counting offsets for errors.
+pub struct FrameReader<R> {
+    inner: R,
+    offset: u64,
+}
+
+impl<R: Read> FrameReader<R> {
+    /// Reads from `inner`.
+    pub fn new(inner: R) -> FrameReader<R> {
+        FrameReader { inner, offset: 0 }
+    }
+
+    /// The next frame, decoded as `T`.
+    pub fn read<T: for<'de> Deserialize<'de>>(&mut self) -> Result<T, FrameError> {
+        let at = self.offset;
+        let mut len = [0u8; 4];
+        match self.inner.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+            Err(source) => return Err(FrameError::Io { offset: at, source }),
+        }
+        let len = u32::from_le_bytes(len);
+        if len > MAX_FRAME_BYTES {
+            return Err(FrameError::Malformed {
+                offset: at,
+                reason: format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte cap"),
+            });
+        }
+        let mut body = vec![0u8; len as usize];
+        self.inner
+            .read_exact(&mut body)
+            .map_err(|source| FrameError::Io {
+                offset: at + 4,
+                source,
+            })?;
+        self.offset += 4 + len as u64;
+        postcard::from_bytes(&body).map_err(|e| FrameError::Malformed {
+            offset: at,
+            reason: format!("the frame does not decode: {e}"),
+        })
+    }
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> io::Result<()> {
+    let body = postcard::to_stdvec(value).map_err(io::Error::other)?;
+    assert!(body.len() <= MAX_FRAME_BYTES as usize, "an oversized frame");
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(&body)?;
+    w.flush()
+}

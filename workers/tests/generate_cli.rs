@@ -1,0 +1,118 @@
+//! `drover-worker generate` as a user runs it.
+
+mod common;
+
+use std::process::Command;
+
+fn generate(extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+        .args([
+            "generate",
+            "--json",
+            "--threads",
+            "1",
+            "--prompt",
+            "Once upon a time",
+            "--model",
+        ])
+        .arg(common::stories())
+        .args(extra)
+        .output()
+        .expect("run drover-worker");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn the_text_is_the_same_whatever_the_stage_split() {
+    let one = generate(&["--max-tokens", "64"]);
+    assert_eq!(
+        one["prompt_tokens"],
+        serde_json::json!([1, 403, 407, 261, 378])
+    );
+    assert_eq!(one["tokens"].as_array().expect("tokens").len(), 64);
+    assert_eq!(one["reason"], "max_tokens");
+    let text = one["text"].as_str().expect("text");
+    assert!(
+        text.starts_with(", there was a little girl named Lily."),
+        "{text}"
+    );
+    for split in ["2,2,1", "1,3,1", "1,1,1,1,1", "4,1"] {
+        assert_eq!(
+            generate(&["--max-tokens", "64", "--split", split])["text"],
+            one["text"],
+            "split {split}"
+        );
+    }
+}
+
+#[test]
+fn a_seed_fixes_a_sampled_completion() {
+    let a = generate(&[
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "40",
+        "--seed",
+        "5",
+    ]);
+    let b = generate(&[
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "40",
+        "--seed",
+        "5",
+    ]);
+    assert_eq!(a["tokens"], b["tokens"]);
+    let c = generate(&[
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "40",
+        "--seed",
+        "6",
+    ]);
+    assert_ne!(a["tokens"], c["tokens"]);
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let model = common::stories().display().to_string();
+    let e = run(&[
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "x",
+        "--backend",
+        "cuda",
+    ]);
+    assert!(e.contains("--backend cuda"), "{e}");
+    let e = run(&[
+        "generate", "--model", &model, "--prompt", "x", "--split", "2,2",
+    ]);
+    assert!(e.contains("does not cover blocks 0..5"), "{e}");
+    let e = run(&["generate", "--model", "/nonexistent.gguf", "--prompt", "x"]);
+    assert!(e.contains("/nonexistent.gguf"), "{e}");
+    let e = run(&["make-model", "--type", "q5_1", "/tmp/x.gguf"]);
+    assert!(e.contains("--type q5_1"), "{e}");
+}

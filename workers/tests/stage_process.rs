@@ -1,0 +1,173 @@
+//! `drover-worker stage` processes chained over the stage protocol, as the
+//! agents chain them: the same logits, bit for bit, as one process.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use workers::engine::{Chain, split_from_sizes};
+use workers::model::Logits;
+use workers::wire::{FrameReader, Input, OutputKind, Reply, Request, write_frame};
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: FrameReader<ChildStdout>,
+}
+
+impl Worker {
+    fn start(layers: &str) -> (Worker, Reply) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .args([
+                "stage",
+                "--ctx",
+                "64",
+                "--threads",
+                "1",
+                "--layers",
+                layers,
+                "--model",
+            ])
+            .arg(common::stories())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn drover-worker");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
+        let ready = stdout.read::<Reply>().expect("ready");
+        (
+            Worker {
+                child,
+                stdin,
+                stdout,
+            },
+            ready,
+        )
+    }
+
+    fn ask(&mut self, r: &Request) -> Reply {
+        write_frame(&mut self.stdin, r).expect("send");
+        self.stdout.read().expect("reply")
+    }
+}
+
+fn forward(seq: u64, pos: u32, input: Input, output: OutputKind) -> Request {
+    Request::Forward {
+        seq,
+        pos,
+        input,
+        output,
+    }
+}
+
+#[test]
+fn three_stage_processes_give_the_logits_of_one() {
+    let prompt = vec![1u32, 403, 407, 261, 378];
+    let mut workers: Vec<Worker> = ["0..2", "2..4", "4..5"]
+        .iter()
+        .map(|l| {
+            let (w, ready) = Worker::start(l);
+            assert!(
+                matches!(
+                    ready,
+                    Reply::Ready {
+                        version: 1,
+                        embedding: 64,
+                        vocab: 512,
+                        ..
+                    }
+                ),
+                "{ready:?}"
+            );
+            w
+        })
+        .collect();
+    let mut chain = Chain::open(&common::stories(), &split_from_sizes(&[5]), 64).expect("chain");
+    let mut pos = 0u32;
+    let mut batch = prompt.clone();
+    for seq in 1..=6u64 {
+        let mut input = Input::Tokens(batch.clone());
+        for (i, w) in workers.iter_mut().enumerate() {
+            let output = if i == 2 {
+                OutputKind::LastLogits
+            } else {
+                OutputKind::Token
+            };
+            match w.ask(&forward(seq, pos, input, output)) {
+                Reply::Activations { seq: s, data } => {
+                    assert_eq!(s, seq);
+                    input = Input::Activations(data);
+                }
+                Reply::Logits { seq: s, data } => {
+                    assert_eq!(s, seq);
+                    let want = chain.forward(&batch, Logits::Last).expect("chain");
+                    assert!(
+                        data.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "seq {seq}"
+                    );
+                    pos += batch.len() as u32;
+                    batch = vec![workers::sample::greedy(&data)];
+                    input = Input::Tokens(vec![]);
+                }
+                other => panic!("stage {i}: {other:?}"),
+            }
+        }
+        assert!(matches!(input, Input::Tokens(ref t) if t.is_empty()));
+    }
+    for mut w in workers {
+        write_frame(&mut w.stdin, &Request::Stop).expect("stop");
+        assert!(w.child.wait().expect("wait").success());
+    }
+}
+
+#[test]
+fn a_wrong_position_is_a_fault_and_the_stage_carries_on() {
+    let (mut w, _) = Worker::start("0..5");
+    let r = w.ask(&forward(7, 3, Input::Tokens(vec![1]), OutputKind::Token));
+    assert!(
+        matches!(&r, Reply::Fault { seq: 7, reason } if reason.contains("position 3")),
+        "{r:?}"
+    );
+    let r = w.ask(&forward(
+        8,
+        0,
+        Input::Tokens(vec![1, 403]),
+        OutputKind::Token,
+    ));
+    assert_eq!(r, Reply::Token { seq: 8, id: 407 });
+    // A resume: forget the last position and compute it again.
+    write_frame(&mut w.stdin, &Request::Truncate { pos: 1 }).expect("truncate");
+    let r = w.ask(&forward(9, 1, Input::Tokens(vec![403]), OutputKind::Token));
+    assert_eq!(r, Reply::Token { seq: 9, id: 407 });
+    drop(w.stdin);
+    assert!(
+        w.child.wait().expect("wait").success(),
+        "the end of stdin is a clean stop"
+    );
+}
+
+#[test]
+fn a_malformed_frame_is_answered_with_a_fault_naming_its_offset() {
+    let (mut w, _) = Worker::start("0..1");
+    w.stdin
+        .write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff])
+        .expect("garbage");
+    w.stdin.flush().expect("flush");
+    match w.stdout.read::<Reply>().expect("fault") {
+        Reply::Fault { seq: 0, reason } => assert!(reason.contains("offset 0"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!w.child.wait().expect("wait").success());
+    let (mut w, _) = Worker::start("0..1");
+    w.stdin.write_all(&u32::MAX.to_le_bytes()).expect("huge");
+    w.stdin.flush().expect("flush");
+    match w.stdout.read::<Reply>().expect("fault") {
+        Reply::Fault { reason, .. } => assert!(reason.contains("cap"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!w.child.wait().expect("wait").success());
+}
