@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use workers::gguf::file::ModelFile;
 use workers::tokenizer::{Tokenizer, Utf8Stream, Vocab, attr, pretokenize};
@@ -124,11 +124,31 @@ fn fetch(dir: &Path) -> Result<(), String> {
     }
 }
 
-fn load(path: &Path) -> Tokenizer {
+fn load_file(path: &Path) -> Tokenizer {
     let file = ModelFile::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let vocab =
         Vocab::from_gguf(file.header()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Tokenizer::new(vocab).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The tokenizer of `name` ("llama-spm", "llama-bpe", "qwen2" or
+/// "stories260k"), loaded once for all the tests.
+fn load(name: &str) -> &'static Tokenizer {
+    static LOADED: [OnceLock<Tokenizer>; 4] = [const { OnceLock::new() }; 4];
+    let (slot, path) = match name {
+        "stories260k" => (&LOADED[3], PathBuf::from(stories_path())),
+        _ => {
+            let i = VOCABS
+                .iter()
+                .position(|v| *v == name)
+                .unwrap_or_else(|| panic!("no vocab {name}"));
+            (
+                &LOADED[i],
+                vocab_dir().join(format!("ggml-vocab-{name}.gguf")),
+            )
+        }
+    };
+    slot.get_or_init(|| load_file(&path))
 }
 
 /// The cases of `test-tokenizer-0.cpp`'s `read_tests`.
@@ -163,7 +183,7 @@ fn cases(inp: &Path, out: &Path) -> Vec<(String, Vec<u32>)> {
 
 fn check_vocab(name: &str) {
     let dir = vocab_dir();
-    let t = load(&dir.join(format!("ggml-vocab-{name}.gguf")));
+    let t = load(name);
     let cases = cases(
         &dir.join(format!("ggml-vocab-{name}.gguf.inp")),
         &dir.join(format!("ggml-vocab-{name}.gguf.out")),
@@ -218,8 +238,7 @@ fn qwen2_vocab_matches_llama_cpp() {
 
 #[test]
 fn vocab_defaults_are_llama_cpps() {
-    let dir = vocab_dir();
-    let spm = load(&dir.join("ggml-vocab-llama-spm.gguf"));
+    let spm = load("llama-spm");
     let v = spm.vocab();
     assert_eq!(
         (
@@ -233,7 +252,7 @@ fn vocab_defaults_are_llama_cpps() {
         ("llama", Some(1), Some(2), true, false, true)
     );
     assert!(spm.is_eog(2));
-    let bpe = load(&dir.join("ggml-vocab-llama-bpe.gguf"));
+    let bpe = load("llama-bpe");
     assert_eq!(bpe.vocab().pre.as_deref(), Some("llama-bpe"));
     assert!(bpe.vocab().add_bos);
     let eot = bpe.token_id("<|eot_id|>").unwrap_or(u32::MAX);
@@ -241,7 +260,7 @@ fn vocab_defaults_are_llama_cpps() {
     // Control tokens in the text are text, unless parsed as special.
     assert_ne!(bpe.encode("<|eot_id|>", false), [eot]);
     assert_eq!(bpe.tokenize("<|eot_id|>", false, true), [eot]);
-    let qwen = load(&dir.join("ggml-vocab-qwen2.gguf"));
+    let qwen = load("qwen2");
     assert!(!qwen.vocab().add_bos, "qwen2 adds no BOS");
     let im_end = qwen.token_id("<|im_end|>").unwrap_or(u32::MAX);
     assert!(qwen.is_eog(im_end) && qwen.attr(im_end) & attr::CONTROL != 0);
@@ -251,7 +270,7 @@ fn vocab_defaults_are_llama_cpps() {
 fn decode_inverts_encode_on_the_vectors() {
     let dir = vocab_dir();
     for name in VOCABS {
-        let t = load(&dir.join(format!("ggml-vocab-{name}.gguf")));
+        let t = load(name);
         let cases = cases(
             &dir.join(format!("ggml-vocab-{name}.gguf.inp")),
             &dir.join(format!("ggml-vocab-{name}.gguf.out")),
@@ -271,7 +290,7 @@ fn decode_inverts_encode_on_the_vectors() {
 
 #[test]
 fn stories260k_is_a_512_token_sentencepiece() {
-    let t = load(Path::new(stories_path()));
+    let t = load("stories260k");
     let v = t.vocab();
     assert_eq!(
         (v.model.as_str(), t.n_tokens(), v.bos, v.eos),
@@ -305,20 +324,14 @@ impl Rng {
 
 #[test]
 fn streaming_random_byte_tokens_never_splits_a_character() {
-    let dir = vocab_dir();
-    for path in [
-        dir.join("ggml-vocab-llama-spm.gguf"),
-        dir.join("ggml-vocab-llama-bpe.gguf"),
-        PathBuf::from(stories_path()),
-    ] {
-        let t = load(&path);
+    for name in ["llama-spm", "llama-bpe", "stories260k"] {
+        let t = load(name);
         let bytes: Vec<u32> = (0..t.n_tokens() as u32)
             .filter(|&id| t.piece(id, false).len() == 1)
             .collect();
         assert!(
             bytes.len() >= 200,
-            "{}: {} one-byte tokens",
-            path.display(),
+            "{name}: {} one-byte tokens",
             bytes.len()
         );
         for seed in 1..=200u64 {
@@ -351,8 +364,7 @@ fn streaming_random_byte_tokens_never_splits_a_character() {
             assert_eq!(
                 streamed,
                 String::from_utf8_lossy(&all),
-                "{}: seed {seed}: {ids:?}",
-                path.display()
+                "{name}: seed {seed}: {ids:?}"
             );
         }
     }
@@ -381,9 +393,8 @@ fn utf8_stream_matches_lossy_decoding_on_random_bytes() {
 
 #[test]
 fn long_inputs_take_linear_time() {
-    let dir = vocab_dir();
     for name in VOCABS {
-        let t = load(&dir.join(format!("ggml-vocab-{name}.gguf")));
+        let t = load(name);
         // One 64 KiB word: a quadratic merge loop would take minutes here.
         let word = "ab".repeat(32 * 1024);
         let prose = "The quick brown fox jumps over the lazy dog, 1234567 times! ".repeat(40);
@@ -629,13 +640,8 @@ const GOLDENS: &[(&str, &str, bool, &[u32])] = &[
 
 #[test]
 fn special_token_goldens_match_llama_cpp() {
-    let dir = vocab_dir();
     for name in ["stories260k", "llama-bpe", "qwen2"] {
-        let path = match name {
-            "stories260k" => PathBuf::from(stories_path()),
-            _ => dir.join(format!("ggml-vocab-{name}.gguf")),
-        };
-        let t = load(&path);
+        let t = load(name);
         for &(_, text, parse_special, expected) in GOLDENS.iter().filter(|g| g.0 == name) {
             assert_eq!(
                 t.tokenize(text, true, parse_special),
