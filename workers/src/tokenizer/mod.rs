@@ -15,124 +15,23 @@
 //! through a [`StreamDecoder`], which never splits a UTF-8 character.
 
 mod bpe;
+mod error;
 pub mod pretokenize;
 mod special;
 mod spm;
 pub mod stream;
 mod vocab;
 
+pub use error::Error;
 pub use special::attr;
 pub use stream::{StreamDecoder, Utf8Stream};
 pub use vocab::{Defaults, Vocab};
 
 use special::Fragment;
 use std::collections::{BTreeSet, HashMap};
-use std::fmt;
 
 /// Token text (as bytes) to id; the last of equal texts wins, as in llama.cpp.
 type TokenMap = HashMap<Vec<u8>, u32>;
-
-/// Why a vocabulary cannot make a tokenizer.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Error {
-    /// `tokenizer.ggml.model` is neither "llama" nor "gpt2".
-    UnknownModel(String),
-    /// A byte-level BPE vocabulary without `tokenizer.ggml.pre`.
-    MissingPre,
-    /// A pre-tokenizer this crate does not implement.
-    UnknownPre(String),
-    /// A byte-level BPE vocabulary without merges.
-    MissingMerges,
-    /// A merge that is not two texts separated by a space.
-    BadMerge {
-        /// Its rank.
-        index: usize,
-        /// Its text.
-        merge: String,
-    },
-    /// A merge one side of which is not a token.
-    MergeUnknownToken {
-        /// Its rank.
-        index: usize,
-        /// Its text.
-        merge: String,
-        /// The side that is not in the vocabulary.
-        token: String,
-    },
-    /// No tokens at all.
-    EmptyVocab,
-    /// Scores or token types present but fewer than the tokens.
-    ShortArray {
-        /// "scores" or "token_types".
-        what: &'static str,
-        /// How many there are.
-        found: usize,
-        /// How many tokens there are.
-        tokens: usize,
-    },
-    /// A special token id past the end of the vocabulary.
-    IdOutOfRange {
-        /// Which one ("bos", "eos", ...).
-        what: &'static str,
-        /// The id.
-        id: u32,
-        /// How many tokens there are.
-        tokens: usize,
-    },
-    /// `add_bos` or `add_eos` is set but the token is absent.
-    MissingSpecial(&'static str),
-    /// A metadata key of the wrong type or missing (reading a GGUF file).
-    Metadata {
-        /// The key.
-        key: String,
-        /// What was expected of it.
-        expected: &'static str,
-    },
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::UnknownModel(m) => write!(
-                f,
-                "unknown tokenizer model {m:?} (expected \"llama\" or \"gpt2\")"
-            ),
-            Error::MissingPre => write!(f, "byte-level BPE vocabulary without tokenizer.ggml.pre"),
-            Error::UnknownPre(p) => write!(f, "unsupported BPE pre-tokenizer {p:?}"),
-            Error::MissingMerges => {
-                write!(f, "byte-level BPE vocabulary without tokenizer.ggml.merges")
-            }
-            Error::BadMerge { index, merge } => {
-                write!(f, "merge {index} {merge:?} is not \"left right\"")
-            }
-            Error::MergeUnknownToken {
-                index,
-                merge,
-                token,
-            } => {
-                write!(
-                    f,
-                    "merge {index} {merge:?} names {token:?}, which is not a token"
-                )
-            }
-            Error::EmptyVocab => write!(f, "the vocabulary has no tokens"),
-            Error::ShortArray {
-                what,
-                found,
-                tokens,
-            } => write!(f, "{found} {what} for {tokens} tokens"),
-            Error::IdOutOfRange { what, id, tokens } => {
-                write!(f, "{what} token {id} is past the {tokens} tokens")
-            }
-            Error::MissingSpecial(what) => {
-                write!(f, "add_{what} is set but there is no {what} token")
-            }
-            Error::Metadata { key, expected } => write!(f, "metadata {key}: expected {expected}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 #[derive(Debug)]
 enum Model {
@@ -161,33 +60,8 @@ impl Tokenizer {
     /// Checks `vocab` and builds the lookup tables. Never panics: every
     /// inconsistency is an [`Error`].
     pub fn new(mut vocab: Vocab) -> Result<Tokenizer, Error> {
+        check(&vocab)?;
         let n = vocab.tokens.len();
-        if n == 0 {
-            return Err(Error::EmptyVocab);
-        }
-        check_len("scores", vocab.scores.len(), n)?;
-        check_len("token_types", vocab.token_types.len(), n)?;
-        for (what, id) in [
-            ("bos", vocab.bos),
-            ("eos", vocab.eos),
-            ("unk", vocab.unk),
-            ("eot", vocab.eot),
-            ("eom", vocab.eom),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(Error::IdOutOfRange {
-                    what,
-                    id,
-                    tokens: n,
-                });
-            }
-        }
-        if vocab.add_bos && vocab.bos.is_none() {
-            return Err(Error::MissingSpecial("bos"));
-        }
-        if vocab.add_eos && vocab.eos.is_none() {
-            return Err(Error::MissingSpecial("eos"));
-        }
         // llama.cpp renames empty tokens so that each text is findable.
         for (i, text) in vocab.tokens.iter_mut().enumerate() {
             if text.is_empty() {
@@ -219,28 +93,7 @@ impl Tokenizer {
             &mut attrs,
             &[vocab.eos, vocab.eot, vocab.eom],
         );
-        let model = match vocab.model.as_str() {
-            "llama" => Model::Spm {
-                byte_tokens: Box::new(byte_tokens(&token_ids, vocab.unk)),
-            },
-            "gpt2" => {
-                let pre = vocab.pre.as_deref().ok_or(Error::MissingPre)?;
-                let (split, ignore_merges) = if vocab::LLAMA3_PRES.contains(&pre) {
-                    (pretokenize::Split::Llama3, true)
-                } else if vocab::QWEN2_PRES.contains(&pre) {
-                    (pretokenize::Split::Qwen2, false)
-                } else {
-                    return Err(Error::UnknownPre(pre.to_string()));
-                };
-                Model::Bpe(bpe::Bpe::new(
-                    &vocab.merges,
-                    &token_ids,
-                    split,
-                    ignore_merges,
-                )?)
-            }
-            other => return Err(Error::UnknownModel(other.to_string())),
-        };
+        let model = model(&vocab, &token_ids)?;
         let pieces = (0..n)
             .map(|i| piece_bytes(&model, &vocab.tokens[i], attrs[i]))
             .collect();
@@ -385,6 +238,66 @@ impl Tokenizer {
     /// The id of the token whose text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.token_ids.get(text.as_bytes()).copied()
+    }
+}
+
+/// The checks of array lengths and special ids that need no tables.
+fn check(vocab: &Vocab) -> Result<(), Error> {
+    let n = vocab.tokens.len();
+    if n == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    check_len("scores", vocab.scores.len(), n)?;
+    check_len("token_types", vocab.token_types.len(), n)?;
+    let ids = [
+        ("bos", vocab.bos),
+        ("eos", vocab.eos),
+        ("unk", vocab.unk),
+        ("eot", vocab.eot),
+        ("eom", vocab.eom),
+    ];
+    for (what, id) in ids {
+        if let Some(id) = id.filter(|&id| id as usize >= n) {
+            return Err(Error::IdOutOfRange {
+                what,
+                id,
+                tokens: n,
+            });
+        }
+    }
+    if vocab.add_bos && vocab.bos.is_none() {
+        return Err(Error::MissingSpecial("bos"));
+    }
+    if vocab.add_eos && vocab.eos.is_none() {
+        return Err(Error::MissingSpecial("eos"));
+    }
+    Ok(())
+}
+
+/// The model-specific tables: byte tokens, or merges and pre-tokenizer.
+fn model(vocab: &Vocab, token_ids: &TokenMap) -> Result<Model, Error> {
+    match vocab.model.as_str() {
+        "llama" => Ok(Model::Spm {
+            byte_tokens: Box::new(byte_tokens(token_ids, vocab.unk)),
+        }),
+        "gpt2" => {
+            let pre = vocab.pre.as_deref().ok_or(Error::MissingPre)?;
+            // llama-3 looks whole words up before merging (`ignore_merges`).
+            let (split, ignore_merges) = if vocab::LLAMA3_PRES.contains(&pre) {
+                (pretokenize::Split::Llama3, true)
+            } else if vocab::QWEN2_PRES.contains(&pre) {
+                (pretokenize::Split::Qwen2, false)
+            } else {
+                return Err(Error::UnknownPre(pre.to_string()));
+            };
+            Ok(Model::Bpe(bpe::Bpe::new(
+                &vocab.merges,
+                token_ids,
+                split,
+                ignore_merges,
+            )?))
+        }
+        other => Err(Error::UnknownModel(other.to_string())),
     }
 }
 

@@ -42,43 +42,69 @@ struct Class {
     space: bool,
 }
 
-/// The ranges of `\p{L}` (general category L), sorted. The table comes from
-/// regex-syntax's Unicode data so that this crate carries no table of its own.
-fn letter_ranges() -> &'static [(char, char)] {
-    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
-    RANGES.get_or_init(|| {
-        use regex_syntax::hir::{Class as HirClass, HirKind};
-        match regex_syntax::parse(r"\p{L}").map(|hir| hir.into_kind()) {
-            Ok(HirKind::Class(HirClass::Unicode(class))) => class
-                .ranges()
-                .iter()
-                .map(|r| (r.start(), r.end()))
-                .collect(),
-            // Only a build without regex-syntax's Unicode tables lands here;
-            // a unit test asserts the table is full, and ASCII still works.
-            _ => Vec::new(),
-        }
-    })
+/// llama.cpp's classes are generated from Unicode 15.1 (`unicode-data.cpp`):
+/// a code point assigned later is neither letter nor number there.
+const UNICODE_AGE: &str = "15.1";
+
+/// The sorted ranges of a regex-syntax class, e.g. `[\p{L}&&\p{age:15.1}]`.
+/// The tables are regex-syntax's Unicode data, so this crate carries none.
+fn class_ranges(class: &str) -> Vec<(char, char)> {
+    use regex_syntax::hir::{Class as HirClass, HirKind};
+    match regex_syntax::parse(class).map(|hir| hir.into_kind()) {
+        Ok(HirKind::Class(HirClass::Unicode(class))) => class
+            .ranges()
+            .iter()
+            .map(|r| (r.start(), r.end()))
+            .collect(),
+        // Only a build without regex-syntax's Unicode tables lands here; a
+        // unit test asserts the tables are full, and ASCII still works.
+        _ => Vec::new(),
+    }
 }
 
-/// Whether `c` is a letter (`\p{L}`).
+fn in_ranges(ranges: &[(char, char)], c: char) -> bool {
+    let i = ranges.partition_point(|&(_, end)| end < c);
+    i < ranges.len() && ranges[i].0 <= c
+}
+
+fn letter_ranges() -> &'static [(char, char)] {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    RANGES.get_or_init(|| class_ranges(&format!(r"[\p{{L}}&&\p{{age:{UNICODE_AGE}}}]")))
+}
+
+fn number_ranges() -> &'static [(char, char)] {
+    static RANGES: OnceLock<Vec<(char, char)>> = OnceLock::new();
+    RANGES.get_or_init(|| class_ranges(&format!(r"[\p{{N}}&&\p{{age:{UNICODE_AGE}}}]")))
+}
+
+/// Whether `c` is a letter (`\p{L}`) as llama.cpp classifies it.
 pub fn is_letter(c: char) -> bool {
     if c.is_ascii() {
         return c.is_ascii_alphabetic();
     }
-    let ranges = letter_ranges();
-    let i = ranges.partition_point(|&(_, end)| end < c);
-    i < ranges.len() && ranges[i].0 <= c
+    in_ranges(letter_ranges(), c)
+}
+
+/// Whether `c` is a number (`\p{N}`) as llama.cpp classifies it.
+pub fn is_number(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_digit();
+    }
+    in_ranges(number_ranges(), c)
+}
+
+/// Whether `c` is white space (`\s`): Rust's `is_whitespace` is the
+/// White_Space property, llama.cpp's list exactly.
+pub fn is_space(c: char) -> bool {
+    c.is_whitespace()
 }
 
 fn class(c: char) -> Class {
     Class {
         present: true,
         letter: is_letter(c),
-        // Rust's `is_numeric` is general category N (Nd, Nl, No) and its
-        // `is_whitespace` the White_Space property, llama.cpp's `\s` list.
-        number: c.is_numeric(),
-        space: c.is_whitespace(),
+        number: is_number(c),
+        space: is_space(c),
     }
 }
 
@@ -263,7 +289,8 @@ mod tests {
 
     #[test]
     fn letter_table_is_full() {
-        assert!(letter_ranges().len() > 500);
+        assert!(letter_ranges().len() > 500 && number_ranges().len() > 100);
+        assert!(is_number('٣') && !is_number('a'));
         assert!(is_letter('é') && is_letter('ж') && is_letter('中'));
         assert!(!is_letter('\u{0301}') && !is_letter('1') && !is_letter('🦙'));
     }

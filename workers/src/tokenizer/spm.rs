@@ -116,8 +116,9 @@ pub(super) fn encode(
         let piece = &bytes[symbol.start..symbol.start + symbol.len];
         match tokens.get(piece) {
             Some(&id) => out.push(id),
-            // A byte with no token of its own is dropped: llama.cpp would
-            // throw here, and a vocabulary with byte fallback has all 256.
+            // A byte with no token of its own is the unknown token, or
+            // nothing without one: llama.cpp would throw here, and a
+            // vocabulary with byte fallback has all 256.
             None => out.extend(piece.iter().filter_map(|&b| byte_tokens[usize::from(b)])),
         }
         at = symbol.next;
