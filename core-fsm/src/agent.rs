@@ -21,7 +21,6 @@ use crate::boot;
 use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
 use crate::stage::{self, StageIndex};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -234,6 +233,8 @@ pub enum TimerKind {
     Heartbeat,
 }
 
+crate::timer::timer_kinds!(TimerKind: ReadyResend, Heartbeat);
+
 /// Inputs the agent ignored, by reason (its children count their own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
@@ -263,7 +264,7 @@ pub struct Machine {
     boot: boot::Machine,
     stages: BTreeMap<StageIndex, stage::Machine>,
     readiness: Readiness,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     ignored: Ignored,
     next_id: crate::ids::Counter,
     /// Worker processes asked for; never more than one (no restarts).
@@ -289,7 +290,7 @@ impl Machine {
             boot,
             stages: BTreeMap::new(),
             readiness: Readiness::Unreported,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             ignored: Ignored::default(),
             next_id: crate::ids::Counter::starting_at(1),
             spawns: 0,

@@ -218,6 +218,8 @@ pub enum TimerKind {
     BootDeadline,
 }
 
+crate::timer::timer_kinds!(TimerKind: BootDeadline);
+
 /// The worker, once the node is available.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerStatus {

@@ -273,6 +273,8 @@ pub enum TimerKind {
     Close,
 }
 
+crate::timer::timer_kinds!(TimerKind: ConnectDeadline, ConnectAttempt, ConnectRetry, Command, Join, Close);
+
 /// A shell command that follows `sources` from their first line, onto
 /// stderr when `to_stderr`. Paths are single-quoted for `/bin/sh`.
 pub fn tail_command(sources: &[String], to_stderr: bool) -> String {

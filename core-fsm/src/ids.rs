@@ -1,20 +1,21 @@
 //! Identifiers. Counters or values that come in as inputs; never random UUIDs.
 
-use crate::text::Text;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 use std::fmt;
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         ///
-        /// The text is a [`Text`]: a clone copies a few words.
+        /// The text is a [`SmolStr`]: short ids are kept inline, and a clone
+        /// of a long one copies a pointer.
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        pub struct $name(pub Text);
+        pub struct $name(pub SmolStr);
 
         impl $name {
             /// An id with this text.
-            pub fn new(text: impl Into<Text>) -> Self {
+            pub fn new(text: impl Into<SmolStr>) -> Self {
                 $name(text.into())
             }
 

@@ -351,6 +351,8 @@ pub enum TimerKind {
     DestroyRetry,
 }
 
+crate::timer::timer_kinds!(TimerKind: LeaseCreate, CreateRetry, EndpointPoll, EndpointDeadline, ListDeadline, ListRetry, DestroyDeadline, DestroyRetry);
+
 /// `backoff` jittered into its upper half: `[b/2, b]`, drawn from `rng`, so
 /// nodes that failed together do not retry together.
 pub(crate) fn jittered(rng: &mut crate::rng::DetRng, b: Duration) -> Duration {

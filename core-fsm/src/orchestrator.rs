@@ -19,10 +19,8 @@
 mod commands;
 mod index;
 mod invariants;
-mod out;
 mod restore;
 mod routing;
-mod window;
 
 use crate::ids::{Counter, GroupId, LogicalNodeId, OpId, SessionId};
 use crate::node;
@@ -36,7 +34,6 @@ use index::{Deadlines, Tally};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use window::IdWindow;
 
 /// What the composite is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,8 +85,7 @@ pub(crate) enum Owner {
     Node(Slot),
     /// The live session of the node in the slot. A session's routes are
     /// dropped when it ends (O4), so a route names the session that issued
-    /// it without its id: an entry is half the size, and the ring of routes
-    /// twice as dense.
+    /// it without its id.
     Session(Slot),
 }
 
@@ -100,63 +96,7 @@ pub(crate) struct Session {
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it and not yet answered for good, dropped
     /// from the routes when it ends.
-    pub(crate) ops: OpList,
-}
-
-/// Operations routed to a session: the first [`OpList::INLINE`] in place (a
-/// session issues about six: no allocation), any more in a vector.
-#[derive(Clone, Debug)]
-pub(crate) struct OpList {
-    inline: [OpId; OpList::INLINE],
-    len: usize,
-    more: Vec<OpId>,
-}
-
-impl Default for OpList {
-    fn default() -> OpList {
-        OpList {
-            inline: [OpId(0); OpList::INLINE],
-            len: 0,
-            more: Vec::new(),
-        }
-    }
-}
-
-impl OpList {
-    const INLINE: usize = 8;
-
-    pub(crate) fn push(&mut self, op: OpId) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => {
-                *slot = op;
-                self.len += 1;
-            }
-            None => self.more.push(op),
-        }
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = OpId> + '_ {
-        self.inline[..self.len].iter().chain(&self.more).copied()
-    }
-
-    pub(crate) fn contains(&self, op: OpId) -> bool {
-        self.iter().any(|o| o == op)
-    }
-
-    /// Takes `op` out of the list, if it is there (order is not kept).
-    pub(crate) fn remove(&mut self, op: OpId) {
-        if let Some(at) = self.inline[..self.len].iter().position(|o| *o == op) {
-            self.len -= 1;
-            self.inline[at] = self.inline[self.len];
-            // Refill the inline part from the vector, so it stays a prefix.
-            if let Some(more) = self.more.pop() {
-                self.inline[self.len] = more;
-                self.len += 1;
-            }
-        } else if let Some(at) = self.more.iter().position(|o| *o == op) {
-            self.more.swap_remove(at);
-        }
-    }
+    pub(crate) ops: Vec<OpId>,
 }
 
 /// The orchestrator composite.
@@ -187,7 +127,7 @@ pub struct Orchestrator {
     /// The probe command every session runs, made once.
     pub(crate) probe_command: Arc<str>,
     /// Who awaits each operation's answer, by operation id.
-    pub(crate) routes: IdWindow<Owner>,
+    pub(crate) routes: BTreeMap<OpId, Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,
     /// Buffers for the effects a child step defers (those for a sibling and
@@ -241,8 +181,8 @@ impl Orchestrator {
             sessions: (0..count).map(|_| None).collect(),
             live_sessions: 0,
             probe_command: bootstrap::PROBE_COMMAND.into(),
-            routes: IdWindow::default(),
-            deadlines: Deadlines::new(count),
+            routes: BTreeMap::new(),
+            deadlines: Deadlines::default(),
             tally: Tally::new(count),
             node_buffers: Vec::new(),
             session_buffers: Vec::new(),
@@ -378,12 +318,10 @@ impl Orchestrator {
     }
 
     /// Puts a new node manager into the ledger and indexes it.
-    /// `now` is the time of the step that creates it (a restore's is
-    /// zero: it only hints where its deadline is indexed).
-    pub(crate) fn insert_node(&mut self, now: Instant, slot: Slot, machine: node::Machine) {
+    pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
         assert!(self.nodes[slot.at()].is_none(), "one manager per node");
         self.nodes[slot.at()] = Some(machine);
-        self.sync_node(now, slot);
+        self.sync_node(slot);
     }
 }
 
@@ -430,7 +368,6 @@ impl crate::Machine for Orchestrator {
     }
 
     fn handle_into(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
-        let out = &mut out::Out::new(out);
         match input {
             Input::Tick => self.on_tick(now, out),
             Input::Start => self.on_start(now, out),

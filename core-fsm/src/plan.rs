@@ -229,10 +229,7 @@ pub struct LogicalNodeSpec {
 /// Validation (P2) keeps group ids DNS-label-like, so these ids are safe in
 /// file paths, provider labels and log fields.
 pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
-    // Built by hand, not with `format!`: every node of a run gets its id
-    // here, and the formatting machinery costs more than the rest.
-    let digits = Digits::of(index);
-    LogicalNodeId(group.0.join_ascii(&[b"-", digits.as_bytes()]))
+    LogicalNodeId(smol_str::format_smolstr!("{group}-{index}"))
 }
 
 /// The group and index an id of the form `{group}-{index}` names (the
@@ -252,39 +249,9 @@ pub fn parse_node_id(id: &LogicalNodeId) -> Option<(&[u8], u32)> {
     Some((group, index))
 }
 
-/// Whether `id` is `{group}-{index}`, without building that id.
+/// Whether `id` is `{group}-{index}`.
 pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
-    // Bytes, not `str`s: this runs for every node when a composite is built.
-    id.0.as_bytes()
-        .strip_prefix(group.0.as_bytes())
-        .and_then(|rest| rest.strip_prefix(b"-"))
-        .is_some_and(|rest| rest == Digits::of(index).as_bytes())
-}
-
-/// The decimal digits of a `u32`, on the stack.
-struct Digits {
-    buf: [u8; 10],
-    start: usize,
-}
-
-impl Digits {
-    fn of(mut n: u32) -> Digits {
-        let mut buf = [b'0'; 10];
-        let mut start = buf.len();
-        loop {
-            start -= 1;
-            buf[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Digits { buf, start }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
+    parse_node_id(id) == Some((group.0.as_bytes(), index))
 }
 
 /// Expands a plan into one logical node spec per wanted node, in plan order

@@ -9,9 +9,9 @@
 
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
 use crate::plan::{DesiredShape, ProviderKind};
-use crate::text::Text;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -39,11 +39,11 @@ pub struct LeaseFacts {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SshEndpoint {
     /// Host name or address.
-    pub host: Text,
+    pub host: SmolStr,
     /// TCP port.
     pub port: u16,
     /// User to log in as.
-    pub user: Text,
+    pub user: SmolStr,
 }
 
 /// What the node manager asks a provider for.

@@ -30,9 +30,9 @@ use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
 use crate::membership::Liveness;
 use crate::stage::{Provision, StageIndex};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use types::Timers;
 
 /// What a run needs to know before it starts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,7 +179,7 @@ pub struct Machine {
     config: Config,
     plan: Vec<StageAssignment>,
     phase: Phase,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     ignored: Ignored,
     /// What membership last said of each planned node.
     members: BTreeMap<LogicalNodeId, (AgentId, Liveness)>,
@@ -201,7 +201,7 @@ impl Machine {
             "run: ack_attempts_max must be positive"
         );
         assert!(config.queue_max > 0, "run: queue_max must be positive");
-        let mut timers = TimerTable::new();
+        let mut timers = Timers::new();
         timers.set(TimerKind::Readiness, now + config.readiness_timeout);
         Ok(Machine {
             config,

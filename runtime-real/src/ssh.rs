@@ -129,7 +129,7 @@ pub async fn connect(
         };
         let auth = handle
             .authenticate_publickey(
-                endpoint.user.as_ref(),
+                endpoint.user.as_str(),
                 PrivateKeyWithHashAlg::new(key, hash),
             )
             .await?;

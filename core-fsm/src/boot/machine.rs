@@ -1,11 +1,11 @@
 //! The boot machine: facts in, at most one outcome out.
 
+use super::Timers;
 use super::{
     BootFault, Config, Counters, Effect, Facts, Input, Phase, Resource, TimerKind,
     WorkerStartPolicy, WorkerStatus,
 };
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 
 /// One node's boot attempt (seed 003), from process start to
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub struct Machine {
     config: Config,
     phase: Phase,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     counters: Counters,
     emitted: Emitted,
 }
@@ -51,7 +51,7 @@ impl Machine {
             "boot timeout must be positive"
         );
         assert!(!config.node.as_str().is_empty(), "boot needs a node id");
-        let mut timers = TimerTable::new();
+        let mut timers = Timers::new();
         timers.set(TimerKind::BootDeadline, now + config.boot_timeout);
         Machine {
             config,

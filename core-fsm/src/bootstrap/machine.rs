@@ -2,11 +2,11 @@
 //! Transitions live in `transitions.rs`.
 
 use super::Sink;
+use super::Timers;
 use super::{Config, Effect, Input, Stage, TimerKind};
 use crate::ids::{Counter, OpId};
 use crate::port::LogSeqs;
 use crate::time::Instant;
-use crate::timer::TimerTable;
 
 /// Tail commands at most: one for stdout sources, one for stderr sources.
 pub(super) const TAILS_MAX: usize = 2;
@@ -119,7 +119,7 @@ impl Phase {
 pub struct Machine {
     pub(super) config: Config,
     pub(super) phase: Phase,
-    pub(super) timers: TimerTable<TimerKind>,
+    pub(super) timers: Timers,
     /// Operation ids; the composite lends its own counter (see `swap_ids`).
     pub(super) ops: Counter,
     /// Sequence numbers of the node's last stdout/stderr line (0: none
@@ -147,7 +147,7 @@ impl Machine {
         Machine {
             config,
             phase: Phase::Created,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             ops: Counter::starting_at(1),
             stdout_seq: stdout,
             stderr_seq: stderr,

@@ -2,15 +2,15 @@
 //! is in `phase.rs`, its invariants in `invariants.rs`, the transitions in
 //! `transitions.rs` and its siblings.
 
+use super::Timers;
 pub(super) use super::phase::{Phase, Resolve, Then};
-use super::{Config, Effect, Input, Record, Stage, TimerKind};
+use super::{Config, Effect, Input, Record, Stage};
 use crate::ids::{Counter, SessionId};
 use crate::machine::Emit;
 use crate::plan::LogicalNodeSpec;
 use crate::port::LogSeqs;
 use crate::rng::DetRng;
 use crate::time::Instant;
-use crate::timer::TimerTable;
 
 /// The stream of the node's generator its backoff jitter is drawn from.
 const JITTER_STREAM: u64 = 1;
@@ -21,7 +21,7 @@ pub struct Machine {
     pub(super) config: Config,
     pub(super) record: Record,
     pub(super) phase: Phase,
-    pub(super) timers: TimerTable<TimerKind>,
+    pub(super) timers: Timers,
     pub(super) rng: DetRng,
     /// Backoff jitter; a separate stream so that retries never shift nonces.
     pub(super) jitter: DetRng,
@@ -69,7 +69,7 @@ impl Machine {
                 destroyed_at: None,
             },
             phase: Phase::New,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             jitter: rng.derive(JITTER_STREAM),
             rng,
             ops: Counter::starting_at(1),

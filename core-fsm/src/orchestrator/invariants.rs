@@ -2,7 +2,6 @@
 //! the simulator, together with every child's own.
 
 use super::{Orchestrator, Owner, Session, Slot};
-use crate::ids::OpId;
 use crate::node::Stage;
 use std::collections::BTreeMap;
 
@@ -78,8 +77,7 @@ impl Orchestrator {
     }
 
     fn check_ids(&self) {
-        for (op, owner) in self.routes.iter() {
-            let op = OpId(op);
+        for (&op, owner) in &self.routes {
             assert!(
                 op.0 < self.ops.peek(),
                 "O3 {op}: routed ids come from the counter"
@@ -94,7 +92,7 @@ impl Orchestrator {
                         .sessions
                         .get(slot.at())
                         .and_then(Option::as_ref)
-                        .is_some_and(|s| s.ops.contains(op));
+                        .is_some_and(|s| s.ops.contains(&op));
                     assert!(known, "O4 {op}: routed to a live session that knows it");
                 }
             }

@@ -2,9 +2,7 @@
 //! world (recording routes) or to a sibling child (a node's session, a
 //! session's node), depth first and in order.
 
-use super::out::Out;
-use super::window::IdWindow;
-use super::{OpList, Orchestrator, Owner, Session, Slot};
+use super::{Orchestrator, Owner, Session, Slot};
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
 use crate::machine::Emit;
@@ -12,11 +10,12 @@ use crate::node;
 use crate::plan::ReplacementPolicy;
 use crate::port::{Effect, Input};
 use crate::time::Instant;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl Orchestrator {
     /// Routes an answer by its operation id.
-    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Out<'_>) {
+    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Vec<Effect>) {
         match answer {
             Input::LeaseCreated { op, result } => {
                 self.answer_node(now, op, node::Input::LeaseCreated { op, result }, out)
@@ -64,12 +63,12 @@ impl Orchestrator {
         }
     }
 
-    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out<'_>) {
-        let Some(&Owner::Node(slot)) = self.routes.get(op.0) else {
+    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Vec<Effect>) {
+        let Some(&Owner::Node(slot)) = self.routes.get(&op) else {
             self.counters.unknown_ops += 1;
             return;
         };
-        self.routes.remove(op.0);
+        self.routes.remove(&op);
         self.deliver_node(now, slot, input, out);
     }
 
@@ -79,9 +78,9 @@ impl Orchestrator {
         op: OpId,
         last: bool,
         input: bootstrap::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
-        let Some(&Owner::Session(slot)) = self.routes.get(op.0) else {
+        let Some(&Owner::Session(slot)) = self.routes.get(&op) else {
             self.counters.unknown_ops += 1;
             return;
         };
@@ -91,8 +90,8 @@ impl Orchestrator {
         let id = session.id;
         if last {
             // Answered: the session's end has no route left to drop for it.
-            session.ops.remove(op);
-            self.routes.remove(op.0);
+            session.ops.retain(|o| *o != op);
+            self.routes.remove(&op);
         }
         self.deliver_session(now, slot, id, input, out);
     }
@@ -105,7 +104,7 @@ impl Orchestrator {
         id: LogicalNodeId,
         lease_id: LeaseId,
         agent: AgentId,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         match self.slot_of(&id) {
             Some(slot)
@@ -128,7 +127,7 @@ impl Orchestrator {
         now: Instant,
         slot: Slot,
         input: node::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         let Some(machine) = self.nodes[slot.at()].as_mut() else {
             self.counters.unknown_nodes += 1;
@@ -150,7 +149,7 @@ impl Orchestrator {
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
-        self.sync_node(now, slot);
+        self.sync_node(slot);
         self.node_changed(slot, changes);
         if !deferred.is_empty() {
             for effect in deferred.drain(..) {
@@ -163,7 +162,13 @@ impl Orchestrator {
     /// A node effect handled after its step (not inlined: rare, and its
     /// frame is large).
     #[inline(never)]
-    fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out<'_>) {
+    fn node_effect(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        effect: node::Effect,
+        out: &mut Vec<Effect>,
+    ) {
         let mut changes = Changes::default();
         let id = &self.ids[slot.at()];
         let Some(effect) = emit_node(out, &mut self.routes, slot, id, &mut changes, effect) else {
@@ -187,7 +192,7 @@ impl Orchestrator {
                 *entry = Some(Session {
                     id: session,
                     machine,
-                    ops: OpList::default(),
+                    ops: Vec::new(),
                 });
                 self.live_sessions += 1;
                 self.deliver_session(now, slot, session, bootstrap::Input::Start, out);
@@ -245,7 +250,7 @@ impl Orchestrator {
         slot: Slot,
         id: SessionId,
         input: bootstrap::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) else {
             self.counters.ignored_by_sessions += 1;
@@ -271,7 +276,7 @@ impl Orchestrator {
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
         self.counters.ignored_by_nodes += node_ignored;
-        self.sync_session(now, slot);
+        self.sync_session(slot);
         if !deferred.is_empty() {
             for effect in deferred.drain(..) {
                 self.session_effect(now, id, slot, effect, out);
@@ -289,7 +294,7 @@ impl Orchestrator {
         id: SessionId,
         node: Slot,
         effect: bootstrap::Effect,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         let routes = &mut self.routes;
         let ops = self.sessions[node.at()].as_mut().map(|s| &mut s.ops);
@@ -307,9 +312,9 @@ impl Orchestrator {
                 let ops = std::mem::take(&mut session.expect("a finishing session exists").ops);
                 self.sessions[node.at()] = None;
                 self.live_sessions -= 1;
-                self.sync_session(now, node);
-                for op in ops.iter() {
-                    self.routes.remove(op.0);
+                self.sync_session(node);
+                for op in &ops {
+                    self.routes.remove(op);
                 }
                 let input = match outcome {
                     bootstrap::Outcome::Converged => node::Input::BootstrapClosed,
@@ -341,8 +346,8 @@ struct Changes {
 /// (a session to start, tell or cancel) is handed back.
 #[inline(always)]
 fn emit_node(
-    out: &mut Out<'_>,
-    routes: &mut IdWindow<Owner>,
+    out: &mut Vec<Effect>,
+    routes: &mut BTreeMap<OpId, Owner>,
     slot: Slot,
     id: &LogicalNodeId,
     changes: &mut Changes,
@@ -350,30 +355,30 @@ fn emit_node(
 ) -> Option<node::Effect> {
     let owner = Owner::Node(slot);
     match effect {
-        node::Effect::Persist(record) => out.push_with(|| Effect::Persist(record)),
+        node::Effect::Persist(record) => out.push(Effect::Persist(record)),
         node::Effect::CreateLease { op, request } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::CreateLease { op, request });
+            routes.insert(op, owner);
+            out.push(Effect::CreateLease { op, request });
         }
         node::Effect::LookupEndpoint { op, lease } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::LookupEndpoint { op, lease });
+            routes.insert(op, owner);
+            out.push(Effect::LookupEndpoint { op, lease });
         }
         node::Effect::ListLeases {
             op,
             run_id,
             provider,
         } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::ListLeases {
+            routes.insert(op, owner);
+            out.push(Effect::ListLeases {
                 op,
                 run_id,
                 provider,
             });
         }
         node::Effect::DestroyLease { op, lease } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::DestroyLease { op, lease });
+            routes.insert(op, owner);
+            out.push(Effect::DestroyLease { op, lease });
         }
         node::Effect::Changed {
             stage,
@@ -382,7 +387,7 @@ fn emit_node(
         } => {
             changes.failed += u32::from(stage == node::Stage::Failed);
             changes.ended |= matches!(stage, node::Stage::Failed | node::Stage::Destroyed);
-            out.push_with(|| Effect::NodeChanged {
+            out.push(Effect::NodeChanged {
                 node: id.clone(),
                 stage,
                 ready,
@@ -402,15 +407,15 @@ fn emit_node(
 /// end are handed back.
 #[inline(always)]
 fn emit_session(
-    out: &mut Out<'_>,
-    routes: &mut IdWindow<Owner>,
-    ops: Option<&mut OpList>,
+    out: &mut Vec<Effect>,
+    routes: &mut BTreeMap<OpId, Owner>,
+    ops: Option<&mut Vec<OpId>>,
     slot: Slot,
     id: SessionId,
     effect: bootstrap::Effect,
 ) -> Option<bootstrap::Effect> {
     let route = |op: OpId| {
-        routes.insert(op.0, Owner::Session(slot));
+        routes.insert(op, Owner::Session(slot));
         ops.expect("a routing session exists").push(op);
     };
     match effect {
@@ -420,7 +425,7 @@ fn emit_session(
             lease_id,
         } => {
             route(op);
-            out.push_with(|| Effect::SshConnect {
+            out.push(Effect::SshConnect {
                 op,
                 session: id,
                 endpoint,
@@ -434,7 +439,7 @@ fn emit_session(
             join,
         } => {
             route(op);
-            out.push_with(|| Effect::SshExec {
+            out.push(Effect::SshExec {
                 op,
                 session: id,
                 command,
@@ -444,10 +449,10 @@ fn emit_session(
         }
         bootstrap::Effect::SshClose { op } => {
             route(op);
-            out.push_with(|| Effect::SshClose { op, session: id });
+            out.push(Effect::SshClose { op, session: id });
         }
-        bootstrap::Effect::RevokeJoin(binding) => out.push_with(|| Effect::RevokeJoin(binding)),
-        bootstrap::Effect::Log(record) => out.push_with(|| Effect::Log(record)),
+        bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
+        bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
         sibling @ (bootstrap::Effect::Observed(_) | bootstrap::Effect::Finished(_)) => {
             return Some(sibling);
         }
@@ -459,16 +464,16 @@ fn emit_session(
 /// delivers an input to it: straight out (see [`emit_node`]) until the
 /// first effect for a sibling, which waits in `deferred` with every effect
 /// after it, so that the order of effects is the order of handling.
-struct NodeSink<'a, 'o> {
-    out: &'a mut Out<'o>,
-    routes: &'a mut IdWindow<Owner>,
+struct NodeSink<'a> {
+    out: &'a mut Vec<Effect>,
+    routes: &'a mut BTreeMap<OpId, Owner>,
     slot: Slot,
     id: &'a LogicalNodeId,
     changes: &'a mut Changes,
     deferred: &'a mut Vec<node::Effect>,
 }
 
-impl Emit<node::Effect> for NodeSink<'_, '_> {
+impl Emit<node::Effect> for NodeSink<'_> {
     #[inline(always)]
     fn push(&mut self, effect: node::Effect) {
         if !self.deferred.is_empty() {
@@ -486,10 +491,10 @@ impl Emit<node::Effect> for NodeSink<'_, '_> {
 /// into an effect (the node notes it and makes no effect, so the order of
 /// effects is unchanged); the session's end waits in `deferred` with every
 /// effect after it.
-struct SessionSink<'a, 'o> {
-    out: &'a mut Out<'o>,
-    routes: &'a mut IdWindow<Owner>,
-    ops: &'a mut OpList,
+struct SessionSink<'a> {
+    out: &'a mut Vec<Effect>,
+    routes: &'a mut BTreeMap<OpId, Owner>,
+    ops: &'a mut Vec<OpId>,
     slot: Slot,
     id: SessionId,
     now: Instant,
@@ -498,7 +503,7 @@ struct SessionSink<'a, 'o> {
     deferred: &'a mut Vec<bootstrap::Effect>,
 }
 
-impl bootstrap::Sink for SessionSink<'_, '_> {
+impl bootstrap::Sink for SessionSink<'_> {
     #[inline(always)]
     fn observed(&mut self, observation: bootstrap::Observation) {
         if self.deferred.is_empty()
@@ -510,7 +515,7 @@ impl bootstrap::Sink for SessionSink<'_, '_> {
     }
 }
 
-impl Emit<bootstrap::Effect> for SessionSink<'_, '_> {
+impl Emit<bootstrap::Effect> for SessionSink<'_> {
     #[inline(always)]
     fn push(&mut self, effect: bootstrap::Effect) {
         if !self.deferred.is_empty() {

@@ -307,6 +307,8 @@ pub enum TimerKind {
     Stop,
 }
 
+crate::timer::timer_kinds!(TimerKind: Readiness, AckRetry, AckDeadline, WeightLoad, StageReady, PromptOpen, TokenGap, Stop);
+
 /// Inputs that were ignored, by reason (seed 004 §6.12, §9.19).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
