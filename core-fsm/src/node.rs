@@ -359,10 +359,3 @@ pub(crate) fn jittered(rng: &mut crate::rng::DetRng, b: Duration) -> Duration {
     let half = b.as_millis() / 2;
     Duration::from_millis(half + rng.below(b.as_millis() - half + 1))
 }
-
-/// `base * 2^(tries-1)`, at most `max`.
-pub(crate) fn backoff(base: Duration, max: Duration, tries: u32) -> Duration {
-    let shift = tries.saturating_sub(1).min(32);
-    let scaled = base.saturating_mul(1u64 << shift);
-    if scaled > max { max } else { scaled }
-}

@@ -30,7 +30,7 @@
 
 use crate::ids::{GroupId, LogicalNodeId};
 use crate::plan::{ReplacementPolicy, is_node_id};
-use crate::time::{Duration, Instant};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -179,14 +179,6 @@ pub fn excluded_hosts(quarantine: &Quarantine, threshold: u32) -> Vec<String> {
         .collect()
 }
 
-/// The wait before lease attempt `attempt + 1` of a node whose attempt
-/// `attempt` failed: `min(base * 2^(attempt - 1), max)` (attempt 0 counts as 1).
-pub fn backoff(attempt: u32, backoff_base: Duration, backoff_max: Duration) -> Duration {
-    let doublings = attempt.saturating_sub(1).min(63);
-    let factor = 1u64 << doublings;
-    backoff_base.saturating_mul(factor).min(backoff_max)
-}
-
 /// One level-triggered pass: what to do about `nodes` so the pool matches
 /// `desired`, given the time `now`. Pure; the same arguments always give the
 /// same decision, and it acts only on nodes in `nodes` (R2).
@@ -291,7 +283,7 @@ fn replacement_due(config: &Config, attempt: u32, failed_at: Instant, now: Insta
             if attempt >= attempts_max {
                 return Replacement::Never;
             }
-            let due = failed_at + backoff(attempt, backoff_base, backoff_max);
+            let due = failed_at + crate::time::backoff(attempt, backoff_base, backoff_max);
             if now >= due {
                 Replacement::Now
             } else {

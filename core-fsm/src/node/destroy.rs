@@ -2,10 +2,11 @@
 //! known lease (bounded retries), and a replacement that destroys first.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{Effect, TimerKind, backoff};
+use super::{Effect, TimerKind};
 use crate::machine::Emit;
 use crate::port::{JournalRecord, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
+use crate::time::backoff;
 
 impl super::Machine {
     pub(super) fn on_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
@@ -164,7 +165,7 @@ impl super::Machine {
             let c = &self.config;
             self.timers.set(
                 TimerKind::DestroyRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+                now + backoff(tries, c.retry_backoff_base, c.retry_backoff_max),
             );
         }
     }

@@ -2,10 +2,11 @@
 //! leases by nonce, bounded in lists and in misses (seed 000 §13).
 
 use super::machine::{Phase, Resolve, Then};
-use super::{Effect, TimerKind, backoff};
+use super::{Effect, TimerKind};
 use crate::machine::Emit;
 use crate::port::{LeaseFacts, ProviderError};
 use crate::time::Instant;
+use crate::time::backoff;
 use std::sync::Arc;
 
 impl super::Machine {
@@ -68,7 +69,7 @@ impl super::Machine {
             let c = &self.config;
             self.timers.set(
                 TimerKind::ListRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+                now + backoff(tries, c.retry_backoff_base, c.retry_backoff_max),
             );
             self.phase = Phase::Resolving { op: None, resolve };
             return;

@@ -134,8 +134,9 @@ impl Machine {
         let c = self.config;
         let stray = &mut self.strays[at];
         stray.op = None;
-        stray.due = (stray.tries < c.destroy_attempts_max)
-            .then(|| now + super::backoff(c.retry_backoff_base, c.retry_backoff_max, stray.tries));
+        stray.due = (stray.tries < c.destroy_attempts_max).then(|| {
+            now + crate::time::backoff(stray.tries, c.retry_backoff_base, c.retry_backoff_max)
+        });
     }
 
     fn issue_stray_destroy(

@@ -5,7 +5,7 @@
 //! `destroy.rs` and `handoff.rs` hold the rest.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
+use super::{BootstrapFacts, Effect, Stage, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
 use crate::machine::Emit;
@@ -14,6 +14,7 @@ use crate::port::{
     ProviderErrorKind, SshEndpoint,
 };
 use crate::time::Instant;
+use crate::time::backoff;
 use std::sync::Arc;
 
 impl super::Machine {
@@ -204,7 +205,7 @@ impl super::Machine {
                     destroy_after: false,
                 };
                 let c = &self.config;
-                let wait = backoff(c.retry_backoff_base, c.retry_backoff_max, tries);
+                let wait = backoff(tries, c.retry_backoff_base, c.retry_backoff_max);
                 let wait = jittered(&mut self.jitter, wait);
                 self.timers.set(TimerKind::CreateRetry, now + wait);
             }
