@@ -8,7 +8,8 @@
 //! find. A failed list is an error that keeps those intents open, never an
 //! empty fleet.
 
-use super::{EXIT_FAILURE, EXIT_OK, Ledger};
+use super::Ledger;
+use crate::exit::{EXIT_FAILURE, EXIT_OK};
 use crate::journal::Journal;
 use crate::provider::Providers;
 use crate::up::control;
