@@ -398,8 +398,8 @@ impl Oracle {
 
     /// Checks one node record after a step.
     pub fn node(&mut self, view: NodeView<'_>) -> Checked {
-        use core_fsm::node::Stage;
-        if view.ready != (view.stage == Stage::Dormant) {
+        use core_fsm::node::Lifecycle;
+        if view.ready != (view.stage == Lifecycle::Dormant) {
             return self.fail(
                 "W5",
                 format!(

@@ -33,7 +33,7 @@ pub const LOG_SOURCE: &str = "ssh-bootstrap";
 
 /// A session's stage (seed 000 §11.3; `SwactorStarting` is `AgentStarting`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Stage {
+pub enum Step {
     /// Not started.
     Created,
     /// Connecting (with retries).
@@ -149,7 +149,7 @@ pub struct Observation {
     /// The session.
     pub session: SessionId,
     /// Its stage now.
-    pub stage: Stage,
+    pub stage: Step,
     /// Sequence number of the node's last stdout line so far (earlier
     /// sessions' lines count: numbers run for the whole run).
     pub last_stdout_seq: Option<u64>,
@@ -166,7 +166,7 @@ pub enum Outcome {
     /// It failed.
     Failed {
         /// The failure stage.
-        stage: Stage,
+        stage: Step,
         /// Why, for people and the node record.
         reason: String,
     },

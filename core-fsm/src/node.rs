@@ -6,7 +6,7 @@
 //! composite to spawn a bootstrap session, records the agent's join and the
 //! handoff, and destroys its own known lease on request. Its [`Record`] is the
 //! per-node ledger; readiness is a flag of that record, true only in
-//! [`Stage::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
+//! [`Lifecycle::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
 
 mod destroy;
 mod handoff;
@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 /// A node's stage (seed 000 §7.3, plus `Destroying`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Stage {
+pub enum Lifecycle {
     /// Known, nothing asked yet.
     New,
     /// A create was asked of the provider (or its outcome is being resolved
@@ -108,7 +108,7 @@ pub struct BootstrapFacts {
     /// The session.
     pub session: SessionId,
     /// The session's last reported stage.
-    pub last_stage: bootstrap::Stage,
+    pub last_stage: bootstrap::Step,
     /// Sequence number of the last stdout line, if any.
     pub last_stdout_seq: Option<u64>,
     /// Sequence number of the last stderr line, if any.
@@ -134,7 +134,7 @@ pub struct Record {
     /// The desired node.
     pub desired: LogicalNodeSpec,
     /// The stage.
-    pub stage: Stage,
+    pub stage: Lifecycle,
     /// True exactly when the stage is `Dormant` (N1).
     pub ready: bool,
     /// Lease attempts so far, the current one included (0 before the first).
@@ -322,7 +322,7 @@ pub enum Effect {
     /// The node's stage changed.
     Changed {
         /// The stage now.
-        stage: Stage,
+        stage: Lifecycle,
         /// Whether it is ready.
         ready: bool,
         /// Why it failed, if it did.

@@ -214,7 +214,7 @@ impl Orchestrator {
     }
 
     /// The stage of a live bootstrap session, if it exists.
-    pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Stage> {
+    pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Step> {
         self.sessions
             .iter()
             .flatten()

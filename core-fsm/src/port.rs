@@ -476,7 +476,7 @@ pub enum Effect {
         /// The logical node.
         node: LogicalNodeId,
         /// Its stage now.
-        stage: crate::node::Stage,
+        stage: crate::node::Lifecycle,
         /// Whether it is ready.
         ready: bool,
         /// Why it failed, if it did.

@@ -23,7 +23,7 @@ use crate::journal::{Journal, Tail};
 use crate::provider::Provider;
 use crate::ssh::identity;
 use core_fsm::Machine;
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{Input, JournalRecord};
 use driver::{Driver, Ports};
@@ -272,7 +272,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let _ = std::fs::remove_file(control::pid_file(&state_dir));
     let _ = std::fs::remove_file(control::live_file(&state_dir));
     let view = view.lock().expect("view");
-    let all_destroyed = view.nodes().all(|n| n.stage == Stage::Destroyed);
+    let all_destroyed = view.nodes().all(|n| n.stage == Lifecycle::Destroyed);
     let code = match torn {
         Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_OK,
         Ok(Ok(_)) => {

@@ -80,7 +80,7 @@ impl super::Machine {
 
     /// Follows the configured sources; a pass through `StdoutStreaming`.
     pub(super) fn start_tails(&mut self, out: &mut impl Sink) {
-        let stage = super::Stage::StdoutStreaming;
+        let stage = super::Step::StdoutStreaming;
         out.observed(self.observation(stage));
         for to_stderr in [false, true] {
             let boot = &self.config.boot;

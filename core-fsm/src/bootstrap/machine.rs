@@ -3,7 +3,7 @@
 
 use super::Sink;
 use super::Timers;
-use super::{Config, Effect, Input, Stage, TimerKind};
+use super::{Config, Effect, Input, Step, TimerKind};
 use crate::ids::{Counter, OpId};
 use crate::port::LogSeqs;
 use crate::time::Instant;
@@ -22,13 +22,13 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    pub(super) fn stage(self) -> Stage {
+    pub(super) fn stage(self) -> Step {
         match self {
-            Failure::SshTimeout => Stage::SshTimeout,
-            Failure::BootCheckFailed => Stage::BootCheckFailed,
-            Failure::StartFailed => Stage::StartFailed,
-            Failure::JoinTimeout => Stage::JoinTimeout,
-            Failure::StreamError => Stage::StreamError,
+            Failure::SshTimeout => Step::SshTimeout,
+            Failure::BootCheckFailed => Step::BootCheckFailed,
+            Failure::StartFailed => Step::StartFailed,
+            Failure::JoinTimeout => Step::JoinTimeout,
+            Failure::StreamError => Step::StreamError,
         }
     }
 }
@@ -71,21 +71,21 @@ pub(super) enum Phase {
 }
 
 impl Phase {
-    pub(super) fn stage(self) -> Stage {
+    pub(super) fn stage(self) -> Step {
         match self {
-            Phase::Created => Stage::Created,
-            Phase::Connecting { .. } => Stage::SshConnecting,
-            Phase::Probing { .. } => Stage::SshReady,
-            Phase::Verifying { .. } => Stage::BootChecking,
-            Phase::Starting { .. } => Stage::AgentStarting,
-            Phase::WaitingForJoin => Stage::WaitingForJoin,
+            Phase::Created => Step::Created,
+            Phase::Connecting { .. } => Step::SshConnecting,
+            Phase::Probing { .. } => Step::SshReady,
+            Phase::Verifying { .. } => Step::BootChecking,
+            Phase::Starting { .. } => Step::AgentStarting,
+            Phase::WaitingForJoin => Step::WaitingForJoin,
             Phase::Closing {
                 end: End::Converged,
                 ..
-            } => Stage::Converged,
+            } => Step::Converged,
             Phase::Ended {
                 end: End::Converged,
-            } => Stage::Closed,
+            } => Step::Closed,
             Phase::Closing {
                 end: End::Failed(f),
                 ..
@@ -99,7 +99,7 @@ impl Phase {
             }
             | Phase::Ended {
                 end: End::Cancelled,
-            } => Stage::Cancelled,
+            } => Step::Cancelled,
         }
     }
 
@@ -166,7 +166,7 @@ impl Machine {
     }
 
     /// The stage.
-    pub fn stage(&self) -> Stage {
+    pub fn stage(&self) -> Step {
         self.phase.stage()
     }
 

@@ -96,7 +96,7 @@ impl super::Machine {
             attempts,
         };
         if first {
-            out.observed(self.observation(super::Stage::SshConnecting));
+            out.observed(self.observation(super::Step::SshConnecting));
         }
         let endpoint = self.config.endpoint.clone();
         let lease_id = self.config.lease_id.clone();
@@ -240,7 +240,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn observation(&self, stage: super::Stage) -> Observation {
+    pub(super) fn observation(&self, stage: super::Step) -> Observation {
         let seq = |n: u64| if n == 0 { None } else { Some(n) };
         Observation {
             session: self.config.session,

@@ -2,7 +2,7 @@
 //! agent's join, and the handoff once SSH is closed (seed 000 §12).
 
 use super::machine::Phase;
-use super::{AgentFacts, Effect, Stage};
+use super::{AgentFacts, Effect, Lifecycle};
 use crate::bootstrap;
 use crate::ids::{AgentId, SessionId};
 use crate::machine::Emit;
@@ -65,7 +65,7 @@ impl super::Machine {
         let agent = self.record.agent.as_mut().expect("Joined has agent facts");
         agent.handed_off_at = Some(now);
         let agent = agent.agent.clone();
-        self.set_stage(Stage::HandedOff, out);
+        self.set_stage(Lifecycle::HandedOff, out);
         self.persist_ready(agent, out);
         self.enter(
             Phase::Dormant {

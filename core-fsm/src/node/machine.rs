@@ -4,7 +4,7 @@
 
 use super::Timers;
 pub(super) use super::phase::{Phase, Resolve, Then};
-use super::{Config, Effect, Input, Record, Stage};
+use super::{Config, Effect, Input, Lifecycle, Record};
 use crate::ids::{Counter, SessionId};
 use crate::machine::Emit;
 use crate::plan::LogicalNodeSpec;
@@ -54,7 +54,7 @@ impl Machine {
             config,
             record: Record {
                 desired: spec,
-                stage: Stage::New,
+                stage: Lifecycle::New,
                 ready: false,
                 attempt: 0,
                 nonce: None,
@@ -90,7 +90,7 @@ impl Machine {
     }
 
     /// The stage.
-    pub fn stage(&self) -> Stage {
+    pub fn stage(&self) -> Lifecycle {
         self.record.stage
     }
 
@@ -152,7 +152,7 @@ impl Machine {
             self.resume || own.is_some() || stray.is_some() || self.phase_awaits_answer();
         let at_rest = matches!(
             self.record.stage,
-            Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
+            Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroying | Lifecycle::Destroyed
         );
         (deadline, !at_rest || in_flight, !self.holds_no_lease())
     }
@@ -205,7 +205,7 @@ impl Machine {
         let started = self.record.bootstrap.as_ref().is_some_and(|b| {
             matches!(
                 b.last_stage,
-                crate::bootstrap::Stage::AgentStarting | crate::bootstrap::Stage::WaitingForJoin
+                crate::bootstrap::Step::AgentStarting | crate::bootstrap::Step::WaitingForJoin
             )
         });
         match self.phase {

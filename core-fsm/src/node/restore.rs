@@ -6,7 +6,7 @@
 //! fold into a phase whose pending work the next `Start` resumes.
 
 use super::machine::{Machine, Phase, Resolve, Then};
-use super::{AgentFacts, Config, Stage};
+use super::{AgentFacts, Config, Lifecycle};
 use crate::ids::{AgentId, LogicalNodeId, Nonce};
 use crate::plan::LogicalNodeSpec;
 use crate::port::{JournalRecord, LeaseFacts, LogSeqs};
@@ -205,7 +205,7 @@ impl Machine {
             });
         }
         r.stage = phase.stage();
-        r.ready = r.stage == Stage::Dormant;
+        r.ready = r.stage == Lifecycle::Dormant;
         if let (Phase::Destroyed, Some(attempt)) = (phase, journaled.replace) {
             machine.replace_due = attempt;
         }

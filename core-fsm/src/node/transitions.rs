@@ -5,7 +5,7 @@
 //! `destroy.rs` and `handoff.rs` hold the rest.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{BootstrapFacts, Effect, Stage, TimerKind, jittered};
+use super::{BootstrapFacts, Effect, Lifecycle, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
 use crate::machine::Emit;
@@ -264,7 +264,7 @@ impl super::Machine {
         }));
         self.record.nonce = Some(lease.nonce);
         self.record.lease = Some(lease);
-        self.set_stage(Stage::LeaseCreated, out);
+        self.set_stage(Lifecycle::LeaseCreated, out);
         match (then, endpoint) {
             (Then::Destroy, _) => self.issue_destroy(now, 1, 0, out),
             (Then::Replace(attempt), _) => {
@@ -323,11 +323,11 @@ impl super::Machine {
     ) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
-        self.set_stage(Stage::EndpointKnown, out);
+        self.set_stage(Lifecycle::EndpointKnown, out);
         let session = SessionId(self.sessions.next());
         self.record.bootstrap = Some(BootstrapFacts {
             session,
-            last_stage: bootstrap::Stage::Created,
+            last_stage: bootstrap::Step::Created,
             last_stdout_seq: None,
             last_stderr_seq: None,
             last_observed_at: now,
@@ -411,13 +411,13 @@ impl super::Machine {
     }
 
     /// Records `stage` (also a transient one) and announces it if it changed.
-    pub(super) fn set_stage(&mut self, stage: Stage, out: &mut impl Emit<Effect>) {
+    pub(super) fn set_stage(&mut self, stage: Lifecycle, out: &mut impl Emit<Effect>) {
         if self.record.stage == stage {
             return;
         }
         self.record.stage = stage;
-        self.record.ready = stage == Stage::Dormant;
-        let failed_reason = if stage == Stage::Failed {
+        self.record.ready = stage == Lifecycle::Dormant;
+        let failed_reason = if stage == Lifecycle::Failed {
             self.record.failed_reason.clone()
         } else {
             None

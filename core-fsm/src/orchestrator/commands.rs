@@ -47,7 +47,7 @@ impl Orchestrator {
         let slots: Vec<Slot> = self
             .occupied()
             .filter(|(_, n)| {
-                n.stage() != node::Stage::Destroyed || !n.holds_no_lease() || n.awaits_start()
+                n.stage() != node::Lifecycle::Destroyed || !n.holds_no_lease() || n.awaits_start()
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -153,7 +153,7 @@ impl Orchestrator {
 
 /// The reconciler's coarse view of one node.
 fn view(machine: &node::Machine) -> NodeView {
-    use node::Stage as S;
+    use node::Lifecycle as S;
     let record = machine.record();
     let condition = match record.stage {
         S::Dormant => Condition::Ready,

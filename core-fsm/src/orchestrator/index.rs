@@ -138,7 +138,7 @@ impl Tally {
 
 /// Whether a node counts as settled: at rest, nothing in flight.
 pub(crate) fn is_settled(machine: &node::Machine) -> bool {
-    use node::Stage::{Destroyed, Destroying, Dormant, Failed};
+    use node::Lifecycle::{Destroyed, Destroying, Dormant, Failed};
     matches!(machine.stage(), Dormant | Failed | Destroying | Destroyed) && !machine.in_flight()
 }
 

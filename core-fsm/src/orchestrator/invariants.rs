@@ -2,7 +2,7 @@
 //! the simulator, together with every child's own.
 
 use super::{Orchestrator, Owner, Session, Slot};
-use crate::node::Stage;
+use crate::node::Lifecycle;
 use std::collections::BTreeMap;
 
 impl Orchestrator {
@@ -33,14 +33,14 @@ impl Orchestrator {
                 node.is_some(),
                 "O1 {id}: a session belongs to a ledger node"
             );
-            let stage = node.map(|n| n.stage()).unwrap_or(Stage::New);
+            let stage = node.map(|n| n.stage()).unwrap_or(Lifecycle::New);
             assert!(
                 matches!(
                     stage,
-                    Stage::BootstrapRunning
-                        | Stage::AgentJoined
-                        | Stage::Destroying
-                        | Stage::Destroyed
+                    Lifecycle::BootstrapRunning
+                        | Lifecycle::AgentJoined
+                        | Lifecycle::Destroying
+                        | Lifecycle::Destroyed
                 ),
                 "O1 {id}: a session lives only while its node bootstraps or is being destroyed ({stage:?})"
             );
@@ -115,7 +115,7 @@ impl Orchestrator {
                 "O5 {id}: every ledger node is in the plan"
             );
             assert_eq!(machine.record().node(), id, "O5 {id}: keyed by its own id");
-            if machine.stage() != Stage::Destroyed
+            if machine.stage() != Lifecycle::Destroyed
                 && let Some(lease) = machine.record().lease_id()
             {
                 let other = leases.insert(lease.clone(), id);

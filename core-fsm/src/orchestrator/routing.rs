@@ -385,8 +385,8 @@ fn emit_node(
             ready,
             failed_reason,
         } => {
-            changes.failed += u32::from(stage == node::Stage::Failed);
-            changes.ended |= matches!(stage, node::Stage::Failed | node::Stage::Destroyed);
+            changes.failed += u32::from(stage == node::Lifecycle::Failed);
+            changes.ended |= matches!(stage, node::Lifecycle::Failed | node::Lifecycle::Destroyed);
             out.push(Effect::NodeChanged {
                 node: id.clone(),
                 stage,

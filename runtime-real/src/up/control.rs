@@ -46,7 +46,7 @@ pub struct LiveNode {
     /// The node.
     pub id: core_fsm::ids::LogicalNodeId,
     /// Its stage.
-    pub stage: core_fsm::node::Stage,
+    pub stage: core_fsm::node::Lifecycle,
     /// Ready.
     pub ready: bool,
     /// Why it failed.
