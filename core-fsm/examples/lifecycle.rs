@@ -130,7 +130,7 @@ fn drive(orchestrator: &mut Orchestrator, now: &mut u64, input: Input, world: &m
     world.queue.push_back(input);
     while let Some(input) = world.queue.pop_front() {
         *now += 1;
-        orchestrator.handle_into(Instant(*now), input, &mut world.effects);
+        world.effects = orchestrator.handle(Instant(*now), input);
         // Every effect loop reads the next deadline after each step.
         black_box(orchestrator.next_deadline());
         answer(world);

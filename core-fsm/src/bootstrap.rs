@@ -130,19 +130,6 @@ impl Config {
     }
 }
 
-/// Where a session's step puts its effects. An observation may go to the
-/// node without being made into an effect first (the composite notes it on
-/// the node at once); by default it is pushed as [`Effect::Observed`].
-pub(crate) trait Sink: crate::machine::Emit<Effect> {
-    /// Takes an observation for the node.
-    #[inline]
-    fn observed(&mut self, observation: Observation) {
-        self.push(Effect::Observed(observation));
-    }
-}
-
-impl Sink for Vec<Effect> {}
-
 /// A compact observation for the node manager (seed 000 §8.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {

@@ -130,10 +130,6 @@ pub struct Orchestrator {
     pub(crate) routes: BTreeMap<OpId, Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,
-    /// Buffers for the effects a child step defers (those for a sibling and
-    /// everything after them), one per nesting level, reused.
-    pub(crate) node_buffers: Vec<Vec<node::Effect>>,
-    pub(crate) session_buffers: Vec<Vec<bootstrap::Effect>>,
     pub(crate) run_journaled: bool,
     pub(crate) started: bool,
     pub(crate) tearing_down: bool,
@@ -184,8 +180,6 @@ impl Orchestrator {
             routes: BTreeMap::new(),
             deadlines: Deadlines::default(),
             tally: Tally::new(count),
-            node_buffers: Vec::new(),
-            session_buffers: Vec::new(),
             run_journaled: false,
             started: false,
             tearing_down: false,
@@ -362,12 +356,8 @@ impl crate::Machine for Orchestrator {
     type Effect = Effect;
 
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
-        let mut out = Vec::new();
-        self.handle_into(now, input, &mut out);
-        out
-    }
-
-    fn handle_into(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
+        let mut effects = Vec::new();
+        let out = &mut effects;
         match input {
             Input::Tick => self.on_tick(now, out),
             Input::Start => self.on_start(now, out),
@@ -390,6 +380,7 @@ impl crate::Machine for Orchestrator {
         if self.reconcile_due {
             self.reconcile(now, out);
         }
+        effects
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -114,8 +114,6 @@ pub struct Driver<M, C, S, D, E> {
     machine: M,
     ports: Ports<C, S, D, E>,
     counters: Counters,
-    /// The effect buffer every step reuses (`Machine::handle_into`).
-    effects: Vec<port::Effect>,
 }
 
 impl<M, C, S, D, E> Driver<M, C, S, D, E>
@@ -132,7 +130,6 @@ where
             machine,
             ports,
             counters: Counters::default(),
-            effects: Vec::new(),
         }
     }
 
@@ -163,11 +160,8 @@ where
     pub async fn step(&mut self, input: port::Input) -> Result<(), DiskError> {
         let now = self.ports.clock.now();
         self.counters.inputs += 1;
-        // One buffer for every step; taken out while its effects are
-        // dispatched (a failed persist drops the rest with it).
-        let mut effects = std::mem::take(&mut self.effects);
-        self.machine.handle_into(now, input, &mut effects);
-        for effect in effects.drain(..) {
+        // A failed persist drops the rest of the effects with it.
+        for effect in self.machine.handle(now, input) {
             match effect {
                 port::Effect::Persist(record) => {
                     self.ports.disk.persist(&record).await?;
@@ -179,7 +173,6 @@ where
                 }
             }
         }
-        self.effects = effects;
         if cfg!(debug_assertions) {
             self.machine.check_invariants();
         }

@@ -1,7 +1,6 @@
 //! The session's state, its one `match (phase, input)` and its invariants.
 //! Transitions live in `transitions.rs`.
 
-use super::Sink;
 use super::Timers;
 use super::{Config, Effect, Input, Step, TimerKind};
 use crate::ids::{Counter, OpId};
@@ -238,9 +237,8 @@ impl crate::Machine for Machine {
 }
 
 impl Machine {
-    /// `handle`, pushing the effects onto `out` (the composite lends one
-    /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Sink) {
+    /// The one `match`: `handle`, pushing the effects onto `out`.
+    fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         // By input, then phase: the input is matched where it lies, not
         // first copied into a pair with the phase.
         let phase = self.phase;

@@ -3,13 +3,12 @@
 
 use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind};
-use crate::machine::Emit;
 use crate::port::{JournalRecord, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
 use crate::time::backoff;
 
 impl super::Machine {
-    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let strays_sent = self.retry_spent_strays(now, out);
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
@@ -111,7 +110,7 @@ impl super::Machine {
 
     /// Replacement: destroy the lease the failed node still holds, then a
     /// fresh intent with `attempt`.
-    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Vec<Effect>) {
         if self.holds_no_own_lease() {
             return self.request_lease(now, attempt, 1, out);
         }
@@ -125,7 +124,7 @@ impl super::Machine {
         result: Result<(), ProviderError>,
         tries: u32,
         replace: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         match result {
@@ -170,7 +169,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.persist_destroy_requested(out);
         self.issue_destroy(now, 1, 0, out);
     }
@@ -180,7 +179,7 @@ impl super::Machine {
         now: Instant,
         tries: u32,
         replace: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.resume = false;
         self.timers.clear();

@@ -6,7 +6,6 @@ use super::Timers;
 pub(super) use super::phase::{Phase, Resolve, Then};
 use super::{Config, Effect, Input, Lifecycle, Record};
 use crate::ids::{Counter, SessionId};
-use crate::machine::Emit;
 use crate::plan::LogicalNodeSpec;
 use crate::port::LogSeqs;
 use crate::rng::DetRng;
@@ -250,9 +249,8 @@ impl crate::Machine for Machine {
 }
 
 impl Machine {
-    /// `handle`, pushing the effects onto `out` (the composite lends one
-    /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Emit<Effect>) {
+    /// The one `match`: `handle`, pushing the effects onto `out`.
+    fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         // By input, then phase: the input is matched where it lies, not
         // first copied into a pair with the phase.
         let phase = self.phase;

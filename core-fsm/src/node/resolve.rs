@@ -3,7 +3,6 @@
 
 use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind};
-use crate::machine::Emit;
 use crate::port::{LeaseFacts, ProviderError};
 use crate::time::Instant;
 use crate::time::backoff;
@@ -15,7 +14,7 @@ impl super::Machine {
         now: Instant,
         result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
         resolve: Resolve,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let leases = match result {
@@ -61,7 +60,7 @@ impl super::Machine {
         now: Instant,
         resolve: Resolve,
         why: &str,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let tries = resolve.tries;
@@ -84,12 +83,7 @@ impl super::Machine {
     }
 
     /// Lists the run's leases; `resolve.tries` counts this list.
-    pub(super) fn issue_list(
-        &mut self,
-        now: Instant,
-        resolve: Resolve,
-        out: &mut impl Emit<Effect>,
-    ) {
+    pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Vec<Effect>) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();

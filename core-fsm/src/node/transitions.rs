@@ -8,7 +8,6 @@ use super::machine::{Phase, Resolve, Then};
 use super::{BootstrapFacts, Effect, Lifecycle, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
-use crate::machine::Emit;
 use crate::port::{
     CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
     ProviderErrorKind, SshEndpoint,
@@ -18,7 +17,7 @@ use crate::time::backoff;
 use std::sync::Arc;
 
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (
@@ -97,7 +96,7 @@ impl super::Machine {
         now: Instant,
         attempt: u32,
         intents: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let nonce = self.draw_nonce();
         let r = &mut self.record;
@@ -129,7 +128,7 @@ impl super::Machine {
         now: Instant,
         tries: u32,
         intents: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let op = self.next_op();
@@ -157,7 +156,7 @@ impl super::Machine {
     }
 
     /// Continues what a restore left pending.
-    pub(super) fn resume(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn resume(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.resume = false;
         let _ = self.retry_spent_strays(now, out);
         match self.phase {
@@ -186,7 +185,7 @@ impl super::Machine {
         result: Result<LeaseGranted, ProviderError>,
         (tries, intents): (u32, u32),
         then: Then,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let retry = tries < self.config.create_attempts_max && then == Then::Bootstrap;
@@ -233,7 +232,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         granted: LeaseGranted,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let lease = granted.lease;
         if let Phase::Resolving { resolve, .. } = self.phase
@@ -255,7 +254,7 @@ impl super::Machine {
         lease: Arc<LeaseFacts>,
         endpoint: Option<SshEndpoint>,
         then: Then,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::LeaseKnown {
@@ -285,7 +284,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<EndpointStatus, ProviderError>,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let transient = |e: &ProviderError| {
             matches!(
@@ -319,7 +318,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         endpoint: SshEndpoint,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
@@ -346,7 +345,7 @@ impl super::Machine {
         });
     }
 
-    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut impl Emit<Effect>) {
+    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut Vec<Effect>) {
         self.fail_with(now, reason, false, out);
     }
 
@@ -355,7 +354,7 @@ impl super::Machine {
         now: Instant,
         reason: String,
         unresolved: bool,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         self.record.failed_reason = Some(reason.clone());
@@ -370,7 +369,7 @@ impl super::Machine {
         self.enter(Phase::Failed { unresolved }, out);
     }
 
-    pub(super) fn issue_lookup(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn issue_lookup(&mut self, out: &mut Vec<Effect>) {
         self.timers.cancel(&TimerKind::EndpointPoll);
         let op = self.next_op();
         self.phase = Phase::Locating { op: Some(op) };
@@ -382,12 +381,12 @@ impl super::Machine {
         out.push(Effect::LookupEndpoint { op, lease });
     }
 
-    pub(super) fn persist_destroy_requested(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_destroy_requested(&mut self, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
-    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::ReplaceRequested {
             node,
@@ -395,7 +394,7 @@ impl super::Machine {
         }));
     }
 
-    pub(super) fn persist_abandoned(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_abandoned(&mut self, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         let nonce = self.record.nonce.expect("an intent has a nonce");
         out.push(Effect::Persist(JournalRecord::IntentAbandoned {
@@ -405,13 +404,13 @@ impl super::Machine {
     }
 
     /// Enters `phase` and announces its stage if it changed.
-    pub(super) fn enter(&mut self, phase: Phase, out: &mut impl Emit<Effect>) {
+    pub(super) fn enter(&mut self, phase: Phase, out: &mut Vec<Effect>) {
         self.phase = phase;
         self.set_stage(phase.stage(), out);
     }
 
     /// Records `stage` (also a transient one) and announces it if it changed.
-    pub(super) fn set_stage(&mut self, stage: Lifecycle, out: &mut impl Emit<Effect>) {
+    pub(super) fn set_stage(&mut self, stage: Lifecycle, out: &mut Vec<Effect>) {
         if self.record.stage == stage {
             return;
         }

@@ -3,9 +3,9 @@
 //! session's node), depth first and in order.
 
 use super::{Orchestrator, Owner, Session, Slot};
+use crate::Machine as _;
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
-use crate::machine::Emit;
 use crate::node;
 use crate::plan::ReplacementPolicy;
 use crate::port::{Effect, Input};
@@ -118,10 +118,8 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through a node manager. Its effects are routed as
-    /// the node makes them (see [`NodeSink`]); those for a sibling, and
-    /// everything after the first of them, are handled after the step, in
-    /// order.
+    /// Runs one input through a node manager, then routes its effects in
+    /// order: to the world (recording routes), or to its session.
     pub(super) fn deliver_node(
         &mut self,
         now: Instant,
@@ -133,35 +131,19 @@ impl Orchestrator {
             self.counters.unknown_nodes += 1;
             return;
         };
-        let mut deferred = self.node_buffers.pop().unwrap_or_default();
-        let mut changes = Changes::default();
         let (ignored, strays) = (machine.ignored(), machine.stray_leases());
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
-        let mut sink = NodeSink {
-            out: &mut *out,
-            routes: &mut self.routes,
-            slot,
-            id: &self.ids[slot.at()],
-            changes: &mut changes,
-            deferred: &mut deferred,
-        };
-        machine.step(now, input, &mut sink);
+        let effects = machine.handle(now, input);
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
         self.sync_node(slot);
-        self.node_changed(slot, changes);
-        if !deferred.is_empty() {
-            for effect in deferred.drain(..) {
-                self.node_effect(now, slot, effect, out);
-            }
+        for effect in effects {
+            self.node_effect(now, slot, effect, out);
         }
-        self.node_buffers.push(deferred);
     }
 
-    /// A node effect handled after its step (not inlined: rare, and its
-    /// frame is large).
-    #[inline(never)]
+    /// Routes one node effect.
     fn node_effect(
         &mut self,
         now: Instant,
@@ -213,7 +195,6 @@ impl Orchestrator {
 
     /// Feeds the quarantine and schedules a reconcile pass when a node
     /// reached a stage the reconciler acts on.
-    #[inline]
     fn node_changed(&mut self, slot: Slot, changes: Changes) {
         if changes.failed == 0 && !changes.ended {
             return;
@@ -240,10 +221,10 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through session `id` of the node in `slot`. Its
-    /// effects are routed as the session makes them (see
-    /// [`SessionSink`]); its end, and everything after it, is handled
-    /// after the step. A session that has ended ignores the input.
+    /// Runs one input through session `id` of the node in `slot`, then
+    /// routes its effects in order: to the world (recording routes), an
+    /// observation to its node, its end to the composite. A session that
+    /// has ended ignores the input.
     pub(super) fn deliver_session(
         &mut self,
         now: Instant,
@@ -256,38 +237,18 @@ impl Orchestrator {
             self.counters.ignored_by_sessions += 1;
             return;
         };
-        let mut deferred = self.session_buffers.pop().unwrap_or_default();
         let ignored = session.machine.ignored();
-        let node = self.nodes[slot.at()].as_mut();
-        let node_ignored = node.as_ref().map_or(0, |n| n.ignored());
         session.machine.swap_ids(&mut self.ops);
-        let mut sink = SessionSink {
-            out: &mut *out,
-            routes: &mut self.routes,
-            ops: &mut session.ops,
-            slot,
-            id,
-            now,
-            node,
-            deferred: &mut deferred,
-        };
-        session.machine.step(now, input, &mut sink);
-        let node_ignored = sink.node.map_or(0, |n| n.ignored()) - node_ignored;
+        let effects = session.machine.handle(now, input);
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
-        self.counters.ignored_by_nodes += node_ignored;
         self.sync_session(slot);
-        if !deferred.is_empty() {
-            for effect in deferred.drain(..) {
-                self.session_effect(now, id, slot, effect, out);
-            }
+        for effect in effects {
+            self.session_effect(now, id, slot, effect, out);
         }
-        self.session_buffers.push(deferred);
     }
 
-    /// A session effect handled after its step (not inlined: rare, and its
-    /// frame is large).
-    #[inline(never)]
+    /// Routes one session effect.
     fn session_effect(
         &mut self,
         now: Instant,
@@ -344,7 +305,6 @@ struct Changes {
 /// operation and pushes the port effect. A stage change goes out as
 /// `NodeChanged` and is noted in `changes`. An effect for a sibling
 /// (a session to start, tell or cancel) is handed back.
-#[inline(always)]
 fn emit_node(
     out: &mut Vec<Effect>,
     routes: &mut BTreeMap<OpId, Owner>,
@@ -405,7 +365,6 @@ fn emit_node(
 /// operation (also in the session's own list, `ops`, while it lives) and
 /// pushes the port effect. An observation for the node and the session's
 /// end are handed back.
-#[inline(always)]
 fn emit_session(
     out: &mut Vec<Effect>,
     routes: &mut BTreeMap<OpId, Owner>,
@@ -458,72 +417,4 @@ fn emit_session(
         }
     }
     None
-}
-
-/// Where a node manager's step puts its effects while the composite
-/// delivers an input to it: straight out (see [`emit_node`]) until the
-/// first effect for a sibling, which waits in `deferred` with every effect
-/// after it, so that the order of effects is the order of handling.
-struct NodeSink<'a> {
-    out: &'a mut Vec<Effect>,
-    routes: &'a mut BTreeMap<OpId, Owner>,
-    slot: Slot,
-    id: &'a LogicalNodeId,
-    changes: &'a mut Changes,
-    deferred: &'a mut Vec<node::Effect>,
-}
-
-impl Emit<node::Effect> for NodeSink<'_> {
-    #[inline(always)]
-    fn push(&mut self, effect: node::Effect) {
-        if !self.deferred.is_empty() {
-            return self.deferred.push(effect);
-        }
-        let (out, routes) = (&mut *self.out, &mut *self.routes);
-        if let Some(sibling) = emit_node(out, routes, self.slot, self.id, self.changes, effect) {
-            self.deferred.push(sibling);
-        }
-    }
-}
-
-/// Where a bootstrap session's step puts its effects: straight out (see
-/// [`emit_session`]); an observation goes to its node at once, never made
-/// into an effect (the node notes it and makes no effect, so the order of
-/// effects is unchanged); the session's end waits in `deferred` with every
-/// effect after it.
-struct SessionSink<'a> {
-    out: &'a mut Vec<Effect>,
-    routes: &'a mut BTreeMap<OpId, Owner>,
-    ops: &'a mut Vec<OpId>,
-    slot: Slot,
-    id: SessionId,
-    now: Instant,
-    /// The session's node (a live session's node is in the ledger).
-    node: Option<&'a mut node::Machine>,
-    deferred: &'a mut Vec<bootstrap::Effect>,
-}
-
-impl bootstrap::Sink for SessionSink<'_> {
-    #[inline(always)]
-    fn observed(&mut self, observation: bootstrap::Observation) {
-        if self.deferred.is_empty()
-            && let Some(node) = &mut self.node
-        {
-            return node.observe(self.now, observation);
-        }
-        self.push(bootstrap::Effect::Observed(observation));
-    }
-}
-
-impl Emit<bootstrap::Effect> for SessionSink<'_> {
-    #[inline(always)]
-    fn push(&mut self, effect: bootstrap::Effect) {
-        if !self.deferred.is_empty() {
-            return self.deferred.push(effect);
-        }
-        let (out, routes, ops) = (&mut *self.out, &mut *self.routes, Some(&mut *self.ops));
-        if let Some(sibling) = emit_session(out, routes, ops, self.slot, self.id, effect) {
-            self.deferred.push(sibling);
-        }
-    }
 }
