@@ -18,14 +18,13 @@ impl super::Machine {
             }
             return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
         }
-        if self.phase == Phase::Destroyed && self.replace_due > 0 {
-            // A restored replacement not yet resumed: the destroy cancels it.
-            self.persist_destroy_requested(out);
-            self.replace_due = 0;
-            self.resume = false;
-            return;
-        }
         match self.phase {
+            // A restored replacement not yet resumed: the destroy cancels it.
+            Phase::ReplaceDue { .. } => {
+                self.persist_destroy_requested(out);
+                self.phase = Phase::Destroyed;
+                self.resume = false;
+            }
             Phase::New => self.enter(Phase::Destroyed, out),
             Phase::Requesting { op: None, .. } => {
                 // Every create of this intent was answered `Transient`:

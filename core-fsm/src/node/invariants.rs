@@ -76,7 +76,11 @@ impl super::Machine {
         let id = self.record.node();
         let t = &self.timers;
         match self.phase {
-            Phase::New | Phase::Dormant { .. } | Phase::Failed { .. } | Phase::Destroyed => {
+            Phase::New
+            | Phase::Dormant { .. }
+            | Phase::Failed { .. }
+            | Phase::Destroyed
+            | Phase::ReplaceDue { .. } => {
                 assert!(
                     t.is_empty(),
                     "N10 {id}: no timer armed in {:?}",

@@ -38,9 +38,6 @@ pub struct Machine {
     pub(super) stray_leases: u64,
     /// Stray leases whose destroy is in flight, waits for a retry, or spent.
     pub(super) strays: Vec<super::strays::Stray>,
-    /// A restored replacement whose destroy finished before the crash: the
-    /// attempt `Start` requests (0: none).
-    pub(super) replace_due: u32,
     /// Resolutions of an unresolved intent started by `Replace` in this
     /// attempt (at most `intents_max`).
     pub(super) replace_resolves: u32,
@@ -78,7 +75,6 @@ impl Machine {
             ignored: 0,
             stray_leases: 0,
             strays: Vec::new(),
-            replace_due: 0,
             replace_resolves: 0,
         }
     }
@@ -174,7 +170,7 @@ impl Machine {
         match self.phase {
             Phase::Requesting { destroy_after, .. } => destroy_after,
             Phase::Resolving { resolve, .. } => resolve.then == Then::Destroy,
-            Phase::Destroying { .. } | Phase::Destroyed => true,
+            Phase::Destroying { .. } | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
             Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
             _ => false,
         }
@@ -190,7 +186,7 @@ impl Machine {
     /// `holds_no_lease`, strays aside: the lease of the node's intent.
     pub(super) fn holds_no_own_lease(&self) -> bool {
         match self.phase {
-            Phase::New | Phase::Destroyed => true,
+            Phase::New | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
             Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
             _ => false,
         }
@@ -273,7 +269,9 @@ impl Machine {
                 attempt,
                 excluded_hosts,
             } => match phase {
-                Phase::Destroyed | Phase::Failed { unresolved: false }
+                Phase::Destroyed
+                | Phase::ReplaceDue { .. }
+                | Phase::Failed { unresolved: false }
                     if attempt > self.record.attempt =>
                 {
                     self.excluded_hosts = excluded_hosts;

@@ -91,6 +91,13 @@ pub(super) enum Phase {
         replace: u32,
     },
     Destroyed,
+    /// Destroyed, restored with a replacement due: the journal says its
+    /// destroy finished before a restart, and the new intent with
+    /// `attempt` is not journaled yet. `Start` requests it; a `Destroy`
+    /// cancels it.
+    ReplaceDue {
+        attempt: u32,
+    },
 }
 
 impl Phase {
@@ -104,7 +111,7 @@ impl Phase {
             Phase::Dormant { .. } => Lifecycle::Dormant,
             Phase::Failed { .. } => Lifecycle::Failed,
             Phase::Destroying { .. } => Lifecycle::Destroying,
-            Phase::Destroyed => Lifecycle::Destroyed,
+            Phase::Destroyed | Phase::ReplaceDue { .. } => Lifecycle::Destroyed,
         }
     }
 }

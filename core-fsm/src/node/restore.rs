@@ -129,7 +129,7 @@ impl Journaled {
         let has_lease = self.lease.is_some() && !self.released;
         if let (Some(attempt), false) = (self.replace, self.destroy_requested) {
             // A replacement a restart interrupted: finish the destroy, or
-            // go straight to the new intent (`replace_due`).
+            // go straight to the new intent (`ReplaceDue`, below).
             return match has_lease {
                 true => (
                     Phase::Destroying {
@@ -206,9 +206,10 @@ impl Machine {
         }
         r.stage = phase.stage();
         r.ready = r.stage == Lifecycle::Dormant;
-        if let (Phase::Destroyed, Some(attempt)) = (phase, journaled.replace) {
-            machine.replace_due = attempt;
-        }
+        let phase = match (phase, journaled.replace) {
+            (Phase::Destroyed, Some(attempt)) => Phase::ReplaceDue { attempt },
+            (phase, _) => phase,
+        };
         machine.strays = journaled
             .strays
             .iter()

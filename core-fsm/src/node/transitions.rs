@@ -111,7 +111,6 @@ impl super::Machine {
         r.destroy_error = None;
         r.destroyed_at = None;
         self.resume = false;
-        self.replace_due = 0;
         self.replace_resolves = 0;
         self.timers.clear();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
@@ -172,9 +171,7 @@ impl super::Machine {
                 op: None, replace, ..
             } => self.issue_destroy(now, 1, replace, out),
             // A replacement whose destroy finished before the restart.
-            Phase::Destroyed if self.replace_due > 0 => {
-                self.request_lease(now, self.replace_due, 1, out)
-            }
+            Phase::ReplaceDue { attempt } => self.request_lease(now, attempt, 1, out),
             _ => {}
         }
     }
