@@ -429,7 +429,7 @@ impl Oracle {
         Ok(())
     }
 
-    /// The handoff contract (seed 000 §12), checked when a node first shows
+    /// The handoff contract (SPEC.md "Node manager"), checked when a node first shows
     /// ready in an incarnation.
     fn handoff(&self, node: &LogicalNodeId, lease: &LeaseFacts, agent: &AgentId) -> Checked {
         let id = &lease.lease_id;

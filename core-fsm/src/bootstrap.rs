@@ -1,5 +1,5 @@
 //! The BootstrapSession: SSH from a known endpoint to agent convergence
-//! (seed 000 §11-12).
+//! (SPEC.md "Bootstrap session").
 //!
 //! A transient child of a node manager, owned by the orchestrator composite.
 //! It connects (retrying until `ssh_connect_timeout`), proves the machine is
@@ -28,10 +28,10 @@ use std::sync::Arc;
 /// and it prints a line, so the output path is exercised too.
 pub const PROBE_COMMAND: &str = "echo drover-probe && uname -a";
 
-/// The `source` of every bootstrap log record (seed 000 §11.5).
+/// The `source` of every bootstrap log record (SPEC.md "Bootstrap session").
 pub const LOG_SOURCE: &str = "ssh-bootstrap";
 
-/// A session's stage (seed 000 §11.3; `SwactorStarting` is `AgentStarting`).
+/// A session's stage (SPEC.md "Bootstrap session"; `SwactorStarting` is `AgentStarting`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Step {
     /// Not started.
@@ -130,7 +130,7 @@ impl Config {
     }
 }
 
-/// A compact observation for the node manager (seed 000 §8.4).
+/// A compact observation for the node manager (SPEC.md "Bootstrap session").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {
     /// The session.
@@ -196,7 +196,7 @@ pub enum Input {
         /// The operation.
         op: OpId,
     },
-    /// The node manager saw the agent join (seed 000 §11.6).
+    /// The node manager saw the agent join (SPEC.md "Bootstrap session").
     ConvergenceObserved {
         /// The agent.
         agent: AgentId,

@@ -1,5 +1,5 @@
-//! Agent liveness after handoff: Alive, Suspect, Dead (seed 004 §4.6, §9.5;
-//! seed 000 §13).
+//! Agent liveness after handoff: Alive, Suspect, Dead (SPEC.md "Membership";
+//! SPEC.md "Membership").
 //!
 //! Once a node is handed off, its node manager is dormant and never repairs it.
 //! What the orchestrator still needs to know is whether the node's agent is

@@ -1,5 +1,5 @@
 //! The NodeManager: one per logical node, owner of that node's ledger
-//! (seed 000 §7-8, §13-14).
+//! (SPEC.md "Node manager").
 //!
 //! A child machine of the orchestrator composite. It asks the provider for a
 //! lease (journaling the intent first), polls for the SSH endpoint, asks the
@@ -32,7 +32,7 @@ use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// A node's stage (seed 000 §7.3, plus `Destroying`).
+/// A node's stage (SPEC.md "Node manager", plus `Destroying`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Lifecycle {
     /// Known, nothing asked yet.
@@ -101,7 +101,7 @@ impl Default for Config {
     }
 }
 
-/// Compact facts of the node's current bootstrap session (seed 000 §7.2).
+/// Compact facts of the node's current bootstrap session (SPEC.md "Node manager").
 /// Full log lines live in the datastream only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootstrapFacts {
@@ -117,7 +117,7 @@ pub struct BootstrapFacts {
     pub last_observed_at: Instant,
 }
 
-/// The node's agent (seed 000 §7.2 `SwactorFacts`).
+/// The node's agent (SPEC.md "Node manager" `SwactorFacts`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentFacts {
     /// The agent's control-plane identity.
@@ -128,7 +128,7 @@ pub struct AgentFacts {
     pub handed_off_at: Option<Instant>,
 }
 
-/// The per-node ledger (seed 000 §7.2).
+/// The per-node ledger (SPEC.md "Node manager").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The desired node.

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Facts about a created lease: enough to find, reach and destroy it
-/// (seed 000 §7.2 `LeaseFacts`).
+/// (SPEC.md "The port alphabet" `LeaseFacts`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LeaseFacts {
     /// Which provider holds it.
@@ -35,7 +35,7 @@ pub struct LeaseFacts {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// Where to reach a node over SSH (seed 000 §7.2 `SshEndpoint`).
+/// Where to reach a node over SSH (SPEC.md "The port alphabet" `SshEndpoint`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SshEndpoint {
     /// Host name or address.
@@ -64,7 +64,7 @@ pub struct CreateLeaseRequest {
 }
 
 /// A successful create: the lease and, if the provider already knows it, the
-/// SSH endpoint (seed 000 §9 `CreateLeaseResult`).
+/// SSH endpoint (SPEC.md "The port alphabet" `CreateLeaseResult`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGranted {
     /// The lease (shared: the ledger, the journal and the effects that
@@ -178,7 +178,7 @@ pub struct JoinBinding {
     pub lease_id: LeaseId,
 }
 
-/// One bootstrap log line for the datastream (seed 000 §11.5).
+/// One bootstrap log line for the datastream (SPEC.md "The port alphabet").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
     /// The run.

@@ -1,4 +1,4 @@
-//! The level-triggered pool reconciler (seed 002, "pure, level-triggered
+//! The level-triggered pool reconciler (SPEC.md "The pool reconciler", "pure, level-triggered
 //! reconciler"): a pure function of desired and observed state that returns
 //! actions and a requeue time. It never knows why it was called, and it never
 //! acts on a node it has no record of.
@@ -20,12 +20,12 @@
 //!   is gone) gets a `Destroy` unless it is already `Destroying`/`Destroyed`;
 //!   highest index first.
 //! - A wanted `Failed` node: with `ReplacementPolicy::None` nothing, ever (the
-//!   MVP rule, seed 000 §13); with `Bounded`, a `Replace` with `attempt + 1`
+//!   MVP rule, SPEC.md "Node manager"); with `Bounded`, a `Replace` with `attempt + 1`
 //!   once its backoff has elapsed and while `attempt < attempts_max`, else a
 //!   requeue at the backoff's end; at `attempts_max` it stays failed.
 //! - `Provisioning`, `Ready`, `Destroying` and wanted `Destroyed` records get
 //!   nothing: the node managers own those (a handed-off node is never
-//!   repaired, seed 000 §13; a destroyed id is not reused within a run).
+//!   repaired, SPEC.md "Node manager"; a destroyed id is not reused within a run).
 //! - Order: destroys, then replaces, then creates; groups in name order.
 
 use crate::ids::{GroupId, LogicalNodeId};

@@ -1,4 +1,4 @@
-//! The StageController (seed 004 §6.5-6.6): one pipeline stage on a node.
+//! The StageController (SPEC.md "The stage controller"): one pipeline stage on a node.
 //!
 //! It accepts a provision only from the expected orchestrator and only for its
 //! own node, asks for the two edges, the worker role and the weights, and
@@ -86,7 +86,7 @@ impl StopStep {
     }
 }
 
-/// The controller's state (seed 004 §6.5 logical states).
+/// The controller's state (SPEC.md "The stage controller" logical states).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
     /// No provision accepted yet.

@@ -8,7 +8,7 @@ use super::{
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
-/// One node's boot attempt (seed 003), from process start to
+/// One node's boot attempt (SPEC.md "Node boot readiness"), from process start to
 /// `NodeAvailable` or one `Faulted`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
@@ -91,7 +91,7 @@ impl Machine {
     }
 
     /// Whether the node may accept stage provisioning now: it is available
-    /// and its worker is ready (seed 003: provisioning never races ahead of
+    /// and its worker is ready (SPEC.md "Node boot readiness": provisioning never races ahead of
     /// availability; with a deferred start, it also waits for the worker).
     pub fn may_accept_provisioning(&self) -> bool {
         matches!(

@@ -210,7 +210,7 @@ impl Machine {
 
     pub(super) fn owns_output(&self, op: OpId) -> bool {
         // A foreground start command keeps printing after the agent joined;
-        // its lines are logged until SSH is closed (seed 000 §12: flushed
+        // its lines are logged until SSH is closed (SPEC.md "Bootstrap session": flushed
         // before close).
         let start_live = self.start_op == Some(op) && !matches!(self.phase, Phase::Ended { .. });
         self.phase.command_op() == Some(op) || self.tails.contains(&op) || start_live

@@ -62,7 +62,7 @@ impl super::Machine {
                 }
                 (TimerKind::Close, Phase::Closing { end, .. }) => {
                     // The port did not confirm the close. A handoff needs a
-                    // confirmed close (seed 000 §12), so convergence turns
+                    // confirmed close (SPEC.md "Bootstrap session"), so convergence turns
                     // into a stream error; other ends stay what they were.
                     let end = if end == End::Converged {
                         self.reason = Some("SSH close not confirmed".to_owned());

@@ -1,5 +1,5 @@
 //! The node manager's side of a bootstrap session: observations, the
-//! agent's join, and the handoff once SSH is closed (seed 000 §12).
+//! agent's join, and the handoff once SSH is closed (SPEC.md "Node manager").
 
 use super::machine::Phase;
 use super::{AgentFacts, Effect, Lifecycle};
@@ -54,7 +54,7 @@ impl super::Machine {
         };
     }
 
-    /// SSH closed after the join: the handoff is complete (seed 000 §12).
+    /// SSH closed after the join: the handoff is complete (SPEC.md "Node manager").
     pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let agent = self.record.agent.as_mut().expect("Joined has agent facts");
         agent.handed_off_at = Some(now);

@@ -1,5 +1,5 @@
 //! The node manager's resolution of an ambiguous intent: list the run's
-//! leases by nonce, bounded in lists and in misses (seed 000 §13).
+//! leases by nonce, bounded in lists and in misses (SPEC.md "Node manager").
 
 use super::machine::{Phase, Resolve, Then};
 use super::{Effect, TimerKind};
