@@ -118,12 +118,10 @@ pub struct Orchestrator {
     pub(crate) rng: DetRng,
     pub(crate) ops: Counter,
     pub(crate) session_ids: Counter,
-    /// The ledger by slot.
-    pub(crate) nodes: Vec<Option<node::Machine>>,
+    /// The ledger by slot (node-id order).
+    pub(crate) nodes: BTreeMap<Slot, node::Machine>,
     /// Live sessions by the slot of their node (a node has one at most, O2).
-    pub(crate) sessions: Vec<Option<Session>>,
-    /// How many slots hold a session.
-    pub(crate) live_sessions: usize,
+    pub(crate) sessions: BTreeMap<Slot, Session>,
     /// The probe command every session runs, made once.
     pub(crate) probe_command: Arc<str>,
     /// Who awaits each operation's answer, by operation id.
@@ -173,9 +171,8 @@ impl Orchestrator {
             rng: DetRng::new(config.seed).derive(life),
             ops: Counter::starting_at(1),
             session_ids: Counter::starting_at(1),
-            nodes: (0..count).map(|_| None).collect(),
-            sessions: (0..count).map(|_| None).collect(),
-            live_sessions: 0,
+            nodes: BTreeMap::new(),
+            sessions: BTreeMap::new(),
             probe_command: bootstrap::PROBE_COMMAND.into(),
             routes: BTreeMap::new(),
             deadlines: Deadlines::default(),
@@ -199,7 +196,7 @@ impl Orchestrator {
 
     /// The ledger, in node-id order.
     pub fn nodes(&self) -> impl Iterator<Item = &node::Record> {
-        self.nodes.iter().flatten().map(node::Machine::record)
+        self.nodes.values().map(node::Machine::record)
     }
 
     /// One node's record.
@@ -210,8 +207,7 @@ impl Orchestrator {
     /// The stage of a live bootstrap session, if it exists.
     pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Step> {
         self.sessions
-            .iter()
-            .flatten()
+            .values()
             .find(|s| s.id == id)
             .map(|s| s.machine.stage())
     }
@@ -221,7 +217,7 @@ impl Orchestrator {
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
         self.started
-            && self.live_sessions == 0
+            && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
             && self.tally.all_settled()
@@ -237,7 +233,7 @@ impl Orchestrator {
     /// composite restored from the journal of a run that was torn down, so
     /// a runtime may start a new run instead of resuming that one.
     pub fn holds_no_lease(&self) -> bool {
-        self.live_sessions == 0 && self.tally.none_leased()
+        self.sessions.is_empty() && self.tally.none_leased()
     }
 
     /// Raises a node's last log sequence numbers to `seqs`, when a runtime
@@ -247,7 +243,7 @@ impl Orchestrator {
     /// from being used again. A node the ledger lacks is ignored.
     pub fn raise_log_seqs(&mut self, node: &LogicalNodeId, seqs: crate::port::LogSeqs) {
         if let Some(slot) = self.slot_of(node)
-            && let Some(machine) = self.nodes[slot.at()].as_mut()
+            && let Some(machine) = self.nodes.get_mut(&slot)
         {
             machine.raise_log_seqs(seqs);
         }
@@ -301,20 +297,18 @@ impl Orchestrator {
     /// The node manager of `id`, if the ledger has it.
     pub(crate) fn machine(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
         let slot = self.slot_of(id)?;
-        self.nodes[slot.at()].as_ref()
+        self.nodes.get(&slot)
     }
 
     /// The ledger node in `slot`, which must exist.
     pub(crate) fn slot_machine(&self, slot: Slot) -> &node::Machine {
-        self.nodes[slot.at()]
-            .as_ref()
-            .expect("a routed slot holds a node")
+        self.nodes.get(&slot).expect("a routed slot holds a node")
     }
 
     /// Puts a new node manager into the ledger and indexes it.
     pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
-        assert!(self.nodes[slot.at()].is_none(), "one manager per node");
-        self.nodes[slot.at()] = Some(machine);
+        let before = self.nodes.insert(slot, machine);
+        assert!(before.is_none(), "one manager per node");
         self.sync_node(slot);
     }
 }
@@ -363,7 +357,7 @@ impl crate::Machine for Orchestrator {
             Input::Start => self.on_start(now, out),
             Input::Teardown => self.on_teardown(now, out),
             Input::Destroy { node } => match self.slot_of(&node) {
-                Some(slot) if self.nodes[slot.at()].is_some() => {
+                Some(slot) if self.nodes.contains_key(&slot) => {
                     self.deliver_node(now, slot, node::Input::Destroy, out)
                 }
                 _ => self.counters.unknown_nodes += 1,

@@ -63,7 +63,7 @@ impl Orchestrator {
         // Sessions go in id order; one a node's tick ended is skipped.
         let mut sessions: Vec<(SessionId, Slot)> = sessions
             .into_iter()
-            .filter_map(|slot| self.sessions[slot.at()].as_ref().map(|s| (s.id, slot)))
+            .filter_map(|slot| self.sessions.get(&slot).map(|s| (s.id, slot)))
             .collect();
         sessions.sort_unstable();
         for slot in nodes {
@@ -80,9 +80,7 @@ impl Orchestrator {
 
     /// The ledger's nodes with their slots, in node-id order.
     pub(super) fn occupied(&self) -> impl Iterator<Item = (Slot, &node::Machine)> {
-        (0u32..)
-            .zip(&self.nodes)
-            .filter_map(|(n, machine)| machine.as_ref().map(|m| (Slot(n), m)))
+        self.nodes.iter().map(|(slot, machine)| (*slot, machine))
     }
 
     /// Hosts new leases must avoid, when the policy quarantines.
@@ -103,7 +101,7 @@ impl Orchestrator {
             if self.tearing_down || !self.started {
                 return;
             }
-            let views: Vec<NodeView> = self.nodes.iter().flatten().map(view).collect();
+            let views: Vec<NodeView> = self.nodes.values().map(view).collect();
             let decision = reconcile::reconcile(
                 &self.reconciler,
                 &self.desired,

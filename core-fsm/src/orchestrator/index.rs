@@ -156,9 +156,7 @@ impl Orchestrator {
     /// input (or ended).
     pub(crate) fn sync_session(&mut self, slot: Slot) {
         use crate::Machine as _;
-        let deadline = self.sessions[slot.at()]
-            .as_ref()
-            .and_then(|s| s.machine.next_deadline());
+        let deadline = (self.sessions.get(&slot)).and_then(|s| s.machine.next_deadline());
         self.deadlines.set(Child::Session(slot), deadline);
     }
 }

@@ -84,9 +84,7 @@ impl Orchestrator {
             self.counters.unknown_ops += 1;
             return;
         };
-        let session = self.sessions[slot.at()]
-            .as_mut()
-            .expect("O4: a routed session is live");
+        let session = (self.sessions.get_mut(&slot)).expect("O4: a routed session is live");
         let id = session.id;
         if last {
             // Answered: the session's end has no route left to drop for it.
@@ -108,8 +106,9 @@ impl Orchestrator {
     ) {
         match self.slot_of(&id) {
             Some(slot)
-                if self.nodes[slot.at()]
-                    .as_ref()
+                if self
+                    .nodes
+                    .get(&slot)
                     .is_some_and(|m| m.expects_join(&lease_id)) =>
             {
                 self.deliver_node(now, slot, node::Input::AgentJoined { lease_id, agent }, out)
@@ -127,7 +126,7 @@ impl Orchestrator {
         input: node::Input,
         out: &mut Vec<Effect>,
     ) {
-        let Some(machine) = self.nodes[slot.at()].as_mut() else {
+        let Some(machine) = self.nodes.get_mut(&slot) else {
             self.counters.unknown_nodes += 1;
             return;
         };
@@ -169,14 +168,13 @@ impl Orchestrator {
                     bootstrap::Config::with_probe(session, spec, lease_id, endpoint, probe);
                 config.log_seqs = log_seqs;
                 let machine = bootstrap::Machine::new(config);
-                let entry = &mut self.sessions[slot.at()];
-                assert!(entry.is_none(), "O2: one session per node");
-                *entry = Some(Session {
+                let session_entry = Session {
                     id: session,
                     machine,
                     ops: Vec::new(),
-                });
-                self.live_sessions += 1;
+                };
+                let before = self.sessions.insert(slot, session_entry);
+                assert!(before.is_none(), "O2: one session per node");
                 self.deliver_session(now, slot, session, bootstrap::Input::Start, out);
             }
             node::Effect::ConvergenceObserved { session, agent } => self.deliver_session(
@@ -233,7 +231,7 @@ impl Orchestrator {
         input: bootstrap::Input,
         out: &mut Vec<Effect>,
     ) {
-        let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) else {
+        let Some(session) = self.sessions.get_mut(&slot).filter(|s| s.id == id) else {
             self.counters.ignored_by_sessions += 1;
             return;
         };
@@ -258,7 +256,7 @@ impl Orchestrator {
         out: &mut Vec<Effect>,
     ) {
         let routes = &mut self.routes;
-        let ops = self.sessions[node.at()].as_mut().map(|s| &mut s.ops);
+        let ops = self.sessions.get_mut(&node).map(|s| &mut s.ops);
         let Some(effect) = emit_session(out, routes, ops, node, id, effect) else {
             return;
         };
@@ -267,12 +265,8 @@ impl Orchestrator {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
             bootstrap::Effect::Finished(outcome) => {
-                // Only its open operations are taken out; the session is
-                // dropped where it lies.
-                let session = self.sessions[node.at()].as_mut();
-                let ops = std::mem::take(&mut session.expect("a finishing session exists").ops);
-                self.sessions[node.at()] = None;
-                self.live_sessions -= 1;
+                let session = self.sessions.remove(&node);
+                let ops = session.expect("a finishing session exists").ops;
                 self.sync_session(node);
                 for op in &ops {
                     self.routes.remove(op);
