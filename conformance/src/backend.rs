@@ -10,7 +10,7 @@ use crate::coverage::Coverage;
 use core_fsm::digest::Digest;
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::machine::Machine;
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::RunPlan;
 use core_fsm::port::{Effect, Input, JournalRecord, LeaseFacts};
 use std::fmt;
@@ -22,7 +22,7 @@ pub struct NodeView<'a> {
     /// The logical node.
     pub node: &'a LogicalNodeId,
     /// Its stage.
-    pub stage: Stage,
+    pub stage: Lifecycle,
     /// Whether it is ready.
     pub ready: bool,
     /// Its current lease, if any.

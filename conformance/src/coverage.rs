@@ -2,30 +2,30 @@
 //! reports what was hit and what never was, so a fault that the generator
 //! never manages to inject shows up instead of silently passing.
 
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// Every node stage, the universe of the stage probe.
-pub const STAGES: [Stage; 11] = [
-    Stage::New,
-    Stage::LeaseRequested,
-    Stage::LeaseCreated,
-    Stage::EndpointKnown,
-    Stage::BootstrapRunning,
-    Stage::AgentJoined,
-    Stage::HandedOff,
-    Stage::Dormant,
-    Stage::Failed,
-    Stage::Destroying,
-    Stage::Destroyed,
+pub const STAGES: [Lifecycle; 11] = [
+    Lifecycle::New,
+    Lifecycle::LeaseRequested,
+    Lifecycle::LeaseCreated,
+    Lifecycle::EndpointKnown,
+    Lifecycle::BootstrapRunning,
+    Lifecycle::AgentJoined,
+    Lifecycle::HandedOff,
+    Lifecycle::Dormant,
+    Lifecycle::Failed,
+    Lifecycle::Destroying,
+    Lifecycle::Destroyed,
 ];
 
 /// What was exercised.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Coverage {
     /// Node stages seen in the ledger or in `NodeChanged`.
-    pub stages: BTreeSet<Stage>,
+    pub stages: BTreeSet<Lifecycle>,
     /// Labels the system reported for its internal machines (bootstrap
     /// stages and the like).
     pub labels: BTreeSet<String>,
@@ -48,7 +48,7 @@ impl Coverage {
     }
 
     /// Stages never seen.
-    pub fn missing_stages(&self) -> Vec<Stage> {
+    pub fn missing_stages(&self) -> Vec<Lifecycle> {
         STAGES
             .into_iter()
             .filter(|s| !self.stages.contains(s))
@@ -105,7 +105,7 @@ impl Coverage {
 pub fn stage_of_input(
     input: &core_fsm::port::Input,
     op_node: &std::collections::BTreeMap<core_fsm::ids::OpId, core_fsm::ids::LogicalNodeId>,
-    stages: &std::collections::BTreeMap<core_fsm::ids::LogicalNodeId, Stage>,
+    stages: &std::collections::BTreeMap<core_fsm::ids::LogicalNodeId, Lifecycle>,
 ) -> String {
     use core_fsm::port::Input;
     let node = match input {

@@ -9,7 +9,7 @@
 
 use crate::backend::System;
 use crate::oracle::Oracle;
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::port::JournalRecord;
 
 /// The run's phase, as far as liveness is concerned.
@@ -53,7 +53,7 @@ impl Settle {
         sys.visit_nodes(&mut |view| {
             facts.nodes_settled &= node_settled(view.stage);
             facts.ready += u32::from(view.ready);
-            facts.failed += u32::from(view.stage == Stage::Failed);
+            facts.failed += u32::from(view.stage == Lifecycle::Failed);
         });
         facts
     }
@@ -79,10 +79,10 @@ impl Settle {
 /// Whether a node in `stage` counts as settled. `Destroying` counts once the
 /// composite says it is settled: a destroy whose retries are spent waits for
 /// the next teardown.
-pub fn node_settled(stage: Stage) -> bool {
+pub fn node_settled(stage: Lifecycle) -> bool {
     matches!(
         stage,
-        Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
+        Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroying | Lifecycle::Destroyed
     )
 }
 
@@ -162,9 +162,9 @@ mod tests {
 
     #[test]
     fn settled_stages() {
-        assert!(node_settled(Stage::Failed));
-        assert!(node_settled(Stage::Destroying));
-        assert!(!node_settled(Stage::LeaseRequested));
+        assert!(node_settled(Lifecycle::Failed));
+        assert!(node_settled(Lifecycle::Destroying));
+        assert!(!node_settled(Lifecycle::LeaseRequested));
     }
 
     #[test]

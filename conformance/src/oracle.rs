@@ -398,8 +398,8 @@ impl Oracle {
 
     /// Checks one node record after a step.
     pub fn node(&mut self, view: NodeView<'_>) -> Checked {
-        use core_fsm::node::Stage;
-        if view.ready != (view.stage == Stage::Dormant) {
+        use core_fsm::node::Lifecycle;
+        if view.ready != (view.stage == Lifecycle::Dormant) {
             return self.fail(
                 "W5",
                 format!(
@@ -429,7 +429,7 @@ impl Oracle {
         Ok(())
     }
 
-    /// The handoff contract (seed 000 §12), checked when a node first shows
+    /// The handoff contract (SPEC.md "Node manager"), checked when a node first shows
     /// ready in an incarnation.
     fn handoff(&self, node: &LogicalNodeId, lease: &LeaseFacts, agent: &AgentId) -> Checked {
         let id = &lease.lease_id;

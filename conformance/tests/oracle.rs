@@ -4,7 +4,7 @@
 use conformance::NodeView;
 use conformance::oracle::{Observation, Oracle};
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::{DesiredShape, ProviderKind};
 use core_fsm::port::{
     CreateLeaseRequest, Effect, Input, JournalRecord, LeaseFacts, LeaseGranted, LogRecord, LogSeqs,
@@ -159,7 +159,7 @@ fn w5_ready_without_a_join_or_outside_dormant() {
     let agent = AgentId::from("agent-1");
     let view = NodeView {
         node: &id,
-        stage: Stage::Dormant,
+        stage: Lifecycle::Dormant,
         ready: true,
         lease: Some(&l),
         agent: Some(&agent),
@@ -167,7 +167,7 @@ fn w5_ready_without_a_join_or_outside_dormant() {
     };
     assert_eq!(o.node(view).expect_err("no join").id, "W5");
     let not_dormant = NodeView {
-        stage: Stage::HandedOff,
+        stage: Lifecycle::HandedOff,
         ..view
     };
     assert_eq!(

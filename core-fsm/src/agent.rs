@@ -1,12 +1,12 @@
-//! The agent composite on a node: boot readiness (seed 003, [`crate::boot`]),
-//! the node's stage controllers by stage index ([`crate::stage`], seed 004
-//! §6.5-6.6) and supervision of the worker process.
+//! The agent composite on a node: boot readiness (SPEC.md "Node boot readiness", [`crate::boot`]),
+//! the node's stage controllers by stage index ([`crate::stage`], SPEC.md "The stage
+//! controller") and supervision of the worker process.
 //!
 //! The agent owns one worker process. It asks for it once, on start; the
 //! worker's readiness is the boot's worker fact, and its crash (with the
 //! supervisor's reason) is reported to the boot and becomes a worker-crash
 //! fault in every stage controller. The agent never restarts a worker: a
-//! crash is reported and the run decides (seed 000 §13: nothing repairs a
+//! crash is reported and the run decides (SPEC.md "Node manager": nothing repairs a
 //! node after handoff).
 //!
 //! Once boot says the node may accept provisioning, the agent reports its
@@ -21,7 +21,6 @@ use crate::boot;
 use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
 use crate::stage::{self, StageIndex};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -167,7 +166,7 @@ pub enum Input {
 /// What the agent reports to the orchestrator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Report {
-    /// The node's runtime is ready (seed 004 §5.5).
+    /// The node's runtime is ready (SPEC.md "The agent").
     RuntimeReady {
         /// The run.
         run_id: RunId,
@@ -234,6 +233,8 @@ pub enum TimerKind {
     Heartbeat,
 }
 
+crate::timer::timer_kinds!(TimerKind: ReadyResend, Heartbeat);
+
 /// Inputs the agent ignored, by reason (its children count their own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
@@ -263,7 +264,7 @@ pub struct Machine {
     boot: boot::Machine,
     stages: BTreeMap<StageIndex, stage::Machine>,
     readiness: Readiness,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     ignored: Ignored,
     next_id: crate::ids::Counter,
     /// Worker processes asked for; never more than one (no restarts).
@@ -289,7 +290,7 @@ impl Machine {
             boot,
             stages: BTreeMap::new(),
             readiness: Readiness::Unreported,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             ignored: Ignored::default(),
             next_id: crate::ids::Counter::starting_at(1),
             spawns: 0,

@@ -1,11 +1,11 @@
-//! Node-side boot readiness (seed 003): a node declares itself available
+//! Node-side boot readiness (SPEC.md "Node boot readiness"): a node declares itself available
 //! only after every readiness fact holds, or reports exactly one typed boot
 //! fault and never becomes available.
 //!
 //! The agent composite feeds this machine the outcomes of its own local
 //! resources (process, control-plane transport, node identity, arena,
 //! worker, membership, provisioning handler). The machine decides nothing
-//! else: weights, roles, stages and edges are the run's business (seed 003
+//! else: weights, roles, stages and edges are the run's business (SPEC.md "Node boot readiness"
 //! "Non-Readiness Facts"), so no input here can carry them. Invariants
 //! BT1..BT9 are in `spec/plan-boot-reconcile.md`.
 
@@ -18,7 +18,7 @@ use crate::ids::LogicalNodeId;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 
-/// Whether availability waits for the worker process (seed 003: "the GPU
+/// Whether availability waits for the worker process (SPEC.md "Node boot readiness": "the GPU
 /// worker is ready, or ... an explicit deferred worker-start policy").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerStartPolicy {
@@ -44,7 +44,7 @@ pub struct Config {
     pub boot_timeout: Duration,
 }
 
-/// A local resource whose readiness is a fact of the boot (seed 003
+/// A local resource whose readiness is a fact of the boot (SPEC.md "Node boot readiness"
 /// "Required Readiness Facts"), in the order the spec lists them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Resource {
@@ -217,6 +217,8 @@ pub enum TimerKind {
     /// The end of the boot attempt's time budget.
     BootDeadline,
 }
+
+crate::timer::timer_kinds!(TimerKind: BootDeadline);
 
 /// The worker, once the node is available.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! The BootstrapSession: SSH from a known endpoint to agent convergence
-//! (seed 000 §11-12).
+//! (SPEC.md "Bootstrap session").
 //!
 //! A transient child of a node manager, owned by the orchestrator composite.
 //! It connects (retrying until `ssh_connect_timeout`), proves the machine is
@@ -28,12 +28,12 @@ use std::sync::Arc;
 /// and it prints a line, so the output path is exercised too.
 pub const PROBE_COMMAND: &str = "echo drover-probe && uname -a";
 
-/// The `source` of every bootstrap log record (seed 000 §11.5).
+/// The `source` of every bootstrap log record (SPEC.md "Bootstrap session").
 pub const LOG_SOURCE: &str = "ssh-bootstrap";
 
-/// A session's stage (seed 000 §11.3; `SwactorStarting` is `AgentStarting`).
+/// A session's stage (SPEC.md "Bootstrap session"; `SwactorStarting` is `AgentStarting`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Stage {
+pub enum Step {
     /// Not started.
     Created,
     /// Connecting (with retries).
@@ -130,26 +130,13 @@ impl Config {
     }
 }
 
-/// Where a session's step puts its effects. An observation may go to the
-/// node without being made into an effect first (the composite notes it on
-/// the node at once); by default it is pushed as [`Effect::Observed`].
-pub(crate) trait Sink: crate::machine::Emit<Effect> {
-    /// Takes an observation for the node.
-    #[inline]
-    fn observed(&mut self, observation: Observation) {
-        self.push(Effect::Observed(observation));
-    }
-}
-
-impl Sink for Vec<Effect> {}
-
-/// A compact observation for the node manager (seed 000 §8.4).
+/// A compact observation for the node manager (SPEC.md "Bootstrap session").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {
     /// The session.
     pub session: SessionId,
     /// Its stage now.
-    pub stage: Stage,
+    pub stage: Step,
     /// Sequence number of the node's last stdout line so far (earlier
     /// sessions' lines count: numbers run for the whole run).
     pub last_stdout_seq: Option<u64>,
@@ -166,7 +153,7 @@ pub enum Outcome {
     /// It failed.
     Failed {
         /// The failure stage.
-        stage: Stage,
+        stage: Step,
         /// Why, for people and the node record.
         reason: String,
     },
@@ -209,7 +196,7 @@ pub enum Input {
         /// The operation.
         op: OpId,
     },
-    /// The node manager saw the agent join (seed 000 §11.6).
+    /// The node manager saw the agent join (SPEC.md "Bootstrap session").
     ConvergenceObserved {
         /// The agent.
         agent: AgentId,
@@ -272,6 +259,8 @@ pub enum TimerKind {
     /// The close was not confirmed in time.
     Close,
 }
+
+crate::timer::timer_kinds!(TimerKind: ConnectDeadline, ConnectAttempt, ConnectRetry, Command, Join, Close);
 
 /// A shell command that follows `sources` from their first line, onto
 /// stderr when `to_stderr`. Paths are single-quoted for `/bin/sh`.

@@ -1,20 +1,21 @@
 //! Identifiers. Counters or values that come in as inputs; never random UUIDs.
 
-use crate::text::Text;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 use std::fmt;
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         ///
-        /// The text is a [`Text`]: a clone copies a few words.
+        /// The text is a [`SmolStr`]: short ids are kept inline, and a clone
+        /// of a long one copies a pointer.
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        pub struct $name(pub Text);
+        pub struct $name(pub SmolStr);
 
         impl $name {
             /// An id with this text.
-            pub fn new(text: impl Into<Text>) -> Self {
+            pub fn new(text: impl Into<SmolStr>) -> Self {
                 $name(text.into())
             }
 
@@ -102,6 +103,54 @@ number_id!(
     "nonce-"
 );
 
+/// Every drover lease label starts with this.
+pub const LABEL_PREFIX: &str = "drover:";
+
+/// The label every provider writes on a lease, and reads back to find a
+/// run's leases: `drover:run-<run>:<logical node>:nonce-<nonce>`. It
+/// carries the intent's nonce, so a create whose answer was lost is found
+/// (and adopted) by listing, never created twice.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaseLabel {
+    /// The run.
+    pub run_id: RunId,
+    /// The logical node.
+    pub node: LogicalNodeId,
+    /// The lease intent's nonce.
+    pub nonce: Nonce,
+}
+
+impl LeaseLabel {
+    /// The label text: `drover:run-7:workers-0:nonce-42`.
+    pub fn render(&self) -> String {
+        let (run, node, nonce) = (self.run_id.0, &self.node.0, self.nonce.0);
+        format!("{LABEL_PREFIX}run-{run}:{node}:nonce-{nonce}")
+    }
+
+    /// Parses a label; `None` for anything that is not a well-formed drover
+    /// label.
+    pub fn parse(text: &str) -> Option<LeaseLabel> {
+        let rest = text.strip_prefix(LABEL_PREFIX)?;
+        let mut parts = rest.split(':');
+        let run = parts.next()?.strip_prefix("run-")?.parse::<u64>().ok()?;
+        let node = parts.next()?;
+        let nonce = parts.next()?.strip_prefix("nonce-")?.parse::<u64>().ok()?;
+        if parts.next().is_some() || node.is_empty() {
+            return None;
+        }
+        Some(LeaseLabel {
+            run_id: RunId(run),
+            node: LogicalNodeId::from(node),
+            nonce: Nonce(nonce),
+        })
+    }
+
+    /// The prefix shared by every label of `run`.
+    pub fn run_prefix(run_id: RunId) -> String {
+        format!("{LABEL_PREFIX}run-{}:", run_id.0)
+    }
+}
+
 /// Hands out fresh, increasing ids from a counter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counter {
@@ -145,5 +194,32 @@ mod tests {
         assert_eq!(c.next(), 5);
         assert_eq!(c.next(), 6);
         assert_eq!(c.peek(), 7);
+    }
+
+    #[test]
+    fn lease_labels_round_trip() {
+        let label = LeaseLabel {
+            run_id: RunId(7),
+            node: LogicalNodeId::from("workers-0"),
+            nonce: Nonce(42),
+        };
+        assert_eq!(label.render(), "drover:run-7:workers-0:nonce-42");
+        assert_eq!(LeaseLabel::parse(&label.render()), Some(label));
+        assert_eq!(LeaseLabel::run_prefix(RunId(7)), "drover:run-7:");
+    }
+
+    #[test]
+    fn foreign_labels_do_not_parse() {
+        for text in [
+            "",
+            "prov:clusterA:node-3:lease-01",
+            "drover:run-x:workers-0:nonce-1",
+            "drover:run-1::nonce-1",
+            "drover:run-1:workers-0:nonce-1:extra",
+            "drover:run-1:workers-0:1",
+            "drover-run=42;nonce=7",
+        ] {
+            assert_eq!(LeaseLabel::parse(text), None, "{text}");
+        }
     }
 }

@@ -9,16 +9,13 @@
 //! See `SPEC.md` at the workspace root for each machine's states, inputs,
 //! effects, timers and numbered invariants.
 
-// No `unsafe` but one `Vec::set_len`, allowed where it is and explained
-// there (`orchestrator::out`: effects written in place).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod digest;
 pub mod ids;
 pub mod machine;
 pub mod rng;
-pub mod text;
 pub mod time;
 pub mod timer;
 

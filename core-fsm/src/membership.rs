@@ -1,5 +1,5 @@
-//! Agent liveness after handoff: Alive, Suspect, Dead (seed 004 §4.6, §9.5;
-//! seed 000 §13).
+//! Agent liveness after handoff: Alive, Suspect, Dead (SPEC.md "Membership";
+//! SPEC.md "Membership").
 //!
 //! Once a node is handed off, its node manager is dormant and never repairs it.
 //! What the orchestrator still needs to know is whether the node's agent is
@@ -16,7 +16,6 @@
 
 use crate::ids::{AgentId, LogicalNodeId};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -187,7 +186,9 @@ pub struct Machine {
     /// Every identity that died, so none is ever tracked again, even after
     /// its node was forgotten or taken over by another identity.
     buried: BTreeSet<AgentId>,
-    timers: TimerTable<TimerKind>,
+    /// A member's timers are keyed by its node, so they are a map, not a
+    /// [`crate::timer::TimerTable`].
+    timers: BTreeMap<TimerKind, Instant>,
     ignored: Ignored,
 }
 
@@ -206,7 +207,7 @@ impl Machine {
             config,
             members: BTreeMap::new(),
             buried: BTreeSet::new(),
-            timers: TimerTable::new(),
+            timers: BTreeMap::new(),
             ignored: Ignored::default(),
         }
     }
@@ -227,17 +228,16 @@ impl Machine {
     }
 
     fn arm(&mut self, node: &LogicalNodeId, now: Instant) {
-        self.timers.set(
-            TimerKind::Suspect(node.clone()),
-            now + self.config.suspect_after,
-        );
+        let (suspect, dead) = (self.config.suspect_after, self.config.dead_after);
         self.timers
-            .set(TimerKind::Dead(node.clone()), now + self.config.dead_after);
+            .insert(TimerKind::Suspect(node.clone()), now + suspect);
+        self.timers
+            .insert(TimerKind::Dead(node.clone()), now + dead);
     }
 
     fn disarm(&mut self, node: &LogicalNodeId) {
-        self.timers.cancel(&TimerKind::Suspect(node.clone()));
-        self.timers.cancel(&TimerKind::Dead(node.clone()));
+        self.timers.remove(&TimerKind::Suspect(node.clone()));
+        self.timers.remove(&TimerKind::Dead(node.clone()));
     }
 
     fn on_track(&mut self, now: Instant, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
@@ -328,6 +328,20 @@ impl Machine {
         }
     }
 
+    /// Removes and returns every timer due at `now`, earliest first (ties
+    /// in kind order).
+    fn take_expired(&mut self, now: Instant) -> Vec<TimerKind> {
+        let mut due: Vec<(Instant, TimerKind)> = (self.timers.iter())
+            .filter(|(_, at)| **at <= now)
+            .map(|(kind, at)| (*at, kind.clone()))
+            .collect();
+        due.sort();
+        for (_, kind) in &due {
+            self.timers.remove(kind);
+        }
+        due.into_iter().map(|(_, kind)| kind).collect()
+    }
+
     fn on_expired(&mut self, kind: TimerKind) -> Vec<Effect> {
         let (node, to) = match kind {
             TimerKind::Suspect(node) => (node, Liveness::Suspect),
@@ -371,7 +385,7 @@ impl crate::Machine for Machine {
         match input {
             Input::Tick => {
                 let mut out = Vec::new();
-                for kind in self.timers.take_expired(now) {
+                for kind in self.take_expired(now) {
                     out.extend(self.on_expired(kind));
                 }
                 out
@@ -390,7 +404,7 @@ impl crate::Machine for Machine {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        self.timers.values().min().copied()
     }
 
     fn check_invariants(&self) {
@@ -406,8 +420,8 @@ impl crate::Machine for Machine {
             "an identity tracked twice"
         );
         for (node, member) in &self.members {
-            let suspect = self.timers.is_set(&TimerKind::Suspect(node.clone()));
-            let dead = self.timers.is_set(&TimerKind::Dead(node.clone()));
+            let suspect = self.timers.contains_key(&TimerKind::Suspect(node.clone()));
+            let dead = self.timers.contains_key(&TimerKind::Dead(node.clone()));
             match member {
                 // M2: an Alive member is on its way to Suspect and Dead.
                 Phase::Alive { .. } => assert!(suspect && dead, "alive {node} unarmed"),

@@ -1,12 +1,12 @@
 //! The NodeManager: one per logical node, owner of that node's ledger
-//! (seed 000 §7-8, §13-14).
+//! (SPEC.md "Node manager").
 //!
 //! A child machine of the orchestrator composite. It asks the provider for a
 //! lease (journaling the intent first), polls for the SSH endpoint, asks the
 //! composite to spawn a bootstrap session, records the agent's join and the
 //! handoff, and destroys its own known lease on request. Its [`Record`] is the
 //! per-node ledger; readiness is a flag of that record, true only in
-//! [`Stage::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
+//! [`Lifecycle::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
 
 mod destroy;
 mod handoff;
@@ -32,9 +32,9 @@ use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// A node's stage (seed 000 §7.3, plus `Destroying`).
+/// A node's stage (SPEC.md "Node manager", plus `Destroying`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Stage {
+pub enum Lifecycle {
     /// Known, nothing asked yet.
     New,
     /// A create was asked of the provider (or its outcome is being resolved
@@ -101,14 +101,14 @@ impl Default for Config {
     }
 }
 
-/// Compact facts of the node's current bootstrap session (seed 000 §7.2).
+/// Compact facts of the node's current bootstrap session (SPEC.md "Node manager").
 /// Full log lines live in the datastream only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootstrapFacts {
     /// The session.
     pub session: SessionId,
     /// The session's last reported stage.
-    pub last_stage: bootstrap::Stage,
+    pub last_stage: bootstrap::Step,
     /// Sequence number of the last stdout line, if any.
     pub last_stdout_seq: Option<u64>,
     /// Sequence number of the last stderr line, if any.
@@ -117,7 +117,7 @@ pub struct BootstrapFacts {
     pub last_observed_at: Instant,
 }
 
-/// The node's agent (seed 000 §7.2 `SwactorFacts`).
+/// The node's agent (SPEC.md "Node manager" `SwactorFacts`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentFacts {
     /// The agent's control-plane identity.
@@ -128,13 +128,13 @@ pub struct AgentFacts {
     pub handed_off_at: Option<Instant>,
 }
 
-/// The per-node ledger (seed 000 §7.2).
+/// The per-node ledger (SPEC.md "Node manager").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The desired node.
     pub desired: LogicalNodeSpec,
     /// The stage.
-    pub stage: Stage,
+    pub stage: Lifecycle,
     /// True exactly when the stage is `Dormant` (N1).
     pub ready: bool,
     /// Lease attempts so far, the current one included (0 before the first).
@@ -322,7 +322,7 @@ pub enum Effect {
     /// The node's stage changed.
     Changed {
         /// The stage now.
-        stage: Stage,
+        stage: Lifecycle,
         /// Whether it is ready.
         ready: bool,
         /// Why it failed, if it did.
@@ -351,16 +351,11 @@ pub enum TimerKind {
     DestroyRetry,
 }
 
+crate::timer::timer_kinds!(TimerKind: LeaseCreate, CreateRetry, EndpointPoll, EndpointDeadline, ListDeadline, ListRetry, DestroyDeadline, DestroyRetry);
+
 /// `backoff` jittered into its upper half: `[b/2, b]`, drawn from `rng`, so
 /// nodes that failed together do not retry together.
 pub(crate) fn jittered(rng: &mut crate::rng::DetRng, b: Duration) -> Duration {
     let half = b.as_millis() / 2;
     Duration::from_millis(half + rng.below(b.as_millis() - half + 1))
-}
-
-/// `base * 2^(tries-1)`, at most `max`.
-pub(crate) fn backoff(base: Duration, max: Duration, tries: u32) -> Duration {
-    let shift = tries.saturating_sub(1).min(32);
-    let scaled = base.saturating_mul(1u64 << shift);
-    if scaled > max { max } else { scaled }
 }

@@ -19,10 +19,8 @@
 mod commands;
 mod index;
 mod invariants;
-mod out;
 mod restore;
 mod routing;
-mod window;
 
 use crate::ids::{Counter, GroupId, LogicalNodeId, OpId, SessionId};
 use crate::node;
@@ -36,7 +34,6 @@ use index::{Deadlines, Tally};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use window::IdWindow;
 
 /// What the composite is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,8 +85,7 @@ pub(crate) enum Owner {
     Node(Slot),
     /// The live session of the node in the slot. A session's routes are
     /// dropped when it ends (O4), so a route names the session that issued
-    /// it without its id: an entry is half the size, and the ring of routes
-    /// twice as dense.
+    /// it without its id.
     Session(Slot),
 }
 
@@ -100,63 +96,7 @@ pub(crate) struct Session {
     pub(crate) machine: bootstrap::Machine,
     /// Every operation routed to it and not yet answered for good, dropped
     /// from the routes when it ends.
-    pub(crate) ops: OpList,
-}
-
-/// Operations routed to a session: the first [`OpList::INLINE`] in place (a
-/// session issues about six: no allocation), any more in a vector.
-#[derive(Clone, Debug)]
-pub(crate) struct OpList {
-    inline: [OpId; OpList::INLINE],
-    len: usize,
-    more: Vec<OpId>,
-}
-
-impl Default for OpList {
-    fn default() -> OpList {
-        OpList {
-            inline: [OpId(0); OpList::INLINE],
-            len: 0,
-            more: Vec::new(),
-        }
-    }
-}
-
-impl OpList {
-    const INLINE: usize = 8;
-
-    pub(crate) fn push(&mut self, op: OpId) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => {
-                *slot = op;
-                self.len += 1;
-            }
-            None => self.more.push(op),
-        }
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = OpId> + '_ {
-        self.inline[..self.len].iter().chain(&self.more).copied()
-    }
-
-    pub(crate) fn contains(&self, op: OpId) -> bool {
-        self.iter().any(|o| o == op)
-    }
-
-    /// Takes `op` out of the list, if it is there (order is not kept).
-    pub(crate) fn remove(&mut self, op: OpId) {
-        if let Some(at) = self.inline[..self.len].iter().position(|o| *o == op) {
-            self.len -= 1;
-            self.inline[at] = self.inline[self.len];
-            // Refill the inline part from the vector, so it stays a prefix.
-            if let Some(more) = self.more.pop() {
-                self.inline[self.len] = more;
-                self.len += 1;
-            }
-        } else if let Some(at) = self.more.iter().position(|o| *o == op) {
-            self.more.swap_remove(at);
-        }
-    }
+    pub(crate) ops: Vec<OpId>,
 }
 
 /// The orchestrator composite.
@@ -178,22 +118,16 @@ pub struct Orchestrator {
     pub(crate) rng: DetRng,
     pub(crate) ops: Counter,
     pub(crate) session_ids: Counter,
-    /// The ledger by slot.
-    pub(crate) nodes: Vec<Option<node::Machine>>,
+    /// The ledger by slot (node-id order).
+    pub(crate) nodes: BTreeMap<Slot, node::Machine>,
     /// Live sessions by the slot of their node (a node has one at most, O2).
-    pub(crate) sessions: Vec<Option<Session>>,
-    /// How many slots hold a session.
-    pub(crate) live_sessions: usize,
+    pub(crate) sessions: BTreeMap<Slot, Session>,
     /// The probe command every session runs, made once.
     pub(crate) probe_command: Arc<str>,
     /// Who awaits each operation's answer, by operation id.
-    pub(crate) routes: IdWindow<Owner>,
+    pub(crate) routes: BTreeMap<OpId, Owner>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tally: Tally,
-    /// Buffers for the effects a child step defers (those for a sibling and
-    /// everything after them), one per nesting level, reused.
-    pub(crate) node_buffers: Vec<Vec<node::Effect>>,
-    pub(crate) session_buffers: Vec<Vec<bootstrap::Effect>>,
     pub(crate) run_journaled: bool,
     pub(crate) started: bool,
     pub(crate) tearing_down: bool,
@@ -237,15 +171,12 @@ impl Orchestrator {
             rng: DetRng::new(config.seed).derive(life),
             ops: Counter::starting_at(1),
             session_ids: Counter::starting_at(1),
-            nodes: (0..count).map(|_| None).collect(),
-            sessions: (0..count).map(|_| None).collect(),
-            live_sessions: 0,
+            nodes: BTreeMap::new(),
+            sessions: BTreeMap::new(),
             probe_command: bootstrap::PROBE_COMMAND.into(),
-            routes: IdWindow::default(),
-            deadlines: Deadlines::new(count),
+            routes: BTreeMap::new(),
+            deadlines: Deadlines::default(),
             tally: Tally::new(count),
-            node_buffers: Vec::new(),
-            session_buffers: Vec::new(),
             run_journaled: false,
             started: false,
             tearing_down: false,
@@ -265,7 +196,7 @@ impl Orchestrator {
 
     /// The ledger, in node-id order.
     pub fn nodes(&self) -> impl Iterator<Item = &node::Record> {
-        self.nodes.iter().flatten().map(node::Machine::record)
+        self.nodes.values().map(node::Machine::record)
     }
 
     /// One node's record.
@@ -274,10 +205,9 @@ impl Orchestrator {
     }
 
     /// The stage of a live bootstrap session, if it exists.
-    pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Stage> {
+    pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Step> {
         self.sessions
-            .iter()
-            .flatten()
+            .values()
             .find(|s| s.id == id)
             .map(|s| s.machine.stage())
     }
@@ -287,7 +217,7 @@ impl Orchestrator {
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
         self.started
-            && self.live_sessions == 0
+            && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
             && self.tally.all_settled()
@@ -303,7 +233,7 @@ impl Orchestrator {
     /// composite restored from the journal of a run that was torn down, so
     /// a runtime may start a new run instead of resuming that one.
     pub fn holds_no_lease(&self) -> bool {
-        self.live_sessions == 0 && self.tally.none_leased()
+        self.sessions.is_empty() && self.tally.none_leased()
     }
 
     /// Raises a node's last log sequence numbers to `seqs`, when a runtime
@@ -313,7 +243,7 @@ impl Orchestrator {
     /// from being used again. A node the ledger lacks is ignored.
     pub fn raise_log_seqs(&mut self, node: &LogicalNodeId, seqs: crate::port::LogSeqs) {
         if let Some(slot) = self.slot_of(node)
-            && let Some(machine) = self.nodes[slot.at()].as_mut()
+            && let Some(machine) = self.nodes.get_mut(&slot)
         {
             machine.raise_log_seqs(seqs);
         }
@@ -367,23 +297,19 @@ impl Orchestrator {
     /// The node manager of `id`, if the ledger has it.
     pub(crate) fn machine(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
         let slot = self.slot_of(id)?;
-        self.nodes[slot.at()].as_ref()
+        self.nodes.get(&slot)
     }
 
     /// The ledger node in `slot`, which must exist.
     pub(crate) fn slot_machine(&self, slot: Slot) -> &node::Machine {
-        self.nodes[slot.at()]
-            .as_ref()
-            .expect("a routed slot holds a node")
+        self.nodes.get(&slot).expect("a routed slot holds a node")
     }
 
     /// Puts a new node manager into the ledger and indexes it.
-    /// `now` is the time of the step that creates it (a restore's is
-    /// zero: it only hints where its deadline is indexed).
-    pub(crate) fn insert_node(&mut self, now: Instant, slot: Slot, machine: node::Machine) {
-        assert!(self.nodes[slot.at()].is_none(), "one manager per node");
-        self.nodes[slot.at()] = Some(machine);
-        self.sync_node(now, slot);
+    pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
+        let before = self.nodes.insert(slot, machine);
+        assert!(before.is_none(), "one manager per node");
+        self.sync_node(slot);
     }
 }
 
@@ -424,19 +350,14 @@ impl crate::Machine for Orchestrator {
     type Effect = Effect;
 
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
-        let mut out = Vec::new();
-        self.handle_into(now, input, &mut out);
-        out
-    }
-
-    fn handle_into(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
-        let out = &mut out::Out::new(out);
+        let mut effects = Vec::new();
+        let out = &mut effects;
         match input {
             Input::Tick => self.on_tick(now, out),
             Input::Start => self.on_start(now, out),
             Input::Teardown => self.on_teardown(now, out),
             Input::Destroy { node } => match self.slot_of(&node) {
-                Some(slot) if self.nodes[slot.at()].is_some() => {
+                Some(slot) if self.nodes.contains_key(&slot) => {
                     self.deliver_node(now, slot, node::Input::Destroy, out)
                 }
                 _ => self.counters.unknown_nodes += 1,
@@ -453,6 +374,7 @@ impl crate::Machine for Orchestrator {
         if self.reconcile_due {
             self.reconcile(now, out);
         }
+        effects
     }
 
     fn next_deadline(&self) -> Option<Instant> {

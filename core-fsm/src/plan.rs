@@ -1,5 +1,5 @@
 //! The run plan: node groups with their desired shape, boot spec and join spec
-//! (seed 000 §5), validated with precise errors and expanded into logical
+//! (SPEC.md "The run plan"), validated with precise errors and expanded into logical
 //! nodes with stable ids (`workers` x3 -> `workers-0..2`).
 //!
 //! Parsing (TOML, line numbers) lives in `runtime-real`; this module owns the
@@ -46,7 +46,7 @@ pub struct RunPlan {
     pub replacement: ReplacementPolicy,
 }
 
-/// One node group of the plan (seed 000 §5 `RunNodeGroupSpec`).
+/// One node group of the plan (SPEC.md "The run plan" `RunNodeGroupSpec`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeGroupSpec {
     /// The group's name; logical node ids are `{group_id}-{index}`.
@@ -65,7 +65,7 @@ pub struct NodeGroupSpec {
     pub join: JoinSpec,
 }
 
-/// Provider-neutral desired shape (seed 000 §5 `DesiredNodeShape`).
+/// Provider-neutral desired shape (SPEC.md "The run plan" `DesiredNodeShape`).
 ///
 /// Fractions are integers (per mille, cents) so the core stays float-free and
 /// every value has one exact representation in a trace.
@@ -95,7 +95,7 @@ pub struct DesiredShape {
     pub provider_labels: BTreeMap<String, String>,
 }
 
-/// How to bootstrap a node (seed 000 §5 `BootSpec`).
+/// How to bootstrap a node (SPEC.md "The run plan" `BootSpec`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootSpec {
     /// The SSH user.
@@ -115,7 +115,7 @@ pub struct BootSpec {
     pub timeouts: TimeoutPolicy,
 }
 
-/// Every wait of provisioning has a bound (seed 000 §5 `BootstrapTimeoutPolicy`).
+/// Every wait of provisioning has a bound (SPEC.md "The run plan" `BootstrapTimeoutPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeoutPolicy {
     /// How long the provider may take to answer a create.
@@ -172,7 +172,7 @@ impl Default for TimeoutPolicy {
     }
 }
 
-/// How a node's agent joins (seed 000 §5 `SwarmJoinSpec`).
+/// How a node's agent joins (SPEC.md "The run plan" `SwarmJoinSpec`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinSpec {
     /// The orchestrator's control-plane address; `auto` means "this process's
@@ -185,7 +185,7 @@ pub struct JoinSpec {
 /// What to do about a node that fails before handoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplacementPolicy {
-    /// The MVP rule (seed 000 §13): a failed node stays failed.
+    /// The MVP rule (SPEC.md "The run plan"): a failed node stays failed.
     None,
     /// Replace a failed node with a new lease, a bounded number of times.
     Bounded {
@@ -224,15 +224,12 @@ pub struct LogicalNodeSpec {
     pub join: Arc<JoinSpec>,
 }
 
-/// The logical node id of `index` in `group`: `{group}-{index}` (seed 000 §5).
+/// The logical node id of `index` in `group`: `{group}-{index}` (SPEC.md "The run plan").
 ///
 /// Validation (P2) keeps group ids DNS-label-like, so these ids are safe in
 /// file paths, provider labels and log fields.
 pub fn node_id(group: &GroupId, index: u32) -> LogicalNodeId {
-    // Built by hand, not with `format!`: every node of a run gets its id
-    // here, and the formatting machinery costs more than the rest.
-    let digits = Digits::of(index);
-    LogicalNodeId(group.0.join_ascii(&[b"-", digits.as_bytes()]))
+    LogicalNodeId(smol_str::format_smolstr!("{group}-{index}"))
 }
 
 /// The group and index an id of the form `{group}-{index}` names (the
@@ -252,39 +249,9 @@ pub fn parse_node_id(id: &LogicalNodeId) -> Option<(&[u8], u32)> {
     Some((group, index))
 }
 
-/// Whether `id` is `{group}-{index}`, without building that id.
+/// Whether `id` is `{group}-{index}`.
 pub fn is_node_id(id: &LogicalNodeId, group: &GroupId, index: u32) -> bool {
-    // Bytes, not `str`s: this runs for every node when a composite is built.
-    id.0.as_bytes()
-        .strip_prefix(group.0.as_bytes())
-        .and_then(|rest| rest.strip_prefix(b"-"))
-        .is_some_and(|rest| rest == Digits::of(index).as_bytes())
-}
-
-/// The decimal digits of a `u32`, on the stack.
-struct Digits {
-    buf: [u8; 10],
-    start: usize,
-}
-
-impl Digits {
-    fn of(mut n: u32) -> Digits {
-        let mut buf = [b'0'; 10];
-        let mut start = buf.len();
-        loop {
-            start -= 1;
-            buf[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Digits { buf, start }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
+    parse_node_id(id) == Some((group.0.as_bytes(), index))
 }
 
 /// Expands a plan into one logical node spec per wanted node, in plan order

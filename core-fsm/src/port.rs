@@ -9,14 +9,14 @@
 
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
 use crate::plan::{DesiredShape, ProviderKind};
-use crate::text::Text;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Facts about a created lease: enough to find, reach and destroy it
-/// (seed 000 §7.2 `LeaseFacts`).
+/// (SPEC.md "The port alphabet" `LeaseFacts`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LeaseFacts {
     /// Which provider holds it.
@@ -35,15 +35,15 @@ pub struct LeaseFacts {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// Where to reach a node over SSH (seed 000 §7.2 `SshEndpoint`).
+/// Where to reach a node over SSH (SPEC.md "The port alphabet" `SshEndpoint`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SshEndpoint {
     /// Host name or address.
-    pub host: Text,
+    pub host: SmolStr,
     /// TCP port.
     pub port: u16,
     /// User to log in as.
-    pub user: Text,
+    pub user: SmolStr,
 }
 
 /// What the node manager asks a provider for.
@@ -64,7 +64,7 @@ pub struct CreateLeaseRequest {
 }
 
 /// A successful create: the lease and, if the provider already knows it, the
-/// SSH endpoint (seed 000 §9 `CreateLeaseResult`).
+/// SSH endpoint (SPEC.md "The port alphabet" `CreateLeaseResult`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGranted {
     /// The lease (shared: the ledger, the journal and the effects that
@@ -178,7 +178,7 @@ pub struct JoinBinding {
     pub lease_id: LeaseId,
 }
 
-/// One bootstrap log line for the datastream (seed 000 §11.5).
+/// One bootstrap log line for the datastream (SPEC.md "The port alphabet").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
     /// The run.
@@ -476,7 +476,7 @@ pub enum Effect {
         /// The logical node.
         node: LogicalNodeId,
         /// Its stage now.
-        stage: crate::node::Stage,
+        stage: crate::node::Lifecycle,
         /// Whether it is ready.
         ready: bool,
         /// Why it failed, if it did.

@@ -1,4 +1,4 @@
-//! The level-triggered pool reconciler (seed 002, "pure, level-triggered
+//! The level-triggered pool reconciler (SPEC.md "The pool reconciler", "pure, level-triggered
 //! reconciler"): a pure function of desired and observed state that returns
 //! actions and a requeue time. It never knows why it was called, and it never
 //! acts on a node it has no record of.
@@ -20,17 +20,17 @@
 //!   is gone) gets a `Destroy` unless it is already `Destroying`/`Destroyed`;
 //!   highest index first.
 //! - A wanted `Failed` node: with `ReplacementPolicy::None` nothing, ever (the
-//!   MVP rule, seed 000 §13); with `Bounded`, a `Replace` with `attempt + 1`
+//!   MVP rule, SPEC.md "Node manager"); with `Bounded`, a `Replace` with `attempt + 1`
 //!   once its backoff has elapsed and while `attempt < attempts_max`, else a
 //!   requeue at the backoff's end; at `attempts_max` it stays failed.
 //! - `Provisioning`, `Ready`, `Destroying` and wanted `Destroyed` records get
 //!   nothing: the node managers own those (a handed-off node is never
-//!   repaired, seed 000 §13; a destroyed id is not reused within a run).
+//!   repaired, SPEC.md "Node manager"; a destroyed id is not reused within a run).
 //! - Order: destroys, then replaces, then creates; groups in name order.
 
 use crate::ids::{GroupId, LogicalNodeId};
 use crate::plan::{ReplacementPolicy, is_node_id};
-use crate::time::{Duration, Instant};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -179,14 +179,6 @@ pub fn excluded_hosts(quarantine: &Quarantine, threshold: u32) -> Vec<String> {
         .collect()
 }
 
-/// The wait before lease attempt `attempt + 1` of a node whose attempt
-/// `attempt` failed: `min(base * 2^(attempt - 1), max)` (attempt 0 counts as 1).
-pub fn backoff(attempt: u32, backoff_base: Duration, backoff_max: Duration) -> Duration {
-    let doublings = attempt.saturating_sub(1).min(63);
-    let factor = 1u64 << doublings;
-    backoff_base.saturating_mul(factor).min(backoff_max)
-}
-
 /// One level-triggered pass: what to do about `nodes` so the pool matches
 /// `desired`, given the time `now`. Pure; the same arguments always give the
 /// same decision, and it acts only on nodes in `nodes` (R2).
@@ -291,7 +283,7 @@ fn replacement_due(config: &Config, attempt: u32, failed_at: Instant, now: Insta
             if attempt >= attempts_max {
                 return Replacement::Never;
             }
-            let due = failed_at + backoff(attempt, backoff_base, backoff_max);
+            let due = failed_at + crate::time::backoff(attempt, backoff_base, backoff_max);
             if now >= due {
                 Replacement::Now
             } else {

@@ -1,4 +1,4 @@
-//! The OrchestratorRun (seed 004 §4-6, §9): one run of a pipeline, from the
+//! The OrchestratorRun (SPEC.md "The run, OrchestratorRun"): one run of a pipeline, from the
 //! readiness barrier to a terminal outcome.
 //!
 //! The run waits until every planned node has a runtime-ready report for this
@@ -30,9 +30,9 @@ use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
 use crate::membership::Liveness;
 use crate::stage::{Provision, StageIndex};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use types::Timers;
 
 /// What a run needs to know before it starts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +71,7 @@ pub struct Config {
     pub stop_timeout: Duration,
 }
 
-/// The run's state (seed 004 §6.4 logical states).
+/// The run's state (SPEC.md "The run, OrchestratorRun" logical states).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
     /// Waiting until every node passes the readiness barrier.
@@ -114,7 +114,7 @@ impl Phase {
 /// What the run asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Effect {
-    /// Acknowledge a node's runtime-ready report (seed 004 §9.6).
+    /// Acknowledge a node's runtime-ready report (SPEC.md "The run, OrchestratorRun").
     SendReadyAck {
         /// The node.
         node: LogicalNodeId,
@@ -138,7 +138,7 @@ pub enum Effect {
         /// The provision.
         provision: Provision,
     },
-    /// Open the prompt service (seed 004 §4.10); answered by
+    /// Open the prompt service (SPEC.md "The run, OrchestratorRun"); answered by
     /// [`Input::PromptServiceOpened`].
     OpenPromptService {
         /// The operation.
@@ -179,7 +179,7 @@ pub struct Machine {
     config: Config,
     plan: Vec<StageAssignment>,
     phase: Phase,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     ignored: Ignored,
     /// What membership last said of each planned node.
     members: BTreeMap<LogicalNodeId, (AgentId, Liveness)>,
@@ -201,7 +201,7 @@ impl Machine {
             "run: ack_attempts_max must be positive"
         );
         assert!(config.queue_max > 0, "run: queue_max must be positive");
-        let mut timers = TimerTable::new();
+        let mut timers = Timers::new();
         timers.set(TimerKind::Readiness, now + config.readiness_timeout);
         Ok(Machine {
             config,

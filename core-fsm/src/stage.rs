@@ -1,4 +1,4 @@
-//! The StageController (seed 004 §6.5-6.6): one pipeline stage on a node.
+//! The StageController (SPEC.md "The stage controller"): one pipeline stage on a node.
 //!
 //! It accepts a provision only from the expected orchestrator and only for its
 //! own node, asks for the two edges, the worker role and the weights, and
@@ -18,7 +18,6 @@ pub use wire::{Edge, EdgeKind, Fault, LayerRange, Provision, Report, StageIndex}
 
 use crate::ids::{AgentId, LogicalNodeId, RunId};
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 
 /// Who this stage controller obeys and where it runs.
@@ -87,7 +86,7 @@ impl StopStep {
     }
 }
 
-/// The controller's state (seed 004 §6.5 logical states).
+/// The controller's state (SPEC.md "The stage controller" logical states).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
     /// No provision accepted yet.
@@ -247,6 +246,8 @@ pub enum TimerKind {
     StopStep,
 }
 
+crate::timer::timer_kinds!(TimerKind: StopStep);
+
 /// Inputs that were ignored, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
@@ -276,7 +277,7 @@ mod transitions;
 pub struct Machine {
     config: Config,
     phase: Phase,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     ignored: Ignored,
     /// Steps executed to completion; a measure, never a decision input.
     steps_completed: u64,
@@ -292,7 +293,7 @@ impl Machine {
         Machine {
             config,
             phase: Phase::Unprovisioned,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             ignored: Ignored::default(),
             steps_completed: 0,
         }

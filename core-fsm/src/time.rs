@@ -59,6 +59,14 @@ impl Duration {
     }
 }
 
+/// The one retry backoff: the wait after failed attempt `attempt` is
+/// `min(base * 2^(attempt - 1), max)` (attempt 0 counts as 1). The node
+/// manager's retries and the reconciler's replacements both wait this long.
+pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(63);
+    base.saturating_mul(1u64 << doublings).min(max)
+}
+
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, rhs: Duration) -> Instant {

@@ -1,4 +1,4 @@
-//! The boot readiness machine (seed 003), driven through public resource
+//! The boot readiness machine (SPEC.md "Node boot readiness"), driven through public resource
 //! outcomes: transcripts of typical boots, one failed resource at a time,
 //! the deferred worker policy, the timeout and late facts; and exhaustive
 //! checks over every order of the readiness facts.

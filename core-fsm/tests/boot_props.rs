@@ -78,7 +78,7 @@ proptest! {
     #[test]
     fn availability_follows_the_facts(policy in policy(), script in script()) {
         let mut m = Machine::new(config(policy), Instant::ZERO);
-        // The oracle's own reading of seed 003, not the machine's.
+        // The oracle's own reading of SPEC.md "Node boot readiness", not the machine's.
         let required: Vec<Resource> = Resource::ALL
             .into_iter()
             .filter(|r| *r != Resource::Worker || policy == WorkerStartPolicy::Required)

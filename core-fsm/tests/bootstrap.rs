@@ -2,7 +2,7 @@
 //! each live stage, log sequencing, and late or unknown answers.
 
 use core_fsm::Machine as _;
-use core_fsm::bootstrap::{Config, Effect, Input, Machine, Stage};
+use core_fsm::bootstrap::{Config, Effect, Input, Machine, Step};
 use core_fsm::ids::{AgentId, LeaseId, OpId, SessionId};
 use core_fsm::plan::{LogicalNodeSpec, RunPlan, expand};
 use core_fsm::port::{LogSeqs, LogStream, SshEndpoint, SshError, SshErrorKind};
@@ -167,7 +167,7 @@ fn happy_path_with_sources_and_gapless_sequences() {
         });
     }
     s.ok().ok().ok().then(converged()).closed();
-    assert_eq!(s.session.stage(), Stage::Closed);
+    assert_eq!(s.session.stage(), Step::Closed);
     insta::assert_snapshot!(s.log);
 }
 
@@ -184,7 +184,7 @@ fn connect_retries_until_success() {
         result: Ok(()),
     });
     s.connected();
-    assert_eq!(s.session.stage(), Stage::SshReady);
+    assert_eq!(s.session.stage(), Step::SshReady);
     insta::assert_snapshot!(s.log);
 }
 
@@ -194,15 +194,15 @@ fn connect_gives_up_at_the_deadline_and_on_a_host_key_mismatch() {
     Arc::make_mut(&mut spec.boot).timeouts.ssh_connect_timeout = core_fsm::Duration::from_secs(12);
     let mut s = Script::with(spec);
     s.at(0, Input::Start);
-    while s.session.stage() == Stage::SshConnecting {
+    while s.session.stage() == Step::SshConnecting {
         if s.session.live_ops().next().is_some() {
             s.connect_error(SshErrorKind::Refused);
         }
-        if s.session.stage() == Stage::SshConnecting {
+        if s.session.stage() == Step::SshConnecting {
             s.tick();
         }
     }
-    assert_eq!(s.session.stage(), Stage::SshTimeout);
+    assert_eq!(s.session.stage(), Step::SshTimeout);
     s.closed();
     let mut log = format!("## deadline\n{}", s.log);
     let mut s = Script::new();
@@ -293,7 +293,7 @@ fn cancel_from_every_live_stage() {
         if !s.session.is_ended() {
             s.closed();
         }
-        assert_eq!(s.session.stage(), Stage::Cancelled);
+        assert_eq!(s.session.stage(), Step::Cancelled);
         writeln!(log, "## {name}\n{}", s.log).unwrap();
     }
     insta::assert_snapshot!(log);
@@ -306,7 +306,7 @@ fn convergence_during_a_foreground_start_and_an_unconfirmed_close() {
     s.then(converged());
     s.note("the close is never confirmed: no handoff without a closed SSH");
     s.tick();
-    assert_eq!(s.session.stage(), Stage::StreamError);
+    assert_eq!(s.session.stage(), Step::StreamError);
     insta::assert_snapshot!(s.log);
 }
 
@@ -346,7 +346,7 @@ fn late_unknown_and_early_inputs_are_ignored() {
         .then(converged())
         .closed();
     s.then(Input::Cancel).then(Input::Tick);
-    assert_eq!(s.session.stage(), Stage::Closed);
+    assert_eq!(s.session.stage(), Step::Closed);
     assert_eq!(s.session.ignored(), 9);
     insta::assert_snapshot!(s.log);
 }
@@ -363,7 +363,7 @@ fn a_broken_log_stream_is_a_stream_error() {
         result: Err(ssh_error(SshErrorKind::Reset)),
     });
     s.closed();
-    assert_eq!(s.session.stage(), Stage::StreamError);
+    assert_eq!(s.session.stage(), Step::StreamError);
     insta::assert_snapshot!(s.log);
 }
 
@@ -394,7 +394,7 @@ fn a_foreground_start_command_is_logged_until_ssh_closes() {
         stream: LogStream::Stdout,
         line: "after close".to_owned(),
     });
-    assert_eq!(s.session.stage(), Stage::Closed);
+    assert_eq!(s.session.stage(), Step::Closed);
     assert_eq!(
         s.session.ignored(),
         2,

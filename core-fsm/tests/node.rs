@@ -163,7 +163,7 @@ impl Script {
         let session = self.session();
         self.at(
             1_100,
-            observed(session, bootstrap::Stage::WaitingForJoin, None),
+            observed(session, bootstrap::Step::WaitingForJoin, None),
         )
         .at(1_200, joined(123))
         .at(1_300, Input::BootstrapClosed)
@@ -210,7 +210,7 @@ fn joined(contract: u32) -> Input {
     }
 }
 
-fn observed(session: SessionId, stage: bootstrap::Stage, stdout: Option<u64>) -> Input {
+fn observed(session: SessionId, stage: bootstrap::Step, stdout: Option<u64>) -> Input {
     Input::BootstrapObserved(Observation {
         session,
         stage,
@@ -272,7 +272,7 @@ fn lease_with_endpoint_to_dormant_then_destroyed() {
     assert!(r.ready && r.agent.as_ref().unwrap().handed_off_at == Some(Instant(1_300)));
     assert_eq!(
         r.bootstrap.as_ref().unwrap().last_stage,
-        bootstrap::Stage::WaitingForJoin
+        bootstrap::Step::WaitingForJoin
     );
     s.at(2_000, Input::Destroy);
     let op = s.last_op();
@@ -349,7 +349,7 @@ fn endpoint_failures_fail_the_node_and_destroy_still_works() {
     Arc::make_mut(&mut spec.boot).timeouts.endpoint_timeout = Duration::from_secs(12);
     let mut s = Script::of(Machine::new(node::Config::default(), spec, DetRng::new(1)));
     s.at(0, start()).granted(1_000, 123, false);
-    while s.node.stage() == node::Stage::LeaseCreated {
+    while s.node.stage() == node::Lifecycle::LeaseCreated {
         if let Some(Effect::LookupEndpoint { op, .. }) = s.effects.last().cloned() {
             let pending = Ok(EndpointStatus::Pending {
                 detail: "loading".to_owned(),
@@ -364,7 +364,7 @@ fn endpoint_failures_fail_the_node_and_destroy_still_works() {
         }
         s.tick();
     }
-    assert_eq!(s.node.stage(), node::Stage::Failed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Failed);
     log.push_str(&s.log);
     insta::assert_snapshot!(log);
 }
@@ -510,7 +510,7 @@ fn late_grant_during_resolution_is_adopted() {
             result: Ok(granted),
         },
     );
-    assert_eq!(s.node.stage(), node::Stage::BootstrapRunning);
+    assert_eq!(s.node.stage(), node::Lifecycle::BootstrapRunning);
     s.note("the list answer is now late");
     s.at(
         120_100,
@@ -536,12 +536,12 @@ fn list_failures_are_bounded_and_never_read_as_empty() {
                 result: Err(err(ProviderErrorKind::Transient, "503")),
             },
         );
-        if s.node.stage() == node::Stage::Failed {
+        if s.node.stage() == node::Lifecycle::Failed {
             break;
         }
         s.tick();
     }
-    assert_eq!(s.node.stage(), node::Stage::Failed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Failed);
     assert!(
         !s.node.holds_no_lease(),
         "an unresolved intent may hold a lease"
@@ -558,7 +558,7 @@ fn list_failures_are_bounded_and_never_read_as_empty() {
         },
     );
     s.destroy_answered(now + 2, Ok(()));
-    assert_eq!(s.node.stage(), node::Stage::Destroyed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Destroyed);
     insta::assert_snapshot!(s.log);
 }
 
@@ -582,7 +582,7 @@ fn destroy_failures_retry_with_backoff_then_wait_for_a_new_destroy() {
     assert!(s.node.record().destroy_error.is_some());
     s.at(now + 60_000, Input::Destroy);
     s.destroy_answered(now + 60_100, Ok(()));
-    assert_eq!(s.node.stage(), node::Stage::Destroyed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Destroyed);
     insta::assert_snapshot!(s.log);
 }
 
@@ -616,7 +616,7 @@ fn a_destroy_while_the_last_destroy_attempt_is_in_flight_renews_the_retries() {
     s.tick();
     let now = last_time(&s.log);
     s.destroy_answered(now + 100, Ok(()));
-    assert_eq!(s.node.stage(), node::Stage::Destroyed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Destroyed);
     insta::assert_snapshot!(s.log);
 }
 
@@ -656,7 +656,7 @@ fn destroy_during_bootstrap_cancels_the_session_first() {
     let session = s.session();
     s.at(
         1_100,
-        observed(session, bootstrap::Stage::BootChecking, Some(3)),
+        observed(session, bootstrap::Step::BootChecking, Some(3)),
     );
     s.at(1_200, Input::Destroy);
     s.note("the session's own ending is no longer news");
@@ -703,7 +703,7 @@ fn late_duplicate_unknown_and_out_of_place_inputs_are_ignored() {
     let session = s.session();
     s.at(
         1_028,
-        observed(session, bootstrap::Stage::WaitingForJoin, None),
+        observed(session, bootstrap::Step::WaitingForJoin, None),
     );
     s.at(1_030, joined(124));
     s.at(1_040, joined(123));
@@ -854,7 +854,7 @@ fn transient_create_errors_retry_the_same_intent_with_jittered_backoff() {
 
     let mut s = Script::new();
     s.at(0, start());
-    while s.node.stage() == node::Stage::LeaseRequested {
+    while s.node.stage() == node::Lifecycle::LeaseRequested {
         let now = last_time(&s.log) + 100;
         s.at(
             now,
@@ -873,7 +873,7 @@ fn transient_create_errors_retry_the_same_intent_with_jittered_backoff() {
         .filter(|e| matches!(e, Effect::CreateLease { .. }))
         .count();
     assert_eq!(creates, 4, "create_attempts_max bounds the tries");
-    assert_eq!(s.node.stage(), node::Stage::Failed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Failed);
     assert!(s.node.holds_no_lease(), "nothing was created");
     writeln!(log, "## tries spent: the intent is abandoned\n{}", s.log).unwrap();
 
@@ -986,7 +986,7 @@ fn replace_of_an_unresolved_failure_resolves_the_intent_first() {
                     result: Err(err(ProviderErrorKind::Transient, "503")),
                 },
             );
-            if s.node.stage() == node::Stage::Failed {
+            if s.node.stage() == node::Lifecycle::Failed {
                 break;
             }
             s.tick();
@@ -1010,7 +1010,7 @@ fn replace_of_an_unresolved_failure_resolves_the_intent_first() {
             s.tick().listed(now + 240_300, vec![]);
         }
         assert_eq!(s.node.record().attempt, 2);
-        assert_eq!(s.node.stage(), node::Stage::LeaseRequested);
+        assert_eq!(s.node.stage(), node::Lifecycle::LeaseRequested);
         let name = if found {
             "the lease existed: destroyed, then the replacement"
         } else {

@@ -167,7 +167,7 @@ fn abandon_every_intent(config: node::Config) -> Script {
         for _ in 1..config.list_misses_max {
             s.tick().list_empty();
         }
-        if s.node.stage() == node::Stage::Failed {
+        if s.node.stage() == node::Lifecycle::Failed {
             break;
         }
     }
@@ -186,7 +186,7 @@ fn a_node_gives_up_after_exactly_intents_max_abandoned_intents() {
         let n = intents_max as usize;
         assert_eq!(
             s.node.stage(),
-            node::Stage::Failed,
+            node::Lifecycle::Failed,
             "intents_max={intents_max}"
         );
         assert_eq!(s.count(is_create), n, "one create per intent");
@@ -224,7 +224,7 @@ fn a_clean_list_that_misses_the_nonce_renews_the_list_failure_budget() {
         s.list_failed().tick();
     }
     s.list_empty();
-    assert_eq!(s.node.stage(), node::Stage::LeaseRequested);
+    assert_eq!(s.node.stage(), node::Lifecycle::LeaseRequested);
     writeln!(
         s.log,
         "# a full fresh budget: {budget} failed lists after the miss"
@@ -235,13 +235,13 @@ fn a_clean_list_that_misses_the_nonce_renews_the_list_failure_budget() {
         s.list_failed();
         assert_ne!(
             s.node.stage(),
-            node::Stage::Failed,
+            node::Lifecycle::Failed,
             "the budget was renewed"
         );
         s.tick();
     }
     s.list_failed();
-    assert_eq!(s.node.stage(), node::Stage::Failed);
+    assert_eq!(s.node.stage(), node::Lifecycle::Failed);
     assert_eq!(
         s.failed_reason(),
         Some(format!("lease intent unresolved after {budget} lists: 503").as_str())

@@ -6,7 +6,7 @@ mod orchestrator_harness;
 
 use core_fsm::Machine as _;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::{ReplacementPolicy, RunPlan};
 use core_fsm::port::{Input, JournalRecord, LogStream, ProviderErrorKind, SshErrorKind};
 use core_fsm::time::Duration;
@@ -113,7 +113,7 @@ fn a_failed_session_fails_the_node_and_mvp_policy_never_replaces() {
     h.at(1_400, Input::SshClosed { op: h.ssh(session) });
     assert_eq!(
         h.orchestrator.node(&id("workers-0")).unwrap().stage,
-        Stage::Failed
+        Lifecycle::Failed
     );
     h.note("an answer to the ended session's probe is unknown now");
     h.at(
@@ -126,7 +126,7 @@ fn a_failed_session_fails_the_node_and_mvp_policy_never_replaces() {
     h.at(900_000, Input::Tick);
     assert_eq!(
         h.orchestrator.node(&id("workers-0")).unwrap().stage,
-        Stage::Failed
+        Lifecycle::Failed
     );
     insta::assert_snapshot!(h.transcript);
 }
@@ -199,7 +199,7 @@ fn spent_destroy_retries_settle_but_the_lease_still_stands() {
         h.tick();
     }
     let r = h.orchestrator.node(&id("workers-0")).unwrap();
-    assert_eq!(r.stage, Stage::Destroying);
+    assert_eq!(r.stage, Lifecycle::Destroying);
     assert_eq!(r.lease_id().map(LeaseId::as_str), Some("vastai:123"));
     assert!(
         r.destroyed_at.is_none(),
@@ -633,7 +633,7 @@ fn restart_between_the_replacement_destroy_and_its_intent_resumes_it() {
     h.note("killed after LeaseReleased was synced, before the new intent was");
     h.at(now + 5_000, Input::Start);
     let r = h.orchestrator.node(&id("workers-0")).unwrap();
-    assert_eq!((r.stage, r.attempt), (Stage::LeaseRequested, 2));
+    assert_eq!((r.stage, r.attempt), (Lifecycle::LeaseRequested, 2));
     assert!(
         h.effects
             .iter()
@@ -679,6 +679,6 @@ fn journaled_nodes_the_plan_lost_are_restored_to_be_destroyed() {
         },
     );
     let r = h.orchestrator.node(&id("workers-1")).unwrap();
-    assert_eq!(r.stage, Stage::Destroyed);
+    assert_eq!(r.stage, Lifecycle::Destroyed);
     insta::assert_snapshot!(format!("{down}## up\n{}", h.transcript));
 }

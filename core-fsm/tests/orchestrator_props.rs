@@ -361,7 +361,7 @@ proptest! {
 /// bootstrap failure stage at least once.
 #[test]
 fn random_runs_reach_every_stage() {
-    use core_fsm::node::Stage;
+    use core_fsm::node::Lifecycle;
     let mut rng = core_fsm::rng::DetRng::new(2024);
     let mut seen = BTreeSet::new();
     let mut session_stages = BTreeSet::new();
@@ -395,7 +395,7 @@ fn random_runs_reach_every_stage() {
             }
         }
     }
-    use Stage::*;
+    use Lifecycle::*;
     for stage in [
         LeaseRequested,
         LeaseCreated,

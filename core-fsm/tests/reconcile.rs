@@ -242,12 +242,12 @@ fn backoff_doubles_and_saturates() {
     let base = Duration::from_secs(1);
     let max = Duration::from_secs(60);
     let waits: Vec<u64> = (0..9)
-        .map(|a| reconcile::backoff(a, base, max).as_millis() / 1000)
+        .map(|a| core_fsm::time::backoff(a, base, max).as_millis() / 1000)
         .collect();
     assert_eq!(waits, [1, 1, 2, 4, 8, 16, 32, 60, 60]);
-    assert_eq!(reconcile::backoff(u32::MAX, base, max), max);
+    assert_eq!(core_fsm::time::backoff(u32::MAX, base, max), max);
     assert_eq!(
-        reconcile::backoff(200, Duration(u64::MAX / 2), Duration(u64::MAX)),
+        core_fsm::time::backoff(200, Duration(u64::MAX / 2), Duration(u64::MAX)),
         Duration(u64::MAX)
     );
 }

@@ -1,4 +1,4 @@
-//! OrchestratorRun transcripts: every logical state of seed 004 §6.4 and
+//! OrchestratorRun transcripts: every logical state of SPEC.md "The run, OrchestratorRun" and
 //! every startup and serving failure of §10.7-10.10, one script each.
 
 mod run_support;

@@ -1,4 +1,4 @@
-//! StageController transcripts: every logical state of seed 004 §6.5 and
+//! StageController transcripts: every logical state of SPEC.md "The stage controller" and
 //! every sticky fault, one script each.
 
 use core_fsm::Machine as _;

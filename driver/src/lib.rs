@@ -1,21 +1,24 @@
 //! drover's one effect loop, written once and driven by every runtime.
 //!
-//! The loop owns a [`Machine`] whose alphabet is [`port::Input`] /
-//! [`port::Effect`] (the orchestrator composite, or anything that speaks the
-//! same alphabet) and four ports the runtime supplies:
+//! The loop owns any [`Machine`] whose input alphabet has a [`Tick`] and
+//! whose effect alphabet says which effects are journal [`Barrier`]s: the
+//! orchestrator composite (`port::Input` / `port::Effect`, whose barrier is
+//! `Persist`), and so too the agent side and the run machine once they are
+//! given the two impls. The runtime supplies four ports, generic over the
+//! alphabet (the orchestrator's is the default):
 //!
 //! - [`Clock`]: what time it is, as a [`core_fsm::Instant`];
 //! - [`InputSource`]: waits for the next input, or until a deadline;
-//! - [`Disk`]: makes a [`JournalRecord`] durable before it returns;
+//! - [`Disk`]: makes a barrier's record durable before it returns;
 //! - [`EffectSink`]: starts every other effect's I/O (provider, SSH,
 //!   transport, datastream) and later feeds its answer back through the
 //!   input source as an input carrying the same `OpId`.
 //!
 //! One step: deliver the input to `handle(now, input)`, then dispatch the
-//! effects in order, completing each `Persist` before any later effect is
+//! effects in order, completing each barrier before any later effect is
 //! dispatched (the journal rule), then check the machine's invariants (debug
 //! builds), then read `next_deadline`. When the deadline is due the loop
-//! delivers [`port::Input::Tick`] itself.
+//! delivers the tick itself.
 //!
 //! Nothing here depends on tokio or madsim: the ports are traits with
 //! `async fn`, so the real runtime and the simulator supply their own select,
@@ -37,26 +40,56 @@ pub trait Clock {
 
 /// Where inputs come from: answers of dispatched I/O, the control plane,
 /// the operator.
-pub trait InputSource {
+pub trait InputSource<I = port::Input> {
     /// Waits for the next input, or until `deadline` (if any) is reached.
     ///
     /// Returns `None` when the deadline was reached first, or, with no
     /// deadline, when no input will ever come again (every sender is gone).
     /// A spurious early `None` is harmless: the loop asks again.
-    fn next(&mut self, deadline: Option<Instant>) -> impl Future<Output = Option<port::Input>>;
+    fn next(&mut self, deadline: Option<Instant>) -> impl Future<Output = Option<I>>;
 }
 
 /// Durable storage for journal records.
-pub trait Disk {
+pub trait Disk<R = JournalRecord> {
     /// Makes `record` durable (written and synced) before returning.
-    fn persist(&mut self, record: &JournalRecord) -> impl Future<Output = Result<(), DiskError>>;
+    fn persist(&mut self, record: &R) -> impl Future<Output = Result<(), DiskError>>;
 }
 
 /// Starts the I/O of every effect other than `Persist`.
-pub trait EffectSink {
+pub trait EffectSink<E = port::Effect> {
     /// Starts `effect` (spawning its I/O); its answer comes back later as an
     /// input with the effect's `OpId`. Must not wait for that answer.
-    fn dispatch(&mut self, now: Instant, effect: port::Effect) -> impl Future<Output = ()>;
+    fn dispatch(&mut self, now: Instant, effect: E) -> impl Future<Output = ()>;
+}
+
+/// An input alphabet the loop can tick.
+pub trait Tick {
+    /// The input that tells the machine a deadline may be due.
+    fn tick() -> Self;
+}
+
+/// An effect alphabet, some of whose effects are journal barriers.
+pub trait Barrier: Sized {
+    /// What a barrier makes durable.
+    type Record;
+    /// The record, if the effect is a barrier; otherwise the effect back.
+    fn into_record(self) -> Result<Self::Record, Self>;
+}
+
+impl Tick for port::Input {
+    fn tick() -> Self {
+        port::Input::Tick
+    }
+}
+
+impl Barrier for port::Effect {
+    type Record = JournalRecord;
+    fn into_record(self) -> Result<JournalRecord, Self> {
+        match self {
+            port::Effect::Persist(record) => Ok(record),
+            other => Err(other),
+        }
+    }
 }
 
 /// A journal write that did not become durable.
@@ -114,17 +147,17 @@ pub struct Driver<M, C, S, D, E> {
     machine: M,
     ports: Ports<C, S, D, E>,
     counters: Counters,
-    /// The effect buffer every step reuses (`Machine::handle_into`).
-    effects: Vec<port::Effect>,
 }
 
 impl<M, C, S, D, E> Driver<M, C, S, D, E>
 where
-    M: Machine<Input = port::Input, Effect = port::Effect>,
+    M: Machine,
+    M::Input: Tick,
+    M::Effect: Barrier,
     C: Clock,
-    S: InputSource,
-    D: Disk,
-    E: EffectSink,
+    S: InputSource<M::Input>,
+    D: Disk<<M::Effect as Barrier>::Record>,
+    E: EffectSink<M::Effect>,
 {
     /// A loop around `machine` (fresh, or restored from a journal).
     pub fn new(machine: M, ports: Ports<C, S, D, E>) -> Self {
@@ -132,7 +165,6 @@ where
             machine,
             ports,
             counters: Counters::default(),
-            effects: Vec::new(),
         }
     }
 
@@ -160,26 +192,22 @@ where
     /// every `Persist` barrier. A failed persist stops the step before any
     /// later effect is dispatched: the runtime must not act on a ledger
     /// change it could not make durable.
-    pub async fn step(&mut self, input: port::Input) -> Result<(), DiskError> {
+    pub async fn step(&mut self, input: M::Input) -> Result<(), DiskError> {
         let now = self.ports.clock.now();
         self.counters.inputs += 1;
-        // One buffer for every step; taken out while its effects are
-        // dispatched (a failed persist drops the rest with it).
-        let mut effects = std::mem::take(&mut self.effects);
-        self.machine.handle_into(now, input, &mut effects);
-        for effect in effects.drain(..) {
-            match effect {
-                port::Effect::Persist(record) => {
+        // A failed persist drops the rest of the effects with it.
+        for effect in self.machine.handle(now, input) {
+            match effect.into_record() {
+                Ok(record) => {
                     self.ports.disk.persist(&record).await?;
                     self.counters.persisted += 1;
                 }
-                other => {
+                Err(other) => {
                     self.ports.sink.dispatch(now, other).await;
                     self.counters.dispatched += 1;
                 }
             }
         }
-        self.effects = effects;
         if cfg!(debug_assertions) {
             self.machine.check_invariants();
         }
@@ -200,7 +228,7 @@ where
             let deadline = self.machine.next_deadline();
             if deadline.is_some_and(|d| d <= self.ports.clock.now()) {
                 self.counters.ticks += 1;
-                self.step(port::Input::Tick).await?;
+                self.step(M::Input::tick()).await?;
                 continue;
             }
             match self.ports.source.next(deadline).await {
@@ -213,5 +241,7 @@ where
     }
 }
 
+#[cfg(test)]
+mod any_machine_tests;
 #[cfg(test)]
 mod tests;

@@ -6,22 +6,13 @@ mod down;
 pub mod fake_vast;
 mod ledger;
 mod logs;
-mod plan_file;
-
-pub use plan_file::to_toml as plan_to_toml;
 
 pub use ledger::{Ledger, NodeRow};
 
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
-/// Exit code: success, or a controlled shutdown after which every lease is gone.
-pub const EXIT_OK: i32 = 0;
-/// Exit code: a runtime failure (a node failed, a destroy failed, I/O).
-pub const EXIT_FAILURE: i32 = 1;
-/// Exit code: a configuration error (bad plan, bad arguments); nothing was
-/// written.
-pub const EXIT_CONFIG: i32 = 2;
+use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 
 /// drover: rent machines, bootstrap them over SSH, hand them to their agents,
 /// tear down exactly what it created.
@@ -159,13 +150,8 @@ pub fn main(cli: Cli) -> i32 {
     code
 }
 
-/// Loads and validates a plan, or says why not (with line and field).
-pub fn load_plan(path: &Path) -> Result<core_fsm::plan::RunPlan, String> {
-    plan_file::load(path)
-}
-
 async fn plan_command(path: &Path, json: bool) -> i32 {
-    let plan = match load_plan(path) {
+    let plan = match crate::plan_toml::load(path) {
         Ok(plan) => plan,
         Err(e) => {
             eprintln!("drover: {e}");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The datastream folder of a state dir.
 pub fn dir_in(state_dir: &Path) -> PathBuf {
-    state_dir.join("datastream")
+    crate::state_dir::StateDir::at(state_dir).datastream()
 }
 
 /// The NDJSON file of one node.

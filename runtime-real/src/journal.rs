@@ -13,9 +13,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-/// The journal's file name inside the state dir.
-pub const FILE_NAME: &str = "journal.bin";
-
 /// Largest payload a frame may hold; a larger length is corruption.
 const PAYLOAD_MAX_BYTES: u32 = 1 << 20;
 const HEADER_BYTES: usize = 8;
@@ -61,7 +58,7 @@ pub struct Journal {
 impl Journal {
     /// The journal file of `state_dir`.
     pub fn path_in(state_dir: &Path) -> PathBuf {
-        state_dir.join(FILE_NAME)
+        crate::state_dir::StateDir::at(state_dir).journal()
     }
 
     /// Opens (creating if needed) the journal of `state_dir`, recovers its

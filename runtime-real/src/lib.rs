@@ -3,9 +3,11 @@
 
 pub mod cli;
 pub mod datastream;
+pub mod exit;
 pub mod journal;
 pub mod plan_toml;
 pub mod provider;
 pub mod ssh;
+pub mod state_dir;
 pub mod transport;
 pub mod up;

@@ -98,6 +98,15 @@ impl fmt::Display for PlanFileError {
 
 impl std::error::Error for PlanFileError {}
 
+/// Reads, parses and validates the plan at `path` for a command; the
+/// error lists every problem, one per line.
+pub fn load(path: &Path) -> Result<RunPlan, String> {
+    parse(path).map_err(|e| match e {
+        PlanFileError::Read { .. } => e.to_string(),
+        PlanFileError::Invalid { .. } => format!("invalid plan:\n{e}"),
+    })
+}
+
 /// Reads and checks the plan file at `path`.
 pub fn parse(path: &Path) -> Result<RunPlan, PlanFileError> {
     let file = path.display().to_string();

@@ -65,13 +65,14 @@ pub fn check_plan(plan: &RunPlan) -> Result<(), String> {
 /// plan copy `up` left there (`plan.json`) names. `drover down` uses this
 /// too, so it reaches the same APIs `up` rented through.
 pub fn for_state_dir(state_dir: &Path) -> Result<Providers, String> {
-    let plan = match std::fs::read(state_dir.join("plan.json")) {
+    let path = crate::state_dir::StateDir::at(state_dir).plan();
+    let plan = match std::fs::read(&path) {
         Ok(bytes) => Some(
             serde_json::from_slice::<RunPlan>(&bytes)
-                .map_err(|e| format!("{}: {e}", state_dir.join("plan.json").display()))?,
+                .map_err(|e| format!("{}: {e}", path.display()))?,
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("{}: {e}", state_dir.join("plan.json").display())),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     for_plan(state_dir, plan.as_ref())
 }
@@ -98,43 +99,10 @@ pub fn for_plan(state_dir: &Path, plan: Option<&RunPlan>) -> Result<Providers, S
     Ok(providers)
 }
 
-/// The label a provider writes on a lease: `drover-run=<run>;nonce=<nonce>`.
-pub fn label(run_id: RunId, nonce: core_fsm::ids::Nonce) -> String {
-    format!("drover-run={};nonce={}", run_id.0, nonce.0)
-}
-
-/// Reads a label written by [`label`].
-pub fn parse_label(text: &str) -> Option<(RunId, core_fsm::ids::Nonce)> {
-    let mut run = None;
-    let mut nonce = None;
-    for part in text.trim().split(';') {
-        match part.split_once('=') {
-            Some(("drover-run", v)) => run = v.parse().ok(),
-            Some(("nonce", v)) => nonce = v.parse().ok(),
-            _ => {}
-        }
-    }
-    Some((RunId(run?), core_fsm::ids::Nonce(nonce?)))
-}
-
 /// A provider error of `kind` with a message.
 pub fn error(kind: ProviderErrorKind, message: impl Into<String>) -> ProviderError {
     ProviderError {
         kind,
         message: message.into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use core_fsm::ids::Nonce;
-
-    #[test]
-    fn labels_round_trip() {
-        let text = label(RunId(42), Nonce(7));
-        assert_eq!(text, "drover-run=42;nonce=7");
-        assert_eq!(parse_label(&text), Some((RunId(42), Nonce(7))));
-        assert_eq!(parse_label("drover-run=42"), None);
     }
 }

@@ -88,7 +88,9 @@ pub fn lease_file_stem(lease: &LeaseId) -> String {
 
 /// The file pinning the host key of `lease` under `state_dir`.
 pub fn pin_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
-    state_dir.join("known_hosts").join(lease_file_stem(lease))
+    crate::state_dir::StateDir::at(state_dir)
+        .known_hosts()
+        .join(lease_file_stem(lease))
 }
 
 /// Forgets the pinned host key of a destroyed lease.
@@ -129,7 +131,7 @@ pub async fn connect(
         };
         let auth = handle
             .authenticate_publickey(
-                endpoint.user.as_ref(),
+                endpoint.user.as_str(),
                 PrivateKeyWithHashAlg::new(key, hash),
             )
             .await?;

@@ -18,12 +18,12 @@ pub mod sink;
 pub mod view;
 pub mod wiring;
 
-use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
+use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 use crate::journal::{Journal, Tail};
 use crate::provider::Provider;
 use crate::ssh::identity;
 use core_fsm::Machine;
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{Input, JournalRecord};
 use driver::{Driver, Ports};
@@ -56,7 +56,7 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
 
 /// `drover up PLAN`; returns the exit code.
 pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
-    let plan = match crate::cli::load_plan(plan_path) {
+    let plan = match crate::plan_toml::load(plan_path) {
         Ok(plan) => plan,
         Err(e) => {
             eprintln!("drover: {e}");
@@ -133,7 +133,7 @@ pub fn prepare_state(
         std::process::id().to_string().as_bytes(),
     )?;
     crate::provider::local::write_atomic(
-        &state_dir.join("plan.json"),
+        &crate::state_dir::StateDir::at(state_dir).plan(),
         &serde_json::to_vec_pretty(plan)?,
     )?;
     let (journal, recovered) = Journal::open(state_dir)?;
@@ -174,7 +174,7 @@ pub fn run_is_over(plan: &RunPlan, records: &[JournalRecord]) -> bool {
 /// Where an ended run's journal and datastream are kept: `previous/` in
 /// the state dir (the run before it, if any, is replaced).
 pub fn previous_run_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("previous")
+    crate::state_dir::StateDir::at(state_dir).previous_run()
 }
 
 /// Moves the journal and the datastream of an ended run to
@@ -186,10 +186,10 @@ fn archive_ended_run(state_dir: &Path) -> anyhow::Result<PathBuf> {
     }
     std::fs::create_dir_all(&kept)?;
     let journal = Journal::path_in(state_dir);
-    std::fs::rename(&journal, kept.join(crate::journal::FILE_NAME))?;
+    std::fs::rename(&journal, kept.join(crate::state_dir::JOURNAL))?;
     let datastream = crate::datastream::dir_in(state_dir);
     if datastream.exists() {
-        std::fs::rename(&datastream, kept.join("datastream"))?;
+        std::fs::rename(&datastream, kept.join(crate::state_dir::DATASTREAM))?;
     }
     Ok(kept)
 }
@@ -272,7 +272,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let _ = std::fs::remove_file(control::pid_file(&state_dir));
     let _ = std::fs::remove_file(control::live_file(&state_dir));
     let view = view.lock().expect("view");
-    let all_destroyed = view.nodes().all(|n| n.stage == Stage::Destroyed);
+    let all_destroyed = view.nodes().all(|n| n.stage == Lifecycle::Destroyed);
     let code = match torn {
         Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_OK,
         Ok(Ok(_)) => {

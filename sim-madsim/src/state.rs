@@ -14,7 +14,7 @@ use conformance::oracle::{Observation, Oracle};
 use conformance::{Stats, Violation};
 use core_fsm::digest::Digest;
 use core_fsm::ids::{LeaseId, LogicalNodeId, OpId, SessionId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::RunPlan;
 use core_fsm::port::{JoinBinding, JournalRecord};
 use core_fsm::time::Instant;
@@ -144,7 +144,7 @@ pub struct WorldState {
     /// Which node and lease a session concerns.
     pub session_node: BTreeMap<SessionId, (LogicalNodeId, LeaseId)>,
     /// Each node's stage after the last step.
-    pub stages: BTreeMap<LogicalNodeId, Stage>,
+    pub stages: BTreeMap<LogicalNodeId, Lifecycle>,
     /// After the last step: what the kit's liveness rule reads.
     pub settle: Settle,
     /// Nodes ready when the run settled.

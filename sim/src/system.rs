@@ -77,24 +77,24 @@ impl System for Composite {
     }
 }
 
-fn bootstrap_label(stage: core_fsm::bootstrap::Stage) -> &'static str {
-    use core_fsm::bootstrap::Stage;
+fn bootstrap_label(stage: core_fsm::bootstrap::Step) -> &'static str {
+    use core_fsm::bootstrap::Step;
     match stage {
-        Stage::Created => "bootstrap:Created",
-        Stage::SshConnecting => "bootstrap:SshConnecting",
-        Stage::SshReady => "bootstrap:SshReady",
-        Stage::StdoutStreaming => "bootstrap:StdoutStreaming",
-        Stage::BootChecking => "bootstrap:BootChecking",
-        Stage::AgentStarting => "bootstrap:AgentStarting",
-        Stage::WaitingForJoin => "bootstrap:WaitingForJoin",
-        Stage::Converged => "bootstrap:Converged",
-        Stage::Closed => "bootstrap:Closed",
-        Stage::SshTimeout => "bootstrap:SshTimeout",
-        Stage::BootCheckFailed => "bootstrap:BootCheckFailed",
-        Stage::StartFailed => "bootstrap:StartFailed",
-        Stage::JoinTimeout => "bootstrap:JoinTimeout",
-        Stage::StreamError => "bootstrap:StreamError",
-        Stage::Cancelled => "bootstrap:Cancelled",
+        Step::Created => "bootstrap:Created",
+        Step::SshConnecting => "bootstrap:SshConnecting",
+        Step::SshReady => "bootstrap:SshReady",
+        Step::StdoutStreaming => "bootstrap:StdoutStreaming",
+        Step::BootChecking => "bootstrap:BootChecking",
+        Step::AgentStarting => "bootstrap:AgentStarting",
+        Step::WaitingForJoin => "bootstrap:WaitingForJoin",
+        Step::Converged => "bootstrap:Converged",
+        Step::Closed => "bootstrap:Closed",
+        Step::SshTimeout => "bootstrap:SshTimeout",
+        Step::BootCheckFailed => "bootstrap:BootCheckFailed",
+        Step::StartFailed => "bootstrap:StartFailed",
+        Step::JoinTimeout => "bootstrap:JoinTimeout",
+        Step::StreamError => "bootstrap:StreamError",
+        Step::Cancelled => "bootstrap:Cancelled",
     }
 }
 

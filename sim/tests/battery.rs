@@ -75,7 +75,7 @@ fn battery_of_every_scenario_passes() {
     // after a step can see it.
     let missing_stages = report.coverage.missing_stages();
     assert!(
-        missing_stages == [core_fsm::node::Stage::New],
+        missing_stages == [core_fsm::node::Lifecycle::New],
         "stages never hit: {missing_stages:?}"
     );
     let missing_faults = report.coverage.missing_faults();

@@ -247,7 +247,7 @@ impl Machine {
         provision: stage::Provision,
         out: &mut Vec<Effect>,
     ) {
-        // Provisioning never races ahead of availability (seed 003).
+        // Provisioning never races ahead of availability (SPEC.md "Node boot readiness").
         if !self.boot.may_accept_provisioning() {
             self.ignored.not_ready += 1;
             return;

@@ -1,20 +1,20 @@
 //! The boot machine: facts in, at most one outcome out.
 
+use super::Timers;
 use super::{
     BootFault, Config, Counters, Effect, Facts, Input, Phase, Resource, TimerKind,
     WorkerStartPolicy, WorkerStatus,
 };
 use crate::time::{Duration, Instant};
-use crate::timer::TimerTable;
 use serde::{Deserialize, Serialize};
 
-/// One node's boot attempt (seed 003), from process start to
+/// One node's boot attempt (SPEC.md "Node boot readiness"), from process start to
 /// `NodeAvailable` or one `Faulted`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     config: Config,
     phase: Phase,
-    timers: TimerTable<TimerKind>,
+    timers: Timers,
     counters: Counters,
     emitted: Emitted,
 }
@@ -51,7 +51,7 @@ impl Machine {
             "boot timeout must be positive"
         );
         assert!(!config.node.as_str().is_empty(), "boot needs a node id");
-        let mut timers = TimerTable::new();
+        let mut timers = Timers::new();
         timers.set(TimerKind::BootDeadline, now + config.boot_timeout);
         Machine {
             config,
@@ -91,7 +91,7 @@ impl Machine {
     }
 
     /// Whether the node may accept stage provisioning now: it is available
-    /// and its worker is ready (seed 003: provisioning never races ahead of
+    /// and its worker is ready (SPEC.md "Node boot readiness": provisioning never races ahead of
     /// availability; with a deferred start, it also waits for the worker).
     pub fn may_accept_provisioning(&self) -> bool {
         matches!(

@@ -1,7 +1,6 @@
 //! The session's commands: the probe, the log tails, each verify command
 //! and the start command, each under its own timeout, and their exits.
 
-use super::Sink;
 use super::machine::{Failure, Phase, TAILS_MAX};
 use super::{Effect, TimerKind, tail_command};
 use crate::ids::OpId;
@@ -10,7 +9,7 @@ use crate::time::Instant;
 
 impl super::Machine {
     /// Runs the command of `step` (its `op` is replaced by a fresh one).
-    pub(super) fn run(&mut self, now: Instant, step: Phase, out: &mut impl Sink) {
+    pub(super) fn run(&mut self, now: Instant, step: Phase, out: &mut Vec<Effect>) {
         let t = self.config.boot.timeouts;
         let op = self.next_op();
         let (phase, command, purpose, join, timeout) = match step {
@@ -61,7 +60,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<i32, SshError>,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         match result {
             Ok(0) => {
@@ -79,9 +78,9 @@ impl super::Machine {
     }
 
     /// Follows the configured sources; a pass through `StdoutStreaming`.
-    pub(super) fn start_tails(&mut self, out: &mut impl Sink) {
-        let stage = super::Stage::StdoutStreaming;
-        out.observed(self.observation(stage));
+    pub(super) fn start_tails(&mut self, out: &mut Vec<Effect>) {
+        let stage = super::Step::StdoutStreaming;
+        out.push(Effect::Observed(self.observation(stage)));
         for to_stderr in [false, true] {
             let boot = &self.config.boot;
             let list = match to_stderr {
@@ -104,7 +103,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn next_verify(&mut self, now: Instant, index: u32, out: &mut impl Sink) {
+    pub(super) fn next_verify(&mut self, now: Instant, index: u32, out: &mut Vec<Effect>) {
         if (index as usize) < self.config.boot.verify_commands.len() {
             self.run(now, Phase::Verifying { index, op: OpId(0) }, out);
         } else {
@@ -117,7 +116,7 @@ impl super::Machine {
         now: Instant,
         index: u32,
         result: Result<i32, SshError>,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         match result {
             Ok(0) => self.next_verify(now, index + 1, out),
@@ -139,7 +138,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<i32, SshError>,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         match result {
             Ok(0) => {
@@ -163,7 +162,7 @@ impl super::Machine {
         now: Instant,
         op: OpId,
         result: Result<i32, SshError>,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         self.tails.retain(|tail| *tail != op);
         let live = !matches!(self.phase, Phase::Closing { .. } | Phase::Ended { .. });
@@ -185,7 +184,7 @@ impl super::Machine {
         what: &str,
         failure: Failure,
         e: SshError,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         let failure = if e.kind == SshErrorKind::Reset {
             Failure::StreamError

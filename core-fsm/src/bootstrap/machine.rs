@@ -1,12 +1,11 @@
 //! The session's state, its one `match (phase, input)` and its invariants.
 //! Transitions live in `transitions.rs`.
 
-use super::Sink;
-use super::{Config, Effect, Input, Stage, TimerKind};
+use super::Timers;
+use super::{Config, Effect, Input, Step, TimerKind};
 use crate::ids::{Counter, OpId};
 use crate::port::LogSeqs;
 use crate::time::Instant;
-use crate::timer::TimerTable;
 
 /// Tail commands at most: one for stdout sources, one for stderr sources.
 pub(super) const TAILS_MAX: usize = 2;
@@ -22,13 +21,13 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    pub(super) fn stage(self) -> Stage {
+    pub(super) fn stage(self) -> Step {
         match self {
-            Failure::SshTimeout => Stage::SshTimeout,
-            Failure::BootCheckFailed => Stage::BootCheckFailed,
-            Failure::StartFailed => Stage::StartFailed,
-            Failure::JoinTimeout => Stage::JoinTimeout,
-            Failure::StreamError => Stage::StreamError,
+            Failure::SshTimeout => Step::SshTimeout,
+            Failure::BootCheckFailed => Step::BootCheckFailed,
+            Failure::StartFailed => Step::StartFailed,
+            Failure::JoinTimeout => Step::JoinTimeout,
+            Failure::StreamError => Step::StreamError,
         }
     }
 }
@@ -71,21 +70,21 @@ pub(super) enum Phase {
 }
 
 impl Phase {
-    pub(super) fn stage(self) -> Stage {
+    pub(super) fn stage(self) -> Step {
         match self {
-            Phase::Created => Stage::Created,
-            Phase::Connecting { .. } => Stage::SshConnecting,
-            Phase::Probing { .. } => Stage::SshReady,
-            Phase::Verifying { .. } => Stage::BootChecking,
-            Phase::Starting { .. } => Stage::AgentStarting,
-            Phase::WaitingForJoin => Stage::WaitingForJoin,
+            Phase::Created => Step::Created,
+            Phase::Connecting { .. } => Step::SshConnecting,
+            Phase::Probing { .. } => Step::SshReady,
+            Phase::Verifying { .. } => Step::BootChecking,
+            Phase::Starting { .. } => Step::AgentStarting,
+            Phase::WaitingForJoin => Step::WaitingForJoin,
             Phase::Closing {
                 end: End::Converged,
                 ..
-            } => Stage::Converged,
+            } => Step::Converged,
             Phase::Ended {
                 end: End::Converged,
-            } => Stage::Closed,
+            } => Step::Closed,
             Phase::Closing {
                 end: End::Failed(f),
                 ..
@@ -99,7 +98,7 @@ impl Phase {
             }
             | Phase::Ended {
                 end: End::Cancelled,
-            } => Stage::Cancelled,
+            } => Step::Cancelled,
         }
     }
 
@@ -119,7 +118,7 @@ impl Phase {
 pub struct Machine {
     pub(super) config: Config,
     pub(super) phase: Phase,
-    pub(super) timers: TimerTable<TimerKind>,
+    pub(super) timers: Timers,
     /// Operation ids; the composite lends its own counter (see `swap_ids`).
     pub(super) ops: Counter,
     /// Sequence numbers of the node's last stdout/stderr line (0: none
@@ -147,7 +146,7 @@ impl Machine {
         Machine {
             config,
             phase: Phase::Created,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             ops: Counter::starting_at(1),
             stdout_seq: stdout,
             stderr_seq: stderr,
@@ -166,7 +165,7 @@ impl Machine {
     }
 
     /// The stage.
-    pub fn stage(&self) -> Stage {
+    pub fn stage(&self) -> Step {
         self.phase.stage()
     }
 
@@ -211,7 +210,7 @@ impl Machine {
 
     pub(super) fn owns_output(&self, op: OpId) -> bool {
         // A foreground start command keeps printing after the agent joined;
-        // its lines are logged until SSH is closed (seed 000 §12: flushed
+        // its lines are logged until SSH is closed (SPEC.md "Bootstrap session": flushed
         // before close).
         let start_live = self.start_op == Some(op) && !matches!(self.phase, Phase::Ended { .. });
         self.phase.command_op() == Some(op) || self.tails.contains(&op) || start_live
@@ -238,9 +237,8 @@ impl crate::Machine for Machine {
 }
 
 impl Machine {
-    /// `handle`, pushing the effects onto `out` (the composite lends one
-    /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Sink) {
+    /// The one `match`: `handle`, pushing the effects onto `out`.
+    fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         // By input, then phase: the input is matched where it lies, not
         // first copied into a pair with the phase.
         let phase = self.phase;

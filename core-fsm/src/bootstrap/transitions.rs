@@ -3,7 +3,6 @@
 //! file holds timers, connecting, log lines and the end; the commands are
 //! in `commands.rs`.
 
-use super::Sink;
 use super::machine::{End, Failure, Phase};
 use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind};
 use crate::ids::OpId;
@@ -11,7 +10,7 @@ use crate::port::{LogRecord, LogStream, SshError, SshErrorKind};
 use crate::time::{Duration, Instant};
 
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Sink) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (TimerKind::ConnectDeadline, Phase::Connecting { attempts, .. }) => {
@@ -63,7 +62,7 @@ impl super::Machine {
                 }
                 (TimerKind::Close, Phase::Closing { end, .. }) => {
                     // The port did not confirm the close. A handoff needs a
-                    // confirmed close (seed 000 §12), so convergence turns
+                    // confirmed close (SPEC.md "Bootstrap session"), so convergence turns
                     // into a stream error; other ends stay what they were.
                     let end = if end == End::Converged {
                         self.reason = Some("SSH close not confirmed".to_owned());
@@ -79,7 +78,7 @@ impl super::Machine {
     }
 
     /// One connect attempt; the first also arms the overall deadline.
-    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut impl Sink) {
+    pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut Vec<Effect>) {
         let t = self.config.boot.timeouts;
         if attempts == 1 {
             self.timers
@@ -96,7 +95,9 @@ impl super::Machine {
             attempts,
         };
         if first {
-            out.observed(self.observation(super::Stage::SshConnecting));
+            out.push(Effect::Observed(
+                self.observation(super::Step::SshConnecting),
+            ));
         }
         let endpoint = self.config.endpoint.clone();
         let lease_id = self.config.lease_id.clone();
@@ -125,7 +126,7 @@ impl super::Machine {
         now: Instant,
         attempts: u32,
         result: Result<(), SshError>,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         match result {
             Ok(()) => {
@@ -150,7 +151,7 @@ impl super::Machine {
         now: Instant,
         stream: LogStream,
         line: String,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         // Saturating: the numbers continue from a file a person can edit,
         // and one at the limit must not wrap to a number already used.
@@ -175,7 +176,7 @@ impl super::Machine {
             at: now,
             line,
         }));
-        out.observed(self.observation(self.phase.stage()));
+        out.push(Effect::Observed(self.observation(self.phase.stage())));
     }
 
     pub(super) fn fail(
@@ -183,7 +184,7 @@ impl super::Machine {
         now: Instant,
         failure: Failure,
         why: String,
-        out: &mut impl Sink,
+        out: &mut Vec<Effect>,
     ) {
         self.reason = Some(why);
         self.revoke_join(out);
@@ -194,7 +195,7 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn revoke_join(&mut self, out: &mut impl Sink) {
+    pub(super) fn revoke_join(&mut self, out: &mut Vec<Effect>) {
         if self.join_minted {
             out.push(Effect::RevokeJoin(self.config.join_binding()));
         }
@@ -202,7 +203,7 @@ impl super::Machine {
 
     /// Closes SSH; every log line is already out, in order, so the
     /// datastream is flushed once the effects before this one are done.
-    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut impl Sink) {
+    pub(super) fn close(&mut self, now: Instant, end: End, out: &mut Vec<Effect>) {
         self.timers.clear();
         let op = self.next_op();
         self.set_phase(Phase::Closing { op, end }, out);
@@ -211,7 +212,7 @@ impl super::Machine {
         self.timers.set(TimerKind::Close, now + timeout);
     }
 
-    pub(super) fn finish(&mut self, end: End, out: &mut impl Sink) {
+    pub(super) fn finish(&mut self, end: End, out: &mut Vec<Effect>) {
         self.timers.clear();
         self.tails.clear();
         self.set_phase(Phase::Ended { end }, out);
@@ -229,18 +230,18 @@ impl super::Machine {
         out.push(Effect::Finished(outcome));
     }
 
-    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut impl Sink) {
+    pub(super) fn set_phase(&mut self, phase: Phase, out: &mut Vec<Effect>) {
         // The new stage is known before the phase is stored, so the
         // observation need not read the phase back.
         let stage = phase.stage();
         let changed = self.phase.stage() != stage;
         self.phase = phase;
         if changed {
-            out.observed(self.observation(stage));
+            out.push(Effect::Observed(self.observation(stage)));
         }
     }
 
-    pub(super) fn observation(&self, stage: super::Stage) -> Observation {
+    pub(super) fn observation(&self, stage: super::Step) -> Observation {
         let seq = |n: u64| if n == 0 { None } else { Some(n) };
         Observation {
             session: self.config.session,

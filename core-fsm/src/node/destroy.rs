@@ -2,13 +2,13 @@
 //! known lease (bounded retries), and a replacement that destroys first.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{Effect, TimerKind, backoff};
-use crate::machine::Emit;
+use super::{Effect, TimerKind};
 use crate::port::{JournalRecord, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
+use crate::time::backoff;
 
 impl super::Machine {
-    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_destroy(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let strays_sent = self.retry_spent_strays(now, out);
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
@@ -18,14 +18,13 @@ impl super::Machine {
             }
             return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
         }
-        if self.phase == Phase::Destroyed && self.replace_due > 0 {
-            // A restored replacement not yet resumed: the destroy cancels it.
-            self.persist_destroy_requested(out);
-            self.replace_due = 0;
-            self.resume = false;
-            return;
-        }
         match self.phase {
+            // A restored replacement not yet resumed: the destroy cancels it.
+            Phase::ReplaceDue { .. } => {
+                self.persist_destroy_requested(out);
+                self.phase = Phase::Destroyed;
+                self.resume = false;
+            }
             Phase::New => self.enter(Phase::Destroyed, out),
             Phase::Requesting { op: None, .. } => {
                 // Every create of this intent was answered `Transient`:
@@ -110,7 +109,7 @@ impl super::Machine {
 
     /// Replacement: destroy the lease the failed node still holds, then a
     /// fresh intent with `attempt`.
-    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_replace(&mut self, now: Instant, attempt: u32, out: &mut Vec<Effect>) {
         if self.holds_no_own_lease() {
             return self.request_lease(now, attempt, 1, out);
         }
@@ -124,7 +123,7 @@ impl super::Machine {
         result: Result<(), ProviderError>,
         tries: u32,
         replace: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         match result {
@@ -164,12 +163,12 @@ impl super::Machine {
             let c = &self.config;
             self.timers.set(
                 TimerKind::DestroyRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+                now + backoff(tries, c.retry_backoff_base, c.retry_backoff_max),
             );
         }
     }
 
-    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn begin_destroy(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.persist_destroy_requested(out);
         self.issue_destroy(now, 1, 0, out);
     }
@@ -179,7 +178,7 @@ impl super::Machine {
         now: Instant,
         tries: u32,
         replace: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.resume = false;
         self.timers.clear();

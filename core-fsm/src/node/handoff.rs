@@ -1,11 +1,10 @@
 //! The node manager's side of a bootstrap session: observations, the
-//! agent's join, and the handoff once SSH is closed (seed 000 §12).
+//! agent's join, and the handoff once SSH is closed (SPEC.md "Node manager").
 
 use super::machine::Phase;
-use super::{AgentFacts, Effect, Stage};
+use super::{AgentFacts, Effect, Lifecycle};
 use crate::bootstrap;
 use crate::ids::{AgentId, SessionId};
-use crate::machine::Emit;
 use crate::port::{JournalRecord, LogSeqs};
 use crate::time::Instant;
 
@@ -30,7 +29,7 @@ impl super::Machine {
         now: Instant,
         session: SessionId,
         agent: AgentId,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.record.agent = Some(AgentFacts {
             agent: agent.clone(),
@@ -42,12 +41,7 @@ impl super::Machine {
     }
 
     /// The agent of a restored, ready node reconnected; it may do so once.
-    pub(super) fn on_rejoined(
-        &mut self,
-        now: Instant,
-        agent: AgentId,
-        out: &mut impl Emit<Effect>,
-    ) {
+    pub(super) fn on_rejoined(&mut self, now: Instant, agent: AgentId, out: &mut Vec<Effect>) {
         let handed_off_at = self.record.agent.as_ref().and_then(|a| a.handed_off_at);
         self.record.agent = Some(AgentFacts {
             agent: agent.clone(),
@@ -60,12 +54,12 @@ impl super::Machine {
         };
     }
 
-    /// SSH closed after the join: the handoff is complete (seed 000 §12).
-    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    /// SSH closed after the join: the handoff is complete (SPEC.md "Node manager").
+    pub(super) fn on_handed_off(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let agent = self.record.agent.as_mut().expect("Joined has agent facts");
         agent.handed_off_at = Some(now);
         let agent = agent.agent.clone();
-        self.set_stage(Stage::HandedOff, out);
+        self.set_stage(Lifecycle::HandedOff, out);
         self.persist_ready(agent, out);
         self.enter(
             Phase::Dormant {
@@ -76,7 +70,7 @@ impl super::Machine {
     }
 
     /// Journals the node as ready with `agent` and its log numbers.
-    fn persist_ready(&self, agent: AgentId, out: &mut impl Emit<Effect>) {
+    fn persist_ready(&self, agent: AgentId, out: &mut Vec<Effect>) {
         out.push(Effect::Persist(JournalRecord::NodeReady {
             node: self.record.desired.node_id.clone(),
             agent,

@@ -2,7 +2,7 @@
 //! checked after every step by tests and simulators.
 
 use super::machine::Phase;
-use super::{Stage, TimerKind};
+use super::{Lifecycle, TimerKind};
 
 impl super::Machine {
     pub(super) fn check_ledger(&self) {
@@ -15,10 +15,10 @@ impl super::Machine {
         );
         assert_eq!(
             r.ready,
-            r.stage == Stage::Dormant,
+            r.stage == Lifecycle::Dormant,
             "N1 {id}: ready iff Dormant"
         );
-        if r.stage == Stage::Dormant {
+        if r.stage == Lifecycle::Dormant {
             let agent = r.agent.as_ref();
             assert!(agent.is_some(), "N2 {id}: Dormant has agent facts");
             assert!(
@@ -36,22 +36,25 @@ impl super::Machine {
                 "N3 {id}: destroy and lookup only of a known lease"
             );
         }
-        if matches!(r.stage, Stage::BootstrapRunning | Stage::AgentJoined) {
+        if matches!(
+            r.stage,
+            Lifecycle::BootstrapRunning | Lifecycle::AgentJoined
+        ) {
             assert!(
                 r.lease.is_some() && r.endpoint.is_some(),
                 "N4 {id}: bootstrap needs lease and endpoint"
             );
             assert!(r.bootstrap.is_some(), "N4 {id}: bootstrap facts recorded");
         }
-        if r.stage == Stage::AgentJoined {
+        if r.stage == Lifecycle::AgentJoined {
             assert!(r.agent.is_some(), "N5 {id}: AgentJoined has agent facts");
         }
-        if r.stage == Stage::Failed {
+        if r.stage == Lifecycle::Failed {
             assert!(r.failed_reason.is_some(), "N6 {id}: Failed has a reason");
         }
-        if r.stage != Stage::New {
+        if r.stage != Lifecycle::New {
             assert!(
-                r.attempt >= 1 || r.stage == Stage::Destroyed,
+                r.attempt >= 1 || r.stage == Lifecycle::Destroyed,
                 "N7 {id}: an intent precedes every stage"
             );
         }
@@ -61,7 +64,7 @@ impl super::Machine {
                 "N8 {id}: a lease is known only through an intent"
             );
         }
-        if r.stage == Stage::Destroyed && r.lease.is_some() {
+        if r.stage == Lifecycle::Destroyed && r.lease.is_some() {
             assert!(
                 r.destroyed_at.is_some(),
                 "N9 {id}: a destroyed lease has destroyed_at"
@@ -73,7 +76,11 @@ impl super::Machine {
         let id = self.record.node();
         let t = &self.timers;
         match self.phase {
-            Phase::New | Phase::Dormant { .. } | Phase::Failed { .. } | Phase::Destroyed => {
+            Phase::New
+            | Phase::Dormant { .. }
+            | Phase::Failed { .. }
+            | Phase::Destroyed
+            | Phase::ReplaceDue { .. } => {
                 assert!(
                     t.is_empty(),
                     "N10 {id}: no timer armed in {:?}",

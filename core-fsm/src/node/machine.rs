@@ -2,15 +2,14 @@
 //! is in `phase.rs`, its invariants in `invariants.rs`, the transitions in
 //! `transitions.rs` and its siblings.
 
+use super::Timers;
 pub(super) use super::phase::{Phase, Resolve, Then};
-use super::{Config, Effect, Input, Record, Stage, TimerKind};
+use super::{Config, Effect, Input, Lifecycle, Record};
 use crate::ids::{Counter, SessionId};
-use crate::machine::Emit;
 use crate::plan::LogicalNodeSpec;
 use crate::port::LogSeqs;
 use crate::rng::DetRng;
 use crate::time::Instant;
-use crate::timer::TimerTable;
 
 /// The stream of the node's generator its backoff jitter is drawn from.
 const JITTER_STREAM: u64 = 1;
@@ -21,7 +20,7 @@ pub struct Machine {
     pub(super) config: Config,
     pub(super) record: Record,
     pub(super) phase: Phase,
-    pub(super) timers: TimerTable<TimerKind>,
+    pub(super) timers: Timers,
     pub(super) rng: DetRng,
     /// Backoff jitter; a separate stream so that retries never shift nonces.
     pub(super) jitter: DetRng,
@@ -39,9 +38,6 @@ pub struct Machine {
     pub(super) stray_leases: u64,
     /// Stray leases whose destroy is in flight, waits for a retry, or spent.
     pub(super) strays: Vec<super::strays::Stray>,
-    /// A restored replacement whose destroy finished before the crash: the
-    /// attempt `Start` requests (0: none).
-    pub(super) replace_due: u32,
     /// Resolutions of an unresolved intent started by `Replace` in this
     /// attempt (at most `intents_max`).
     pub(super) replace_resolves: u32,
@@ -54,7 +50,7 @@ impl Machine {
             config,
             record: Record {
                 desired: spec,
-                stage: Stage::New,
+                stage: Lifecycle::New,
                 ready: false,
                 attempt: 0,
                 nonce: None,
@@ -69,7 +65,7 @@ impl Machine {
                 destroyed_at: None,
             },
             phase: Phase::New,
-            timers: TimerTable::new(),
+            timers: Timers::new(),
             jitter: rng.derive(JITTER_STREAM),
             rng,
             ops: Counter::starting_at(1),
@@ -79,7 +75,6 @@ impl Machine {
             ignored: 0,
             stray_leases: 0,
             strays: Vec::new(),
-            replace_due: 0,
             replace_resolves: 0,
         }
     }
@@ -90,7 +85,7 @@ impl Machine {
     }
 
     /// The stage.
-    pub fn stage(&self) -> Stage {
+    pub fn stage(&self) -> Lifecycle {
         self.record.stage
     }
 
@@ -152,7 +147,7 @@ impl Machine {
             self.resume || own.is_some() || stray.is_some() || self.phase_awaits_answer();
         let at_rest = matches!(
             self.record.stage,
-            Stage::Dormant | Stage::Failed | Stage::Destroying | Stage::Destroyed
+            Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroying | Lifecycle::Destroyed
         );
         (deadline, !at_rest || in_flight, !self.holds_no_lease())
     }
@@ -175,7 +170,7 @@ impl Machine {
         match self.phase {
             Phase::Requesting { destroy_after, .. } => destroy_after,
             Phase::Resolving { resolve, .. } => resolve.then == Then::Destroy,
-            Phase::Destroying { .. } | Phase::Destroyed => true,
+            Phase::Destroying { .. } | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
             Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
             _ => false,
         }
@@ -191,7 +186,7 @@ impl Machine {
     /// `holds_no_lease`, strays aside: the lease of the node's intent.
     pub(super) fn holds_no_own_lease(&self) -> bool {
         match self.phase {
-            Phase::New | Phase::Destroyed => true,
+            Phase::New | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
             Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
             _ => false,
         }
@@ -205,7 +200,7 @@ impl Machine {
         let started = self.record.bootstrap.as_ref().is_some_and(|b| {
             matches!(
                 b.last_stage,
-                crate::bootstrap::Stage::AgentStarting | crate::bootstrap::Stage::WaitingForJoin
+                crate::bootstrap::Step::AgentStarting | crate::bootstrap::Step::WaitingForJoin
             )
         });
         match self.phase {
@@ -250,9 +245,8 @@ impl crate::Machine for Machine {
 }
 
 impl Machine {
-    /// `handle`, pushing the effects onto `out` (the composite lends one
-    /// buffer per nesting level instead of allocating one per step).
-    pub(crate) fn step(&mut self, now: Instant, input: Input, out: &mut impl Emit<Effect>) {
+    /// The one `match`: `handle`, pushing the effects onto `out`.
+    fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
         // By input, then phase: the input is matched where it lies, not
         // first copied into a pair with the phase.
         let phase = self.phase;
@@ -275,7 +269,9 @@ impl Machine {
                 attempt,
                 excluded_hosts,
             } => match phase {
-                Phase::Destroyed | Phase::Failed { unresolved: false }
+                Phase::Destroyed
+                | Phase::ReplaceDue { .. }
+                | Phase::Failed { unresolved: false }
                     if attempt > self.record.attempt =>
                 {
                     self.excluded_hosts = excluded_hosts;

@@ -1,7 +1,7 @@
 //! The node manager's phase and the resolution of an ambiguous intent:
 //! each variant holds only the data valid in it.
 
-use super::Stage;
+use super::Lifecycle;
 use crate::ids::{OpId, SessionId};
 
 /// What to do once an ambiguous intent is resolved.
@@ -44,7 +44,7 @@ impl Resolve {
 }
 
 /// The node's phase: each variant holds only what is valid in it. The
-/// public [`Stage`] is derived from it (transient stages such as
+/// public [`Lifecycle`] is derived from it (transient stages such as
 /// `EndpointKnown` and `HandedOff` are announced but never rest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -91,20 +91,27 @@ pub(super) enum Phase {
         replace: u32,
     },
     Destroyed,
+    /// Destroyed, restored with a replacement due: the journal says its
+    /// destroy finished before a restart, and the new intent with
+    /// `attempt` is not journaled yet. `Start` requests it; a `Destroy`
+    /// cancels it.
+    ReplaceDue {
+        attempt: u32,
+    },
 }
 
 impl Phase {
-    pub(super) fn stage(self) -> Stage {
+    pub(super) fn stage(self) -> Lifecycle {
         match self {
-            Phase::New => Stage::New,
-            Phase::Requesting { .. } | Phase::Resolving { .. } => Stage::LeaseRequested,
-            Phase::Locating { .. } => Stage::LeaseCreated,
-            Phase::Bootstrapping { .. } => Stage::BootstrapRunning,
-            Phase::Joined { .. } => Stage::AgentJoined,
-            Phase::Dormant { .. } => Stage::Dormant,
-            Phase::Failed { .. } => Stage::Failed,
-            Phase::Destroying { .. } => Stage::Destroying,
-            Phase::Destroyed => Stage::Destroyed,
+            Phase::New => Lifecycle::New,
+            Phase::Requesting { .. } | Phase::Resolving { .. } => Lifecycle::LeaseRequested,
+            Phase::Locating { .. } => Lifecycle::LeaseCreated,
+            Phase::Bootstrapping { .. } => Lifecycle::BootstrapRunning,
+            Phase::Joined { .. } => Lifecycle::AgentJoined,
+            Phase::Dormant { .. } => Lifecycle::Dormant,
+            Phase::Failed { .. } => Lifecycle::Failed,
+            Phase::Destroying { .. } => Lifecycle::Destroying,
+            Phase::Destroyed | Phase::ReplaceDue { .. } => Lifecycle::Destroyed,
         }
     }
 }

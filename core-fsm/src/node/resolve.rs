@@ -1,11 +1,11 @@
 //! The node manager's resolution of an ambiguous intent: list the run's
-//! leases by nonce, bounded in lists and in misses (seed 000 §13).
+//! leases by nonce, bounded in lists and in misses (SPEC.md "Node manager").
 
 use super::machine::{Phase, Resolve, Then};
-use super::{Effect, TimerKind, backoff};
-use crate::machine::Emit;
+use super::{Effect, TimerKind};
 use crate::port::{LeaseFacts, ProviderError};
 use crate::time::Instant;
+use crate::time::backoff;
 use std::sync::Arc;
 
 impl super::Machine {
@@ -14,7 +14,7 @@ impl super::Machine {
         now: Instant,
         result: Result<Vec<Arc<LeaseFacts>>, ProviderError>,
         resolve: Resolve,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let leases = match result {
@@ -60,7 +60,7 @@ impl super::Machine {
         now: Instant,
         resolve: Resolve,
         why: &str,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let tries = resolve.tries;
@@ -68,7 +68,7 @@ impl super::Machine {
             let c = &self.config;
             self.timers.set(
                 TimerKind::ListRetry,
-                now + backoff(c.retry_backoff_base, c.retry_backoff_max, tries),
+                now + backoff(tries, c.retry_backoff_base, c.retry_backoff_max),
             );
             self.phase = Phase::Resolving { op: None, resolve };
             return;
@@ -83,12 +83,7 @@ impl super::Machine {
     }
 
     /// Lists the run's leases; `resolve.tries` counts this list.
-    pub(super) fn issue_list(
-        &mut self,
-        now: Instant,
-        resolve: Resolve,
-        out: &mut impl Emit<Effect>,
-    ) {
+    pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Vec<Effect>) {
         self.resume = false;
         self.timers.clear();
         let op = self.next_op();

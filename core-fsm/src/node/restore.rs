@@ -6,7 +6,7 @@
 //! fold into a phase whose pending work the next `Start` resumes.
 
 use super::machine::{Machine, Phase, Resolve, Then};
-use super::{AgentFacts, Config, Stage};
+use super::{AgentFacts, Config, Lifecycle};
 use crate::ids::{AgentId, LogicalNodeId, Nonce};
 use crate::plan::LogicalNodeSpec;
 use crate::port::{JournalRecord, LeaseFacts, LogSeqs};
@@ -129,7 +129,7 @@ impl Journaled {
         let has_lease = self.lease.is_some() && !self.released;
         if let (Some(attempt), false) = (self.replace, self.destroy_requested) {
             // A replacement a restart interrupted: finish the destroy, or
-            // go straight to the new intent (`replace_due`).
+            // go straight to the new intent (`ReplaceDue`, below).
             return match has_lease {
                 true => (
                     Phase::Destroying {
@@ -205,10 +205,11 @@ impl Machine {
             });
         }
         r.stage = phase.stage();
-        r.ready = r.stage == Stage::Dormant;
-        if let (Phase::Destroyed, Some(attempt)) = (phase, journaled.replace) {
-            machine.replace_due = attempt;
-        }
+        r.ready = r.stage == Lifecycle::Dormant;
+        let phase = match (phase, journaled.replace) {
+            (Phase::Destroyed, Some(attempt)) => Phase::ReplaceDue { attempt },
+            (phase, _) => phase,
+        };
         machine.strays = journaled
             .strays
             .iter()

@@ -7,7 +7,6 @@
 use super::Effect;
 use super::machine::Machine;
 use crate::ids::OpId;
-use crate::machine::Emit;
 use crate::port::{JournalRecord, LeaseFacts, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
 use std::sync::Arc;
@@ -38,7 +37,7 @@ impl Machine {
         &mut self,
         now: Instant,
         lease: Arc<LeaseFacts>,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         if self
             .strays
@@ -77,7 +76,7 @@ impl Machine {
         now: Instant,
         op: OpId,
         result: Result<(), ProviderError>,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let at = self
             .strays
@@ -97,7 +96,7 @@ impl Machine {
     }
 
     /// Stray deadlines and retries due at `now`.
-    pub(super) fn on_stray_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_stray_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for at in 0..self.strays.len() {
             let stray = &self.strays[at];
             match (stray.op, stray.due) {
@@ -114,7 +113,7 @@ impl Machine {
     /// Sends the destroys of strays that wait for nothing (restored, or
     /// retries spent): a `Start` after a restore, or a `Destroy`.
     /// Whether any was sent.
-    pub(super) fn retry_spent_strays(&mut self, now: Instant, out: &mut impl Emit<Effect>) -> bool {
+    pub(super) fn retry_spent_strays(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {
         let mut sent = false;
         for at in 0..self.strays.len() {
             if self.strays[at].op.is_none() && self.strays[at].due.is_none() {
@@ -134,17 +133,12 @@ impl Machine {
         let c = self.config;
         let stray = &mut self.strays[at];
         stray.op = None;
-        stray.due = (stray.tries < c.destroy_attempts_max)
-            .then(|| now + super::backoff(c.retry_backoff_base, c.retry_backoff_max, stray.tries));
+        stray.due = (stray.tries < c.destroy_attempts_max).then(|| {
+            now + crate::time::backoff(stray.tries, c.retry_backoff_base, c.retry_backoff_max)
+        });
     }
 
-    fn issue_stray_destroy(
-        &mut self,
-        now: Instant,
-        at: usize,
-        tries: u32,
-        out: &mut impl Emit<Effect>,
-    ) {
+    fn issue_stray_destroy(&mut self, now: Instant, at: usize, tries: u32, out: &mut Vec<Effect>) {
         let op = self.next_op();
         let timeout = self.record.desired.boot.timeouts.destroy_timeout;
         let stray = &mut self.strays[at];

@@ -5,19 +5,19 @@
 //! `destroy.rs` and `handoff.rs` hold the rest.
 
 use super::machine::{Phase, Resolve, Then};
-use super::{BootstrapFacts, Effect, Stage, TimerKind, backoff, jittered};
+use super::{BootstrapFacts, Effect, Lifecycle, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
-use crate::machine::Emit;
 use crate::port::{
     CreateLeaseRequest, EndpointStatus, JournalRecord, LeaseFacts, LeaseGranted, ProviderError,
     ProviderErrorKind, SshEndpoint,
 };
 use crate::time::Instant;
+use crate::time::backoff;
 use std::sync::Arc;
 
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for kind in self.timers.take_expired(now) {
             match (kind, self.phase) {
                 (
@@ -96,7 +96,7 @@ impl super::Machine {
         now: Instant,
         attempt: u32,
         intents: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let nonce = self.draw_nonce();
         let r = &mut self.record;
@@ -111,7 +111,6 @@ impl super::Machine {
         r.destroy_error = None;
         r.destroyed_at = None;
         self.resume = false;
-        self.replace_due = 0;
         self.replace_resolves = 0;
         self.timers.clear();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
@@ -128,7 +127,7 @@ impl super::Machine {
         now: Instant,
         tries: u32,
         intents: u32,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let op = self.next_op();
@@ -156,7 +155,7 @@ impl super::Machine {
     }
 
     /// Continues what a restore left pending.
-    pub(super) fn resume(&mut self, now: Instant, out: &mut impl Emit<Effect>) {
+    pub(super) fn resume(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.resume = false;
         let _ = self.retry_spent_strays(now, out);
         match self.phase {
@@ -172,9 +171,7 @@ impl super::Machine {
                 op: None, replace, ..
             } => self.issue_destroy(now, 1, replace, out),
             // A replacement whose destroy finished before the restart.
-            Phase::Destroyed if self.replace_due > 0 => {
-                self.request_lease(now, self.replace_due, 1, out)
-            }
+            Phase::ReplaceDue { attempt } => self.request_lease(now, attempt, 1, out),
             _ => {}
         }
     }
@@ -185,7 +182,7 @@ impl super::Machine {
         result: Result<LeaseGranted, ProviderError>,
         (tries, intents): (u32, u32),
         then: Then,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         let retry = tries < self.config.create_attempts_max && then == Then::Bootstrap;
@@ -204,7 +201,7 @@ impl super::Machine {
                     destroy_after: false,
                 };
                 let c = &self.config;
-                let wait = backoff(c.retry_backoff_base, c.retry_backoff_max, tries);
+                let wait = backoff(tries, c.retry_backoff_base, c.retry_backoff_max);
                 let wait = jittered(&mut self.jitter, wait);
                 self.timers.set(TimerKind::CreateRetry, now + wait);
             }
@@ -232,7 +229,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         granted: LeaseGranted,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let lease = granted.lease;
         if let Phase::Resolving { resolve, .. } = self.phase
@@ -254,7 +251,7 @@ impl super::Machine {
         lease: Arc<LeaseFacts>,
         endpoint: Option<SshEndpoint>,
         then: Then,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::LeaseKnown {
@@ -263,7 +260,7 @@ impl super::Machine {
         }));
         self.record.nonce = Some(lease.nonce);
         self.record.lease = Some(lease);
-        self.set_stage(Stage::LeaseCreated, out);
+        self.set_stage(Lifecycle::LeaseCreated, out);
         match (then, endpoint) {
             (Then::Destroy, _) => self.issue_destroy(now, 1, 0, out),
             (Then::Replace(attempt), _) => {
@@ -284,7 +281,7 @@ impl super::Machine {
         &mut self,
         now: Instant,
         result: Result<EndpointStatus, ProviderError>,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         let transient = |e: &ProviderError| {
             matches!(
@@ -318,15 +315,15 @@ impl super::Machine {
         &mut self,
         now: Instant,
         endpoint: SshEndpoint,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
-        self.set_stage(Stage::EndpointKnown, out);
+        self.set_stage(Lifecycle::EndpointKnown, out);
         let session = SessionId(self.sessions.next());
         self.record.bootstrap = Some(BootstrapFacts {
             session,
-            last_stage: bootstrap::Stage::Created,
+            last_stage: bootstrap::Step::Created,
             last_stdout_seq: None,
             last_stderr_seq: None,
             last_observed_at: now,
@@ -345,7 +342,7 @@ impl super::Machine {
         });
     }
 
-    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut impl Emit<Effect>) {
+    pub(super) fn fail(&mut self, now: Instant, reason: String, out: &mut Vec<Effect>) {
         self.fail_with(now, reason, false, out);
     }
 
@@ -354,7 +351,7 @@ impl super::Machine {
         now: Instant,
         reason: String,
         unresolved: bool,
-        out: &mut impl Emit<Effect>,
+        out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
         self.record.failed_reason = Some(reason.clone());
@@ -369,7 +366,7 @@ impl super::Machine {
         self.enter(Phase::Failed { unresolved }, out);
     }
 
-    pub(super) fn issue_lookup(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn issue_lookup(&mut self, out: &mut Vec<Effect>) {
         self.timers.cancel(&TimerKind::EndpointPoll);
         let op = self.next_op();
         self.phase = Phase::Locating { op: Some(op) };
@@ -381,12 +378,12 @@ impl super::Machine {
         out.push(Effect::LookupEndpoint { op, lease });
     }
 
-    pub(super) fn persist_destroy_requested(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_destroy_requested(&mut self, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
-    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         out.push(Effect::Persist(JournalRecord::ReplaceRequested {
             node,
@@ -394,7 +391,7 @@ impl super::Machine {
         }));
     }
 
-    pub(super) fn persist_abandoned(&mut self, out: &mut impl Emit<Effect>) {
+    pub(super) fn persist_abandoned(&mut self, out: &mut Vec<Effect>) {
         let node = self.record.desired.node_id.clone();
         let nonce = self.record.nonce.expect("an intent has a nonce");
         out.push(Effect::Persist(JournalRecord::IntentAbandoned {
@@ -404,19 +401,19 @@ impl super::Machine {
     }
 
     /// Enters `phase` and announces its stage if it changed.
-    pub(super) fn enter(&mut self, phase: Phase, out: &mut impl Emit<Effect>) {
+    pub(super) fn enter(&mut self, phase: Phase, out: &mut Vec<Effect>) {
         self.phase = phase;
         self.set_stage(phase.stage(), out);
     }
 
     /// Records `stage` (also a transient one) and announces it if it changed.
-    pub(super) fn set_stage(&mut self, stage: Stage, out: &mut impl Emit<Effect>) {
+    pub(super) fn set_stage(&mut self, stage: Lifecycle, out: &mut Vec<Effect>) {
         if self.record.stage == stage {
             return;
         }
         self.record.stage = stage;
-        self.record.ready = stage == Stage::Dormant;
-        let failed_reason = if stage == Stage::Failed {
+        self.record.ready = stage == Lifecycle::Dormant;
+        let failed_reason = if stage == Lifecycle::Failed {
             self.record.failed_reason.clone()
         } else {
             None

@@ -9,14 +9,12 @@ use crate::port::{Effect, JournalRecord};
 use crate::reconcile::{self, Action, Condition, NodeView};
 use crate::time::Instant;
 
-use super::out::Out;
-
 /// Reconcile passes at most per input: a pass's actions can make another
 /// pass due (a replacement whose destroy finished at once), never forever.
 const RECONCILE_PASSES_MAX: u32 = 4;
 
 impl Orchestrator {
-    pub(super) fn on_start(&mut self, now: Instant, out: &mut Out<'_>) {
+    pub(super) fn on_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
         if self.started || self.tearing_down {
             self.counters.ignored_commands += 1;
             return;
@@ -24,7 +22,7 @@ impl Orchestrator {
         self.started = true;
         if !self.run_journaled {
             self.run_journaled = true;
-            out.push_with(|| {
+            out.push({
                 Effect::Persist(JournalRecord::RunStarted {
                     run_id: self.plan.run_id,
                 })
@@ -42,14 +40,14 @@ impl Orchestrator {
         self.reconcile_due = true;
     }
 
-    pub(super) fn on_teardown(&mut self, now: Instant, out: &mut Out<'_>) {
+    pub(super) fn on_teardown(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.tearing_down = true;
         // A destroyed node may still have work: a stray lease, or restored
         // work a destroy cancels.
         let slots: Vec<Slot> = self
             .occupied()
             .filter(|(_, n)| {
-                n.stage() != node::Stage::Destroyed || !n.holds_no_lease() || n.awaits_start()
+                n.stage() != node::Lifecycle::Destroyed || !n.holds_no_lease() || n.awaits_start()
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -60,12 +58,12 @@ impl Orchestrator {
 
     /// Ticks every child whose deadline is due: nodes first, then sessions,
     /// each in id order; children whose deadline is later are not visited.
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Out<'_>) {
+    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let (nodes, sessions) = self.deadlines.take_due(now);
         // Sessions go in id order; one a node's tick ended is skipped.
         let mut sessions: Vec<(SessionId, Slot)> = sessions
             .into_iter()
-            .filter_map(|slot| self.sessions[slot.at()].as_ref().map(|s| (s.id, slot)))
+            .filter_map(|slot| self.sessions.get(&slot).map(|s| (s.id, slot)))
             .collect();
         sessions.sort_unstable();
         for slot in nodes {
@@ -82,9 +80,7 @@ impl Orchestrator {
 
     /// The ledger's nodes with their slots, in node-id order.
     pub(super) fn occupied(&self) -> impl Iterator<Item = (Slot, &node::Machine)> {
-        (0u32..)
-            .zip(&self.nodes)
-            .filter_map(|(n, machine)| machine.as_ref().map(|m| (Slot(n), m)))
+        self.nodes.iter().map(|(slot, machine)| (*slot, machine))
     }
 
     /// Hosts new leases must avoid, when the policy quarantines.
@@ -96,7 +92,7 @@ impl Orchestrator {
     }
 
     #[inline(never)]
-    pub(super) fn reconcile(&mut self, now: Instant, out: &mut Out<'_>) {
+    pub(super) fn reconcile(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for _ in 0..RECONCILE_PASSES_MAX {
             if !self.reconcile_due {
                 return;
@@ -105,7 +101,7 @@ impl Orchestrator {
             if self.tearing_down || !self.started {
                 return;
             }
-            let views: Vec<NodeView> = self.nodes.iter().flatten().map(view).collect();
+            let views: Vec<NodeView> = self.nodes.values().map(view).collect();
             let decision = reconcile::reconcile(
                 &self.reconciler,
                 &self.desired,
@@ -120,7 +116,7 @@ impl Orchestrator {
         }
     }
 
-    fn apply(&mut self, now: Instant, action: Action, out: &mut Out<'_>) {
+    fn apply(&mut self, now: Instant, action: Action, out: &mut Vec<Effect>) {
         let excluded_hosts = self.excluded_hosts();
         match action {
             Action::Create { group, index } => {
@@ -132,7 +128,7 @@ impl Orchestrator {
                 };
                 let rng = self.node_rng(&spec.node_id);
                 let machine = node::Machine::new(self.node_config, spec, rng);
-                self.insert_node(now, slot, machine);
+                self.insert_node(slot, machine);
                 self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
             }
             Action::Destroy { node } => match self.slot_of(&node) {
@@ -155,7 +151,7 @@ impl Orchestrator {
 
 /// The reconciler's coarse view of one node.
 fn view(machine: &node::Machine) -> NodeView {
-    use node::Stage as S;
+    use node::Lifecycle as S;
     let record = machine.record();
     let condition = match record.stage {
         S::Dormant => Condition::Ready,

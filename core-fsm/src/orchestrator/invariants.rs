@@ -2,8 +2,7 @@
 //! the simulator, together with every child's own.
 
 use super::{Orchestrator, Owner, Session, Slot};
-use crate::ids::OpId;
-use crate::node::Stage;
+use crate::node::Lifecycle;
 use std::collections::BTreeMap;
 
 impl Orchestrator {
@@ -12,7 +11,7 @@ impl Orchestrator {
         for (_, machine) in self.occupied() {
             machine.check_invariants();
         }
-        for session in self.sessions.iter().flatten() {
+        for session in self.sessions.values() {
             session.machine.check_invariants();
         }
         self.check_sessions();
@@ -22,26 +21,21 @@ impl Orchestrator {
     }
 
     fn check_sessions(&self) {
-        assert_eq!(
-            self.live_sessions,
-            self.sessions.iter().flatten().count(),
-            "O1: the live session count counts the sessions"
-        );
         for (slot, session) in self.live() {
             let id = session.id;
-            let node = self.nodes.get(slot.at()).and_then(Option::as_ref);
+            let node = self.nodes.get(&slot);
             assert!(
                 node.is_some(),
                 "O1 {id}: a session belongs to a ledger node"
             );
-            let stage = node.map(|n| n.stage()).unwrap_or(Stage::New);
+            let stage = node.map(|n| n.stage()).unwrap_or(Lifecycle::New);
             assert!(
                 matches!(
                     stage,
-                    Stage::BootstrapRunning
-                        | Stage::AgentJoined
-                        | Stage::Destroying
-                        | Stage::Destroyed
+                    Lifecycle::BootstrapRunning
+                        | Lifecycle::AgentJoined
+                        | Lifecycle::Destroying
+                        | Lifecycle::Destroyed
                 ),
                 "O1 {id}: a session lives only while its node bootstraps or is being destroyed ({stage:?})"
             );
@@ -59,7 +53,7 @@ impl Orchestrator {
         }
         for (slot, machine) in self.occupied() {
             if let Some(session) = machine.session() {
-                let own = self.sessions[slot.at()].as_ref().map(|s| s.id);
+                let own = self.sessions.get(&slot).map(|s| s.id);
                 let id = &self.ids[slot.at()];
                 assert_eq!(
                     own,
@@ -72,29 +66,22 @@ impl Orchestrator {
 
     /// The live sessions with their nodes' slots, in slot order.
     fn live(&self) -> impl Iterator<Item = (Slot, &Session)> {
-        (0u32..)
-            .zip(&self.sessions)
-            .filter_map(|(n, s)| s.as_ref().map(|s| (Slot(n), s)))
+        self.sessions.iter().map(|(slot, s)| (*slot, s))
     }
 
     fn check_ids(&self) {
-        for (op, owner) in self.routes.iter() {
-            let op = OpId(op);
+        for (&op, owner) in &self.routes {
             assert!(
                 op.0 < self.ops.peek(),
                 "O3 {op}: routed ids come from the counter"
             );
             match owner {
                 Owner::Node(slot) => assert!(
-                    self.nodes.get(slot.at()).is_some_and(Option::is_some),
+                    self.nodes.contains_key(slot),
                     "O4 {op}: routed to a ledger node"
                 ),
                 Owner::Session(slot) => {
-                    let known = self
-                        .sessions
-                        .get(slot.at())
-                        .and_then(Option::as_ref)
-                        .is_some_and(|s| s.ops.contains(op));
+                    let known = self.sessions.get(slot).is_some_and(|s| s.ops.contains(&op));
                     assert!(known, "O4 {op}: routed to a live session that knows it");
                 }
             }
@@ -117,7 +104,7 @@ impl Orchestrator {
                 "O5 {id}: every ledger node is in the plan"
             );
             assert_eq!(machine.record().node(), id, "O5 {id}: keyed by its own id");
-            if machine.stage() != Stage::Destroyed
+            if machine.stage() != Lifecycle::Destroyed
                 && let Some(lease) = machine.record().lease_id()
             {
                 let other = leases.insert(lease.clone(), id);
@@ -147,10 +134,7 @@ impl Orchestrator {
         let nodes = self
             .occupied()
             .map(|(slot, machine)| (slot, machine.next_deadline()));
-        let sessions = (0u32..).zip(&self.sessions).map(|(n, session)| {
-            let at = session.as_ref().and_then(|s| s.machine.next_deadline());
-            (Slot(n), at)
-        });
+        let sessions = (self.sessions.iter()).map(|(slot, s)| (*slot, s.machine.next_deadline()));
         assert!(
             self.deadlines.matches(nodes, sessions),
             "O10: the deadline index names every child's next deadline"

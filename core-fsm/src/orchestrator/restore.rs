@@ -6,7 +6,6 @@ use crate::ids::LogicalNodeId;
 use crate::node;
 use crate::plan::{LogicalNodeSpec, RunPlan};
 use crate::port::JournalRecord;
-use crate::time::Instant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -60,7 +59,7 @@ impl Orchestrator {
             }
             let rng = orchestrator.node_rng(&id);
             let machine = node::Machine::restore(orchestrator.node_config, spec, rng, &fold);
-            orchestrator.insert_node(Instant::ZERO, slot, machine);
+            orchestrator.insert_node(slot, machine);
         }
         orchestrator
     }

@@ -2,21 +2,20 @@
 //! world (recording routes) or to a sibling child (a node's session, a
 //! session's node), depth first and in order.
 
-use super::out::Out;
-use super::window::IdWindow;
-use super::{OpList, Orchestrator, Owner, Session, Slot};
+use super::{Orchestrator, Owner, Session, Slot};
+use crate::Machine as _;
 use crate::bootstrap;
 use crate::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
-use crate::machine::Emit;
 use crate::node;
 use crate::plan::ReplacementPolicy;
 use crate::port::{Effect, Input};
 use crate::time::Instant;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl Orchestrator {
     /// Routes an answer by its operation id.
-    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Out<'_>) {
+    pub(super) fn route_answer(&mut self, now: Instant, answer: Input, out: &mut Vec<Effect>) {
         match answer {
             Input::LeaseCreated { op, result } => {
                 self.answer_node(now, op, node::Input::LeaseCreated { op, result }, out)
@@ -64,12 +63,12 @@ impl Orchestrator {
         }
     }
 
-    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Out<'_>) {
-        let Some(&Owner::Node(slot)) = self.routes.get(op.0) else {
+    fn answer_node(&mut self, now: Instant, op: OpId, input: node::Input, out: &mut Vec<Effect>) {
+        let Some(&Owner::Node(slot)) = self.routes.get(&op) else {
             self.counters.unknown_ops += 1;
             return;
         };
-        self.routes.remove(op.0);
+        self.routes.remove(&op);
         self.deliver_node(now, slot, input, out);
     }
 
@@ -79,20 +78,18 @@ impl Orchestrator {
         op: OpId,
         last: bool,
         input: bootstrap::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
-        let Some(&Owner::Session(slot)) = self.routes.get(op.0) else {
+        let Some(&Owner::Session(slot)) = self.routes.get(&op) else {
             self.counters.unknown_ops += 1;
             return;
         };
-        let session = self.sessions[slot.at()]
-            .as_mut()
-            .expect("O4: a routed session is live");
+        let session = (self.sessions.get_mut(&slot)).expect("O4: a routed session is live");
         let id = session.id;
         if last {
             // Answered: the session's end has no route left to drop for it.
-            session.ops.remove(op);
-            self.routes.remove(op.0);
+            session.ops.retain(|o| *o != op);
+            self.routes.remove(&op);
         }
         self.deliver_session(now, slot, id, input, out);
     }
@@ -105,12 +102,13 @@ impl Orchestrator {
         id: LogicalNodeId,
         lease_id: LeaseId,
         agent: AgentId,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         match self.slot_of(&id) {
             Some(slot)
-                if self.nodes[slot.at()]
-                    .as_ref()
+                if self
+                    .nodes
+                    .get(&slot)
                     .is_some_and(|m| m.expects_join(&lease_id)) =>
             {
                 self.deliver_node(now, slot, node::Input::AgentJoined { lease_id, agent }, out)
@@ -119,51 +117,39 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through a node manager. Its effects are routed as
-    /// the node makes them (see [`NodeSink`]); those for a sibling, and
-    /// everything after the first of them, are handled after the step, in
-    /// order.
+    /// Runs one input through a node manager, then routes its effects in
+    /// order: to the world (recording routes), or to its session.
     pub(super) fn deliver_node(
         &mut self,
         now: Instant,
         slot: Slot,
         input: node::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
-        let Some(machine) = self.nodes[slot.at()].as_mut() else {
+        let Some(machine) = self.nodes.get_mut(&slot) else {
             self.counters.unknown_nodes += 1;
             return;
         };
-        let mut deferred = self.node_buffers.pop().unwrap_or_default();
-        let mut changes = Changes::default();
         let (ignored, strays) = (machine.ignored(), machine.stray_leases());
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
-        let mut sink = NodeSink {
-            out: &mut *out,
-            routes: &mut self.routes,
-            slot,
-            id: &self.ids[slot.at()],
-            changes: &mut changes,
-            deferred: &mut deferred,
-        };
-        machine.step(now, input, &mut sink);
+        let effects = machine.handle(now, input);
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
-        self.sync_node(now, slot);
-        self.node_changed(slot, changes);
-        if !deferred.is_empty() {
-            for effect in deferred.drain(..) {
-                self.node_effect(now, slot, effect, out);
-            }
+        self.sync_node(slot);
+        for effect in effects {
+            self.node_effect(now, slot, effect, out);
         }
-        self.node_buffers.push(deferred);
     }
 
-    /// A node effect handled after its step (not inlined: rare, and its
-    /// frame is large).
-    #[inline(never)]
-    fn node_effect(&mut self, now: Instant, slot: Slot, effect: node::Effect, out: &mut Out<'_>) {
+    /// Routes one node effect.
+    fn node_effect(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        effect: node::Effect,
+        out: &mut Vec<Effect>,
+    ) {
         let mut changes = Changes::default();
         let id = &self.ids[slot.at()];
         let Some(effect) = emit_node(out, &mut self.routes, slot, id, &mut changes, effect) else {
@@ -182,14 +168,13 @@ impl Orchestrator {
                     bootstrap::Config::with_probe(session, spec, lease_id, endpoint, probe);
                 config.log_seqs = log_seqs;
                 let machine = bootstrap::Machine::new(config);
-                let entry = &mut self.sessions[slot.at()];
-                assert!(entry.is_none(), "O2: one session per node");
-                *entry = Some(Session {
+                let session_entry = Session {
                     id: session,
                     machine,
-                    ops: OpList::default(),
-                });
-                self.live_sessions += 1;
+                    ops: Vec::new(),
+                };
+                let before = self.sessions.insert(slot, session_entry);
+                assert!(before.is_none(), "O2: one session per node");
                 self.deliver_session(now, slot, session, bootstrap::Input::Start, out);
             }
             node::Effect::ConvergenceObserved { session, agent } => self.deliver_session(
@@ -208,7 +193,6 @@ impl Orchestrator {
 
     /// Feeds the quarantine and schedules a reconcile pass when a node
     /// reached a stage the reconciler acts on.
-    #[inline]
     fn node_changed(&mut self, slot: Slot, changes: Changes) {
         if changes.failed == 0 && !changes.ended {
             return;
@@ -235,64 +219,44 @@ impl Orchestrator {
         }
     }
 
-    /// Runs one input through session `id` of the node in `slot`. Its
-    /// effects are routed as the session makes them (see
-    /// [`SessionSink`]); its end, and everything after it, is handled
-    /// after the step. A session that has ended ignores the input.
+    /// Runs one input through session `id` of the node in `slot`, then
+    /// routes its effects in order: to the world (recording routes), an
+    /// observation to its node, its end to the composite. A session that
+    /// has ended ignores the input.
     pub(super) fn deliver_session(
         &mut self,
         now: Instant,
         slot: Slot,
         id: SessionId,
         input: bootstrap::Input,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
-        let Some(session) = self.sessions[slot.at()].as_mut().filter(|s| s.id == id) else {
+        let Some(session) = self.sessions.get_mut(&slot).filter(|s| s.id == id) else {
             self.counters.ignored_by_sessions += 1;
             return;
         };
-        let mut deferred = self.session_buffers.pop().unwrap_or_default();
         let ignored = session.machine.ignored();
-        let node = self.nodes[slot.at()].as_mut();
-        let node_ignored = node.as_ref().map_or(0, |n| n.ignored());
         session.machine.swap_ids(&mut self.ops);
-        let mut sink = SessionSink {
-            out: &mut *out,
-            routes: &mut self.routes,
-            ops: &mut session.ops,
-            slot,
-            id,
-            now,
-            node,
-            deferred: &mut deferred,
-        };
-        session.machine.step(now, input, &mut sink);
-        let node_ignored = sink.node.map_or(0, |n| n.ignored()) - node_ignored;
+        let effects = session.machine.handle(now, input);
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
-        self.counters.ignored_by_nodes += node_ignored;
-        self.sync_session(now, slot);
-        if !deferred.is_empty() {
-            for effect in deferred.drain(..) {
-                self.session_effect(now, id, slot, effect, out);
-            }
+        self.sync_session(slot);
+        for effect in effects {
+            self.session_effect(now, id, slot, effect, out);
         }
-        self.session_buffers.push(deferred);
     }
 
-    /// A session effect handled after its step (not inlined: rare, and its
-    /// frame is large).
-    #[inline(never)]
+    /// Routes one session effect.
     fn session_effect(
         &mut self,
         now: Instant,
         id: SessionId,
         node: Slot,
         effect: bootstrap::Effect,
-        out: &mut Out<'_>,
+        out: &mut Vec<Effect>,
     ) {
         let routes = &mut self.routes;
-        let ops = self.sessions[node.at()].as_mut().map(|s| &mut s.ops);
+        let ops = self.sessions.get_mut(&node).map(|s| &mut s.ops);
         let Some(effect) = emit_session(out, routes, ops, node, id, effect) else {
             return;
         };
@@ -301,15 +265,11 @@ impl Orchestrator {
                 self.deliver_node(now, node, node::Input::BootstrapObserved(observation), out)
             }
             bootstrap::Effect::Finished(outcome) => {
-                // Only its open operations are taken out; the session is
-                // dropped where it lies.
-                let session = self.sessions[node.at()].as_mut();
-                let ops = std::mem::take(&mut session.expect("a finishing session exists").ops);
-                self.sessions[node.at()] = None;
-                self.live_sessions -= 1;
-                self.sync_session(now, node);
-                for op in ops.iter() {
-                    self.routes.remove(op.0);
+                let session = self.sessions.remove(&node);
+                let ops = session.expect("a finishing session exists").ops;
+                self.sync_session(node);
+                for op in &ops {
+                    self.routes.remove(op);
                 }
                 let input = match outcome {
                     bootstrap::Outcome::Converged => node::Input::BootstrapClosed,
@@ -339,10 +299,9 @@ struct Changes {
 /// operation and pushes the port effect. A stage change goes out as
 /// `NodeChanged` and is noted in `changes`. An effect for a sibling
 /// (a session to start, tell or cancel) is handed back.
-#[inline(always)]
 fn emit_node(
-    out: &mut Out<'_>,
-    routes: &mut IdWindow<Owner>,
+    out: &mut Vec<Effect>,
+    routes: &mut BTreeMap<OpId, Owner>,
     slot: Slot,
     id: &LogicalNodeId,
     changes: &mut Changes,
@@ -350,39 +309,39 @@ fn emit_node(
 ) -> Option<node::Effect> {
     let owner = Owner::Node(slot);
     match effect {
-        node::Effect::Persist(record) => out.push_with(|| Effect::Persist(record)),
+        node::Effect::Persist(record) => out.push(Effect::Persist(record)),
         node::Effect::CreateLease { op, request } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::CreateLease { op, request });
+            routes.insert(op, owner);
+            out.push(Effect::CreateLease { op, request });
         }
         node::Effect::LookupEndpoint { op, lease } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::LookupEndpoint { op, lease });
+            routes.insert(op, owner);
+            out.push(Effect::LookupEndpoint { op, lease });
         }
         node::Effect::ListLeases {
             op,
             run_id,
             provider,
         } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::ListLeases {
+            routes.insert(op, owner);
+            out.push(Effect::ListLeases {
                 op,
                 run_id,
                 provider,
             });
         }
         node::Effect::DestroyLease { op, lease } => {
-            routes.insert(op.0, owner);
-            out.push_with(|| Effect::DestroyLease { op, lease });
+            routes.insert(op, owner);
+            out.push(Effect::DestroyLease { op, lease });
         }
         node::Effect::Changed {
             stage,
             ready,
             failed_reason,
         } => {
-            changes.failed += u32::from(stage == node::Stage::Failed);
-            changes.ended |= matches!(stage, node::Stage::Failed | node::Stage::Destroyed);
-            out.push_with(|| Effect::NodeChanged {
+            changes.failed += u32::from(stage == node::Lifecycle::Failed);
+            changes.ended |= matches!(stage, node::Lifecycle::Failed | node::Lifecycle::Destroyed);
+            out.push(Effect::NodeChanged {
                 node: id.clone(),
                 stage,
                 ready,
@@ -400,17 +359,16 @@ fn emit_node(
 /// operation (also in the session's own list, `ops`, while it lives) and
 /// pushes the port effect. An observation for the node and the session's
 /// end are handed back.
-#[inline(always)]
 fn emit_session(
-    out: &mut Out<'_>,
-    routes: &mut IdWindow<Owner>,
-    ops: Option<&mut OpList>,
+    out: &mut Vec<Effect>,
+    routes: &mut BTreeMap<OpId, Owner>,
+    ops: Option<&mut Vec<OpId>>,
     slot: Slot,
     id: SessionId,
     effect: bootstrap::Effect,
 ) -> Option<bootstrap::Effect> {
     let route = |op: OpId| {
-        routes.insert(op.0, Owner::Session(slot));
+        routes.insert(op, Owner::Session(slot));
         ops.expect("a routing session exists").push(op);
     };
     match effect {
@@ -420,7 +378,7 @@ fn emit_session(
             lease_id,
         } => {
             route(op);
-            out.push_with(|| Effect::SshConnect {
+            out.push(Effect::SshConnect {
                 op,
                 session: id,
                 endpoint,
@@ -434,7 +392,7 @@ fn emit_session(
             join,
         } => {
             route(op);
-            out.push_with(|| Effect::SshExec {
+            out.push(Effect::SshExec {
                 op,
                 session: id,
                 command,
@@ -444,81 +402,13 @@ fn emit_session(
         }
         bootstrap::Effect::SshClose { op } => {
             route(op);
-            out.push_with(|| Effect::SshClose { op, session: id });
+            out.push(Effect::SshClose { op, session: id });
         }
-        bootstrap::Effect::RevokeJoin(binding) => out.push_with(|| Effect::RevokeJoin(binding)),
-        bootstrap::Effect::Log(record) => out.push_with(|| Effect::Log(record)),
+        bootstrap::Effect::RevokeJoin(binding) => out.push(Effect::RevokeJoin(binding)),
+        bootstrap::Effect::Log(record) => out.push(Effect::Log(record)),
         sibling @ (bootstrap::Effect::Observed(_) | bootstrap::Effect::Finished(_)) => {
             return Some(sibling);
         }
     }
     None
-}
-
-/// Where a node manager's step puts its effects while the composite
-/// delivers an input to it: straight out (see [`emit_node`]) until the
-/// first effect for a sibling, which waits in `deferred` with every effect
-/// after it, so that the order of effects is the order of handling.
-struct NodeSink<'a, 'o> {
-    out: &'a mut Out<'o>,
-    routes: &'a mut IdWindow<Owner>,
-    slot: Slot,
-    id: &'a LogicalNodeId,
-    changes: &'a mut Changes,
-    deferred: &'a mut Vec<node::Effect>,
-}
-
-impl Emit<node::Effect> for NodeSink<'_, '_> {
-    #[inline(always)]
-    fn push(&mut self, effect: node::Effect) {
-        if !self.deferred.is_empty() {
-            return self.deferred.push(effect);
-        }
-        let (out, routes) = (&mut *self.out, &mut *self.routes);
-        if let Some(sibling) = emit_node(out, routes, self.slot, self.id, self.changes, effect) {
-            self.deferred.push(sibling);
-        }
-    }
-}
-
-/// Where a bootstrap session's step puts its effects: straight out (see
-/// [`emit_session`]); an observation goes to its node at once, never made
-/// into an effect (the node notes it and makes no effect, so the order of
-/// effects is unchanged); the session's end waits in `deferred` with every
-/// effect after it.
-struct SessionSink<'a, 'o> {
-    out: &'a mut Out<'o>,
-    routes: &'a mut IdWindow<Owner>,
-    ops: &'a mut OpList,
-    slot: Slot,
-    id: SessionId,
-    now: Instant,
-    /// The session's node (a live session's node is in the ledger).
-    node: Option<&'a mut node::Machine>,
-    deferred: &'a mut Vec<bootstrap::Effect>,
-}
-
-impl bootstrap::Sink for SessionSink<'_, '_> {
-    #[inline(always)]
-    fn observed(&mut self, observation: bootstrap::Observation) {
-        if self.deferred.is_empty()
-            && let Some(node) = &mut self.node
-        {
-            return node.observe(self.now, observation);
-        }
-        self.push(bootstrap::Effect::Observed(observation));
-    }
-}
-
-impl Emit<bootstrap::Effect> for SessionSink<'_, '_> {
-    #[inline(always)]
-    fn push(&mut self, effect: bootstrap::Effect) {
-        if !self.deferred.is_empty() {
-            return self.deferred.push(effect);
-        }
-        let (out, routes, ops) = (&mut *self.out, &mut *self.routes, Some(&mut *self.ops));
-        if let Some(sibling) = emit_session(out, routes, ops, self.slot, self.id, effect) {
-            self.deferred.push(sibling);
-        }
-    }
 }

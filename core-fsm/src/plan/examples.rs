@@ -1,5 +1,5 @@
 //! Ready-made plans every crate's tests can share: the worked example of
-//! seed 000 §15 and a small plan for the local provider.
+//! SPEC.md "The run plan" and a small plan for the local provider.
 
 use super::{
     BootSpec, DesiredShape, JoinSpec, NodeGroupSpec, ProviderKind, ReplacementPolicy, RunPlan,
@@ -8,7 +8,7 @@ use super::{
 use crate::ids::{GroupId, RoleId, RunId};
 
 impl RunPlan {
-    /// The worked example of seed 000 §15: run 42, group `workers` x2 on
+    /// The worked example of SPEC.md "The run plan": run 42, group `workers` x2 on
     /// Vast.ai, RTX 4090 with at least 20000 MB, verified by one `test -x`,
     /// joined to `quic://orch.example:9443`. The start command also passes
     /// `${JOIN_TOKEN}`, which drover's validation requires (P6).

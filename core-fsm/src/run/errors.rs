@@ -1,5 +1,5 @@
-//! The run's typed failures (seed 004 §10.7-10.10) and the process exit code
-//! (seed 004 §3.1, §10).
+//! The run's typed failures (SPEC.md "The run, OrchestratorRun") and the process exit code
+//! (SPEC.md "The run, OrchestratorRun").
 
 use super::{PlanningError, RequestId};
 use crate::ids::LogicalNodeId;
@@ -27,57 +27,57 @@ pub enum PhaseName {
 /// Why a run failed. The first failure is kept; teardown never replaces it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunError {
-    /// The pipeline could not be planned (§10.4).
+    /// The pipeline could not be planned.
     Planning(PlanningError),
-    /// Some nodes never passed the readiness barrier (§10.7).
+    /// Some nodes never passed the readiness barrier.
     ReadinessTimeout {
         /// The stages whose node was not ready.
         missing: Vec<StageIndex>,
     },
-    /// Some acknowledgements were never confirmed (§10.7).
+    /// Some acknowledgements were never confirmed.
     AckTimeout {
         /// The stages not confirmed.
         missing: Vec<StageIndex>,
     },
-    /// A stage faulted before the run could serve (§10.8).
+    /// A stage faulted before the run could serve.
     StageProvisionFailed {
         /// The stage.
         stage: StageIndex,
         /// Its fault.
         fault: Fault,
     },
-    /// The stage loading its weights faulted (§10.8).
+    /// The stage loading its weights faulted.
     WeightLoadFailed {
         /// The stage.
         stage: StageIndex,
         /// Its fault.
         fault: Fault,
     },
-    /// The stage loading its weights took too long (§10.8).
+    /// The stage loading its weights took too long.
     WeightLoadTimeout {
         /// The stage.
         stage: StageIndex,
     },
-    /// Stages or token endpoints never became ready (§10.8).
+    /// Stages or token endpoints never became ready.
     StageReadyTimeout {
         /// The stages not ready.
         missing: Vec<StageIndex>,
         /// Whether a token endpoint was missing too.
         token_endpoints_missing: bool,
     },
-    /// The prompt service could not open (§10.9).
+    /// The prompt service could not open.
     PromptBindFailed {
         /// Why.
         reason: String,
     },
-    /// A node's agent died, or was replaced by another identity (§9.15).
+    /// A node's agent died, or was replaced by another identity.
     NodeDead {
         /// The node.
         node: LogicalNodeId,
         /// When.
         during: PhaseName,
     },
-    /// A message to a node could not be sent (§10.12).
+    /// A message to a node could not be sent.
     SendFailed {
         /// The node.
         node: LogicalNodeId,
@@ -86,26 +86,26 @@ pub enum RunError {
         /// Why.
         reason: String,
     },
-    /// A stop was asked for before the run could serve (§10.14).
+    /// A stop was asked for before the run could serve.
     ShutdownRequested {
         /// When.
         during: PhaseName,
     },
-    /// A stage faulted while serving (§10.10).
+    /// A stage faulted while serving.
     StageFault {
         /// The stage.
         stage: StageIndex,
         /// Its fault.
         fault: Fault,
     },
-    /// A token endpoint failed (§10.10).
+    /// A token endpoint failed.
     EndpointFault {
         /// When.
         during: PhaseName,
         /// Why.
         reason: String,
     },
-    /// A token record arrived out of sequence (§9.13).
+    /// A token record arrived out of sequence.
     TokenSequence {
         /// The request.
         request: RequestId,
@@ -134,7 +134,7 @@ impl fmt::Display for RunError {
 }
 
 /// The process exit code of a run's outcome: 0 for success or a controlled
-/// stop, 1 for any failure (seed 004 §3.1, §10).
+/// stop, 1 for any failure (SPEC.md "The run, OrchestratorRun").
 pub fn exit_code(outcome: Result<(), &RunError>) -> i32 {
     match outcome {
         Ok(()) => 0,

@@ -1,4 +1,4 @@
-//! Pipeline planning (seed 004 §5.3, §7.4, §9.3): which node runs which
+//! Pipeline planning (SPEC.md "Pipeline planning"): which node runs which
 //! layers, and how the stages are wired.
 
 use crate::ids::LogicalNodeId;

@@ -1,4 +1,4 @@
-//! Request serving (seed 004 §4.11, §5.8, §9.9-9.13): one active request, a
+//! Request serving (SPEC.md "The run, OrchestratorRun"): one active request, a
 //! bounded queue, token records in sequence, exactly one terminal event per
 //! request.
 
@@ -119,7 +119,7 @@ impl Machine {
         let expected = active.next_seq;
         if seq != expected {
             // Out-of-order output cannot be fed back: the request faults and
-            // prompt serving fails (seed 004 §9.13, §10.10).
+            // prompt serving fails (SPEC.md "The run, OrchestratorRun").
             serving.active = None;
             self.timers.cancel(&TimerKind::TokenGap);
             let fault = PromptFault::TokenSequence { expected, got: seq };
@@ -175,7 +175,7 @@ impl Machine {
             self.ignored.wrong_request += 1;
             return Phase::Serving(serving);
         }
-        // A prompt-level fault ends the request, not the run (§10.10).
+        // A prompt-level fault ends the request, not the run.
         let event = PromptEvent::Fault(PromptFault::Worker { reason });
         self.end_active(now, serving, event, out)
     }

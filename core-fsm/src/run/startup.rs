@@ -1,5 +1,5 @@
 //! Startup: readiness barrier, acknowledgements, sequential weight loading,
-//! stage readiness and the prompt service (seed 004 §4.6-4.10, §9.4-9.8).
+//! stage readiness and the prompt service (SPEC.md "The run, OrchestratorRun").
 
 use super::{
     Acks, Barrier, Effect, Input, Machine, Phase, RunError, Serving, StageProgress, TimerKind,
@@ -45,7 +45,7 @@ impl Machine {
     }
 
     /// Whether `stage`'s node passes the barrier: a report for this run from
-    /// the agent that membership holds Alive for the node (seed 004 §9.5).
+    /// the agent that membership holds Alive for the node (SPEC.md "The run, OrchestratorRun").
     fn stage_ready(&self, barrier: &Barrier, stage: StageIndex) -> bool {
         let node = &self.plan[stage as usize].node;
         match (barrier.reports.get(&stage), self.members.get(node)) {

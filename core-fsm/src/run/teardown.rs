@@ -1,4 +1,4 @@
-//! Teardown (seed 004 §4.12-4.13, §6.4 "tearing down", §9.16): stop every
+//! Teardown (SPEC.md "The run, OrchestratorRun"): stop every
 //! provisioned stage that can still answer, close the token endpoints, wait
 //! for every stop fact, bounded by the stop timeout, then end.
 
@@ -71,7 +71,7 @@ impl Machine {
             }
             Input::Tick => true,
             // Faults and readiness after the end began change nothing: the
-            // first error stands (seed 004 §10.1).
+            // first error stands (SPEC.md "The run, OrchestratorRun").
             _ => {
                 self.ignored.unexpected += 1;
                 return Phase::TearingDown(teardown);

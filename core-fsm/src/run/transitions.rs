@@ -175,7 +175,7 @@ impl Machine {
         self.phase = next;
     }
 
-    /// The context filter (seed 004 §6.12, §9.19): a report about another
+    /// The context filter (SPEC.md "The run, OrchestratorRun"): a report about another
     /// run, a node outside the plan or a stage that is not the node's never
     /// reaches the phase logic.
     fn admit(&mut self, input: &Input) -> bool {
@@ -245,7 +245,7 @@ impl Machine {
                 self.begin_teardown(now, Ok(()), out)
             }
             // A stop before serving interrupts startup, which is an error of
-            // the phase it interrupted (§10.14).
+            // the phase it interrupted.
             phase => {
                 let during = phase_name(&phase);
                 self.fail(now, RunError::ShutdownRequested { during }, out)

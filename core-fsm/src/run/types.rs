@@ -43,7 +43,7 @@ pub struct Acks {
     pub attempts: u32,
 }
 
-/// Stage and token-endpoint readiness (seed 004 §6.4 `ready_stages`,
+/// Stage and token-endpoint readiness (SPEC.md "The run, OrchestratorRun" `ready_stages`,
 /// `token_in_ready`, `token_out_ready`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageProgress {
@@ -86,7 +86,7 @@ pub struct Serving {
     pub queue: VecDeque<Queued>,
 }
 
-/// Teardown progress (seed 004 §6.4 `stopped_stages`,
+/// Teardown progress (SPEC.md "The run, OrchestratorRun" `stopped_stages`,
 /// `token_endpoints_stopped`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Teardown {
@@ -190,7 +190,7 @@ pub enum Input {
         /// Its liveness.
         liveness: Liveness,
     },
-    /// A node's agent says its runtime is ready (seed 004 §5.5).
+    /// A node's agent says its runtime is ready (SPEC.md "The run, OrchestratorRun").
     RuntimeReady {
         /// The run the report is for.
         run_id: RunId,
@@ -282,7 +282,7 @@ pub enum Input {
         /// Why.
         reason: String,
     },
-    /// A controlled stop was asked for (seed 004 §9.17).
+    /// A controlled stop was asked for (SPEC.md "The run, OrchestratorRun").
     Shutdown,
 }
 
@@ -307,7 +307,9 @@ pub enum TimerKind {
     Stop,
 }
 
-/// Inputs that were ignored, by reason (seed 004 §6.12, §9.19).
+crate::timer::timer_kinds!(TimerKind: Readiness, AckRetry, AckDeadline, WeightLoad, StageReady, PromptOpen, TokenGap, Stop);
+
+/// Inputs that were ignored, by reason (SPEC.md "The run, OrchestratorRun").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
     /// For another run.

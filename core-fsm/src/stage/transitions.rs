@@ -203,7 +203,7 @@ impl Machine {
     }
 
     /// A provision after the first: a resend of the same one is a duplicate;
-    /// anything unauthorised faults the stage (seed 004 §6.6).
+    /// anything unauthorised faults the stage (SPEC.md "The stage controller").
     fn on_reprovision(
         &mut self,
         phase: Phase,
@@ -284,7 +284,7 @@ impl Machine {
         }
     }
 
-    /// Seed 004 §6.6: the sender and the provision's own field name the
+    /// SPEC.md "The stage controller": the sender and the provision's own field name the
     /// expected orchestrator, and the provision is for this node and run.
     fn authorised(&self, from: &crate::ids::AgentId, provision: &Provision) -> bool {
         *from == self.config.orchestrator

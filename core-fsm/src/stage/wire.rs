@@ -1,5 +1,5 @@
 //! What the orchestrator tells a stage and what a stage reports back
-//! (seed 004 §6.5-6.6). The run derives these from its pipeline plan; the
+//! (SPEC.md "The stage controller"). The run derives these from its pipeline plan; the
 //! agent routes them by stage index.
 
 use crate::ids::{AgentId, LogicalNodeId, RunId};
@@ -58,7 +58,7 @@ pub struct Edge {
     pub kind: EdgeKind,
 }
 
-/// The provisioning of one stage (seed 004 §6.6 `StageProvisionWire`).
+/// The provisioning of one stage (SPEC.md "The stage controller" `StageProvisionWire`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Provision {
     /// The run the stage belongs to.
@@ -81,7 +81,7 @@ pub struct Provision {
     pub model_id: String,
 }
 
-/// Why a stage faulted (seed 004 §6.5 "faulted"). Every fault is sticky.
+/// Why a stage faulted (SPEC.md "The stage controller" "faulted"). Every fault is sticky.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fault {
     /// A provision came from another orchestrator or was meant for another node.

@@ -7,7 +7,7 @@
 
 use core_fsm::Machine;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, SessionId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::orchestrator::{Config, Orchestrator};
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{
@@ -89,7 +89,10 @@ impl Harness {
             write!(line, " {}={:?}", r.node(), r.stage).unwrap();
             if let (Some(b), true) = (
                 &r.bootstrap,
-                matches!(r.stage, Stage::BootstrapRunning | Stage::AgentJoined),
+                matches!(
+                    r.stage,
+                    Lifecycle::BootstrapRunning | Lifecycle::AgentJoined
+                ),
             ) {
                 write!(line, "/{:?}", b.last_stage).unwrap();
             }

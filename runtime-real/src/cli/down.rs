@@ -13,7 +13,8 @@
 //! leases the journal still holds and the intents it keeps open; nothing is
 //! written to stderr.
 
-use super::{EXIT_FAILURE, EXIT_OK, Ledger};
+use super::Ledger;
+use crate::exit::{EXIT_FAILURE, EXIT_OK};
 use crate::journal::Journal;
 use crate::provider::Providers;
 use crate::up::control;

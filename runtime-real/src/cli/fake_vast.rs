@@ -15,7 +15,7 @@
 //! `up`, `failed`, `stopped`. The API key is never printed: the fake accepts
 //! exactly the value of `$VAST_API_KEY` (or `--api-key-env NAME`).
 
-use super::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
+use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 use crate::provider::Provider;
 use crate::provider::local::LocalProvider;
 use core_fsm::ids::{LogicalNodeId, Nonce, RunId};

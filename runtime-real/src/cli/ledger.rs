@@ -7,7 +7,7 @@
 //! `<state>/live.json`, which `status` overlays.
 
 use core_fsm::ids::{AgentId, LogicalNodeId, Nonce, RunId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::port::{JournalRecord, LeaseFacts};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +19,7 @@ pub struct NodeRow {
     /// The logical node.
     pub id: LogicalNodeId,
     /// Its stage.
-    pub stage: Stage,
+    pub stage: Lifecycle,
     /// Handed off and dormant.
     pub ready: bool,
     /// Its current lease, while one stands.
@@ -83,7 +83,7 @@ impl Ledger {
     fn row(&mut self, node: &LogicalNodeId) -> &mut NodeRow {
         self.nodes.entry(node.clone()).or_insert_with(|| NodeRow {
             id: node.clone(),
-            stage: Stage::New,
+            stage: Lifecycle::New,
             ready: false,
             lease: None,
             failed_reason: None,
@@ -100,7 +100,7 @@ impl Ledger {
             JournalRecord::RunStarted { run_id } => self.run_id = Some(*run_id),
             JournalRecord::LeaseIntent { node, nonce, .. } => {
                 let row = self.row(node);
-                row.stage = Stage::LeaseRequested;
+                row.stage = Lifecycle::LeaseRequested;
                 row.ready = false;
                 row.failed_reason = None;
                 row.destroy_requested = false;
@@ -109,8 +109,8 @@ impl Ledger {
             JournalRecord::LeaseKnown { node, lease } => {
                 let row = self.row(node);
                 row.pending_nonces.retain(|n| *n != lease.nonce);
-                if row.stage < Stage::LeaseCreated {
-                    row.stage = Stage::LeaseCreated;
+                if row.stage < Lifecycle::LeaseCreated {
+                    row.stage = Lifecycle::LeaseCreated;
                 }
                 row.lease = Some(lease.clone());
             }
@@ -120,13 +120,13 @@ impl Ledger {
             }
             JournalRecord::NodeFailed { node, reason, .. } => {
                 let row = self.row(node);
-                row.stage = Stage::Failed;
+                row.stage = Lifecycle::Failed;
                 row.ready = false;
                 row.failed_reason = Some(reason.clone());
             }
             JournalRecord::NodeReady { node, agent, .. } => {
                 let row = self.row(node);
-                row.stage = Stage::Dormant;
+                row.stage = Lifecycle::Dormant;
                 row.ready = true;
                 row.agent = Some(agent.clone());
             }
@@ -151,7 +151,7 @@ impl Ledger {
                 }
                 row.ready = false;
                 if row.lease.is_none() && row.pending_nonces.is_empty() {
-                    row.stage = Stage::Destroyed;
+                    row.stage = Lifecycle::Destroyed;
                 }
             }
         }
@@ -297,6 +297,6 @@ mod tests {
             nonce: Nonce(2),
         });
         assert!(ledger.standing_leases().is_empty() && ledger.pending_intents().is_empty());
-        assert_eq!(ledger.nodes[&a].stage, Stage::Destroyed);
+        assert_eq!(ledger.nodes[&a].stage, Lifecycle::Destroyed);
     }
 }

@@ -2,8 +2,8 @@
 //! as they are, NDJSON, with `--json`). Following waits for the file to grow
 //! and stops when `up` is gone and the file has no more lines.
 
-use super::{EXIT_FAILURE, EXIT_OK};
 use crate::datastream;
+use crate::exit::{EXIT_FAILURE, EXIT_OK};
 use core_fsm::ids::LogicalNodeId;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! ```text
 //! nodes/next            the next lease number (never reused, so a host key
 //!                       pinned for `local:3` never meets another `local:3`)
-//! nodes/<n>/label       drover-run=<run>;nonce=<nonce>   (before the spawn)
+//! nodes/<n>/label       drover:run-<run>:<node>:nonce-<nonce>   (before the spawn)
 //! nodes/<n>/pid         written by the node itself, first thing
 //! nodes/<n>/port        written by the node once it listens
 //! nodes/<n>/server.log  the node server's own stderr
@@ -21,7 +21,8 @@
 pub mod node;
 pub mod process;
 
-use super::{BoxFuture, Provider, error, label, parse_label};
+use super::{BoxFuture, Provider, error};
+use core_fsm::ids::LeaseLabel;
 use core_fsm::ids::{LeaseId, RunId};
 use core_fsm::plan::ProviderKind;
 use core_fsm::port::{
@@ -75,7 +76,7 @@ impl LocalProvider {
     }
 
     fn nodes_dir(&self) -> PathBuf {
-        self.state_dir.join("nodes")
+        crate::state_dir::StateDir::at(&self.state_dir).nodes()
     }
 
     /// The folder of lease `local:<n>`.
@@ -114,7 +115,13 @@ impl LocalProvider {
         // that a restarted orchestrator finds by label.
         write_atomic(
             &dir.join("label"),
-            label(request.run_id, request.nonce).as_bytes(),
+            LeaseLabel {
+                run_id: request.run_id,
+                node: request.node.clone(),
+                nonce: request.nonce,
+            }
+            .render()
+            .as_bytes(),
         )
         .map_err(transient)?;
         let (pid, port) = self.spawn_node(&dir).await?;
@@ -278,9 +285,10 @@ impl LocalProvider {
                 continue;
             };
             let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-            let Some((run, nonce)) = read("label").as_deref().and_then(parse_label) else {
+            let Some(label) = read("label").and_then(|text| LeaseLabel::parse(text.trim())) else {
                 continue;
             };
+            let (run, nonce) = (label.run_id, label.nonce);
             let Some(pid) = read("pid").and_then(|p| p.trim().parse::<u32>().ok()) else {
                 continue;
             };

@@ -101,7 +101,9 @@ fn read_claim(path: &Path) -> Option<Claim> {
 
 /// Where the state dir `state_dir` keeps its reservation of `lease`.
 fn reservation_file(state_dir: &Path, lease: &LeaseId) -> PathBuf {
-    state_dir.join("static").join(file_name(lease))
+    crate::state_dir::StateDir::at(state_dir)
+        .static_leases()
+        .join(file_name(lease))
 }
 
 impl StaticProvider {
@@ -131,7 +133,7 @@ impl StaticProvider {
     }
 
     fn dir(&self) -> PathBuf {
-        self.state_dir.join("static")
+        crate::state_dir::StateDir::at(&self.state_dir).static_leases()
     }
 
     fn file(&self, lease: &LeaseId) -> PathBuf {

@@ -2,6 +2,7 @@
 //! `0600` at `<state>/keys/id_ed25519` with its public half next to it. The
 //! private key is never printed.
 
+use crate::state_dir::StateDir;
 use russh::keys::ssh_key::LineEnding;
 use russh::keys::{Algorithm, PrivateKey};
 use std::io::Write;
@@ -11,12 +12,12 @@ use std::sync::Arc;
 
 /// The private key file of `state_dir`.
 pub fn private_key_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("keys").join("id_ed25519")
+    StateDir::at(state_dir).keys().join("id_ed25519")
 }
 
 /// The public key file of `state_dir` (what local nodes authorize).
 pub fn public_key_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("keys").join("id_ed25519.pub")
+    StateDir::at(state_dir).keys().join("id_ed25519.pub")
 }
 
 /// Loads the identity of `state_dir`, generating it on first use.
@@ -45,7 +46,7 @@ pub fn load_or_create(state_dir: &Path) -> anyhow::Result<Arc<PrivateKey>> {
 }
 
 fn create(state_dir: &Path) -> anyhow::Result<PrivateKey> {
-    let dir = state_dir.join("keys");
+    let dir = StateDir::at(state_dir).keys();
     std::fs::create_dir_all(&dir)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     let key = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)?;

@@ -18,6 +18,8 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::state_dir::StateDir;
+
 /// Where one state dir keeps the control plane's files.
 #[derive(Clone, Debug)]
 pub(crate) struct Store {
@@ -42,7 +44,7 @@ impl Store {
     /// Loads the endpoint key, creating it (0600, in a 0700 dir) on first use.
     /// A key file others may read is refused, as ssh refuses one.
     pub fn load_or_create_key(&self) -> Result<SecretKey> {
-        let dir = self.root.join("keys");
+        let dir = StateDir::at(&self.root).keys();
         create_private_dir(&dir)?;
         let path = dir.join("iroh.key");
         if path.exists() {
@@ -76,7 +78,7 @@ impl Store {
 
     /// The port bound last time, if any.
     pub fn last_port(&self) -> Option<u16> {
-        let text = fs::read_to_string(self.root.join("control").join("port")).ok()?;
+        let text = fs::read_to_string(StateDir::at(&self.root).control().join("port")).ok()?;
         text.trim().parse().ok()
     }
 
@@ -90,7 +92,7 @@ impl Store {
 
     /// The admitted agents, by node (empty when none were saved).
     pub fn load_admissions(&self) -> Result<BTreeMap<LogicalNodeId, Admission>> {
-        let path = self.root.join("control").join("admitted.json");
+        let path = StateDir::at(&self.root).control().join("admitted.json");
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(BTreeMap::new());
         };
@@ -111,7 +113,7 @@ impl Store {
     }
 
     fn control_dir(&self) -> Result<PathBuf> {
-        let dir = self.root.join("control");
+        let dir = StateDir::at(&self.root).control();
         create_private_dir(&dir)?;
         Ok(dir)
     }

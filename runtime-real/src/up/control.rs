@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 
 /// The pid file of a running `up`.
 pub fn pid_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("up.pid")
+    crate::state_dir::StateDir::at(state_dir).up_pid()
 }
 
 /// The live view file.
 pub fn live_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("live.json")
+    crate::state_dir::StateDir::at(state_dir).live_view()
 }
 
 /// The pid of a `drover up` running on `state_dir`, if one is alive.
@@ -46,7 +46,7 @@ pub struct LiveNode {
     /// The node.
     pub id: core_fsm::ids::LogicalNodeId,
     /// Its stage.
-    pub stage: core_fsm::node::Stage,
+    pub stage: core_fsm::node::Lifecycle,
     /// Ready.
     pub ready: bool,
     /// Why it failed.

@@ -12,7 +12,7 @@
 
 use super::control::{LiveNode, write_live};
 use core_fsm::ids::{LeaseId, LogicalNodeId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
@@ -82,7 +82,7 @@ impl LiveView {
 
     /// A node's stage changed; `lease` is its lease, when it has one.
     pub fn changed(&mut self, node: LiveNode, lease: Option<LeaseId>) {
-        if node.stage == Stage::Failed {
+        if node.stage == Lifecycle::Failed {
             let reason = node
                 .failed_reason
                 .clone()
@@ -216,8 +216,11 @@ impl LiveView {
 }
 
 /// Dormant, Failed and Destroyed nodes have settled: their clock stops.
-fn is_settled(stage: Stage) -> bool {
-    matches!(stage, Stage::Dormant | Stage::Failed | Stage::Destroyed)
+fn is_settled(stage: Lifecycle) -> bool {
+    matches!(
+        stage,
+        Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroyed
+    )
 }
 
 /// How much of the terminal the table may use.
@@ -256,7 +259,7 @@ fn tty_table<'a>(rows: impl Iterator<Item = &'a Row>, now_ms: u128, fit: Fit) ->
     )];
     // Failed first, then those still moving, then settled; by name within.
     let rank = |r: &Row| match r.live.stage {
-        Stage::Failed => 0,
+        Lifecycle::Failed => 0,
         s if is_settled(s) => 2,
         _ => 1,
     };
@@ -270,7 +273,7 @@ fn tty_table<'a>(rows: impl Iterator<Item = &'a Row>, now_ms: u128, fit: Fit) ->
         let n = &row.live;
         let elapsed = row.settled_ms.unwrap_or(now_ms);
         let mark = match (n.stage, n.ready) {
-            (Stage::Failed, _) => "x",
+            (Lifecycle::Failed, _) => "x",
             (_, true) => "+",
             _ => " ",
         };
@@ -353,13 +356,13 @@ fn write_flush(text: &str) {
 mod tests {
     use super::*;
 
-    fn row(id: &str, stage: Stage, lease: Option<&str>, settled_ms: Option<u128>) -> Row {
+    fn row(id: &str, stage: Lifecycle, lease: Option<&str>, settled_ms: Option<u128>) -> Row {
         Row {
             live: LiveNode {
                 id: LogicalNodeId::from(id),
                 stage,
-                ready: stage == Stage::Dormant,
-                failed_reason: (stage == Stage::Failed).then(|| "bootstrap JoinTimeout".into()),
+                ready: stage == Lifecycle::Dormant,
+                failed_reason: (stage == Lifecycle::Failed).then(|| "bootstrap JoinTimeout".into()),
             },
             lease: lease.map(LeaseId::from),
             settled_ms,
@@ -387,9 +390,9 @@ mod tests {
     #[test]
     fn the_terminal_table_puts_failed_and_moving_nodes_first_and_is_bounded() {
         let mut rows = vec![
-            row("w-0", Stage::Dormant, Some("local:0"), Some(1_200)),
-            row("w-1", Stage::BootstrapRunning, Some("local:1"), None),
-            row("w-2", Stage::Failed, Some("local:2"), Some(900)),
+            row("w-0", Lifecycle::Dormant, Some("local:0"), Some(1_200)),
+            row("w-1", Lifecycle::BootstrapRunning, Some("local:1"), None),
+            row("w-2", Lifecycle::Failed, Some("local:2"), Some(900)),
         ];
         let snapshots = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots");
         let wide = Fit {
@@ -400,7 +403,12 @@ mod tests {
             insta::assert_snapshot!("up_view_tty_table", tty_table(rows.iter(), 2_500, wide));
         });
         for i in 3..30 {
-            rows.push(row(&format!("w-{i}"), Stage::LeaseRequested, None, None));
+            rows.push(row(
+                &format!("w-{i}"),
+                Lifecycle::LeaseRequested,
+                None,
+                None,
+            ));
         }
         let table = tty_table(rows.iter(), 2_500, wide);
         assert_eq!(table.lines().count(), 1 + TTY_ROWS, "{table}");
@@ -414,7 +422,7 @@ mod tests {
 
     #[test]
     fn plain_lines_name_stage_lease_and_time() {
-        let r = row("w-2", Stage::Failed, Some("local:2"), Some(900));
+        let r = row("w-2", Lifecycle::Failed, Some("local:2"), Some(900));
         assert_eq!(
             plain_line(&r.live, r.lease.as_ref(), 900),
             "  0.900s w-2                      Failed           local:2 (bootstrap JoinTimeout)"

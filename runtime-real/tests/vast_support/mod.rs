@@ -307,7 +307,7 @@ pub fn vast_plan(url: &str, count: u32) -> RunPlan {
 /// Writes `plan` as a plan file in `dir`.
 pub fn write_plan(dir: &Path, plan: &RunPlan) -> PathBuf {
     let path = dir.join("plan.toml");
-    std::fs::write(&path, runtime_real::cli::plan_to_toml(plan)).unwrap();
+    std::fs::write(&path, runtime_real::plan_toml::to_string(plan)).unwrap();
     path
 }
 

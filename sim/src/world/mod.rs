@@ -25,7 +25,7 @@ use conformance::oracle::{Observation, Oracle};
 use conformance::{RunOptions, RunOutcome, Stats, System, Violation};
 use core_fsm::digest::Digest;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, OpId, SessionId};
-use core_fsm::node::Stage;
+use core_fsm::node::Lifecycle;
 use core_fsm::plan::RunPlan;
 use core_fsm::port::{Effect, Input, JoinBinding, JournalRecord};
 use core_fsm::time::{Duration, Instant};
@@ -105,7 +105,7 @@ pub struct World<'c, S: System> {
     session_node: BTreeMap<SessionId, (LogicalNodeId, LeaseId)>,
     connecting: BTreeMap<OpId, (SessionId, LeaseId)>,
     session_clock: BTreeMap<SessionId, Instant>,
-    stages: BTreeMap<LogicalNodeId, Stage>,
+    stages: BTreeMap<LogicalNodeId, Lifecycle>,
     digest: Digest,
     step_digests: Vec<u64>,
     step: u64,

@@ -1,0 +1,95 @@
+//! [`StateDir`]: every path under the state dir (`--state-dir`, default
+//! `.drover/`) is named here, and nowhere else.
+//!
+//! ```text
+//! journal.bin            the journal (length + CRC framed records)
+//! datastream/<node>.ndjson   every log line of a node
+//! keys/                  id_ed25519(.pub): the SSH identity; iroh.key
+//! known_hosts/<lease>    the host key pinned for a lease
+//! nodes/                 the local provider's nodes (next, <n>/label, ...)
+//! static/<lease>         the static provider's reservations
+//! control/               the control plane's port and admitted agents
+//! plan.json              the plan `up` runs, for `drover down`'s providers
+//! up.pid, live.json      a running `up` and its live view
+//! previous/              the journal and datastream of the run before
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// The journal's file name (also inside `previous/`).
+pub const JOURNAL: &str = "journal.bin";
+/// The datastream folder's name (also inside `previous/`).
+pub const DATASTREAM: &str = "datastream";
+
+/// A state dir, by its root.
+#[derive(Clone, Copy, Debug)]
+pub struct StateDir<'a> {
+    root: &'a Path,
+}
+
+impl<'a> StateDir<'a> {
+    /// The state dir at `root`.
+    pub fn at(root: &'a Path) -> StateDir<'a> {
+        StateDir { root }
+    }
+
+    /// The root folder.
+    pub fn root(self) -> &'a Path {
+        self.root
+    }
+
+    /// The journal file.
+    pub fn journal(self) -> PathBuf {
+        self.root.join(JOURNAL)
+    }
+
+    /// The datastream folder.
+    pub fn datastream(self) -> PathBuf {
+        self.root.join(DATASTREAM)
+    }
+
+    /// The folder of keys (SSH identity, iroh endpoint key).
+    pub fn keys(self) -> PathBuf {
+        self.root.join("keys")
+    }
+
+    /// The folder of pinned host keys, one file per lease.
+    pub fn known_hosts(self) -> PathBuf {
+        self.root.join("known_hosts")
+    }
+
+    /// The local provider's nodes.
+    pub fn nodes(self) -> PathBuf {
+        self.root.join("nodes")
+    }
+
+    /// The static provider's reservations.
+    pub fn static_leases(self) -> PathBuf {
+        self.root.join("static")
+    }
+
+    /// The control plane's files.
+    pub fn control(self) -> PathBuf {
+        self.root.join("control")
+    }
+
+    /// The copy of the plan `up` runs.
+    pub fn plan(self) -> PathBuf {
+        self.root.join("plan.json")
+    }
+
+    /// The pid file of a running `up`.
+    pub fn up_pid(self) -> PathBuf {
+        self.root.join("up.pid")
+    }
+
+    /// The live view of a running `up`.
+    pub fn live_view(self) -> PathBuf {
+        self.root.join("live.json")
+    }
+
+    /// Where an ended run's journal and datastream are kept.
+    pub fn previous_run(self) -> PathBuf {
+        self.root.join("previous")
+    }
+}
