@@ -20,7 +20,9 @@ def main():
     llm = Llama(
         model_path=path,
         n_ctx=prefill + decode + 1,
-        n_batch=max(prefill, 1),
+        # llama-cpp-python keeps one logits row per batch slot: a batch as
+        # long as the context keeps the index of the last token in range.
+        n_batch=prefill + decode + 1,
         n_ubatch=max(prefill, 1),
         seed=0,
         type_k=0,

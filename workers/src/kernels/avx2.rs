@@ -25,6 +25,7 @@ pub fn kernels() -> Option<Kernels> {
                 q6k: dot_q6k,
                 dot4_q8_0: Some(dot4_q8_0),
                 dot4_q4_0: Some(dot4_q4_0),
+                dot4_f16: Some(dot4_f16),
             });
         }
     }
@@ -191,6 +192,9 @@ mod wrappers {
     }
     pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
         unsafe { multi::dot4_q4_0(w, a) }
+    }
+    pub fn dot4_f16(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        unsafe { multi::dot4_f16(w, a) }
     }
     // SAFETY (all): these are only installed by `kernels()` after the
     // features they enable were detected on this processor.

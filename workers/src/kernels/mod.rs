@@ -29,6 +29,7 @@ pub struct Kernels {
     q6k: DotFn,
     dot4_q8_0: Option<Dot4Fn>,
     dot4_q4_0: Option<Dot4Fn>,
+    dot4_f16: Option<Dot4Fn>,
 }
 
 impl Kernels {
@@ -45,6 +46,7 @@ impl Kernels {
             q6k: scalar::dot_q6k,
             dot4_q8_0: None,
             dot4_q4_0: None,
+            dot4_f16: None,
         }
     }
 
@@ -82,6 +84,7 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => self.dot4_q8_0,
             GgmlType::Q4_0 => self.dot4_q4_0,
+            GgmlType::F16 => self.dot4_f16,
             _ => None,
         }
     }

@@ -60,3 +60,41 @@ pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     }
     acc.map(|v| hsum(v))
 }
+
+/// Four f16 activation rows against one f16 weight row, each accumulated
+/// exactly as the one-row kernel accumulates it.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot4_f16(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    assert!(a.iter().all(|r| r.len() == w.len()));
+    let n = w.len() / 2;
+    let load = |r: &[u8], i: usize| {
+        assert!(2 * i + 16 <= r.len());
+        // SAFETY: 16 bytes at 2*i, inside the row (checked above).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(r.as_ptr().add(2 * i) as *const __m128i) })
+    };
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        for k in 0..2 {
+            let x = load(w, i + 8 * k);
+            for t in 0..4 {
+                acc[t][k] = _mm256_fmadd_ps(x, load(a[t], i + 8 * k), acc[t][k]);
+            }
+        }
+        i += 16;
+    }
+    while i + 8 <= n {
+        let x = load(w, i);
+        for t in 0..4 {
+            acc[t][0] = _mm256_fmadd_ps(x, load(a[t], i), acc[t][0]);
+        }
+        i += 8;
+    }
+    std::array::from_fn(|t| {
+        let mut s = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+        for j in i..n {
+            s += f16(w, 2 * j) * f16(a[t], 2 * j);
+        }
+        s
+    })
+}
