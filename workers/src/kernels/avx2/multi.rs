@@ -64,6 +64,7 @@ pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
 /// Four f16 activation rows against one f16 weight row, each accumulated
 /// exactly as the one-row kernel accumulates it.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // acc[t][k] and a[t] walk together
 pub fn dot4_f16(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     assert!(a.iter().all(|r| r.len() == w.len()));
     let n = w.len() / 2;
