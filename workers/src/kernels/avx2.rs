@@ -49,8 +49,12 @@ mod imp {
     }
 
     #[inline]
+    #[target_feature(enable = "f16c")]
     pub(super) fn f16(b: &[u8], i: usize) -> f32 {
-        half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+        // One F16C conversion in line: a block's scale is converted per
+        // block, so a call through `half`'s feature check costs.
+        let bits = u16::from_le_bytes([b[i], b[i + 1]]) as i32;
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -37,7 +37,7 @@ fn q8k_scale(y: &[u8]) -> f32 {
     f32::from_le_bytes([y[0], y[1], y[2], y[3]])
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len() % 144, 0);
     assert_eq!(w.len() / 144 * 292, a.len());
@@ -86,7 +86,7 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
     hsum(acc) + acc_min
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len() % 210, 0);
     assert_eq!(w.len() / 210 * 292, a.len());
