@@ -44,7 +44,7 @@ fn the_node_image_builds_from_scratch_and_runs_drovers_binaries_under_sh() {
             cmd: Some(vec![
                 "/bin/sh".into(),
                 "-c".into(),
-                "drover-agent --version && drover --version && test -d /node && echo shell-ok"
+                "drover-agent --version && drover --version && nohup true && test -d /node && echo shell-ok"
                     .into(),
             ]),
             labels: Some(HashMap::from([(key.to_owned(), value.to_owned())])),

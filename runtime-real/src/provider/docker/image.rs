@@ -47,7 +47,13 @@ enum Entry {
     Dir,
     File { source: PathBuf, mode: u32 },
     Link { target: String },
+    Text { text: &'static str, mode: u32 },
 }
+
+/// `nohup` for a busybox built without it (Debian's `busybox-static`):
+/// start commands background the agent with it.
+const NOHUP: &str =
+    "#!/bin/sh\n# nohup: run a command immune to hangups.\ntrap '' HUP\nexec \"$@\"\n";
 
 /// The build context, before it is packed.
 pub struct Context {
@@ -143,6 +149,11 @@ impl Context {
                     .insert(format!("/bin/{applet}"), Entry::Link { target });
             }
         }
+        let nohup = Entry::Text {
+            text: NOHUP,
+            mode: 0o755,
+        };
+        self.entries.entry("/bin/nohup".to_owned()).or_insert(nohup);
         Ok(())
     }
 
@@ -157,6 +168,10 @@ impl Context {
             hash.update(at.as_bytes());
             match entry {
                 Entry::Dir => hash.update(b"\0dir"),
+                Entry::Text { text, mode } => {
+                    hash.update(format!("\0text\0{mode:o}\0").as_bytes());
+                    hash.update(text.as_bytes());
+                }
                 Entry::Link { target } => {
                     hash.update(b"\0link\0");
                     hash.update(target.as_bytes());
@@ -199,6 +214,13 @@ impl Context {
             let path = format!("rootfs{at}");
             match entry {
                 Entry::Dir => append(&mut builder, &path, tar::EntryType::Directory, 0o755, &[]),
+                Entry::Text { text, mode } => append(
+                    &mut builder,
+                    &path,
+                    tar::EntryType::Regular,
+                    *mode,
+                    text.as_bytes(),
+                ),
                 Entry::File { source, mode } => {
                     let data = read(source)?;
                     append(&mut builder, &path, tar::EntryType::Regular, *mode, &data)
