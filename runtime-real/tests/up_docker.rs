@@ -9,67 +9,12 @@ mod docker_support;
 mod up_support;
 
 use docker_support::*;
-use runtime_real::provider::docker::state_hash;
 use std::path::Path;
 use std::time::Duration;
 use up_support::*;
 
 const SETTLE: Duration = Duration::from_secs(180);
 const EXIT: Duration = Duration::from_secs(90);
-
-/// A plan of `count` docker workers whose agents start for real.
-pub fn docker_plan(count: u32, extra_shape: &str) -> String {
-    format!(
-        r#"run_id = 1
-
-[[group]]
-name = "workers"
-role = "worker"
-count = {count}
-provider = "docker"
-
-[group.shape]
-image = "drover-node"
-disk_gb = 1
-{extra_shape}
-
-[group.boot]
-ssh_user = "drover"
-verify_commands = ["test -x /opt/drover/bin/drover-agent"]
-start_command = "{AGENT_START}"
-
-[group.boot.timeouts]
-ssh_connect_timeout = "60s"
-ssh_retry_interval = "100ms"
-join_timeout = "60s"
-"#
-    )
-}
-
-/// The label filter of a state dir's containers.
-fn state_label(state: &Path) -> String {
-    format!("drover.state={}", state_hash(state))
-}
-
-/// This state dir's containers: (name, state).
-fn containers_of(state: &Path) -> Vec<(String, String)> {
-    let label = state_label(state);
-    runtime().block_on(async {
-        let engine = engine();
-        let docker = engine.client().await.unwrap();
-        let mut found: Vec<(String, String)> = containers(docker, &label)
-            .await
-            .into_iter()
-            .map(|c| {
-                let name = c.names.unwrap_or_default().join(",");
-                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
-                (name, state)
-            })
-            .collect();
-        found.sort();
-        found
-    })
-}
 
 fn is_settled(line: &serde_json::Value) -> bool {
     line["event"] == "settled"
@@ -93,7 +38,7 @@ fn three_containers_come_up_ready_over_ssh_and_stop_removes_them_all() {
         label: state_label(&state),
     };
     let plan = dir.join("plan.toml");
-    std::fs::write(&plan, docker_plan(3, "")).unwrap();
+    std::fs::write(&plan, docker_plan(3, "", AGENT_START)).unwrap();
     let started = std::time::Instant::now();
     let mut up = Up::start(&state, &plan);
     let settled = up.wait_line(SETTLE, is_settled);

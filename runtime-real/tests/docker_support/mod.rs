@@ -73,3 +73,60 @@ impl Drop for Guard {
         .join();
     }
 }
+
+/// A plan of `count` docker workers whose agents start for real.
+pub fn docker_plan(count: u32, extra_shape: &str, start: &str) -> String {
+    format!(
+        r#"run_id = 1
+
+[[group]]
+name = "workers"
+role = "worker"
+count = {count}
+provider = "docker"
+
+[group.shape]
+image = "drover-node"
+disk_gb = 1
+{extra_shape}
+
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["test -x /opt/drover/bin/drover-agent"]
+start_command = "{start}"
+
+[group.boot.timeouts]
+ssh_connect_timeout = "60s"
+ssh_retry_interval = "100ms"
+join_timeout = "60s"
+"#
+    )
+}
+
+/// The label filter of a state dir's containers.
+pub fn state_label(state: &Path) -> String {
+    format!(
+        "drover.state={}",
+        runtime_real::provider::docker::state_hash(state)
+    )
+}
+
+/// This state dir's containers: (name, state).
+pub fn containers_of(state: &Path) -> Vec<(String, String)> {
+    let label = state_label(state);
+    runtime().block_on(async {
+        let engine = engine();
+        let docker = engine.client().await.unwrap();
+        let mut found: Vec<(String, String)> = containers(docker, &label)
+            .await
+            .into_iter()
+            .map(|c| {
+                let name = c.names.unwrap_or_default().join(",");
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                (name, state)
+            })
+            .collect();
+        found.sort();
+        found
+    })
+}
