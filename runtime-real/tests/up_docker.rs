@@ -100,3 +100,46 @@ fn no_network_or_volume_of(state: &Path) {
         assert!(volumes.volumes.unwrap_or_default().is_empty());
     });
 }
+
+#[test]
+fn a_plan_asking_for_gpus_on_an_engine_without_them_is_refused_at_plan_time_and_creates_nothing() {
+    let dir = scratch("docker-gpus");
+    let state = dir.join("state");
+    let _guard = Guard {
+        label: state_label(&state),
+    };
+    let plan = dir.join("plan.toml");
+    std::fs::write(&plan, docker_plan(2, "gpus = \"all\"", AGENT_START)).unwrap();
+    let nvidia = runtime().block_on(async { engine().nvidia_runtime().await.unwrap() });
+    assert!(
+        nvidia.is_err(),
+        "this test needs an engine without the NVIDIA runtime"
+    );
+    for command in ["plan", "up"] {
+        let out = drover(&state, &[command, plan.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(stderr.contains("NVIDIA runtime"), "{command}: {stderr}");
+        assert!(stderr.contains("workers"), "{command}: {stderr}");
+        assert!(stderr.contains("/docker.sock"), "{command}: {stderr}");
+    }
+    assert_eq!(containers_of(&state), Vec::<(String, String)>::new());
+    assert!(!state.join("journal.bin").exists(), "nothing written");
+    // `gpus` is a docker group's field only, and is "all" or a count.
+    let local = docker_plan(1, "gpus = \"all\"", AGENT_START).replace("\"docker\"", "\"local\"");
+    let bad = docker_plan(1, "gpus = \"many\"", AGENT_START);
+    for (text, reason) in [
+        (local, "only a docker group reads `gpus`"),
+        (bad, "expected \"all\" or a number"),
+    ] {
+        std::fs::write(&plan, text).unwrap();
+        let out = drover(&state, &["plan", plan.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("group[0].shape.gpus") && stderr.contains(reason),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
