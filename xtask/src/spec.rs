@@ -17,6 +17,7 @@ pub const PARTS: &[&str] = &[
     "runtime.md",
     "control-plane.md",
     "vastai.md",
+    "docker.md",
 ];
 
 /// The text `SPEC.md` must have.
