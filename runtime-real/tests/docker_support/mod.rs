@@ -130,3 +130,11 @@ pub fn containers_of(state: &Path) -> Vec<(String, String)> {
         found
     })
 }
+
+/// A fresh, empty folder for one test.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
