@@ -1,6 +1,8 @@
-//! `cargo xtask bench up`: wall time from `drover up` to all nodes ready,
-//! and the teardown time, for 1, 4 and 16 local nodes with real SSH and
-//! real agents joining over iroh.
+//! `cargo xtask bench up [--provider docker]`: wall time from `drover up`
+//! to all nodes ready, and the teardown time, for 1, 4 and 16 local nodes
+//! (or docker containers, the node image already built) with real SSH and
+//! real agents joining over iroh. With docker, the image build itself is
+//! measured first (its tag removed, then built), and finding it again.
 //!
 //! Builds the `drover` and `drover-agent` binaries of this profile first
 //! (`cargo run --example` does not), then drives them like an operator.
@@ -17,12 +19,28 @@ const AGENT_START: &str = "nohup drover-agent --join '${ORCH_ADDR}' --node '${LO
 
 fn main() {
     let drover = build_binaries();
+    let args: Vec<String> = std::env::args().collect();
+    let docker = match args.iter().position(|a| a == "--provider") {
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("local") => false,
+            Some("docker") => true,
+            other => {
+                eprintln!("bench_up: --provider local|docker, not {other:?}");
+                std::process::exit(2);
+            }
+        },
+        None => false,
+    };
+    if docker && let Err(e) = bench_image(&drover) {
+        eprintln!("bench_up: image: {e}");
+        std::process::exit(1);
+    }
     println!(
         "{:>6} {:>14} {:>14}",
         "nodes", "all-ready ms", "teardown ms"
     );
     for n in SIZES {
-        match bench(&drover, n) {
+        match bench(&drover, n, docker) {
             Ok((ready, teardown)) => println!(
                 "{n:>6} {:>14} {:>14}",
                 ready.as_millis(),
@@ -55,12 +73,51 @@ fn build_binaries() -> PathBuf {
     profile_dir.join("drover")
 }
 
-fn bench(drover: &Path, nodes: u32) -> Result<(Duration, Duration), String> {
+/// The node image: built from nothing (its tag removed first), then found.
+fn bench_image(drover: &Path) -> Result<(), String> {
+    use runtime_real::provider::docker::{engine::Engine, image};
+    let bin_dir = drover.parent().ok_or("drover has no folder")?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let engine = Engine::from_env();
+        let tag = image::Context::for_binaries(bin_dir)?.tag()?;
+        let docker = engine.client().await.map_err(|e| e.message)?;
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: true,
+            ..Default::default()
+        };
+        let _ = docker.remove_image(&tag, Some(options), None).await;
+        let started = Instant::now();
+        image::ensure(&engine, bin_dir)
+            .await
+            .map_err(|e| e.message)?;
+        let built = started.elapsed();
+        let started = Instant::now();
+        image::ensure(&engine, bin_dir)
+            .await
+            .map_err(|e| e.message)?;
+        let found = started.elapsed();
+        println!(
+            "image {tag}: built in {} ms, found again in {} ms",
+            built.as_millis(),
+            found.as_millis()
+        );
+        Ok(())
+    })
+}
+
+fn bench(drover: &Path, nodes: u32, docker: bool) -> Result<(Duration, Duration), String> {
     let dir = std::env::temp_dir().join(format!("drover-bench-{nodes}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut plan = RunPlan::local(nodes);
     plan.groups[0].boot.start_command = AGENT_START.into();
+    if docker {
+        plan.groups[0].provider = core_fsm::plan::ProviderKind::Docker;
+        plan.groups[0].shape.image = "drover-node".into();
+        plan.groups[0].boot.timeouts.ssh_retry_interval =
+            core_fsm::time::Duration::from_millis(100);
+    }
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan))
         .map_err(|e| e.to_string())?;

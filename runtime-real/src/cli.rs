@@ -86,6 +86,9 @@ pub enum Command {
         /// Where to write the listening port.
         #[arg(long)]
         port_file: PathBuf,
+        /// The address to listen on (a container's node: `0.0.0.0:22`).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
     },
 }
 
@@ -128,11 +131,13 @@ pub fn main(cli: Cli) -> i32 {
                 dir,
                 authorized_key,
                 port_file,
+                listen,
             } => {
                 let args = crate::provider::local::node::NodeArgs {
                     dir,
                     authorized_key,
                     port_file,
+                    listen,
                 };
                 match crate::provider::local::node::serve(args).await {
                     Ok(()) => EXIT_OK,
@@ -158,7 +163,7 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    if let Err(e) = crate::provider::check_plan(&plan) {
+    if let Err(e) = crate::provider::check_plan(&plan).await {
         eprintln!("drover: {e}");
         return EXIT_CONFIG;
     }

@@ -1,8 +1,9 @@
 //! Provider adapters: stateless answers to create, look up, destroy and list
-//! leases. Every adapter (local, vastai; docker later) implements
+//! leases. Every adapter (local, static, docker, vastai) implements
 //! [`Provider`]; the effect sink turns its answers into inputs.
 //! [`for_state_dir`] builds the ones a run's plan names.
 
+pub mod docker;
 pub mod local;
 pub mod static_hosts;
 pub mod vastai;
@@ -53,12 +54,13 @@ pub trait Provider: Send + Sync {
 pub type Providers = BTreeMap<ProviderKind, Arc<dyn Provider>>;
 
 /// Checks, before anything is written, that every provider `plan` names can
-/// be built here: its settings read and, for vastai, an API key found.
-pub fn check_plan(plan: &RunPlan) -> Result<(), String> {
+/// be built here: its settings read and, for vastai, an API key found; for
+/// docker, the engine answers and can give the GPUs a group asks for.
+pub async fn check_plan(plan: &RunPlan) -> Result<(), String> {
     if vastai::settings::from_plan(plan)?.is_some() {
         vastai::settings::api_key()?;
     }
-    Ok(())
+    docker::check_plan(plan, &docker::engine::Engine::from_env()).await
 }
 
 /// The providers of the run in `state_dir`: local always, and those the
@@ -88,6 +90,11 @@ pub fn for_plan(state_dir: &Path, plan: Option<&RunPlan>) -> Result<Providers, S
     {
         let provider = static_hosts::StaticProvider::new(state_dir, plan)?;
         providers.insert(ProviderKind::Static, Arc::new(provider));
+    }
+    if plan.is_some_and(docker::in_plan) {
+        let engine = docker::engine::Engine::from_env();
+        let provider = docker::DockerProvider::new(engine, state_dir, &drover, &public_key);
+        providers.insert(ProviderKind::Docker, Arc::new(provider));
     }
     if let Some(settings) = plan.map(vastai::settings::from_plan).transpose()?.flatten() {
         let key = vastai::settings::api_key()?;

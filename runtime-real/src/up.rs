@@ -63,7 +63,7 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    if let Err(e) = crate::provider::check_plan(&plan) {
+    if let Err(e) = crate::provider::check_plan(&plan).await {
         eprintln!("drover: {e}");
         return EXIT_CONFIG;
     }

@@ -41,6 +41,24 @@ fn the_local_example_has_three_workers() {
 }
 
 #[test]
+fn the_docker_example_and_its_gpus_round_trip() {
+    let plan = example("docker.toml");
+    assert_eq!(plan.groups[0].provider, ProviderKind::Docker);
+    assert_eq!(plan.groups[0].count, 3);
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/docker.toml"),
+    )
+    .unwrap()
+    .replace("# gpus = \"all\"", "gpus = \"all\"");
+    let with_gpus = parse_str(&text, "docker.toml").unwrap_or_else(|e| panic!("{e}"));
+    let labels = &with_gpus.groups[0].shape.provider_labels;
+    assert_eq!(labels.get("docker.gpus").map(String::as_str), Some("all"));
+    let written = runtime_real::plan_toml::to_string(&with_gpus);
+    assert!(written.contains("gpus = \"all\""), "{written}");
+    assert_eq!(parse_str(&written, "again.toml").unwrap(), with_gpus);
+}
+
+#[test]
 fn the_static_example_parses() {
     let plan = example("static.toml");
     assert_eq!(plan.run_id, RunId(7));

@@ -57,6 +57,10 @@ enum Task {
     Bench {
         /// Which benchmark.
         what: String,
+        /// `bench up` only: `local` or `docker` (containers of the node
+        /// image, whose build is measured too).
+        #[arg(long, default_value = "local")]
+        provider: String,
     },
     /// Run cargo-mutants over core-fsm against its tests and the simulation
     /// battery, and report the share caught.
@@ -88,7 +92,7 @@ fn main() -> ExitCode {
         }
         Task::Replay { trace } => drover_sim(&["replay".into(), trace]),
         Task::Shrink { trace } => drover_sim(&["shrink".into(), trace]),
-        Task::Bench { what } => bench(&what),
+        Task::Bench { what, provider } => bench(&what, &provider),
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),
         Task::Reference => worker::reference()
@@ -315,7 +319,7 @@ fn seeds_per_core(text: &str) -> Option<f64> {
     })
 }
 
-fn bench(what: &str) -> bool {
+fn bench(what: &str, provider: &str) -> bool {
     match what {
         // An example, not a `cargo bench` target: cargo builds bench
         // targets with unwinding whatever the profile says, and this one is
@@ -346,6 +350,9 @@ fn bench(what: &str) -> bool {
                 "runtime-real",
                 "--example",
                 "bench_up",
+                "--",
+                "--provider",
+                provider,
             ]),
         ),
         other => {

@@ -198,6 +198,17 @@ pub fn prerequisites() -> Vec<Prerequisite> {
             &["-c", "import ensurepip, venv"],
             "makes the venvs below; Debian's python3 has no ensurepip without it",
         ),
+        Prerequisite::apt_program(
+            "busybox-static",
+            "busybox",
+            "the docker provider's node image (runtime-real/tests/docker_*.rs, up_docker.rs) takes a static busybox as its /bin/sh",
+        ),
+        Prerequisite::service(
+            "docker",
+            "/var/run/docker.sock",
+            "start a Docker engine (dockerd) and let this user reach /var/run/docker.sock",
+            "the docker provider's tests (runtime-real/tests/docker_*.rs, up_docker.rs) run containers on the real engine",
+        ),
         Prerequisite::venv(
             VASTAI_CLI,
             "the official Vast.ai CLI, vastai==1.9.1, run against the fake Vast.ai server by the vastai crate's tests",

@@ -18,6 +18,7 @@ pub const PARTS: &[&str] = &[
     "control-plane.md",
     "vastai.md",
     "worker.md",
+    "docker.md",
 ];
 
 /// The text `SPEC.md` must have.

@@ -3,7 +3,11 @@
 //! the placeholders never reach a caller (a file with any error is refused).
 
 use super::reader::{Doc, Table, Value};
+use crate::provider::docker::container::{GPUS_LABEL, Gpus};
 use crate::provider::static_hosts::hosts::{self, StaticHost};
+
+/// Shape labels a docker group's fields become; never written by hand.
+const DOCKER_LABEL_PREFIX: &str = "docker.";
 use core_fsm::ids::{GroupId, LeaseId, RoleId, RunId};
 use core_fsm::plan::{
     BootSpec, DesiredShape, JoinSpec, NodeGroupSpec, ProviderKind, ReplacementPolicy, RunPlan,
@@ -30,6 +34,7 @@ const SHAPE: &[&str] = &[
     "min_compute_capability",
     "max_price_usd_per_hour",
     "provider_labels",
+    "gpus",
 ];
 const BOOT: &[&str] = &[
     "ssh_user",
@@ -116,6 +121,7 @@ fn read_group(doc: &mut Doc, path: &str, value: &Value<'_>) -> Option<NodeGroupS
     // already; its placeholder would add a misleading error here).
     if let Some(provider) = read {
         check_vastai_labels(doc, path, provider, &shape);
+        check_gpus(doc, path, provider, &shape);
     }
     let mut shape = shape;
     let hosts = match table.take(doc, "host") {
@@ -327,8 +333,34 @@ fn read_shape(doc: &mut Doc, path: &str, value: &Value<'_>) -> DesiredShape {
         ),
         provider_labels: table.string_map(doc, "provider_labels").unwrap_or_default(),
     };
+    let mut shape = shape;
+    for key in shape.provider_labels.keys() {
+        if key.starts_with(DOCKER_LABEL_PREFIX) {
+            let field = format!("{path}.provider_labels.{key}");
+            let span = doc.spans.get(&field).cloned().unwrap_or(0..0);
+            doc.error(span, &field, "reserved: a docker group's GPUs are `gpus`");
+        }
+    }
+    if let Some(gpus) = table.string(doc, "gpus", false) {
+        if let Err(reason) = Gpus::parse(&gpus) {
+            let field = format!("{path}.gpus");
+            let span = doc.spans.get(&field).cloned().unwrap_or(0..0);
+            doc.error(span, &field, reason);
+        }
+        shape.provider_labels.insert(GPUS_LABEL.to_owned(), gpus);
+    }
     table.finish(doc);
     shape
+}
+
+/// `gpus` is read by docker groups only (another provider would ignore it
+/// and run without the GPUs the plan asks for).
+fn check_gpus(doc: &mut Doc, path: &str, provider: ProviderKind, shape: &DesiredShape) {
+    let field = format!("{path}.shape.gpus");
+    if provider != ProviderKind::Docker && shape.provider_labels.contains_key(GPUS_LABEL) {
+        let span = doc.spans.get(&field).cloned().unwrap_or(0..0);
+        doc.error(span, &field, "only a docker group reads `gpus`");
+    }
 }
 
 fn read_boot(doc: &mut Doc, path: &str, value: &Value<'_>) -> BootSpec {

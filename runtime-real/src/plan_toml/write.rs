@@ -2,6 +2,7 @@
 //! same plan (a property test holds the two together).
 
 use super::duration::format_duration;
+use crate::provider::docker::container::GPUS_LABEL;
 use crate::provider::static_hosts::hosts;
 use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan, TimeoutPolicy};
 use std::fmt::Write;
@@ -89,11 +90,15 @@ fn write_shape(out: &mut String, shape: &core_fsm::plan::DesiredShape) {
         }
     }
     let _ = writeln!(out, "require_verified = {}", shape.require_verified);
-    // Static hosts are written as `[[group.host]]` tables, not as labels.
+    if let Some(gpus) = shape.provider_labels.get(GPUS_LABEL) {
+        let _ = writeln!(out, "gpus = {}", quote(gpus));
+    }
+    // Static hosts are written as `[[group.host]]` tables, and a docker
+    // group's GPUs as `gpus`, not as labels.
     let labels: Vec<_> = shape
         .provider_labels
         .iter()
-        .filter(|(key, _)| !key.starts_with(hosts::LABEL_PREFIX))
+        .filter(|(key, _)| !key.starts_with(hosts::LABEL_PREFIX) && *key != GPUS_LABEL)
         .collect();
     if !labels.is_empty() {
         out.push_str("\n[group.shape.provider_labels]\n");

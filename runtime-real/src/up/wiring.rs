@@ -6,7 +6,7 @@ use super::ports::Leases;
 use super::sink::Joins;
 use super::{Orchestrated, Runtime, drive, prepare_state};
 use crate::provider::BoxFuture;
-use crate::transport::{ControlEvent, ControlPlane};
+use crate::transport::{ControlConfig, ControlEvent, ControlPlane};
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId};
 use core_fsm::orchestrator::{Config, Orchestrator};
 use core_fsm::plan::RunPlan;
@@ -108,7 +108,7 @@ impl ControlJoins {
 /// the control plane, and drives the run.
 pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i32> {
     let (journal, records) = prepare_state(state_dir, &plan)?;
-    let mut control = ControlPlane::bind(state_dir).await?;
+    let mut control = ControlPlane::bind_with(state_dir, control_config(&plan).await?).await?;
     let events = control.take_events();
     let control = Arc::new(control);
     let addr = match plan
@@ -166,6 +166,21 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
     // would hold the endpoint's close for seconds).
     control.shutdown().await;
     code
+}
+
+/// Where the control plane binds: loopback, or, for a plan with docker
+/// groups, the default bridge's gateway, an address of this machine that
+/// both containers and local nodes reach.
+async fn control_config(plan: &RunPlan) -> anyhow::Result<ControlConfig> {
+    let mut config = ControlConfig::default();
+    if crate::provider::docker::in_plan(plan) {
+        let engine = crate::provider::docker::engine::Engine::from_env();
+        config.bind_ip = engine
+            .bridge_gateway()
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+    }
+    Ok(config)
 }
 
 /// Control-plane events: admitted agents become `AgentJoined` (a rejoin

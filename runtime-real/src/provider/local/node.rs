@@ -28,10 +28,13 @@ pub struct NodeArgs {
     pub authorized_key: PathBuf,
     /// Where the listening port is written.
     pub port_file: PathBuf,
+    /// The address to listen on: `127.0.0.1:0` for a local node (any free
+    /// port), `0.0.0.0:22` inside a container (published by the engine).
+    pub listen: std::net::SocketAddr,
 }
 
 /// Serves until killed. Writes `pid` into the node folder first, then binds
-/// 127.0.0.1:0, writes the port file, and prints `listening <port>` on
+/// the listen address, writes the port file, and prints `listening <port>` on
 /// stdout (the provider waits for that line).
 pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
     super::write_atomic(
@@ -54,7 +57,7 @@ pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
         nodelay: true,
         ..Default::default()
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let port = listener.local_addr()?.port();
     super::write_atomic(&args.port_file, port.to_string().as_bytes())?;
     println!("listening {port}");
