@@ -77,12 +77,14 @@ impl Fake {
     }
 
     /// Provides every prerequisite of the table except `but`.
-    fn provide_all_but(&self, but: &[&str]) {
-        for p in setup::prerequisites() {
-            if !but.contains(&p.name) {
-                self.provide(&p.check);
-            }
-        }
+    /// The sockets' listeners are returned: a socket answers while its
+    /// listener lives.
+    fn provide_all_but(&self, but: &[&str]) -> Vec<std::os::unix::net::UnixListener> {
+        setup::prerequisites()
+            .iter()
+            .filter(|p| !but.contains(&p.name))
+            .filter_map(|p| self.provide(&p.check))
+            .collect()
     }
 
     /// A fake `apt-get` that logs its arguments and, on `install`, makes
@@ -130,8 +132,7 @@ fn docker() -> Prerequisite {
 
 #[test]
 fn every_check_fails_on_a_bare_machine_and_passes_once_it_is_there() {
-    let mut table = setup::prerequisites();
-    table.push(docker());
+    let table = setup::prerequisites();
     let names: Vec<&str> = table.iter().map(|p| p.name).collect();
     assert_eq!(
         names,
@@ -140,8 +141,9 @@ fn every_check_fails_on_a_bare_machine_and_passes_once_it_is_there() {
             "rustfmt",
             "clippy",
             "python3-venv",
+            "busybox-static",
+            "docker",
             "vastai-cli-1.9.1",
-            "docker"
         ]
     );
     for p in &table {
@@ -186,7 +188,7 @@ fn a_rustup_proxy_without_its_component_is_missing() {
 #[test]
 fn root_installs_a_missing_sshd_with_apt_get() {
     let fake = Fake::new(0);
-    fake.provide_all_but(&["openssh-server"]);
+    let _sockets = fake.provide_all_but(&["openssh-server"]);
     fake.apt_get(true);
     let (ok, out) = fake.run();
     assert!(ok, "{out}");
@@ -209,7 +211,7 @@ fn root_installs_a_missing_sshd_with_apt_get() {
 #[test]
 fn not_root_names_the_command_once_and_installs_nothing() {
     let fake = Fake::new(1000);
-    fake.provide_all_but(&["openssh-server"]);
+    let _sockets = fake.provide_all_but(&["openssh-server"]);
     fake.apt_get(true);
     let (ok, out) = fake.run();
     assert!(!ok);
@@ -228,21 +230,21 @@ fn not_root_on_a_bare_machine_gets_one_command_for_everything() {
     let venv = fake.host.home.join(".cache/drover/vastai-cli-1.9.1");
     let venv = venv.display();
     let command = format!(
-        "    sudo apt-get update && sudo apt-get install -y openssh-server python3-venv \
+        "    sudo apt-get update && sudo apt-get install -y openssh-server python3-venv busybox-static \
          && rustup component add rustfmt clippy && python3 -m venv --clear {venv} \
          && {venv}/bin/pip install --disable-pip-version-check vastai==1.9.1"
     );
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("    ")).collect();
     assert_eq!(lines, [command.as_str()], "{out}");
     assert!(out.contains(
-        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, vastai-cli-1.9.1\n"
+        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, busybox-static, docker, vastai-cli-1.9.1\n"
     ));
 }
 
 #[test]
 fn user_level_installs_run_without_root() {
     let fake = Fake::new(1000);
-    fake.provide_all_but(&["rustfmt", "vastai-cli-1.9.1"]);
+    let _sockets = fake.provide_all_but(&["rustfmt", "vastai-cli-1.9.1"]);
     let log = fake.dir("log");
     let log = log.display();
     let bin = fake.dir("bin");
@@ -295,7 +297,7 @@ fn user_level_installs_run_without_root() {
 #[test]
 fn a_failed_install_or_one_that_did_not_help_fails_setup() {
     let fake = Fake::new(0);
-    fake.provide_all_but(&["openssh-server"]);
+    let _sockets = fake.provide_all_but(&["openssh-server"]);
     script(&fake.dir("bin/apt-get"), "exit 100");
     let (ok, out) = fake.run();
     assert!(!ok);
@@ -313,14 +315,15 @@ fn a_failed_install_or_one_that_did_not_help_fails_setup() {
 #[test]
 fn a_service_is_checked_and_named_never_installed() {
     let fake = Fake::new(0);
-    fake.provide_all_but(&[]);
-    let mut table = setup::prerequisites();
-    table.push(docker());
+    let _sockets = fake.provide_all_but(&["docker"]);
+    let table = setup::prerequisites();
     let mut out = Vec::new();
     assert!(!setup::run(&fake.host, &table, &mut out));
     let out = String::from_utf8(out).unwrap();
     assert!(
-        out.ends_with("setup: still missing: docker\nsetup: docker: start a Docker engine\n"),
+        out.ends_with(
+            "setup: still missing: docker\nsetup: docker: start a Docker engine (dockerd) and let this user reach /var/run/docker.sock\n"
+        ),
         "{out}"
     );
 
