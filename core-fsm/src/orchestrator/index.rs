@@ -160,3 +160,64 @@ impl Orchestrator {
         self.deadlines.set(Child::Session(slot), deadline);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::DetRng;
+
+    /// Random deadlines for 40 children (a few timeouts, some odd ones,
+    /// some cleared, time going forward), against a plain table: the
+    /// earliest, each child's deadline and the children a tick takes.
+    #[test]
+    fn agrees_with_a_table_under_random_use() {
+        let slots = 20u32;
+        let child = |leaf: usize| {
+            let slot = Slot(leaf as u32 / 2);
+            if leaf.is_multiple_of(2) {
+                Child::Node(slot)
+            } else {
+                Child::Session(slot)
+            }
+        };
+        let mut rng = DetRng::new(11);
+        let mut index = Deadlines::default();
+        let mut table: Vec<Option<u64>> = vec![None; 2 * slots as usize];
+        let (mut now, mut taken) = (0u64, 0);
+        let timeouts = [300, 50, 1_200, 100, 6_000];
+        for step in 0..20_000 {
+            now += rng.next_u64() % 40;
+            let leaf = (rng.next_u64() % (2 * u64::from(slots))) as usize;
+            let deadline = match rng.next_u64() % 20 {
+                0..=2 => None,
+                3 => Some(now + 1 + rng.next_u64() % 1_000),
+                4 => table[leaf],
+                k => Some(now + timeouts[(k % 5) as usize]),
+            };
+            index.set(child(leaf), deadline.map(Instant));
+            table[leaf] = deadline;
+            if step % 97 == 0 {
+                let mut want = (Vec::new(), Vec::new());
+                for (leaf, at) in table.iter_mut().enumerate() {
+                    if at.is_some_and(|at| at <= now) {
+                        *at = None;
+                        match child(leaf) {
+                            Child::Node(slot) => want.0.push(slot),
+                            Child::Session(slot) => want.1.push(slot),
+                        }
+                    }
+                }
+                taken += want.0.len() + want.1.len();
+                assert_eq!(index.take_due(Instant(now)), want, "step {step}");
+            }
+            let earliest = table.iter().flatten().min().copied();
+            assert_eq!(index.earliest(), earliest.map(Instant), "step {step}");
+            let of = |kind: usize| {
+                let table = &table;
+                (0..slots).map(move |n| (Slot(n), table[2 * n as usize + kind].map(Instant)))
+            };
+            assert!(index.matches(of(0), of(1)), "step {step}");
+        }
+        assert!(taken > 200, "ticks took children ({taken})");
+    }
+}
