@@ -4,7 +4,6 @@ use super::CliResult;
 use crate::engine::{Chain, split_from_sizes};
 use crate::gguf::file::ModelFile;
 use crate::model::Logits;
-use crate::sample::{Sampler, Sampling};
 use crate::tokenizer::{Tokenizer, Vocab};
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,18 +20,9 @@ pub struct GenerateArgs {
     /// Most tokens to generate (0: until end of text or the context).
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep the k most likely tokens (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// Seed of the sampler.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// The sampler (on the last stage).
+    #[command(flatten)]
+    pub sampling: super::SamplingArgs,
     /// Worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -96,12 +86,7 @@ pub fn generate(a: &GenerateArgs) -> CliResult {
             prompt.len()
         ));
     }
-    let mut sampler = Sampler::new(Sampling {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        seed: a.seed,
-    });
+    let mut sampler = a.sampling.sampler();
     let mut decoder = tokenizer.decoder();
     let mut out = std::io::stdout().lock();
     let mut text = String::new();

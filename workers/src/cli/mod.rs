@@ -14,6 +14,35 @@ use crate::fixture::{Recipe, Shape, make_model as make};
 use crate::gguf::file::ModelFile;
 use std::path::Path;
 
+/// The sampler's flags, shared by `generate` and `stage`.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct SamplingArgs {
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The sampler these flags describe.
+    pub fn sampler(&self) -> crate::sample::Sampler {
+        crate::sample::Sampler::new(crate::sample::Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        })
+    }
+}
+
 /// A subcommand's failure, printed as `drover-worker: MESSAGE`.
 pub type CliResult = Result<(), String>;
 

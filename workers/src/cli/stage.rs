@@ -3,7 +3,7 @@
 
 use super::CliResult;
 use crate::model::{Logits, Stage, StageInput, StageOutput};
-use crate::sample::{Sampler, Sampling};
+use crate::sample::Sampler;
 use crate::wire::{
     FrameError, FrameReader, Input, OutputKind, Reply, Request, VERSION, write_frame,
 };
@@ -21,18 +21,9 @@ pub struct StageArgs {
     /// Context positions (0: the model's).
     #[arg(long, default_value_t = 0)]
     pub ctx: usize,
-    /// Sampling temperature on the last stage (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Top-k on the last stage (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// Top-p on the last stage.
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// Seed of the last stage's sampler.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// The sampler (on the last stage).
+    #[command(flatten)]
+    pub sampling: super::SamplingArgs,
     /// Worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -56,12 +47,7 @@ pub fn stage(a: &StageArgs) -> CliResult {
     super::generate::set_threads(a.threads)?;
     let layers = parse_layers(&a.layers)?;
     let mut stage = Stage::open(&a.model, layers.clone(), a.ctx).map_err(|e| e.to_string())?;
-    let mut sampler = Sampler::new(Sampling {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        seed: a.seed,
-    });
+    let mut sampler = a.sampling.sampler();
     let mut out = std::io::stdout().lock();
     let mut input = FrameReader::new(std::io::stdin().lock());
     let send = |out: &mut std::io::StdoutLock, r: &Reply| {

@@ -126,7 +126,7 @@ mod imp {
     /// Sums of signed byte products, 8 lanes of i32 as f32.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    pub(super) fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
         let ax = _mm256_sign_epi8(x, x);
         let sy = _mm256_sign_epi8(y, x);
         let dot = _mm256_maddubs_epi16(ax, sy);

@@ -1,17 +1,8 @@
 //! Four activation rows against one weight row at once (prefill): each
 //! weight block is loaded and unpacked once for four tokens.
 
-use super::imp::{f16, hsum};
+use super::imp::{f16, hsum, mul_sum_i8};
 use std::arch::x86_64::*;
-
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    let dot = _mm256_maddubs_epi16(ax, sy);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
-}
 
 /// Loads the 32 quants of a 34-byte q8_0 block.
 #[inline]
