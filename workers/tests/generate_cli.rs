@@ -52,37 +52,20 @@ fn the_text_is_the_same_whatever_the_stage_split() {
 
 #[test]
 fn a_seed_fixes_a_sampled_completion() {
-    let a = generate(&[
-        "--max-tokens",
-        "24",
-        "--temperature",
-        "0.9",
-        "--top-k",
-        "40",
-        "--seed",
-        "5",
-    ]);
-    let b = generate(&[
-        "--max-tokens",
-        "24",
-        "--temperature",
-        "0.9",
-        "--top-k",
-        "40",
-        "--seed",
-        "5",
-    ]);
+    let sampled = |seed: &str| {
+        generate(&[
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "0.9",
+            "--top-k",
+            "40",
+            "--seed",
+            seed,
+        ])
+    };
+    let (a, b, c) = (sampled("5"), sampled("5"), sampled("6"));
     assert_eq!(a["tokens"], b["tokens"]);
-    let c = generate(&[
-        "--max-tokens",
-        "24",
-        "--temperature",
-        "0.9",
-        "--top-k",
-        "40",
-        "--seed",
-        "6",
-    ]);
     assert_ne!(a["tokens"], c["tokens"]);
 }
 
