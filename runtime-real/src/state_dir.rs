@@ -11,6 +11,8 @@
 //! control/               the control plane's port and admitted agents
 //! plan.json              the plan `up` runs, for `drover down`'s providers
 //! up.pid, live.json      a running `up` and its live view
+//! prompt.addr            the prompt RPC's address while a pipeline serves
+//! models/                the model a plan fetched by url (sha256-named)
 //! previous/              the journal and datastream of the run before
 //! ```
 
@@ -86,6 +88,16 @@ impl<'a> StateDir<'a> {
     /// The live view of a running `up`.
     pub fn live_view(self) -> PathBuf {
         self.root.join("live.json")
+    }
+
+    /// The prompt RPC's `ip:port`, written once the service is open.
+    pub fn prompt_addr(self) -> PathBuf {
+        self.root.join("prompt.addr")
+    }
+
+    /// Models fetched by url, named by their sha256.
+    pub fn models(self) -> PathBuf {
+        self.root.join("models")
     }
 
     /// Where an ended run's journal and datastream are kept.
