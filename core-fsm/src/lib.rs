@@ -30,6 +30,7 @@ pub mod reconcile;
 
 pub mod agent;
 pub mod membership;
+pub mod pipeline;
 pub mod run;
 pub mod stage;
 

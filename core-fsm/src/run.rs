@@ -20,7 +20,7 @@ mod transitions;
 mod types;
 
 pub use errors::{PhaseName, RunError, exit_code};
-pub use planning::{PlanningError, StageAssignment, plan_stages};
+pub use planning::{PlanningError, StageAssignment, plan_split, plan_stages};
 pub use types::{
     Acks, Active, Barrier, DoneReason, Ignored, Input, PromptEvent, PromptFault, Queued, RequestId,
     Serving, StageProgress, Teardown, TimerKind, TokenEndpoint, Worker,
@@ -49,6 +49,8 @@ pub struct Config {
     pub stages: u32,
     /// The node of each stage, in stage order.
     pub nodes: Vec<LogicalNodeId>,
+    /// Layers per stage, in stage order (empty: balanced).
+    pub split: Vec<u32>,
     /// How long every node may take to pass the readiness barrier.
     pub readiness_timeout: Duration,
     /// Interval between resends of unanswered acknowledgements.
@@ -67,6 +69,9 @@ pub struct Config {
     pub token_timeout: Duration,
     /// Most requests waiting behind the active one.
     pub queue_max: usize,
+    /// The model's context in positions; a request ends when its next token
+    /// would not fit (0: no limit).
+    pub context: u32,
     /// How long teardown may wait for stop facts.
     pub stop_timeout: Duration,
 }
@@ -195,7 +200,7 @@ pub struct Machine {
 impl Machine {
     /// Plans the pipeline and starts waiting for readiness at `now`.
     pub fn new(config: Config, now: Instant) -> Result<Machine, PlanningError> {
-        let plan = plan_stages(config.layers, config.stages, &config.nodes)?;
+        let plan = plan_split(config.layers, config.stages, &config.nodes, &config.split)?;
         assert!(
             config.ack_attempts_max > 0,
             "run: ack_attempts_max must be positive"
@@ -239,6 +244,11 @@ impl Machine {
             Phase::Failed(error) => Some(Err(error)),
             _ => None,
         }
+    }
+
+    /// What membership last said of `node`: its agent and liveness.
+    pub fn member(&self, node: &LogicalNodeId) -> Option<(&AgentId, Liveness)> {
+        self.members.get(node).map(|(agent, liveness)| (agent, *liveness))
     }
 
     fn stage_of(&self, node: &LogicalNodeId) -> Option<StageIndex> {

@@ -92,6 +92,39 @@ impl Barrier for port::Effect {
     }
 }
 
+/// The agent, the pipeline host and the run journal nothing: none of their
+/// effects is a barrier.
+macro_rules! unjournaled {
+    ($($input:path, $effect:path;)*) => {$(
+        impl Tick for $input {
+            fn tick() -> Self {
+                <$input>::Tick
+            }
+        }
+        impl Barrier for $effect {
+            type Record = std::convert::Infallible;
+            fn into_record(self) -> Result<Self::Record, Self> {
+                Err(self)
+            }
+        }
+    )*};
+}
+
+unjournaled! {
+    core_fsm::agent::Input, core_fsm::agent::Effect;
+    core_fsm::pipeline::Input, core_fsm::pipeline::Effect;
+}
+
+/// The disk of a machine that journals nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoJournal;
+
+impl Disk<std::convert::Infallible> for NoJournal {
+    async fn persist(&mut self, record: &std::convert::Infallible) -> Result<(), DiskError> {
+        match *record {}
+    }
+}
+
 /// A journal write that did not become durable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskError {

@@ -29,12 +29,14 @@
 //! The full shape is in `spec/control-plane.md` ("Plan files").
 
 mod duration;
+mod pipeline;
 mod reader;
 mod schema;
 mod write;
 
 pub use write::to_string;
 
+use crate::pipeline::spec::PipelineSpec;
 use core_fsm::plan::{PlanError, RunPlan, validate};
 use reader::Doc;
 use std::fmt;
@@ -101,7 +103,12 @@ impl std::error::Error for PlanFileError {}
 /// Reads, parses and validates the plan at `path` for a command; the
 /// error lists every problem, one per line.
 pub fn load(path: &Path) -> Result<RunPlan, String> {
-    parse(path).map_err(|e| match e {
+    load_full(path).map(|(plan, _)| plan)
+}
+
+/// [`load`], with the plan's pipeline sections.
+pub fn load_full(path: &Path) -> Result<(RunPlan, Option<PipelineSpec>), String> {
+    parse_full(path).map_err(|e| match e {
         PlanFileError::Read { .. } => e.to_string(),
         PlanFileError::Invalid { .. } => format!("invalid plan:\n{e}"),
     })
@@ -109,14 +116,23 @@ pub fn load(path: &Path) -> Result<RunPlan, String> {
 
 /// Reads and checks the plan file at `path`.
 pub fn parse(path: &Path) -> Result<RunPlan, PlanFileError> {
+    parse_full(path).map(|(plan, _)| plan)
+}
+
+/// [`parse`], with the plan's pipeline sections.
+pub fn parse_full(path: &Path) -> Result<(RunPlan, Option<PipelineSpec>), PlanFileError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|err| PlanFileError::Read {
         file: file.clone(),
         message: err.to_string(),
     })?;
-    let mut plan = parse_str(&text, &file)?;
-    resolve_key_files(&mut plan, path.parent().unwrap_or(Path::new(".")));
-    Ok(plan)
+    let (mut plan, mut pipeline) = parse_str_full(&text, &file)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    resolve_key_files(&mut plan, dir);
+    if let Some(spec) = &mut pipeline {
+        pipeline::resolve(spec, dir);
+    }
+    Ok((plan, pipeline))
 }
 
 /// Static hosts' `key_file`s as absolute paths: `~/` is the home folder, a
@@ -142,6 +158,14 @@ fn resolve_key_files(plan: &mut RunPlan, plan_dir: &Path) {
 
 /// Checks plan text; `file_name` is only used in errors.
 pub fn parse_str(text: &str, file_name: &str) -> Result<RunPlan, PlanFileError> {
+    parse_str_full(text, file_name).map(|(plan, _)| plan)
+}
+
+/// [`parse_str`], with the plan's pipeline sections.
+pub fn parse_str_full(
+    text: &str,
+    file_name: &str,
+) -> Result<(RunPlan, Option<PipelineSpec>), PlanFileError> {
     let invalid = |diagnostics| PlanFileError::Invalid {
         file: file_name.to_owned(),
         diagnostics,
@@ -167,7 +191,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<RunPlan, PlanFileError> 
         return Err(invalid(place(text, found)));
     }
     let mut doc = Doc::new();
-    let plan = schema::read_plan(&mut doc, root.get_ref());
+    let (plan, pipeline) = schema::read_plan(&mut doc, root.get_ref());
     let structural: Vec<String> = doc
         .diagnostics
         .iter()
@@ -186,7 +210,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<RunPlan, PlanFileError> 
         }
     }
     if doc.diagnostics.is_empty() {
-        Ok(plan)
+        Ok((plan, pipeline))
     } else {
         Err(invalid(place(text, doc.diagnostics)))
     }

@@ -41,7 +41,7 @@ pub const CLOSE_GOING_AWAY: VarInt = VarInt::from_u32(4);
 pub const CLOSE_SUPERSEDED: VarInt = VarInt::from_u32(5);
 
 /// What the control plane reports to the orchestrator.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ControlEvent {
     /// An agent redeemed a valid token minted for `binding`.
     Joined {
@@ -67,6 +67,16 @@ pub enum ControlEvent {
         node: LogicalNodeId,
         /// The agent's heartbeat sequence number.
         seq: u64,
+    },
+    /// A pipeline frame of an admitted agent (runtime ready, an
+    /// acknowledgement's confirmation, a stage report).
+    Pipeline {
+        /// The agent.
+        agent: AgentId,
+        /// Its node.
+        node: LogicalNodeId,
+        /// The frame.
+        frame: Box<wire::Frame>,
     },
     /// An admitted agent's connection ended.
     Disconnected {

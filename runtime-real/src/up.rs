@@ -56,10 +56,18 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
 
 /// `drover up PLAN`; returns the exit code.
 pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
-    let plan = match crate::plan_toml::load(plan_path) {
-        Ok(plan) => plan,
+    let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
+        None => None,
+        Some(Ok(prepared)) => Some(prepared),
+        Some(Err(e)) => {
+            eprintln!("drover: {}: {e}", plan_path.display());
             return EXIT_CONFIG;
         }
     };
@@ -94,7 +102,7 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
         );
         return EXIT_FAILURE;
     }
-    match wiring::up(state_dir, plan, json).await {
+    match wiring::up(state_dir, plan, pipeline, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
@@ -119,6 +127,13 @@ pub struct Runtime<J> {
     /// Inputs the control plane produces (`AgentJoined`), forwarded into
     /// the loop.
     pub control_inputs: mpsc::Receiver<Input>,
+    /// The model to serve once every node is handed off, with the control
+    /// plane its host speaks through and the tap its events come by.
+    pub pipeline: Option<(
+        crate::pipeline::Prepared,
+        Arc<crate::transport::ControlPlane>,
+        crate::pipeline::Tap,
+    )>,
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and
@@ -213,6 +228,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         joins,
         leases,
         mut control_inputs,
+        pipeline,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let forward = tx.clone();
@@ -229,6 +245,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         view::Mode::detect(json),
     )));
     tokio::spawn(stop_requests(tx.clone(), stop.clone(), view.clone()));
+    let wake = tx.clone();
     if view.lock().expect("view").is_tty() {
         tokio::spawn(tick_view(view.clone()));
     }
@@ -256,6 +273,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     driver
         .run_until(|m| m.is_settled() || stop.load(Ordering::SeqCst))
         .await?;
+    let mut run_outcome: Option<Result<(), core_fsm::run::RunError>> = None;
     if !stop.load(Ordering::SeqCst) {
         view.lock()
             .expect("view")
@@ -264,8 +282,26 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         if open > 0 {
             eprintln!("drover: {open} SSH session(s) still open after settling");
         }
-        driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
+        match pipeline {
+            None => {
+                driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
+            }
+            Some((prepared, control, tap)) => {
+                let serve = ServeParts {
+                    prepared: &prepared,
+                    control,
+                    tap: &tap,
+                    state_dir: &state_dir,
+                    run_id: plan.run_id,
+                    stop: &stop,
+                    wake: &wake,
+                };
+                run_outcome = Some(serve_pipeline(&mut driver, serve).await?);
+            }
+        }
     }
+    // Stages are stopped and workers gone before any lease goes.
+    driver.step(Input::Teardown).await?;
     let torn = tokio::time::timeout(TEARDOWN_BOUND, driver.run_until(|m| m.is_torn_down())).await;
     let (_, mut ports) = driver.into_parts();
     ports.sink.flush();
@@ -273,8 +309,13 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let _ = std::fs::remove_file(control::live_file(&state_dir));
     let view = view.lock().expect("view");
     let all_destroyed = view.nodes().all(|n| n.stage == Lifecycle::Destroyed);
+    if let Some(Err(error)) = &run_outcome {
+        eprintln!("drover: the pipeline failed: {error}");
+    }
+    let run_ok = !matches!(run_outcome, Some(Err(_)));
     let code = match torn {
-        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_OK,
+        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed && run_ok => EXIT_OK,
+        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_FAILURE,
         Ok(Ok(_)) => {
             for (node, reason) in &view.failed {
                 eprintln!("drover: {node} failed: {reason}");
@@ -339,7 +380,8 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
     view.lock()
         .expect("view")
         .message("drover: stopping: tearing down every lease");
-    let _ = tx.send(Input::Teardown).await;
+    // Wakes the loop, which sees the stop and begins the ordered shutdown.
+    let _ = tx.send(Input::Tick).await;
     tokio::select! {
         biased;
         _ = interrupt.recv() => {},
@@ -347,4 +389,95 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
     }
     eprintln!("drover: second stop: leaving now; `drover down` destroys what is left");
     std::process::exit(EXIT_FAILURE);
+}
+
+/// What serving a pipeline needs from `drive`.
+struct ServeParts<'a> {
+    prepared: &'a crate::pipeline::Prepared,
+    control: Arc<crate::transport::ControlPlane>,
+    tap: &'a crate::pipeline::Tap,
+    state_dir: &'a Path,
+    run_id: core_fsm::ids::RunId,
+    stop: &'a Arc<AtomicBool>,
+    wake: &'a mpsc::Sender<Input>,
+}
+
+/// How long a stopping pipeline may take to stop its stages.
+const RUN_STOP_BOUND: Duration = Duration::from_secs(60);
+
+/// Runs the pipeline host beside the composite until the run ends (a
+/// failure) or a stop arrives (then the run is stopped in order first).
+async fn serve_pipeline<D>(
+    driver: &mut D,
+    parts: ServeParts<'_>,
+) -> anyhow::Result<Result<(), core_fsm::run::RunError>>
+where
+    D: CompositeLoop,
+{
+    let (stop_tx, mut stop_rx) = mpsc::channel(4);
+    let running = crate::pipeline::start(
+        parts.prepared,
+        parts.run_id,
+        parts.control,
+        parts.state_dir,
+        parts.tap,
+        stop_tx,
+    );
+    // A client's `Shutdown` is a stop like Ctrl-C.
+    let (stop, wake) = (parts.stop.clone(), parts.wake.clone());
+    tokio::spawn(async move {
+        if stop_rx.recv().await.is_some() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = wake.send(Input::Tick).await;
+        }
+    });
+    let over = Arc::new(AtomicBool::new(false));
+    let outcome = Arc::new(Mutex::new(None));
+    let (over2, outcome2, wake) = (over.clone(), outcome.clone(), parts.wake.clone());
+    tokio::spawn(async move {
+        let result = running.task.await.unwrap_or(Ok(()));
+        *outcome2.lock().expect("outcome") = Some(result);
+        over2.store(true, Ordering::SeqCst);
+        let _ = wake.send(Input::Tick).await;
+    });
+    let stop = parts.stop.clone();
+    driver
+        .run_composite(&|| stop.load(Ordering::SeqCst) || over.load(Ordering::SeqCst))
+        .await?;
+    if !over.load(Ordering::SeqCst) {
+        let _ = running
+            .tx
+            .send(core_fsm::pipeline::Input::Run(core_fsm::run::Input::Shutdown))
+            .await;
+        let until = tokio::time::timeout(
+            RUN_STOP_BOUND,
+            driver.run_composite(&|| over.load(Ordering::SeqCst)),
+        )
+        .await;
+        if until.is_err() {
+            eprintln!("drover: the pipeline did not stop in {RUN_STOP_BOUND:?}; tearing down");
+        }
+    }
+    let result = outcome.lock().expect("outcome").take();
+    Ok(result.unwrap_or(Ok(())))
+}
+
+/// The composite's loop, as `serve_pipeline` runs it.
+trait CompositeLoop {
+    /// Runs until `stop()` holds.
+    async fn run_composite(&mut self, stop: &(dyn Fn() -> bool + Sync)) -> anyhow::Result<()>;
+}
+
+impl<M, C, S, D, E> CompositeLoop for Driver<M, C, S, D, E>
+where
+    M: Orchestrated,
+    C: driver::Clock,
+    S: driver::InputSource<Input>,
+    D: driver::Disk<JournalRecord>,
+    E: driver::EffectSink<core_fsm::port::Effect>,
+{
+    async fn run_composite(&mut self, stop: &(dyn Fn() -> bool + Sync)) -> anyhow::Result<()> {
+        self.run_until(|_| stop()).await?;
+        Ok(())
+    }
 }

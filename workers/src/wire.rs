@@ -35,6 +35,48 @@ pub enum Request {
     },
     /// Finish the current work and exit 0.
     Stop,
+    /// Load a stage (a worker started without `--model` waits for this
+    /// first); answered by [`Reply::Ready`] or [`Reply::Fault`].
+    Load(Load),
+}
+
+/// Which stage a worker started without a model is to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Load {
+    /// The GGUF file, or the stage's slice of it.
+    pub model: String,
+    /// First block.
+    pub first_layer: u32,
+    /// One past the last block.
+    pub end_layer: u32,
+    /// Context positions (0: the model's).
+    pub ctx: u32,
+    /// The sampler of the last stage.
+    pub sampling: Sampling,
+}
+
+/// Sampling settings as they travel.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// 0: greedy.
+    pub temperature: f32,
+    /// 0: off.
+    pub top_k: u32,
+    /// 1: off.
+    pub top_p: f32,
+    /// The seed of the sampler; it restarts with each request (position 0).
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
 }
 
 /// A batch's input.
@@ -103,6 +145,12 @@ pub enum Reply {
         seq: u64,
         /// Why, for people.
         reason: String,
+    },
+    /// Sent first by a worker started without `--model`: it runs and waits
+    /// for [`Request::Load`].
+    Hello {
+        /// [`VERSION`].
+        version: u16,
     },
 }
 

@@ -43,6 +43,21 @@ pub enum PlanningError {
     },
     /// A node was given twice.
     DuplicateNode(LogicalNodeId),
+    /// An explicit split names another number of stages.
+    SplitLength {
+        /// Stages planned.
+        stages: u32,
+        /// Entries in the split.
+        given: usize,
+    },
+    /// An explicit split does not cover the model's layers exactly, or
+    /// gives a stage no layer.
+    SplitLayers {
+        /// The split.
+        split: Vec<u32>,
+        /// The model's layers.
+        layers: u32,
+    },
 }
 
 impl fmt::Display for PlanningError {
@@ -57,6 +72,13 @@ impl fmt::Display for PlanningError {
                 write!(f, "{stages} stages need {stages} nodes, got {nodes}")
             }
             PlanningError::DuplicateNode(node) => write!(f, "node {node} is given twice"),
+            PlanningError::SplitLength { stages, given } => {
+                write!(f, "the split has {given} entries for {stages} stages")
+            }
+            PlanningError::SplitLayers { split, layers } => write!(
+                f,
+                "the split {split:?} must give every stage at least one layer and sum to the model's {layers}"
+            ),
         }
     }
 }
@@ -70,6 +92,17 @@ pub fn plan_stages(
     layers: u32,
     stages: u32,
     nodes: &[LogicalNodeId],
+) -> Result<Vec<StageAssignment>, PlanningError> {
+    plan_split(layers, stages, nodes, &[])
+}
+
+/// Plans with an explicit split: `split[i]` layers for stage `i`, in order
+/// (empty: balanced, as [`plan_stages`]).
+pub fn plan_split(
+    layers: u32,
+    stages: u32,
+    nodes: &[LogicalNodeId],
+    split: &[u32],
 ) -> Result<Vec<StageAssignment>, PlanningError> {
     if stages == 0 {
         return Err(PlanningError::NoStages);
@@ -87,6 +120,19 @@ pub fn plan_stages(
     if let Some(node) = nodes.iter().find(|n| !seen.insert(*n)) {
         return Err(PlanningError::DuplicateNode(node.clone()));
     }
+    if !split.is_empty() && split.len() != stages as usize {
+        return Err(PlanningError::SplitLength {
+            stages,
+            given: split.len(),
+        });
+    }
+    let sum = split.iter().try_fold(0u32, |a, &b| a.checked_add(b));
+    if !split.is_empty() && (split.contains(&0) || sum != Some(layers)) {
+        return Err(PlanningError::SplitLayers {
+            split: split.to_vec(),
+            layers,
+        });
+    }
     let (base, extra) = (layers / stages, layers % stages);
     let edge = |id: u32| Edge {
         id,
@@ -100,7 +146,10 @@ pub fn plan_stages(
     let plan: Vec<StageAssignment> = (0..stages)
         .zip(nodes)
         .map(|(stage, node)| {
-            let len = base + u32::from(stage < extra);
+            let len = match split.get(stage as usize) {
+                Some(&len) => len,
+                None => base + u32::from(stage < extra),
+            };
             let layers = LayerRange {
                 start,
                 end_exclusive: start + len,

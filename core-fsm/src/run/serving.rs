@@ -38,8 +38,15 @@ impl Machine {
             prompt,
             max_tokens,
         };
-        if queued.prompt.is_empty() || max_tokens == 0 {
-            let reason = "a request needs a prompt and max_tokens above 0".to_owned();
+        let context = self.config.context as usize;
+        if queued.prompt.is_empty() {
+            let reason = "the prompt holds no token".to_owned();
+            out.push(fault(PromptFault::Invalid { reason }));
+        } else if context > 0 && queued.prompt.len() >= context {
+            let reason = format!(
+                "the prompt's {} tokens fill the context of {context}",
+                queued.prompt.len()
+            );
             out.push(fault(PromptFault::Invalid { reason }));
         } else if serving.active.is_none() {
             self.start(now, &mut serving, queued, out);
@@ -59,6 +66,7 @@ impl Machine {
         out: &mut Vec<Effect>,
     ) {
         assert!(serving.active.is_none(), "run: one active request at most");
+        let prompt_len = u32::try_from(queued.prompt.len()).unwrap_or(u32::MAX);
         out.push(Effect::Inject {
             request: queued.request,
             seq: 0,
@@ -67,6 +75,7 @@ impl Machine {
         serving.active = Some(Active {
             request: queued.request,
             max_tokens: queued.max_tokens,
+            prompt_len,
             next_seq: 0,
         });
         self.timers
@@ -135,21 +144,29 @@ impl Machine {
             return self.fail_from(now, Phase::Serving(serving), error, out);
         }
         active.next_seq += 1;
-        let (produced, max_tokens) = (active.next_seq, active.max_tokens);
+        let produced = active.next_seq;
+        let capped = active.max_tokens > 0 && produced >= u64::from(active.max_tokens);
+        // Feeding token `k` back runs position `prompt_len + k`, which must
+        // be inside the context.
+        let context = u64::from(self.config.context);
+        let full = context > 0 && u64::from(active.prompt_len) + produced > context;
         out.push(Effect::Prompt {
             request,
             event: PromptEvent::Token { seq, token },
         });
-        let done = match (eos, produced >= u64::from(max_tokens)) {
-            (true, _) => Some(DoneReason::Eos),
-            (false, true) => Some(DoneReason::MaxTokens),
-            (false, false) => None,
+        let done = if eos {
+            Some(DoneReason::Eos)
+        } else if capped {
+            Some(DoneReason::MaxTokens)
+        } else if full {
+            Some(DoneReason::Context)
+        } else {
+            None
         };
         if let Some(reason) = done {
-            let event = PromptEvent::Done {
-                tokens: produced,
-                reason,
-            };
+            // The end-of-sequence record is not a token of the text.
+            let tokens = produced - u64::from(eos);
+            let event = PromptEvent::Done { tokens, reason };
             return self.end_active(now, serving, event, out);
         }
         // Feed the token back for the next position.

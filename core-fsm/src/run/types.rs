@@ -60,8 +60,10 @@ pub struct StageProgress {
 pub struct Active {
     /// The request.
     pub request: RequestId,
-    /// Most tokens to generate.
+    /// Most tokens to generate (0: no cap).
     pub max_tokens: u32,
+    /// Tokens of the prompt (they fill the context first).
+    pub prompt_len: u32,
     /// The sequence number the next token record must carry.
     pub next_seq: u64,
 }
@@ -114,6 +116,8 @@ pub enum DoneReason {
     Eos,
     /// `max_tokens` tokens were produced.
     MaxTokens,
+    /// The context is full: the next token would not fit.
+    Context,
 }
 
 /// Why a request ended without finishing.
@@ -250,7 +254,7 @@ pub enum Input {
         request: RequestId,
         /// Its prompt tokens.
         prompt: Vec<u32>,
-        /// Most tokens to generate.
+        /// Most tokens to generate (0: no cap; EOS or the context ends it).
         max_tokens: u32,
     },
     /// A generated token record from the token-out edge.

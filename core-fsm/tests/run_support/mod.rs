@@ -29,6 +29,7 @@ pub fn config() -> Config {
         layers: 10,
         stages: 3,
         nodes: (0..3).map(node).collect(),
+        split: Vec::new(),
         readiness_timeout: Duration::from_secs(60),
         ack_retry_interval: Duration::from_secs(1),
         ack_attempts_max: 3,
@@ -38,6 +39,7 @@ pub fn config() -> Config {
         prompt_open_timeout: Duration::from_secs(5),
         token_timeout: Duration::from_secs(2),
         queue_max: 2,
+        context: 0,
         stop_timeout: Duration::from_secs(10),
     }
 }

@@ -17,7 +17,15 @@ use core_fsm::time::Duration;
 use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
-const ROOT: &[&str] = &["run_id", "replacement", "group"];
+const ROOT: &[&str] = &[
+    "run_id",
+    "replacement",
+    "group",
+    "model",
+    "pipeline",
+    "prompt",
+    "sampling",
+];
 const GROUP: &[&str] = &[
     "name", "role", "count", "provider", "shape", "boot", "join", "host",
 ];
@@ -65,7 +73,10 @@ const REPLACEMENT: &[&str] = &[
 ];
 
 /// Reads the whole document.
-pub(crate) fn read_plan(doc: &mut Doc, root: &DeTable<'_>) -> RunPlan {
+pub(crate) fn read_plan(
+    doc: &mut Doc,
+    root: &DeTable<'_>,
+) -> (RunPlan, Option<crate::pipeline::spec::PipelineSpec>) {
     let mut table = Table::new("", 0..0, root, ROOT);
     let run_id = table.integer(doc, "run_id", true, u64::MAX).unwrap_or(0);
     let replacement = match table.take(doc, "replacement") {
@@ -77,12 +88,14 @@ pub(crate) fn read_plan(doc: &mut Doc, root: &DeTable<'_>) -> RunPlan {
         None => Vec::new(),
     };
     check_unique_hosts(doc, &groups);
-    table.finish(doc);
-    RunPlan {
+    let plan = RunPlan {
         run_id: RunId(run_id),
         groups,
         replacement,
-    }
+    };
+    let pipeline = super::pipeline::read(doc, &mut table, &plan);
+    table.finish(doc);
+    (plan, pipeline)
 }
 
 fn read_groups(doc: &mut Doc, value: &Value<'_>) -> Vec<NodeGroupSpec> {

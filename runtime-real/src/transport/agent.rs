@@ -52,6 +52,8 @@ pub struct AgentConfig {
     pub backoff_base: Duration,
     /// Backoff ceiling.
     pub backoff_max: Duration,
+    /// Where the pipeline's weight slices are cached.
+    pub cache: std::path::PathBuf,
 }
 
 impl AgentConfig {
@@ -69,6 +71,7 @@ impl AgentConfig {
             reconnect_for: Duration::from_secs(300),
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            cache: default_cache(),
         }
     }
 }
@@ -108,8 +111,25 @@ enum Attempt {
     Exit(AgentExit),
 }
 
+/// Where slices are cached by default: `$DROVER_CACHE_DIR`, else
+/// `~/.cache/drover/slices`, else `./drover-cache`.
+pub fn default_cache() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("DROVER_CACHE_DIR") {
+        return dir.into();
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => std::path::Path::new(&home).join(".cache/drover/slices"),
+        None => "drover-cache".into(),
+    }
+}
+
 /// A node agent with its own endpoint (a fresh identity per process).
 pub struct Agent {
+    /// The pipeline side, once the orchestrator assigned a stage.
+    pipeline: Option<crate::pipeline::node::NodeHandle>,
+    /// Frames the pipeline side sends to the orchestrator.
+    to_orch: tokio::sync::mpsc::Sender<Frame>,
+    from_pipeline: tokio::sync::mpsc::Receiver<Frame>,
     config: AgentConfig,
     endpoint: Endpoint,
     /// Last heartbeat sequence number sent; continues across reconnects.
@@ -130,8 +150,13 @@ impl Agent {
         let bind = config
             .bind
             .unwrap_or_else(|| default_bind(&config.orchestrator));
-        let endpoint = build_endpoint(SecretKey::from_bytes(&bytes), bind, Vec::new()).await?;
+        let alpns = vec![crate::pipeline::wire::EDGE_ALPN.to_vec()];
+        let endpoint = build_endpoint(SecretKey::from_bytes(&bytes), bind, alpns).await?;
+        let (to_orch, from_pipeline) = tokio::sync::mpsc::channel(64);
         Ok(Agent {
+            pipeline: None,
+            to_orch,
+            from_pipeline,
             config,
             endpoint,
             seq: 0,
@@ -177,6 +202,9 @@ impl Agent {
                 }
             }
         };
+        if let Some(pipeline) = self.pipeline.take() {
+            pipeline.shutdown().await;
+        }
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.endpoint.close()).await;
         exit
     }
@@ -273,20 +301,33 @@ impl Agent {
     ) -> Attempt {
         let interval = self.config.heartbeat;
         let seq = &mut self.seq;
+        let outgoing = &mut self.from_pipeline;
         let heartbeats = async move {
             let mut ticker = tokio::time::interval(interval);
             loop {
-                ticker.tick().await;
-                *seq += 1;
-                if let Err(err) = write_frame(send, &Frame::Heartbeat { seq: *seq }).await {
+                let frame = tokio::select! {
+                    _ = ticker.tick() => {
+                        *seq += 1;
+                        Frame::Heartbeat { seq: *seq }
+                    }
+                    Some(frame) = outgoing.recv() => frame,
+                };
+                if let Err(err) = write_frame(send, &frame).await {
                     return err;
                 }
             }
         };
         let node = &self.config.node;
+        let pipeline = PipelineSide {
+            handle: &mut self.pipeline,
+            to_orch: &self.to_orch,
+            endpoint: &self.endpoint,
+            orchestrator: &self.config.orchestrator,
+            cache: &self.config.cache,
+        };
         tokio::select! {
             biased;
-            outcome = read_control(conn, recv, node) => outcome,
+            outcome = read_control(conn, recv, node, pipeline) => outcome,
             err = heartbeats => match conn.close_reason() {
                 Some(_) => closed_outcome(conn, true),
                 None => Attempt::Lost(err.to_string()),
@@ -295,10 +336,50 @@ impl Agent {
     }
 }
 
+/// What `read_control` needs to start and feed the pipeline side.
+struct PipelineSide<'a> {
+    handle: &'a mut Option<crate::pipeline::node::NodeHandle>,
+    to_orch: &'a tokio::sync::mpsc::Sender<Frame>,
+    endpoint: &'a Endpoint,
+    orchestrator: &'a EndpointAddr,
+    cache: &'a std::path::Path,
+}
+
 /// Reads control frames after the welcome.
-async fn read_control(conn: &Connection, recv: &mut RecvStream, node: &LogicalNodeId) -> Attempt {
+async fn read_control(
+    conn: &Connection,
+    recv: &mut RecvStream,
+    node: &LogicalNodeId,
+    pipeline: PipelineSide<'_>,
+) -> Attempt {
     loop {
         match read_frame(recv).await {
+            Ok(Some(Frame::Pipeline { run_id, stage })) => {
+                if pipeline.handle.is_some() {
+                    warn(node, "a second Pipeline frame is ignored");
+                    continue;
+                }
+                say(node, &format!("running stage {stage} of {run_id}"));
+                let config = crate::pipeline::node::NodeConfig {
+                    node: node.clone(),
+                    run_id,
+                    stage,
+                    orchestrator: pipeline.orchestrator.clone(),
+                    endpoint: pipeline.endpoint.clone(),
+                    cache: pipeline.cache.to_owned(),
+                };
+                let handle = crate::pipeline::node::start(config, pipeline.to_orch.clone());
+                *pipeline.handle = Some(handle);
+            }
+            Ok(Some(
+                frame @ (Frame::ReadyAck { .. }
+                | Frame::Provision(_)
+                | Frame::Prefetch(_)
+                | Frame::StopStage { .. }),
+            )) => match pipeline.handle.as_ref() {
+                Some(handle) => handle.deliver(frame).await,
+                None => warn(node, "a pipeline frame before the Pipeline frame is ignored"),
+            },
             Ok(Some(Frame::Shutdown)) => {
                 say(node, "shutdown received; exiting");
                 conn.close(CLOSE_DONE, b"shutdown");

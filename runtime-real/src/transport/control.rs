@@ -66,6 +66,8 @@ pub(crate) struct Live {
 
 /// Everything the connection tasks share.
 pub(crate) struct Shared {
+    /// Where connections of other protocols (edges, weights) go, by ALPN.
+    pub side: Mutex<BTreeMap<Vec<u8>, mpsc::Sender<Connection>>>,
     pub store: Store,
     pub config: ControlConfig,
     pub state: Mutex<State>,
@@ -109,6 +111,7 @@ impl ControlPlane {
         }
         let (events_tx, events_rx) = mpsc::channel(EVENTS_CAPACITY);
         let shared = Arc::new(Shared {
+            side: Mutex::new(BTreeMap::new()),
             store,
             config,
             state: Mutex::new(State {
@@ -188,6 +191,31 @@ impl ControlPlane {
             .is_some_and(|live| live.outbox.try_send(Frame::Shutdown).is_ok())
     }
 
+    /// Queues `frame` for a connected agent. False when the agent is not
+    /// connected or its outbox is full.
+    pub fn send(&self, agent: &AgentId, frame: Frame) -> bool {
+        let state = self.lock();
+        state
+            .live
+            .get(agent)
+            .is_some_and(|live| live.outbox.try_send(frame).is_ok())
+    }
+
+    /// Connections of protocol `alpn` (one the endpoint offers besides the
+    /// control plane's) go to `handler` once their handshake is done.
+    pub fn route(&self, alpn: &[u8], handler: mpsc::Sender<Connection>) {
+        self.shared
+            .side
+            .lock()
+            .expect("side lock")
+            .insert(alpn.to_vec(), handler);
+    }
+
+    /// The endpoint, for the pipeline's own dials (token-in).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
     /// The agents connected now, with their nodes.
     pub fn connected(&self) -> BTreeMap<AgentId, LogicalNodeId> {
         let state = self.lock();
@@ -251,7 +279,11 @@ async fn bind_port(
     config: &ControlConfig,
     key: iroh::SecretKey,
 ) -> Result<Endpoint> {
-    let alpns = vec![ALPN.to_vec()];
+    let alpns = vec![
+        ALPN.to_vec(),
+        crate::pipeline::wire::EDGE_ALPN.to_vec(),
+        crate::pipeline::wire::WEIGHTS_ALPN.to_vec(),
+    ];
     if let Some(port) = config.port {
         return build_endpoint(key, SocketAddr::new(config.bind_ip, port), alpns).await;
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Frames queued for one agent.
-const OUTBOX_CAPACITY: usize = 16;
+const OUTBOX_CAPACITY: usize = 64;
 
 /// How long a refused or shut-down peer gets to read the last frame and close
 /// the connection itself before it is closed from here.
@@ -35,6 +35,15 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: Incoming) {
     let Ok(conn) = accepting.await else {
         return;
     };
+    if conn.alpn() != super::wire::ALPN {
+        let handler = shared.side.lock().expect("side lock").get(conn.alpn()).cloned();
+        if let Some(handler) = handler {
+            let _ = handler.send(conn).await;
+        } else {
+            conn.close(CLOSE_PROTOCOL, b"no handler for this protocol");
+        }
+        return;
+    }
     let peer = agent_id_of(conn.remote_id());
     let Some((mut send, recv, hello)) = hello(&shared, &conn, &peer).await else {
         return;
@@ -258,6 +267,19 @@ async fn read_heartbeats(
                 continue;
             }
             Ok(None) => return,
+            Ok(Some(
+                frame @ (Frame::RuntimeReady { .. }
+                | Frame::ReadyAcked { .. }
+                | Frame::StageReport(_)),
+            )) => {
+                let event = ControlEvent::Pipeline {
+                    agent: peer.clone(),
+                    node: binding.node.clone(),
+                    frame: Box::new(frame),
+                };
+                emit(shared, event).await;
+                continue;
+            }
             Ok(Some(other)) => RejectReason::UnexpectedFrame {
                 frame: frame_name(&other),
             },
@@ -317,6 +339,14 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Rejected { .. } => "Rejected",
         Frame::Heartbeat { .. } => "Heartbeat",
         Frame::Shutdown => "Shutdown",
+        Frame::Pipeline { .. } => "Pipeline",
+        Frame::RuntimeReady { .. } => "RuntimeReady",
+        Frame::ReadyAck { .. } => "ReadyAck",
+        Frame::ReadyAcked { .. } => "ReadyAcked",
+        Frame::Provision(_) => "Provision",
+        Frame::Prefetch(_) => "Prefetch",
+        Frame::StopStage { .. } => "StopStage",
+        Frame::StageReport(_) => "StageReport",
     }
 }
 

@@ -51,7 +51,7 @@ impl fmt::Debug for JoinToken {
 
 /// One control frame. Variants are only ever appended (postcard encodes the
 /// variant index), so an old peer reads every frame it knows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     /// Agent -> orchestrator, first frame of a first connection: the one-time
     /// token minted for `(run, node, lease)`. `run` and `lease` are checked
@@ -93,6 +93,55 @@ pub enum Frame {
     },
     /// Orchestrator -> agent: stop and exit 0.
     Shutdown,
+    /// Orchestrator -> agent: the node runs stage `stage` of the run's
+    /// pipeline; the agent starts its pipeline side (boot, worker).
+    Pipeline {
+        /// The run.
+        run_id: RunId,
+        /// The stage the plan assigned.
+        stage: u32,
+    },
+    /// Agent -> orchestrator: the node's runtime is ready for the run.
+    RuntimeReady {
+        /// The run.
+        run_id: RunId,
+        /// The stage it believes it runs.
+        stage: u32,
+        /// The report's id.
+        readiness_id: u64,
+        /// Where the agent accepts edges: `<endpoint id>@<ip:port>,...`.
+        addr: String,
+    },
+    /// Orchestrator -> agent: the runtime-ready report is acknowledged.
+    ReadyAck {
+        /// The run.
+        run_id: RunId,
+        /// The report acknowledged.
+        readiness_id: u64,
+    },
+    /// Agent -> orchestrator: the acknowledgement arrived.
+    ReadyAcked {
+        /// The run.
+        run_id: RunId,
+        /// The stage.
+        stage: u32,
+        /// The report acknowledged.
+        readiness_id: u64,
+    },
+    /// Orchestrator -> agent: provision a stage.
+    Provision(Box<crate::pipeline::wire::StageOrder>),
+    /// Orchestrator -> agent: fetch these weights now (a stage loads them
+    /// into its worker only once provisioned).
+    Prefetch(Box<crate::pipeline::wire::WeightsRef>),
+    /// Orchestrator -> agent: stop a stage.
+    StopStage {
+        /// The run.
+        run_id: RunId,
+        /// The stage.
+        stage: u32,
+    },
+    /// Agent -> orchestrator: a stage controller's report.
+    StageReport(core_fsm::stage::Report),
 }
 
 /// Why a frame could not be read.

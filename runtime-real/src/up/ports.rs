@@ -39,15 +39,15 @@ impl driver::Clock for TokioClock {
 
 /// Inputs from every I/O task, through one bounded channel (a slow loop
 /// slows the senders down instead of growing a queue).
-pub struct ChannelSource {
+pub struct ChannelSource<I = Input> {
     /// The receiving end.
-    pub rx: mpsc::Receiver<Input>,
+    pub rx: mpsc::Receiver<I>,
     /// The clock the deadlines are read against.
     pub clock: TokioClock,
 }
 
-impl driver::InputSource for ChannelSource {
-    async fn next(&mut self, deadline: Option<Instant>) -> Option<Input> {
+impl<I> driver::InputSource<I> for ChannelSource<I> {
+    async fn next(&mut self, deadline: Option<Instant>) -> Option<I> {
         match deadline {
             None => self.rx.recv().await,
             Some(deadline) => {

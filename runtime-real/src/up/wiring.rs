@@ -106,7 +106,12 @@ impl ControlJoins {
 
 /// Builds the machine (fresh, or restored from the journal: adoption) and
 /// the control plane, and drives the run.
-pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i32> {
+pub async fn up(
+    state_dir: &Path,
+    plan: RunPlan,
+    pipeline: Option<crate::pipeline::Prepared>,
+    json: bool,
+) -> anyhow::Result<i32> {
     let (journal, records) = prepare_state(state_dir, &plan)?;
     let mut control = ControlPlane::bind_with(state_dir, control_config(&plan).await?).await?;
     let events = control.take_events();
@@ -133,7 +138,8 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
         disconnects: watch::channel(0).0,
     });
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(forward_events(events, joins.clone(), tx));
+    let tap = crate::pipeline::Tap::default();
+    tokio::spawn(forward_events(events, joins.clone(), tx, tap.clone()));
     let released = joins.clone();
     let leases = Arc::new(Leases::new(move |node, lease| {
         released.released(node, lease);
@@ -159,6 +165,7 @@ pub async fn up(state_dir: &Path, plan: RunPlan, json: bool) -> anyhow::Result<i
         joins,
         leases,
         control_inputs: rx,
+        pipeline: pipeline.map(|p| (p, control.clone(), tap)),
     };
     let code = drive(runtime, machine, journal).await;
     // Agents were told to shut down before their leases went, so no
@@ -191,6 +198,7 @@ async fn forward_events(
     mut events: mpsc::Receiver<ControlEvent>,
     joins: Arc<ControlJoins>,
     tx: mpsc::Sender<Input>,
+    tap: crate::pipeline::Tap,
 ) {
     let mut rejected: u64 = 0;
     while let Some(event) = events.recv().await {
@@ -212,7 +220,14 @@ async fn forward_events(
                 }
                 continue;
             }
-            ControlEvent::Heartbeat { .. } => continue,
+            ControlEvent::Heartbeat { agent, node, .. } => {
+                tap.heartbeat(agent, node);
+                continue;
+            }
+            ControlEvent::Pipeline { agent, node, frame } => {
+                tap.frame(agent, node, *frame).await;
+                continue;
+            }
         };
         joins
             .admitted

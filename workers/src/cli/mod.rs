@@ -32,14 +32,19 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// The sampler these flags describe.
-    pub fn sampler(&self) -> crate::sample::Sampler {
-        crate::sample::Sampler::new(crate::sample::Sampling {
+    /// The settings these flags describe.
+    pub fn sampler_settings(&self) -> crate::sample::Sampling {
+        crate::sample::Sampling {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             seed: self.seed,
-        })
+        }
+    }
+
+    /// The sampler these flags describe.
+    pub fn sampler(&self) -> crate::sample::Sampler {
+        crate::sample::Sampler::new(self.sampler_settings())
     }
 }
 

@@ -4,20 +4,23 @@
 use super::CliResult;
 use crate::model::{Logits, Stage, StageInput, StageOutput};
 use crate::sample::Sampler;
+use crate::sample::Sampling;
 use crate::wire::{
-    FrameError, FrameReader, Input, OutputKind, Reply, Request, VERSION, write_frame,
+    FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, VERSION, write_frame,
 };
+use std::io::{StdinLock, StdoutLock};
 use std::path::PathBuf;
 
 /// Arguments of `stage`.
 #[derive(clap::Args)]
 pub struct StageArgs {
-    /// The GGUF file (or this stage's slice of it).
-    #[arg(long)]
-    pub model: PathBuf,
+    /// The GGUF file (or this stage's slice of it). Without it the worker
+    /// says `Hello` and waits for a `Load` request (how an agent runs it).
+    #[arg(long, requires = "layers")]
+    pub model: Option<PathBuf>,
     /// The blocks to run, `START..END`.
-    #[arg(long)]
-    pub layers: String,
+    #[arg(long, requires = "model")]
+    pub layers: Option<String>,
     /// Context positions (0: the model's).
     #[arg(long, default_value_t = 0)]
     pub ctx: usize,
@@ -42,20 +45,29 @@ pub fn parse_layers(s: &str) -> Result<std::ops::Range<usize>, String> {
     Ok(n(a)?..n(b)?)
 }
 
-/// Serves the stage until `Stop` or the end of stdin.
-pub fn stage(a: &StageArgs) -> CliResult {
-    super::generate::set_threads(a.threads)?;
-    let layers = parse_layers(&a.layers)?;
-    let mut stage = Stage::open(&a.model, layers.clone(), a.ctx).map_err(|e| e.to_string())?;
-    let mut sampler = a.sampling.sampler();
-    let mut out = std::io::stdout().lock();
-    let mut input = FrameReader::new(std::io::stdin().lock());
-    let send = |out: &mut std::io::StdoutLock, r: &Reply| {
-        write_frame(out, r).map_err(|e| format!("stdout: {e}"))
-    };
+/// What a stage is loaded with.
+struct Loaded {
+    stage: Stage,
+    sampling: Sampling,
+    sampler: Sampler,
+}
+
+fn send(out: &mut StdoutLock<'_>, reply: &Reply) -> CliResult {
+    write_frame(out, reply).map_err(|e| format!("stdout: {e}"))
+}
+
+/// Opens the stage and says `Ready`.
+fn load(
+    out: &mut StdoutLock<'_>,
+    model: &std::path::Path,
+    layers: std::ops::Range<usize>,
+    ctx: usize,
+    sampling: Sampling,
+) -> Result<Loaded, String> {
+    let stage = Stage::open(model, layers.clone(), ctx).map_err(|e| e.to_string())?;
     let c = stage.config().clone();
     send(
-        &mut out,
+        out,
         &Reply::Ready {
             version: VERSION,
             first_layer: layers.start as u32,
@@ -72,32 +84,110 @@ pub fn stage(a: &StageArgs) -> CliResult {
         stage.bytes_mapped(),
         stage.context()
     );
+    Ok(Loaded {
+        stage,
+        sampling,
+        sampler: Sampler::new(sampling),
+    })
+}
+
+/// Reads the next request; a frame that does not decode is answered with a
+/// fault naming its offset, then the worker exits with it.
+fn next_request(
+    out: &mut StdoutLock<'_>,
+    input: &mut FrameReader<StdinLock<'_>>,
+) -> Result<Option<Request>, String> {
+    match input.read::<Request>() {
+        Ok(r) => Ok(Some(r)),
+        Err(FrameError::Closed) => Ok(None),
+        Err(e) => {
+            let reason = format!("stdin: {e}");
+            send(
+                out,
+                &Reply::Fault {
+                    seq: 0,
+                    reason: reason.clone(),
+                },
+            )?;
+            Err(reason)
+        }
+    }
+}
+
+/// Waits for `Load` (a worker started without `--model`).
+fn await_load(
+    out: &mut StdoutLock<'_>,
+    input: &mut FrameReader<StdinLock<'_>>,
+) -> Result<Option<Loaded>, String> {
+    send(out, &Reply::Hello { version: VERSION })?;
     loop {
-        let request = match input.read::<Request>() {
-            Ok(r) => r,
-            Err(FrameError::Closed) => return Ok(()),
-            Err(e) => {
-                let reason = format!("stdin: {e}");
-                send(
-                    &mut out,
-                    &Reply::Fault {
-                        seq: 0,
-                        reason: reason.clone(),
-                    },
-                )?;
-                return Err(reason);
+        match next_request(out, input)? {
+            None | Some(Request::Stop) => return Ok(None),
+            Some(Request::Load(Load {
+                model,
+                first_layer,
+                end_layer,
+                ctx,
+                sampling,
+            })) => {
+                let sampling = Sampling {
+                    temperature: sampling.temperature,
+                    top_k: sampling.top_k as usize,
+                    top_p: sampling.top_p,
+                    seed: sampling.seed,
+                };
+                let layers = first_layer as usize..end_layer as usize;
+                match load(out, model.as_ref(), layers, ctx as usize, sampling) {
+                    Ok(loaded) => return Ok(Some(loaded)),
+                    // The agent hears why and may stop the worker.
+                    Err(reason) => send(out, &Reply::Fault { seq: 0, reason })?,
+                }
             }
+            Some(other) => {
+                let reason = format!("{other:?} before Load");
+                send(out, &Reply::Fault { seq: 0, reason })?;
+            }
+        }
+    }
+}
+
+/// Serves the stage until `Stop` or the end of stdin.
+pub fn stage(a: &StageArgs) -> CliResult {
+    super::generate::set_threads(a.threads)?;
+    let mut out = std::io::stdout().lock();
+    let mut input = FrameReader::new(std::io::stdin().lock());
+    let loaded = match (&a.model, &a.layers) {
+        (Some(model), Some(layers)) => {
+            let sampling = a.sampling.sampler_settings();
+            Some(load(&mut out, model, parse_layers(layers)?, a.ctx, sampling)?)
+        }
+        _ => await_load(&mut out, &mut input)?,
+    };
+    let Some(mut loaded) = loaded else {
+        return Ok(());
+    };
+    loop {
+        let Some(request) = next_request(&mut out, &mut input)? else {
+            return Ok(());
         };
         match request {
             Request::Stop => return Ok(()),
-            Request::Truncate { pos } => stage.truncate(pos as usize),
+            Request::Truncate { pos } => loaded.stage.truncate(pos as usize),
+            Request::Load(_) => {
+                let reason = "a second Load: a worker runs one stage".to_owned();
+                send(&mut out, &Reply::Fault { seq: 0, reason })?;
+            }
             Request::Forward {
                 seq,
                 pos,
                 input,
                 output,
             } => {
-                let reply = step(&mut stage, &mut sampler, seq, pos, input, output);
+                // A request starts at position 0; its draws start from the seed.
+                if pos == 0 {
+                    loaded.sampler = Sampler::new(loaded.sampling);
+                }
+                let reply = step(&mut loaded.stage, &mut loaded.sampler, seq, pos, input, output);
                 send(&mut out, &reply)?;
             }
         }

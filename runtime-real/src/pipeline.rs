@@ -1,0 +1,264 @@
+//! The pipeline: a model split across the run's nodes, one stage per node,
+//! serving prompts (SPEC.md "The pipeline in the real runtime").
+//!
+//! - [`spec`]: the plan's sections; [`model`]: the model on the
+//!   orchestrator, its digests and its byte ranges served over iroh;
+//! - [`host`]: the orchestrator side, `core_fsm::pipeline` (run and
+//!   membership) through the shared effect loop;
+//! - [`node`]: the node side, `core_fsm::agent` through the same loop, with
+//!   [`worker`] (the `drover-worker stage` child), [`fetch`] (slice-only
+//!   weights and their cache) and [`edges`] (activation and token edges);
+//! - [`wire`]: what travels on the pipeline's connections.
+
+pub mod edges;
+pub mod fetch;
+pub mod host;
+pub mod model;
+pub mod node;
+pub mod spec;
+pub mod wire;
+pub mod worker;
+
+use crate::transport::ControlPlane;
+use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
+use core_fsm::plan::RunPlan;
+use core_fsm::run::{self, RunError, StageAssignment};
+use core_fsm::time::Duration;
+use driver::{Driver, NoJournal, Ports};
+use host::{HostShared, HostSink};
+use model::Model;
+use spec::{ModelSource, PipelineSpec};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use wire::WeightsRef;
+
+/// A pipeline checked against its model before anything is rented.
+pub struct Prepared {
+    /// The plan's sections.
+    pub spec: PipelineSpec,
+    /// The model.
+    pub model: Arc<Model>,
+    /// The stages.
+    pub plan: Vec<StageAssignment>,
+    /// Each stage's weights.
+    pub weights: Vec<WeightsRef>,
+}
+
+impl Prepared {
+    /// The stage table `drover plan` shows.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "model {} ({} layers, {} bytes, sha256 {})\n",
+            self.model.path.display(),
+            self.model.layers(),
+            self.model.size,
+            &self.model.digest[..16]
+        );
+        out.push_str("stage  node          layers   slice bytes\n");
+        for (a, w) in self.plan.iter().zip(&self.weights) {
+            out.push_str(&format!(
+                "{:<6} {:<13} {:<8} {}\n",
+                a.stage,
+                a.node.as_str(),
+                a.layers.to_string(),
+                w.slice_bytes + w.header_len
+            ));
+        }
+        out
+    }
+}
+
+/// Opens the model and plans the stages; every problem is a plan error.
+pub fn prepare(plan: &RunPlan, spec: PipelineSpec) -> Result<Prepared, String> {
+    let path = match &spec.model {
+        ModelSource::Path(path) => path.clone(),
+        ModelSource::Url { url, .. } => {
+            return Err(format!(
+                "model url {url}: fetching a model by url is not supported yet; give `path`"
+            ));
+        }
+    };
+    let model = Arc::new(Model::open(&path)?);
+    let nodes = nodes_of(plan, &spec)?;
+    let stages = nodes.len() as u32;
+    let plan = run::plan_split(model.layers(), stages, &nodes, &spec.split)
+        .map_err(|e| format!("pipeline: {e}"))?;
+    let weights = plan
+        .iter()
+        .map(|a| model.weights_for(a.layers.start as usize..a.layers.end_exclusive as usize))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Prepared {
+        spec,
+        model,
+        plan,
+        weights,
+    })
+}
+
+fn nodes_of(plan: &RunPlan, spec: &PipelineSpec) -> Result<Vec<LogicalNodeId>, String> {
+    let group = plan
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == spec.group)
+        .ok_or_else(|| format!("pipeline.group: no group `{}`", spec.group))?;
+    Ok((0..group.count)
+        .map(|i| core_fsm::plan::node_id(&group.group_id, i))
+        .collect())
+}
+
+/// Where control-plane events of a running pipeline go.
+#[derive(Clone, Default)]
+pub struct Tap {
+    inner: Arc<Mutex<Option<(mpsc::Sender<core_fsm::pipeline::Input>, Arc<HostShared>)>>>,
+}
+
+impl Tap {
+    /// A pipeline frame of `agent`.
+    pub async fn frame(&self, agent: AgentId, node: LogicalNodeId, frame: crate::transport::wire::Frame) {
+        let target = self.inner.lock().expect("tap").clone();
+        if let Some((tx, shared)) = target
+            && let Some(input) = shared.frame_input(agent, node, frame)
+        {
+            let _ = tx.send(input).await;
+        }
+    }
+
+    /// A heartbeat of `agent` (dropped when the host is busy: membership
+    /// only needs one now and then).
+    pub fn heartbeat(&self, agent: AgentId, node: LogicalNodeId) {
+        let target = self.inner.lock().expect("tap").clone();
+        if let Some((tx, _)) = target {
+            let input = core_fsm::membership::Input::Heartbeat { node, agent };
+            let _ = tx.try_send(core_fsm::pipeline::Input::Membership(input));
+        }
+    }
+}
+
+/// A running pipeline host.
+pub struct Running {
+    /// Its inputs (a stop is `Run(Shutdown)`).
+    pub tx: mpsc::Sender<core_fsm::pipeline::Input>,
+    /// Its shared state.
+    pub shared: Arc<HostShared>,
+    /// The loop; ends with the run's outcome.
+    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
+}
+
+/// Starts the run on the agents connected now; `stop` hears a client's
+/// `Shutdown` request.
+pub fn start(
+    prepared: &Prepared,
+    run_id: RunId,
+    control: Arc<ControlPlane>,
+    state_dir: &Path,
+    tap: &Tap,
+    stop: mpsc::Sender<()>,
+) -> Running {
+    let connected: BTreeMap<LogicalNodeId, AgentId> = control
+        .connected()
+        .into_iter()
+        .map(|(agent, node)| (node, agent))
+        .collect();
+    let shared = Arc::new(HostShared::new(
+        run_id,
+        control.clone(),
+        prepared.model.clone(),
+        prepared.spec.clone(),
+        state_dir.to_owned(),
+    ));
+    let (tx, rx) = mpsc::channel(1024);
+    *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));
+    let nodes: Vec<LogicalNodeId> = prepared.plan.iter().map(|a| a.node.clone()).collect();
+    let stages: Vec<(LogicalNodeId, AgentId)> = nodes
+        .iter()
+        .map(|n| (n.clone(), connected.get(n).cloned().unwrap_or_else(|| AgentId::new("absent"))))
+        .collect();
+    let context = match prepared.spec.ctx {
+        0 => prepared.model.context(),
+        ctx => ctx.min(prepared.model.context()),
+    };
+    let config = run::Config {
+        run_id,
+        orchestrator: control.id(),
+        model_id: prepared.model.digest.clone(),
+        layers: prepared.model.layers(),
+        stages: nodes.len() as u32,
+        nodes: nodes.clone(),
+        split: prepared.spec.split.clone(),
+        readiness_timeout: Duration::from_secs(60),
+        ack_retry_interval: Duration::from_secs(1),
+        ack_attempts_max: 10,
+        ack_timeout: Duration::from_secs(15),
+        weights_timeout: Duration::from_secs(600),
+        stage_ready_timeout: Duration::from_secs(60),
+        prompt_open_timeout: Duration::from_secs(10),
+        token_timeout: Duration::from_secs(120),
+        queue_max: 16,
+        context,
+        stop_timeout: Duration::from_secs(20),
+    };
+    let clock = crate::up::ports::TokioClock::start();
+    let now = driver::Clock::now(&clock);
+    let machine = run::Machine::new(config, now).expect("planned in prepare");
+    let membership = core_fsm::membership::Config {
+        suspect_after: Duration::from_millis(2500),
+        dead_after: Duration::from_secs(5),
+        ..core_fsm::membership::Config::default()
+    };
+    let machine = core_fsm::pipeline::Machine::new(membership, machine);
+    let (calls_tx, mut calls_rx) = mpsc::channel(64);
+    let call_shared = shared.clone();
+    let call_tx = tx.clone();
+    tokio::spawn(async move {
+        while let Some(call) = calls_rx.recv().await {
+            if matches!(call, crate::prompt::Call::Shutdown { .. }) {
+                let _ = stop.send(()).await;
+                continue;
+            }
+            if let Some(input) = call_shared.call_input(call)
+                && call_tx.send(input).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    let sink = HostSink::new(shared.clone(), tx.clone(), stages.clone(), prepared.weights.clone(), calls_tx);
+    let ports = Ports {
+        clock,
+        source: crate::up::ports::ChannelSource { rx, clock },
+        disk: NoJournal,
+        sink,
+    };
+    let (conns_tx, conns_rx) = mpsc::channel(16);
+    control.route(wire::WEIGHTS_ALPN, conns_tx);
+    tokio::spawn(prepared.model.clone().serve(conns_rx));
+    for (node, agent) in &stages {
+        let pipeline = crate::transport::wire::Frame::Pipeline {
+            run_id,
+            stage: nodes.iter().position(|n| n == node).unwrap_or(0) as u32,
+        };
+        control.send(agent, pipeline);
+    }
+    let task_shared = shared.clone();
+    let task = tokio::spawn(async move {
+        let mut driver = Driver::new(machine, ports);
+        for (node, agent) in stages {
+            let track = core_fsm::membership::Input::Track { node, agent };
+            let _ = driver.step(core_fsm::pipeline::Input::Membership(track)).await;
+        }
+        let _ = driver
+            .run_until(|_| task_shared.outcome.lock().expect("outcome").is_some())
+            .await;
+        let (_, mut ports) = driver.into_parts();
+        ports.sink.close();
+        task_shared
+            .outcome
+            .lock()
+            .expect("outcome")
+            .clone()
+            .unwrap_or(Ok(()))
+    });
+    Running { tx, shared, task }
+}

@@ -1,0 +1,495 @@
+//! The pipeline on the orchestrator: `core_fsm::pipeline` (the run and the
+//! membership of its nodes) driven by the shared effect loop; this file is
+//! its effect side: control frames to agents, the token edges, the prompt
+//! service, and the text each client sees.
+
+use super::edges;
+use super::model::Model;
+use super::spec::PipelineSpec;
+use super::wire::{self, EdgeFrame, Payload, StageOrder, Step};
+use crate::prompt::{Call, ServerMsg};
+use crate::transport::wire::Frame;
+use crate::transport::{ControlPlane, agent_id_of, parse_addr};
+use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
+use core_fsm::membership::Liveness;
+use core_fsm::pipeline::{Effect, Input};
+use core_fsm::run::{self, PromptEvent, PromptFault, RequestId, RunError, TokenEndpoint};
+use iroh::endpoint::Connection;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use workers::tokenizer::Utf8Stream;
+
+/// One client request in flight.
+struct Client {
+    request_id: u64,
+    events: mpsc::UnboundedSender<ServerMsg>,
+    text: Utf8Stream,
+}
+
+/// What the sink, the event router and the prompt calls share.
+pub struct HostShared {
+    /// The run.
+    pub run_id: RunId,
+    /// The control plane (frames to agents, the endpoint).
+    pub control: Arc<ControlPlane>,
+    /// The model.
+    pub model: Arc<Model>,
+    /// The plan's pipeline section.
+    pub spec: PipelineSpec,
+    /// The state dir (the prompt address is written there).
+    pub state_dir: PathBuf,
+    /// Each agent's edge address, from its runtime-ready report.
+    pub addrs: Mutex<BTreeMap<AgentId, String>>,
+    /// Liveness of each node as membership last said.
+    pub liveness: Mutex<BTreeMap<LogicalNodeId, Liveness>>,
+    /// How the run ended, once it has.
+    pub outcome: Mutex<Option<Result<(), RunError>>>,
+    clients: Mutex<BTreeMap<RequestId, Client>>,
+    next_request: Mutex<u64>,
+}
+
+impl HostShared {
+    /// The shared state of a new host.
+    pub fn new(
+        run_id: RunId,
+        control: Arc<ControlPlane>,
+        model: Arc<Model>,
+        spec: PipelineSpec,
+        state_dir: PathBuf,
+    ) -> HostShared {
+        HostShared {
+            run_id,
+            control,
+            model,
+            spec,
+            state_dir,
+            addrs: Mutex::new(BTreeMap::new()),
+            liveness: Mutex::new(BTreeMap::new()),
+            outcome: Mutex::new(None),
+            clients: Mutex::new(BTreeMap::new()),
+            next_request: Mutex::new(0),
+        }
+    }
+
+    /// A control-plane frame of an agent, as the host's input.
+    pub fn frame_input(&self, agent: AgentId, node: LogicalNodeId, frame: Frame) -> Option<Input> {
+        let input = match frame {
+            Frame::RuntimeReady {
+                run_id,
+                stage,
+                readiness_id,
+                addr,
+            } => {
+                self.addrs.lock().expect("addrs").insert(agent.clone(), addr);
+                run::Input::RuntimeReady {
+                    run_id,
+                    node,
+                    stage,
+                    agent,
+                    readiness_id,
+                }
+            }
+            Frame::ReadyAcked {
+                run_id,
+                stage,
+                readiness_id,
+            } => run::Input::ReadyAcked {
+                run_id,
+                node,
+                stage,
+                agent,
+                readiness_id,
+            },
+            Frame::StageReport(report) => run::Input::Stage(report),
+            _ => return None,
+        };
+        Some(Input::Run(input))
+    }
+
+    /// A prompt-service call, as the host's input (or answered here).
+    pub fn call_input(&self, call: Call) -> Option<Input> {
+        match call {
+            Call::Submit {
+                request_id,
+                text,
+                max_tokens,
+                events,
+                ..
+            } => {
+                let prompt = self.model.tokenizer.encode(&text, true);
+                let request = {
+                    let mut next = self.next_request.lock().expect("next request");
+                    *next += 1;
+                    RequestId(*next)
+                };
+                let client = Client {
+                    request_id,
+                    events,
+                    text: Utf8Stream::default(),
+                };
+                self.clients.lock().expect("clients").insert(request, client);
+                let max_tokens = max_tokens.unwrap_or(self.spec.default_max_tokens);
+                Some(Input::Run(run::Input::Submit {
+                    request,
+                    prompt,
+                    max_tokens,
+                }))
+            }
+            Call::Shutdown { .. } => Some(Input::Run(run::Input::Shutdown)),
+            // Its request runs to its end; what it says goes nowhere.
+            Call::Disconnected { .. } => None,
+        }
+    }
+
+    /// Tells a request's client what happened.
+    fn tell(&self, request: RequestId, event: PromptEvent) {
+        let mut clients = self.clients.lock().expect("clients");
+        let Some(client) = clients.get_mut(&request) else {
+            return;
+        };
+        let request_id = client.request_id;
+        let message = match event {
+            PromptEvent::Token { token, .. } => {
+                if self.model.tokenizer.is_eog(token) {
+                    return;
+                }
+                let text = client.text.push(self.model.tokenizer.piece(token, false));
+                if text.is_empty() {
+                    return;
+                }
+                ServerMsg::TextDelta { request_id, text }
+            }
+            PromptEvent::Done { tokens, reason } => {
+                let rest = client.text.finish();
+                if !rest.is_empty() {
+                    let _ = client.events.send(ServerMsg::TextDelta {
+                        request_id,
+                        text: rest,
+                    });
+                }
+                ServerMsg::Done {
+                    request_id,
+                    tokens,
+                    reason: reason.into(),
+                }
+            }
+            PromptEvent::Fault(fault) => ServerMsg::Fault {
+                request_id,
+                reason: fault_text(&fault),
+            },
+        };
+        let terminal = !matches!(message, ServerMsg::TextDelta { .. });
+        let _ = client.events.send(message);
+        if terminal {
+            clients.remove(&request);
+        }
+    }
+}
+
+fn fault_text(fault: &PromptFault) -> String {
+    match fault {
+        PromptFault::QueueFull => "the queue is full; try again later".to_owned(),
+        PromptFault::NotServing => "the pipeline is not serving".to_owned(),
+        PromptFault::Invalid { reason } => format!("invalid request: {reason}"),
+        PromptFault::Worker { reason } => format!("the worker failed: {reason}"),
+        PromptFault::Timeout => "no token arrived in time".to_owned(),
+        PromptFault::TokenSequence { expected, got } => {
+            format!("token {got} arrived where {expected} was due")
+        }
+        PromptFault::Shutdown => "the run is stopping".to_owned(),
+        PromptFault::RunFailed => "the run failed".to_owned(),
+    }
+}
+
+/// The run's effects, carried out.
+pub struct HostSink {
+    /// Shared state.
+    pub shared: Arc<HostShared>,
+    /// The host's own input channel.
+    pub tx: mpsc::Sender<Input>,
+    /// The nodes of the stages, in order, with their agents (fixed at start).
+    pub stages: Vec<(LogicalNodeId, AgentId)>,
+    /// Each stage's weights, in stage order.
+    weights: Vec<wire::WeightsRef>,
+    token_in: Arc<Mutex<Option<mpsc::Sender<EdgeFrame>>>>,
+    token_out: Option<tokio::task::JoinHandle<()>>,
+    prompt: Option<tokio::task::JoinHandle<()>>,
+    calls: Option<mpsc::Sender<Call>>,
+    positions: BTreeMap<RequestId, u32>,
+    next_step: u64,
+}
+
+impl HostSink {
+    /// The sink of a host; `calls` takes the prompt service's calls.
+    pub fn new(
+        shared: Arc<HostShared>,
+        tx: mpsc::Sender<Input>,
+        stages: Vec<(LogicalNodeId, AgentId)>,
+        weights: Vec<wire::WeightsRef>,
+        calls: mpsc::Sender<Call>,
+    ) -> HostSink {
+        HostSink {
+            shared,
+            tx,
+            stages,
+            weights,
+            token_in: Arc::new(Mutex::new(None)),
+            token_out: None,
+            prompt: None,
+            calls: Some(calls),
+            positions: BTreeMap::new(),
+            next_step: 0,
+        }
+    }
+
+    fn input(&self, input: run::Input) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(Input::Run(input)).await;
+        });
+    }
+
+    fn send(&self, node: &LogicalNodeId, agent: &AgentId, frame: Frame) {
+        if !self.shared.control.send(agent, frame) {
+            let reason = "the agent is not connected (or its queue is full)".to_owned();
+            let node = node.clone();
+            self.input(run::Input::SendFailed { node, reason });
+        }
+    }
+
+    /// Dials stage 0 for token-in; listens for the last stage's token-out.
+    fn open_token_endpoints(&mut self) {
+        let shared = self.shared.clone();
+        let tx = self.tx.clone();
+        let run_id = shared.run_id;
+        let (first_agent, last_agent) = (self.stages[0].1.clone(), self.stages.last().expect("a stage").1.clone());
+        let addr = shared.addrs.lock().expect("addrs").get(&first_agent).cloned();
+        let token_in = self.token_in.clone();
+        let endpoint = shared.control.endpoint().clone();
+        tokio::spawn(async move {
+            let fault = |reason: String| Input::Run(run::Input::EndpointFault { run_id, reason });
+            let Some(addr) = addr else {
+                let _ = tx.send(fault("stage 0 reported no edge address".to_owned())).await;
+                return;
+            };
+            let to = match parse_addr(&addr) {
+                Ok(to) => to,
+                Err(e) => {
+                    let _ = tx.send(fault(format!("stage 0's address: {e:#}"))).await;
+                    return;
+                }
+            };
+            let failed_tx = tx.clone();
+            let failed = move |reason: String| {
+                tokio::spawn(async move {
+                    let _ = failed_tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+                });
+            };
+            match edges::dial(&endpoint, to, run_id, 0, failed).await {
+                Ok((queue, _conn)) => {
+                    *token_in.lock().expect("token in") = Some(queue);
+                    let ready = run::Input::TokenEndpointReady { run_id, endpoint: TokenEndpoint::In };
+                    let _ = tx.send(Input::Run(ready)).await;
+                }
+                Err(reason) => {
+                    let _ = tx.send(fault(reason)).await;
+                }
+            }
+        });
+        let (conns_tx, conns_rx) = mpsc::channel(4);
+        self.shared.control.route(wire::EDGE_ALPN, conns_tx);
+        let last_edge = self.stages.len() as u32;
+        self.token_out = Some(tokio::spawn(token_out(self.shared.clone(), self.tx.clone(), conns_rx, last_agent, last_edge)));
+        // Every stage fetches its slice now; loading stays one at a time.
+        for ((node, agent), w) in self.stages.iter().zip(&self.weights) {
+            self.send(node, agent, Frame::Prefetch(Box::new(w.clone())));
+        }
+    }
+
+    fn provision(&self, node: &LogicalNodeId, agent: &AgentId, provision: core_fsm::stage::Provision) {
+        let stage = provision.stage as usize;
+        let downstream = match self.stages.get(stage + 1) {
+            Some((_, next)) => self.shared.addrs.lock().expect("addrs").get(next).cloned(),
+            None => Some(self.shared.control.addr_string()),
+        };
+        let Some(downstream) = downstream else {
+            let reason = format!("stage {} reported no edge address", stage + 1);
+            self.input(run::Input::SendFailed { node: node.clone(), reason });
+            return;
+        };
+        let upstream = match stage {
+            0 => self.shared.control.id(),
+            _ => self.stages[stage - 1].1.clone(),
+        };
+        let spec = &self.shared.spec;
+        let order = StageOrder {
+            provision,
+            downstream,
+            upstream,
+            weights: self.weights[stage].clone(),
+            sampling: spec.sampling,
+            ctx: spec.ctx,
+        };
+        self.send(node, agent, Frame::Provision(Box::new(order)));
+    }
+
+    fn inject(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
+        let pos = if seq == 0 {
+            0
+        } else {
+            self.positions.get(&request).copied().unwrap_or(0)
+        };
+        self.positions.retain(|r, _| *r == request);
+        self.positions.insert(request, pos + tokens.len() as u32);
+        let step = Step {
+            step: self.next_step,
+            request: request.0,
+            seq,
+            pos,
+            payload: Payload::Tokens(tokens),
+        };
+        self.next_step += 1;
+        let queue = self.token_in.lock().expect("token in").clone();
+        let run_id = self.shared.run_id;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let sent = match queue {
+                Some(queue) => queue.send(EdgeFrame::Step(step)).await.is_ok(),
+                None => false,
+            };
+            if !sent {
+                let reason = "the token-in edge is closed".to_owned();
+                let _ = tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+            }
+        });
+    }
+
+    async fn open_prompt(&mut self, op: core_fsm::ids::OpId) {
+        let addr = self.shared.spec.rpc_addr;
+        let result = match crate::prompt::Server::bind(addr).await {
+            Ok(server) => {
+                let bound = server.local_addr();
+                let calls = self.calls.take().expect("the prompt service opens once");
+                self.prompt = Some(server.serve(calls));
+                match crate::prompt::write_addr(&self.shared.state_dir, bound) {
+                    Ok(()) => {
+                        crate::up::view::println_flush(&format!("prompt service: {bound}"));
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("writing the prompt address: {e}")),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        self.input(run::Input::PromptServiceOpened { op, result });
+    }
+
+    /// Closes the prompt service (at the end of the run).
+    pub fn close(&mut self) {
+        if let Some(prompt) = self.prompt.take() {
+            prompt.abort();
+        }
+        let _ = std::fs::remove_file(crate::state_dir::StateDir::at(&self.shared.state_dir).prompt_addr());
+    }
+}
+
+impl driver::EffectSink<Effect> for HostSink {
+    async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
+        let effect = match effect {
+            Effect::Liveness { node, liveness, .. } => {
+                let before = self.shared.liveness.lock().expect("liveness").insert(node.clone(), liveness);
+                if before.is_some_and(|b| b != liveness) {
+                    eprintln!("drover: {node} is {liveness:?}");
+                }
+                return;
+            }
+            Effect::Run(effect) => effect,
+        };
+        match effect {
+            run::Effect::SendReadyAck {
+                node,
+                agent,
+                run_id,
+                readiness_id,
+                ..
+            } => self.send(&node, &agent, Frame::ReadyAck { run_id, readiness_id }),
+            run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
+            run::Effect::ProvisionStage { node, agent, provision } => {
+                self.provision(&node, &agent, provision);
+            }
+            run::Effect::OpenPromptService { op } => self.open_prompt(op).await,
+            run::Effect::Inject { request, seq, tokens } => self.inject(request, seq, tokens),
+            run::Effect::Prompt { request, event } => self.shared.tell(request, event),
+            run::Effect::StopStage { node, stage } => {
+                if let Some((_, agent)) = self.stages.get(stage as usize) {
+                    let run_id = self.shared.run_id;
+                    self.send(&node, agent, Frame::StopStage { run_id, stage });
+                }
+            }
+            run::Effect::CloseTokenEndpoints => {
+                self.token_in.lock().expect("token in").take();
+                if let Some(out) = self.token_out.take() {
+                    out.abort();
+                }
+                let run_id = self.shared.run_id;
+                self.input(run::Input::TokenEndpointsClosed { run_id });
+            }
+            run::Effect::Finished(result) => {
+                *self.shared.outcome.lock().expect("outcome") = Some(result);
+            }
+        }
+    }
+}
+
+/// Accepts the last stage's token-out edge and turns its tokens into the
+/// run's inputs.
+async fn token_out(
+    shared: Arc<HostShared>,
+    tx: mpsc::Sender<Input>,
+    mut conns: mpsc::Receiver<Connection>,
+    last: AgentId,
+    edge: u32,
+) {
+    let run_id = shared.run_id;
+    while let Some(conn) = conns.recv().await {
+        let from = agent_id_of(conn.remote_id());
+        if from != last {
+            conn.close(3u32.into(), b"not the last stage");
+            continue;
+        }
+        let Ok(mut recv) = conn.accept_uni().await else {
+            continue;
+        };
+        match wire::read::<EdgeFrame, _>(&mut recv).await {
+            Ok(EdgeFrame::Hello { run_id: r, edge: e }) if r == run_id && e == edge => {}
+            _ => {
+                conn.close(2u32.into(), b"expected the token-out hello");
+                continue;
+            }
+        }
+        let ready = run::Input::TokenEndpointReady { run_id, endpoint: TokenEndpoint::Out };
+        if tx.send(Input::Run(ready)).await.is_err() {
+            return;
+        }
+        let reason = loop {
+            match edges::next(&mut recv).await {
+                Ok(Some(EdgeFrame::Token { request, seq, token, .. })) => {
+                    let eos = shared.model.tokenizer.is_eog(token);
+                    let request = RequestId(request);
+                    let input = run::Input::Token { run_id, request, seq, token, eos };
+                    if tx.send(Input::Run(input)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(other)) => break format!("token-out: unexpected {other:?}"),
+                Ok(None) => break "the token-out edge closed".to_owned(),
+                Err(e) => break format!("token-out: {e}"),
+            }
+        };
+        let _ = tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+        return;
+    }
+}
+

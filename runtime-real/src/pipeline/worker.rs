@@ -1,0 +1,323 @@
+//! The agent's `drover-worker stage` child: started once, without a model
+//! (it says `Hello`), loaded with the stage's slice, then given one step at
+//! a time. Its stderr lines go to the agent's stderr, prefixed; its exit is
+//! reported once, unless the agent asked for it.
+
+use super::wire::{EdgeFrame, Payload, SamplingSpec, Step};
+use core_fsm::agent::Input;
+use core_fsm::ids::OpId;
+use core_fsm::stage;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot};
+use workers::wire::{self, OutputKind, Reply, Request};
+
+/// What the agent asks of its worker.
+pub enum Job {
+    /// Load the stage; answered with `WeightsReady` or `LoadFailed`.
+    Load {
+        /// The slice file.
+        model: PathBuf,
+        /// The stage's blocks.
+        layers: (u32, u32),
+        /// Context positions.
+        ctx: u32,
+        /// The last stage's sampler.
+        sampling: SamplingSpec,
+    },
+    /// Run one step and send its output on `out`.
+    Step {
+        /// The step's input.
+        step: Step,
+        /// Whether this is the last stage (it returns a token).
+        last: bool,
+        /// The outbound edge.
+        out: mpsc::Sender<EdgeFrame>,
+    },
+    /// Stop the worker (it exits 0); answered on the channel.
+    Stop(oneshot::Sender<()>),
+}
+
+/// A running worker.
+pub struct WorkerHandle {
+    /// Jobs, done in order.
+    pub jobs: mpsc::Sender<Job>,
+    kill: Option<oneshot::Sender<()>>,
+    expected: Arc<AtomicBool>,
+}
+
+impl WorkerHandle {
+    /// Kills the worker (an exit the agent asked for).
+    pub fn kill(&mut self) {
+        self.expected.store(true, Ordering::SeqCst);
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+    }
+}
+
+/// The worker binary: `DROVER_WORKER`, else `drover-worker` beside this
+/// executable, else on PATH.
+pub fn worker_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("DROVER_WORKER") {
+        return PathBuf::from(path);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("drover-worker")));
+    match beside {
+        Some(path) if path.is_file() => path,
+        _ => PathBuf::from("drover-worker"),
+    }
+}
+
+/// Starts the worker; its readiness (`Hello`) and exit come back as inputs
+/// of operation `op`.
+pub fn spawn(
+    op: OpId,
+    stage: u32,
+    label: &str,
+    inputs: mpsc::Sender<Input>,
+) -> Result<WorkerHandle, String> {
+    let binary = worker_binary();
+    let mut child = Command::new(&binary)
+        .arg("stage")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+    let stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let prefix = format!("drover-worker[{label}]");
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{prefix}: {line}");
+        }
+    });
+    let expected = Arc::new(AtomicBool::new(false));
+    let (kill, kill_rx) = oneshot::channel();
+    let exits = inputs.clone();
+    let quiet = expected.clone();
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            status = child.wait() => status,
+            _ = kill_rx => {
+                let _ = child.kill().await;
+                child.wait().await
+            }
+        };
+        if !quiet.load(Ordering::SeqCst) {
+            let reason = match status {
+                Ok(status) => format!("the worker exited: {status}"),
+                Err(e) => format!("the worker could not be waited for: {e}"),
+            };
+            let _ = exits.send(Input::WorkerExited { op, reason }).await;
+        }
+    });
+    let (jobs, jobs_rx) = mpsc::channel(64);
+    tokio::spawn(actor(op, stage, stdin, stdout, jobs_rx, inputs, expected.clone()));
+    Ok(WorkerHandle {
+        jobs,
+        kill: Some(kill),
+        expected,
+    })
+}
+
+/// Reads one reply frame (u32 little-endian length, postcard).
+async fn read_reply(out: &mut ChildStdout) -> Result<Reply, String> {
+    let mut len = [0u8; 4];
+    out.read_exact(&mut len)
+        .await
+        .map_err(|e| format!("the worker's stdout: {e}"))?;
+    let len = u32::from_le_bytes(len);
+    if len > wire::MAX_FRAME_BYTES {
+        return Err(format!("the worker sent a frame of {len} bytes"));
+    }
+    let mut body = vec![0u8; len as usize];
+    out.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("the worker's stdout: {e}"))?;
+    postcard::from_bytes(&body).map_err(|e| format!("the worker's reply does not decode: {e}"))
+}
+
+async fn write_request(stdin: &mut ChildStdin, request: &Request) -> Result<(), String> {
+    let body = postcard::to_stdvec(request).map_err(|e| e.to_string())?;
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stdin
+        .write_all(&frame)
+        .await
+        .map_err(|e| format!("the worker's stdin: {e}"))?;
+    stdin
+        .flush()
+        .await
+        .map_err(|e| format!("the worker's stdin: {e}"))
+}
+
+fn stage_input(stage: u32, input: stage::Input) -> Input {
+    Input::Stage { stage, input }
+}
+
+/// Does the jobs in order; every answer goes back as an input.
+async fn actor(
+    op: OpId,
+    stage: u32,
+    mut stdin: ChildStdin,
+    mut stdout: ChildStdout,
+    mut jobs: mpsc::Receiver<Job>,
+    inputs: mpsc::Sender<Input>,
+    expected: Arc<AtomicBool>,
+) {
+    match read_reply(&mut stdout).await {
+        Ok(Reply::Hello { .. }) => {
+            let _ = inputs.send(Input::WorkerReady { op }).await;
+        }
+        // The exit (if it exits) is reported by the supervisor.
+        Ok(other) => eprintln!("drover-agent: the worker said {other:?} before Hello"),
+        Err(e) => eprintln!("drover-agent: {e}"),
+    }
+    let mut position: u32 = 0;
+    // The activation row width, known once loaded.
+    let mut hidden: u32 = 1;
+    while let Some(job) = jobs.recv().await {
+        match job {
+            Job::Load {
+                model,
+                layers,
+                ctx,
+                sampling,
+            } => {
+                let result = load(&mut stdin, &mut stdout, &model, layers, ctx, sampling).await;
+                let input = match result {
+                    Ok(width) => {
+                        hidden = width.max(1);
+                        stage::Input::WeightsReady
+                    }
+                    Err(reason) => stage::Input::LoadFailed { reason },
+                };
+                let _ = inputs.send(stage_input(stage, input)).await;
+            }
+            Job::Step { step, last, out } => {
+                let seq = step.step;
+                let input = match run_step(&mut stdin, &mut stdout, &mut position, hidden, &step, last).await {
+                    Ok(frame) => {
+                        // Completed first: the next step this output causes
+                        // can only arrive after the machine has heard it.
+                        let done = stage::Input::StepCompleted { seq };
+                        let _ = inputs.send(stage_input(stage, done)).await;
+                        if out.send(frame).await.is_err() {
+                            let reason = "the outbound edge is closed".to_owned();
+                            let _ = inputs
+                                .send(stage_input(stage, stage::Input::EdgeFault { reason }))
+                                .await;
+                        }
+                        continue;
+                    }
+                    Err(reason) => stage::Input::StepFailed { seq, reason },
+                };
+                let _ = inputs.send(stage_input(stage, input)).await;
+            }
+            Job::Stop(done) => {
+                expected.store(true, Ordering::SeqCst);
+                let _ = write_request(&mut stdin, &Request::Stop).await;
+                drop(stdin);
+                // The worker exits at Stop or at the end of its stdin.
+                let mut rest = Vec::new();
+                let _ = stdout.read_to_end(&mut rest).await;
+                let _ = done.send(());
+                return;
+            }
+        }
+    }
+}
+
+async fn load(
+    stdin: &mut ChildStdin,
+    stdout: &mut ChildStdout,
+    model: &Path,
+    layers: (u32, u32),
+    ctx: u32,
+    sampling: SamplingSpec,
+) -> Result<u32, String> {
+    let request = Request::Load(wire::Load {
+        model: model.display().to_string(),
+        first_layer: layers.0,
+        end_layer: layers.1,
+        ctx,
+        sampling: wire::Sampling {
+            temperature: sampling.temperature,
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
+            seed: sampling.seed,
+        },
+    });
+    write_request(stdin, &request).await?;
+    match read_reply(stdout).await? {
+        Reply::Ready { embedding, .. } => Ok(embedding),
+        Reply::Fault { reason, .. } => Err(reason),
+        other => Err(format!("the worker answered Load with {other:?}")),
+    }
+}
+
+async fn run_step(
+    stdin: &mut ChildStdin,
+    stdout: &mut ChildStdout,
+    position: &mut u32,
+    hidden: u32,
+    step: &Step,
+    last: bool,
+) -> Result<EdgeFrame, String> {
+    if step.pos != *position {
+        write_request(stdin, &Request::Truncate { pos: step.pos }).await?;
+        *position = step.pos;
+    }
+    let input = match &step.payload {
+        Payload::Tokens(t) => wire::Input::Tokens(t.clone()),
+        Payload::Activations(a) => wire::Input::Activations(a.clone()),
+    };
+    let output = if last {
+        OutputKind::Token
+    } else {
+        OutputKind::LastLogits
+    };
+    let request = Request::Forward {
+        seq: step.step,
+        pos: step.pos,
+        input,
+        output,
+    };
+    write_request(stdin, &request).await?;
+    let reply = read_reply(stdout).await?;
+    let rows = match &step.payload {
+        Payload::Tokens(t) => t.len() as u32,
+        Payload::Activations(a) => a.len() as u32 / hidden,
+    };
+    match reply {
+        Reply::Activations { data, .. } => {
+            *position += rows;
+            Ok(EdgeFrame::Step(Step {
+                payload: Payload::Activations(data),
+                ..step.clone()
+            }))
+        }
+        Reply::Token { id, .. } => {
+            *position += rows;
+            Ok(EdgeFrame::Token {
+                step: step.step,
+                request: step.request,
+                seq: step.seq,
+                token: id,
+            })
+        }
+        Reply::Fault { reason, .. } => Err(reason),
+        other => Err(format!("the worker answered a step with {other:?}")),
+    }
+}
