@@ -56,6 +56,22 @@ pub enum Command {
     },
     /// Destroy every lease the journal knows, whether or not `up` runs.
     Down,
+    /// Complete TEXT on the running pipeline, streamed to stdout (`--json`:
+    /// the service's lines as they come). Exit 1 when the prompt failed.
+    Prompt {
+        /// The prompt.
+        text: String,
+        /// The most tokens to generate (default: no cap but the context).
+        #[arg(long)]
+        max_tokens: Option<u32>,
+    },
+    /// Chat with the running pipeline: each line of stdin is a prompt, its
+    /// answer streamed to stdout; Ctrl-D ends it.
+    Chat {
+        /// The most tokens to generate per answer (default: no cap).
+        #[arg(long)]
+        max_tokens: Option<u32>,
+    },
     /// A fake Vast.ai server (the real API's paths and quirks) whose
     /// instances are local SSH nodes; needs `$VAST_API_KEY` (the one key it
     /// accepts). Runs until SIGINT or SIGTERM, then destroys its nodes.
@@ -113,6 +129,12 @@ pub fn main(cli: Cli) -> i32 {
             Command::Status => status_command(&state_dir, json),
             Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,
             Command::Down => down::run(&state_dir, json).await,
+            Command::Prompt { text, max_tokens } => {
+                crate::prompt::commands::prompt(&state_dir, &text, max_tokens, json).await
+            }
+            Command::Chat { max_tokens } => {
+                crate::prompt::commands::chat(&state_dir, max_tokens, json).await
+            }
             Command::FakeVast {
                 listen,
                 profile,

@@ -6,6 +6,7 @@ pub mod datastream;
 pub mod exit;
 pub mod journal;
 pub mod plan_toml;
+pub mod prompt;
 pub mod provider;
 pub mod ssh;
 pub mod state_dir;

@@ -1,0 +1,163 @@
+//! `drover prompt` and `drover chat`: the prompt service's clients. Both
+//! find the service's address in the state dir and keep one connection for
+//! all their prompts.
+
+use super::{Client, ServerMsg, read_addr};
+use crate::exit::{EXIT_FAILURE, EXIT_OK};
+use crate::state_dir::StateDir;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use tokio::io::AsyncBufReadExt;
+
+/// Runs `drover prompt TEXT`: streams the completion of request 1 to
+/// stdout (with `--json`, each server line as received); returns 0 when it
+/// is done, 1 on a fault or a lost connection.
+pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json: bool) -> i32 {
+    let mut client = match connect(state_dir).await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    match ask(&mut client, 1, text, max_tokens, json).await {
+        Ok(Answer::Done) => EXIT_OK,
+        Ok(Answer::Fault(reason)) | Err(reason) => {
+            eprintln!("drover: prompt failed: {reason}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Runs `drover chat`: each line of stdin is a prompt (request ids 1, 2,
+/// ...), its answer streamed like `drover prompt`'s; the end of stdin ends
+/// it. Returns 0, or 1 when a prompt failed or the connection was lost.
+pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 {
+    let mut client = match connect(state_dir).await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut request_id = 0u64;
+    let mut failed = false;
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let line = match input.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("drover: chat: reading stdin: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        // An empty line asks nothing (the run would refuse it).
+        if line.trim().is_empty() {
+            continue;
+        }
+        request_id += 1;
+        match ask(&mut client, request_id, &line, max_tokens, json).await {
+            Ok(Answer::Done) => {}
+            Ok(Answer::Fault(reason)) => {
+                eprintln!("drover: prompt failed: {reason}");
+                failed = true;
+            }
+            Err(reason) => {
+                eprintln!("drover: prompt failed: {reason}");
+                return EXIT_FAILURE;
+            }
+        }
+    }
+    if interactive {
+        eprintln!();
+    }
+    if failed { EXIT_FAILURE } else { EXIT_OK }
+}
+
+/// Connects to the service whose address the state dir holds.
+async fn connect(state_dir: &Path) -> Result<Client, String> {
+    let addr = read_addr(state_dir)?;
+    Client::connect(addr).await.map_err(|e| {
+        let file = StateDir::at(state_dir).prompt_addr();
+        format!(
+            "{e} (the address is from {}: is `drover up` still serving?)",
+            file.display()
+        )
+    })
+}
+
+/// How a request ended.
+enum Answer {
+    /// `Done`.
+    Done,
+    /// `Fault`, with its reason.
+    Fault(String),
+}
+
+/// Submits one prompt and streams its answer to stdout until its terminal
+/// event. The error is for a person: the connection broke, or stdout.
+async fn ask(
+    client: &mut Client,
+    request_id: u64,
+    text: &str,
+    max_tokens: Option<u32>,
+    json: bool,
+) -> Result<Answer, String> {
+    client
+        .submit(request_id, text, max_tokens)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout();
+    let stdout_failed = |e: std::io::Error| format!("writing stdout: {e}");
+    // Whether the last text written leaves the line open.
+    let mut open_line = false;
+    loop {
+        let Some((line, message)) = client.next_line().await.map_err(|e| e.to_string())? else {
+            return Err(format!(
+                "the prompt service at {} closed the connection before request \
+                 {request_id} ended",
+                client.addr()
+            ));
+        };
+        if json {
+            writeln!(stdout, "{line}").map_err(stdout_failed)?;
+            stdout.flush().map_err(stdout_failed)?;
+        }
+        let answer = match message {
+            ServerMsg::TextDelta {
+                request_id: id,
+                text,
+            } if id == request_id => {
+                if !json && !text.is_empty() {
+                    write!(stdout, "{text}").map_err(stdout_failed)?;
+                    stdout.flush().map_err(stdout_failed)?;
+                    open_line = !text.ends_with('\n');
+                }
+                continue;
+            }
+            ServerMsg::Done { request_id: id, .. } if id == request_id => Answer::Done,
+            ServerMsg::Fault {
+                request_id: id,
+                reason,
+            } if id == request_id => Answer::Fault(reason),
+            ServerMsg::ProtocolError { reason } => {
+                return Err(format!("the prompt service refused it: {reason}"));
+            }
+            // Another request's events or `ShuttingDown` are not this
+            // request's answer.
+            _ => continue,
+        };
+        let ends_line = matches!(answer, Answer::Done) || open_line;
+        if !json && ends_line {
+            writeln!(stdout).map_err(stdout_failed)?;
+            stdout.flush().map_err(stdout_failed)?;
+        }
+        return Ok(answer);
+    }
+}
