@@ -5,6 +5,7 @@ pub mod cli;
 pub mod datastream;
 pub mod exit;
 pub mod journal;
+pub mod pipeline;
 pub mod plan_toml;
 pub mod prompt;
 pub mod provider;

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncReadExt;
 use workers::gguf::Header;
-use workers::gguf::read::parse_header;
+use workers::gguf::read::{parse_header, read_header};
 use workers::gguf::slice::{SlicePlan, write_slice};
 
 /// The cache's format version (part of every key).
@@ -126,8 +126,8 @@ pub async fn slice(
             w.header_sha256
         ));
     }
-    let header: Header =
-        parse_header(&header_bytes, "the fetched header").map_err(|e| e.to_string())?;
+    let header: Header = read_header(header_bytes.as_slice(), w.model_size, "the fetched header")
+        .map_err(|e| e.to_string())?;
     let plan = SlicePlan::new(&header, layers(w))?;
     let data = ranges(&conn, w, plan.ranges.clone()).await?;
     conn.close(0u32.into(), b"done");

@@ -130,7 +130,8 @@ impl HostShared {
                     text: Utf8Stream::default(),
                 };
                 self.clients.lock().expect("clients").insert(request, client);
-                let max_tokens = max_tokens.unwrap_or(self.spec.default_max_tokens);
+                // No cap named: EOS or the context ends it.
+                let max_tokens = max_tokens.unwrap_or(0);
                 Some(Input::Run(run::Input::Submit {
                     request,
                     prompt,
@@ -391,7 +392,7 @@ impl HostSink {
         if let Some(prompt) = self.prompt.take() {
             prompt.abort();
         }
-        let _ = std::fs::remove_file(crate::state_dir::StateDir::at(&self.shared.state_dir).prompt_addr());
+        let _ = crate::prompt::remove_addr(&self.shared.state_dir);
     }
 }
 

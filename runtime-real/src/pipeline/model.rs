@@ -6,7 +6,7 @@ use super::fetch::{hex, slice_digest};
 use super::wire::{self, WeightsRef, WeightsRequest};
 use iroh::endpoint::Connection;
 use sha2::{Digest, Sha256};
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -52,6 +52,8 @@ impl Model {
         let config = Config::from_header(&header, &label).map_err(|e| e.to_string())?;
         let tokenizer = Tokenizer::from_gguf(&header).map_err(|e| format!("{label}: {e}"))?;
         let header_len = header.data_offset;
+        file.seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| format!("{label}: {e}"))?;
         let mut sha = Sha256::new();
         let mut header_sha = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
@@ -101,6 +103,7 @@ impl Model {
             slice_digest(&plan, |offset, len| self.read(offset, len)).map_err(|e| e.to_string())?;
         Ok(WeightsRef {
             model_digest: self.digest.clone(),
+            model_size: self.size,
             header_len: self.header_len,
             header_sha256: self.header_sha256.clone(),
             first_layer: layers.start as u32,

@@ -83,6 +83,8 @@ pub enum Payload {
 pub struct WeightsRef {
     /// The whole model's sha256 (hex): the cache key's first part.
     pub model_digest: String,
+    /// Bytes of the whole model file.
+    pub model_size: u64,
     /// Bytes of the GGUF header (metadata and tensor infos, padded).
     pub header_len: u64,
     /// The header's sha256 (hex).

@@ -111,6 +111,7 @@ impl From<core_fsm::run::DoneReason> for DoneReason {
         match reason {
             core_fsm::run::DoneReason::Eos => DoneReason::Eos,
             core_fsm::run::DoneReason::MaxTokens => DoneReason::MaxTokens,
+            core_fsm::run::DoneReason::Context => DoneReason::Context,
         }
     }
 }
