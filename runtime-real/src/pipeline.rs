@@ -155,19 +155,22 @@ pub fn start(
     state_dir: &Path,
     tap: &Tap,
     stop: mpsc::Sender<()>,
+    json: bool,
 ) -> Running {
     let connected: BTreeMap<LogicalNodeId, AgentId> = control
         .connected()
         .into_iter()
         .map(|(agent, node)| (node, agent))
         .collect();
-    let shared = Arc::new(HostShared::new(
+    let mut shared = HostShared::new(
         run_id,
         control.clone(),
         prepared.model.clone(),
         prepared.spec.clone(),
         state_dir.to_owned(),
-    ));
+    );
+    shared.json = json;
+    let shared = Arc::new(shared);
     let (tx, rx) = mpsc::channel(1024);
     *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));
     let nodes: Vec<LogicalNodeId> = prepared.plan.iter().map(|a| a.node.clone()).collect();

@@ -295,6 +295,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                     run_id: plan.run_id,
                     stop: &stop,
                     wake: &wake,
+                    json,
                 };
                 run_outcome = Some(serve_pipeline(&mut driver, serve).await?);
             }
@@ -400,6 +401,7 @@ struct ServeParts<'a> {
     run_id: core_fsm::ids::RunId,
     stop: &'a Arc<AtomicBool>,
     wake: &'a mpsc::Sender<Input>,
+    json: bool,
 }
 
 /// How long a stopping pipeline may take to stop its stages.
@@ -422,6 +424,7 @@ where
         parts.state_dir,
         parts.tap,
         stop_tx,
+        parts.json,
     );
     // A client's `Shutdown` is a stop like Ctrl-C.
     let (stop, wake) = (parts.stop.clone(), parts.wake.clone());

@@ -46,6 +46,8 @@ pub struct HostShared {
     pub liveness: Mutex<BTreeMap<LogicalNodeId, Liveness>>,
     /// How the run ended, once it has.
     pub outcome: Mutex<Option<Result<(), RunError>>>,
+    /// Lines for machines (`--json`), not people.
+    pub json: bool,
     clients: Mutex<BTreeMap<RequestId, Client>>,
     next_request: Mutex<u64>,
 }
@@ -68,6 +70,7 @@ impl HostShared {
             addrs: Mutex::new(BTreeMap::new()),
             liveness: Mutex::new(BTreeMap::new()),
             outcome: Mutex::new(None),
+            json: false,
             clients: Mutex::new(BTreeMap::new()),
             next_request: Mutex::new(0),
         }
@@ -103,6 +106,26 @@ impl HostShared {
                 readiness_id,
             },
             Frame::StageReport(report) => run::Input::Stage(report),
+            Frame::WeightsFetched {
+                first_layer,
+                end_layer,
+                bytes,
+                refetched,
+            } => {
+                let line = if self.json {
+                    serde_json::json!({
+                        "event": "weights", "node": node.as_str(), "layers": format!("{first_layer}..{end_layer}"),
+                        "bytes_fetched": bytes, "refetched": refetched,
+                    })
+                    .to_string()
+                } else if bytes == 0 {
+                    format!("{node}: layers {first_layer}..{end_layer} from the node's cache")
+                } else {
+                    format!("{node}: layers {first_layer}..{end_layer}: {bytes} bytes fetched")
+                };
+                crate::up::view::println_flush(&line);
+                return None;
+            }
             _ => return None,
         };
         Some(Input::Run(input))
@@ -376,7 +399,16 @@ impl HostSink {
                 self.prompt = Some(server.serve(calls));
                 match crate::prompt::write_addr(&self.shared.state_dir, bound) {
                     Ok(()) => {
-                        crate::up::view::println_flush(&format!("prompt service: {bound}"));
+                        let stages = self.stages.len();
+                        let line = if self.shared.json {
+                            serde_json::json!({"event": "serving", "prompt_addr": bound.to_string(), "stages": stages}).to_string()
+                        } else {
+                            format!(
+                                "ready: the model is served on {stages} stage(s); prompt service on {bound}\n  \
+                                 try: drover prompt \"Once upon a time\"   (or `drover chat`)"
+                            )
+                        };
+                        crate::up::view::println_flush(&line);
                         Ok(())
                     }
                     Err(e) => Err(format!("writing the prompt address: {e}")),

@@ -47,6 +47,7 @@ type FetchResult = Option<Result<Fetched, String>>;
 
 /// State the effect side shares with the frame router.
 struct Shared {
+    to_orch: mpsc::Sender<Frame>,
     node: LogicalNodeId,
     stage: u32,
     run_id: RunId,
@@ -87,6 +88,14 @@ impl Shared {
                     ),
                 ),
                 Err(e) => warn(&this.node, &format!("weights {}..{}: {e}", w.first_layer, w.end_layer)),
+            }
+            if let Ok(f) = &result {
+                let _ = this.to_orch.try_send(Frame::WeightsFetched {
+                    first_layer: w.first_layer,
+                    end_layer: w.end_layer,
+                    bytes: f.bytes_fetched,
+                    refetched: f.refetched,
+                });
             }
             let _ = tx.send(Some(result));
         });
@@ -131,6 +140,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
     let orchestrator_id = agent_id_of(config.orchestrator.id);
     let agent = agent_id_of(config.endpoint.id());
     let shared = Arc::new(Shared {
+        to_orch: to_orch.clone(),
         node: config.node.clone(),
         stage: config.stage,
         run_id: config.run_id,

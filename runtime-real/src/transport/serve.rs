@@ -270,7 +270,8 @@ async fn read_heartbeats(
             Ok(Some(
                 frame @ (Frame::RuntimeReady { .. }
                 | Frame::ReadyAcked { .. }
-                | Frame::StageReport(_)),
+                | Frame::StageReport(_)
+                | Frame::WeightsFetched { .. }),
             )) => {
                 let event = ControlEvent::Pipeline {
                     agent: peer.clone(),
@@ -347,6 +348,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Prefetch(_) => "Prefetch",
         Frame::StopStage { .. } => "StopStage",
         Frame::StageReport(_) => "StageReport",
+        Frame::WeightsFetched { .. } => "WeightsFetched",
     }
 }
 

@@ -142,6 +142,17 @@ pub enum Frame {
     },
     /// Agent -> orchestrator: a stage controller's report.
     StageReport(core_fsm::stage::Report),
+    /// Agent -> orchestrator: a slice is on the node (progress, for people).
+    WeightsFetched {
+        /// First block.
+        first_layer: u32,
+        /// One past the last block.
+        end_layer: u32,
+        /// Bytes that crossed the network (0: the cache held it).
+        bytes: u64,
+        /// Whether a cached slice was refused and fetched again.
+        refetched: bool,
+    },
 }
 
 /// Why a frame could not be read.

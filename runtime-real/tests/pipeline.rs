@@ -1,0 +1,231 @@
+//! The pipeline end to end: `drover up` on local nodes (real processes,
+//! real SSH, real iroh), the real model `stories260k.gguf` split across
+//! them, prompts through `drover prompt`, compared with `drover-worker
+//! generate` on the whole model in one process. Every wait is on an event
+//! (a line, an exit) with a bound.
+
+mod up_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use up_support::*;
+
+const SERVE: Duration = Duration::from_secs(120);
+const EXIT: Duration = Duration::from_secs(90);
+const PROMPT: &str = "Once upon a time";
+
+/// The trained model the project reads from `../shared/models/`.
+fn model() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+/// `drover-worker`, built beside `drover` (`cargo build -p workers`).
+fn worker() -> PathBuf {
+    let path = Path::new(DROVER).with_file_name("drover-worker");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p workers`",
+        path.display()
+    );
+    path
+}
+
+/// A plan of `nodes` local nodes serving the model, `extra` lines added to
+/// `[pipeline]`.
+fn pipeline_plan(dir: &Path, nodes: u32, extra: &str) -> PathBuf {
+    let text = format!(
+        r#"run_id = 1
+
+[model]
+path = "{model}"
+
+[pipeline]
+group = "workers"
+{extra}
+
+[prompt]
+rpc_addr = "127.0.0.1:0"
+
+[[group]]
+name = "workers"
+role = "worker"
+count = {nodes}
+provider = "local"
+
+[group.shape]
+image = "local"
+disk_gb = 1
+
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["true"]
+start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR=../../slice-cache nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' --heartbeat-ms 200 > agent.log 2>&1 &"
+
+[group.boot.timeouts]
+ssh_connect_timeout = "30s"
+ssh_retry_interval = "200ms"
+join_timeout = "30s"
+"#,
+        model = model().display()
+    );
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn is_serving(line: &serde_json::Value) -> bool {
+    line["event"] == "serving"
+}
+
+/// What `drover-worker generate` says on the whole model.
+fn reference(max_tokens: u32) -> String {
+    let out = Command::new(worker())
+        .args(["generate", "--model"])
+        .arg(model())
+        .args(["--prompt", PROMPT, "--max-tokens", &max_tokens.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `drover prompt TEXT --max-tokens N`: (exit code, stdout).
+fn prompt(state: &Path, text: &str, max_tokens: u32) -> (i32, String) {
+    let out = drover(state, &["prompt", text, "--max-tokens", &max_tokens.to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+/// Bytes each stage fetched, by layer range, from `up`'s `weights` events.
+fn fetched(up: &mut Up, stages: usize) -> Vec<(String, u64, bool)> {
+    let mut out: Vec<(String, u64, bool)> = (0..stages)
+        .map(|_| {
+            let line = up.wait_line(SERVE, |l| l["event"] == "weights");
+            let range = line["layers"].as_str().unwrap().to_owned();
+            (range, line["bytes_fetched"].as_u64().unwrap(), line["refetched"] == true)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Up, one prompt compared with the reference, stop: exit 0.
+fn serves_like_one_process(name: &str, nodes: u32, extra: &str) {
+    let dir = scratch(name);
+    let state = dir.join("state");
+    let plan = pipeline_plan(&dir, nodes, extra);
+    let mut up = Up::start(&state, &plan);
+    let serving = up.wait_line(SERVE, is_serving);
+    assert_eq!(serving["stages"], nodes, "{serving}");
+    let (code, text) = prompt(&state, PROMPT, 64);
+    assert_eq!(code, 0);
+    // Both end the text with one newline.
+    assert_eq!(text, reference(64), "{nodes} stages, {extra}");
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn one_stage_serves_the_same_text_as_one_process() {
+    serves_like_one_process("pipe1", 1, "");
+}
+
+#[test]
+fn two_stages_serve_the_same_text() {
+    serves_like_one_process("pipe2", 2, "");
+}
+
+#[test]
+fn five_stages_and_an_uneven_split_serve_the_same_text() {
+    serves_like_one_process("pipe5", 5, "");
+    serves_like_one_process("pipe131", 3, "split = [1, 3, 1]");
+}
+
+#[test]
+fn three_stages_fetch_only_their_slices_reuse_the_cache_and_refetch_a_corrupt_one() {
+    let dir = scratch("pipe3");
+    let state = dir.join("state");
+    let plan = pipeline_plan(&dir, 3, "");
+    let mut up = Up::start(&state, &plan);
+    let first = fetched(&mut up, 3);
+    up.wait_line(SERVE, is_serving);
+    let (code, text) = prompt(&state, PROMPT, 64);
+    assert_eq!((code, text), (0, reference(64)));
+    // Two clients at once: both answered in full, one after the other.
+    let a = std::thread::spawn({
+        let state = state.clone();
+        move || prompt(&state, PROMPT, 40)
+    });
+    let b = prompt(&state, "The dog", 40);
+    let a = a.join().unwrap();
+    assert_eq!(a, (0, reference(40)));
+    assert_eq!(b.0, 0);
+    assert!(!b.1.trim().is_empty());
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+
+    // Each stage fetched its slice and the header, within the bound.
+    let model = runtime_real::pipeline::model::Model::open(&model()).unwrap();
+    assert_eq!(first.len(), 3);
+    for (range, bytes, _) in &first {
+        let (a, b) = range.split_once("..").unwrap();
+        let layers = a.parse().unwrap()..b.parse().unwrap();
+        let slice = model.slice(layers).unwrap().data_bytes();
+        assert!(*bytes <= slice + model.header_len + 64 * 1024, "{range}: {bytes}");
+        assert!(*bytes >= slice, "{range}: {bytes} < {slice}");
+    }
+
+    // A second `up` on the same state dir reuses every cached slice.
+    let mut up = Up::start(&state, &plan);
+    let second = fetched(&mut up, 3);
+    up.wait_line(SERVE, is_serving);
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    assert!(second.iter().all(|(_, bytes, _)| *bytes == 0), "{second:?}");
+
+    // A corrupted cached slice is refused and fetched again.
+    let cache = state.join("slice-cache");
+    let victim = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("-2-4-"))
+        .expect("the cached slice of layers 2..4");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let mut up = Up::start(&state, &plan);
+    let third = fetched(&mut up, 3);
+    up.wait_line(SERVE, is_serving);
+    let (code, text) = prompt(&state, PROMPT, 64);
+    assert_eq!((code, text), (0, reference(64)));
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    let refetched: Vec<_> = third.iter().filter(|(_, b, _)| *b > 0).collect();
+    assert_eq!(refetched.len(), 1, "{third:?}");
+    assert_eq!(refetched[0].0, "2..4");
+    assert!(refetched[0].2, "reported as refetched: {third:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn more_stages_than_layers_is_a_plan_error() {
+    let dir = scratch("pipe6");
+    let state = dir.join("state");
+    let plan = pipeline_plan(&dir, 6, "");
+    let out = drover(&state, &["up", plan.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("6 stages for a model of 5 layers"), "{stderr}");
+    assert!(!state.join("journal.bin").exists(), "nothing is rented");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
