@@ -229,3 +229,69 @@ fn more_stages_than_layers_is_a_plan_error() {
     assert!(!state.join("journal.bin").exists(), "nothing is rented");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Pids of the `drover-worker` processes whose working folder is under `state`.
+fn workers_of(state: &Path) -> Vec<u32> {
+    let state = std::fs::canonicalize(state).unwrap();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == "drover-worker") && cwd.starts_with(&state) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destroyed() {
+    let dir = scratch("pipekill");
+    let state = dir.join("state");
+    let plan = pipeline_plan(&dir, 3, "");
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, is_serving);
+    let workers = workers_of(&state);
+    assert_eq!(workers.len(), 3, "one worker per stage");
+    let pids = node_pids(&state);
+    // A request with no cap runs until the context is full; kill a worker
+    // once its first text arrived.
+    let addr = runtime_real::prompt::read_addr(&state).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (first, terminal) = rt.block_on(async {
+        let mut client = runtime_real::prompt::Client::connect(addr).await.unwrap();
+        client.submit(1, PROMPT, None).await.unwrap();
+        let first = client.next().await.unwrap().unwrap();
+        let killed = Command::new("kill").arg("-9").arg(workers[1].to_string()).status().unwrap();
+        assert!(killed.success());
+        let terminal = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match client.next().await.unwrap() {
+                    Some(msg) if msg.is_terminal() => return Some(msg),
+                    Some(_) => continue,
+                    None => return None,
+                }
+            }
+        })
+        .await
+        .expect("the request ends within the bound");
+        (first, terminal)
+    });
+    assert!(matches!(first, runtime_real::prompt::ServerMsg::TextDelta { .. }), "{first:?}");
+    assert!(
+        matches!(terminal, Some(runtime_real::prompt::ServerMsg::Fault { .. })),
+        "{terminal:?}"
+    );
+    // The run fails: exit 1, every lease destroyed, no process left.
+    assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    assert_eq!(running(&workers), Vec::<u32>::new(), "workers left");
+    let status = status(&state);
+    for i in 0..3 {
+        assert_eq!(node(&status, &format!("workers-{i}"))["stage"], "Destroyed", "{status}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
