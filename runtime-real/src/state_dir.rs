@@ -12,6 +12,7 @@
 //! plan.json              the plan `up` runs, for `drover down`'s providers
 //! up.pid, live.json      a running `up` and its live view
 //! prompt.addr            the prompt RPC's address while a pipeline serves
+//! pipeline.json          the pipeline's stages and serving figures, rewritten on change
 //! models/                the model a plan fetched by url (sha256-named)
 //! previous/              the journal and datastream of the run before
 //! ```
@@ -93,6 +94,11 @@ impl<'a> StateDir<'a> {
     /// The prompt RPC's `ip:port`, written once the service is open.
     pub fn prompt_addr(self) -> PathBuf {
         self.root.join("prompt.addr")
+    }
+
+    /// The pipeline's status (stages, serving), rewritten on every change.
+    pub fn pipeline_status(self) -> PathBuf {
+        self.root.join("pipeline.json")
     }
 
     /// Models fetched by url, named by their sha256.
