@@ -178,10 +178,18 @@ pub fn main(cli: Cli) -> i32 {
 }
 
 async fn plan_command(path: &Path, json: bool) -> i32 {
-    let plan = match crate::plan_toml::load(path) {
-        Ok(plan) => plan,
+    let (plan, pipeline) = match crate::plan_toml::load_full(path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
+        None => None,
+        Some(Ok(prepared)) => Some(prepared),
+        Some(Err(e)) => {
+            eprintln!("drover: {}: {e}", path.display());
             return EXIT_CONFIG;
         }
     };
@@ -226,6 +234,9 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
         if let Some(vast) = &vast {
             doc["vastai"] = crate::provider::vastai::plan::to_json(vast);
         }
+        if let Some(pipeline) = &pipeline {
+            doc["pipeline"] = pipeline.to_json();
+        }
         println!("{doc}");
     } else {
         println!(
@@ -260,6 +271,9 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
         }
         if let Some(vast) = &vast {
             print!("{}", crate::provider::vastai::plan::render(vast));
+        }
+        if let Some(pipeline) = &pipeline {
+            print!("{}", pipeline.table());
         }
     }
     EXIT_OK

@@ -16,6 +16,7 @@ pub mod host;
 pub mod model;
 pub mod node;
 pub mod spec;
+pub mod status;
 pub mod wire;
 pub mod worker;
 
@@ -47,6 +48,25 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The stage table as JSON (`drover plan --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let stages: Vec<_> = self
+            .plan
+            .iter()
+            .zip(&self.weights)
+            .map(|(a, w)| {
+                serde_json::json!({
+                    "stage": a.stage, "node": a.node.as_str(), "layers": a.layers.to_string(),
+                    "tensor_bytes": w.slice_bytes, "header_bytes": w.header_len,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "model": self.model.path.display().to_string(), "layers": self.model.layers(),
+            "model_bytes": self.model.size, "sha256": self.model.digest, "stages": stages,
+        })
+    }
+
     /// The stage table `drover plan` shows.
     pub fn table(&self) -> String {
         let mut out = format!(
@@ -56,7 +76,7 @@ impl Prepared {
             self.model.size,
             &self.model.digest[..16]
         );
-        out.push_str("stage  node          layers   slice bytes\n");
+        out.push_str("stage  node          layers   slice bytes (header + tensors)\n");
         for (a, w) in self.plan.iter().zip(&self.weights) {
             out.push_str(&format!(
                 "{:<6} {:<13} {:<8} {}\n",
@@ -170,6 +190,21 @@ pub fn start(
         state_dir.to_owned(),
     );
     shared.json = json;
+    let stages_status = prepared
+        .plan
+        .iter()
+        .zip(&prepared.weights)
+        .map(|(a, w)| status::StageStatus {
+            stage: a.stage,
+            node: a.node.to_string(),
+            layers: a.layers.to_string(),
+            slice_bytes: w.slice_bytes + w.header_len,
+            fetched_bytes: 0,
+            state: "waiting".to_owned(),
+        })
+        .collect();
+    shared.status = Mutex::new(status::PipelineStatus::new(state_dir, stages_status));
+    shared.status.lock().expect("status").write();
     let shared = Arc::new(shared);
     let (tx, rx) = mpsc::channel(1024);
     *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));

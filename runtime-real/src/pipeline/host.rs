@@ -48,6 +48,8 @@ pub struct HostShared {
     pub outcome: Mutex<Option<Result<(), RunError>>>,
     /// Lines for machines (`--json`), not people.
     pub json: bool,
+    /// What `<state>/pipeline.json` shows.
+    pub status: Mutex<super::status::PipelineStatus>,
     clients: Mutex<BTreeMap<RequestId, Client>>,
     next_request: Mutex<u64>,
 }
@@ -61,7 +63,9 @@ impl HostShared {
         spec: PipelineSpec,
         state_dir: PathBuf,
     ) -> HostShared {
+        let status = Mutex::new(super::status::PipelineStatus::new(&state_dir, Vec::new()));
         HostShared {
+            status,
             run_id,
             control,
             model,
@@ -105,7 +109,10 @@ impl HostShared {
                 agent,
                 readiness_id,
             },
-            Frame::StageReport(report) => run::Input::Stage(report),
+            Frame::StageReport(report) => {
+                self.update(|s| s.report(&report));
+                run::Input::Stage(report)
+            }
             Frame::WeightsFetched {
                 first_layer,
                 end_layer,
@@ -124,6 +131,7 @@ impl HostShared {
                     format!("{node}: layers {first_layer}..{end_layer}: {bytes} bytes fetched")
                 };
                 crate::up::view::println_flush(&line);
+                self.update(|s| s.fetched(first_layer, bytes));
                 return None;
             }
             _ => return None,
@@ -153,6 +161,7 @@ impl HostShared {
                     text: Utf8Stream::default(),
                 };
                 self.clients.lock().expect("clients").insert(request, client);
+                self.update(|s| s.submitted());
                 // No cap named: EOS or the context ends it.
                 let max_tokens = max_tokens.unwrap_or(0);
                 Some(Input::Run(run::Input::Submit {
@@ -167,8 +176,23 @@ impl HostShared {
         }
     }
 
+    /// Changes the status file.
+    pub fn update(&self, change: impl FnOnce(&mut super::status::PipelineStatus)) {
+        let mut status = self.status.lock().expect("status");
+        change(&mut status);
+        status.write();
+    }
+
     /// Tells a request's client what happened.
     fn tell(&self, request: RequestId, event: PromptEvent) {
+        match &event {
+            PromptEvent::Token { .. } => {
+                let mut status = self.status.lock().expect("status");
+                status.token(request.0);
+            }
+            PromptEvent::Done { .. } => self.update(|s| s.ended(request.0, true)),
+            PromptEvent::Fault(_) => self.update(|s| s.ended(request.0, false)),
+        }
         let mut clients = self.clients.lock().expect("clients");
         let Some(client) = clients.get_mut(&request) else {
             return;
@@ -360,6 +384,9 @@ impl HostSink {
     }
 
     fn inject(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
+        if seq == 0 {
+            self.shared.update(|s| s.started(request.0));
+        }
         let pos = if seq == 0 {
             0
         } else {
@@ -395,6 +422,7 @@ impl HostSink {
         let result = match crate::prompt::Server::bind(addr).await {
             Ok(server) => {
                 let bound = server.local_addr();
+                self.shared.update(|s| s.prompt_addr = Some(bound.to_string()));
                 let calls = self.calls.take().expect("the prompt service opens once");
                 self.prompt = Some(server.serve(calls));
                 match crate::prompt::write_addr(&self.shared.state_dir, bound) {
@@ -450,6 +478,7 @@ impl driver::EffectSink<Effect> for HostSink {
             } => self.send(&node, &agent, Frame::ReadyAck { run_id, readiness_id }),
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
             run::Effect::ProvisionStage { node, agent, provision } => {
+                self.shared.update(|s| s.loading(provision.stage));
                 self.provision(&node, &agent, provision);
             }
             run::Effect::OpenPromptService { op } => self.open_prompt(op).await,

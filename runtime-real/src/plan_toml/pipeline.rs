@@ -170,6 +170,8 @@ pub(crate) fn resolve(spec: &mut PipelineSpec, plan_dir: &Path) {
         && path.is_relative()
     {
         let joined = plan_dir.join(&*path);
-        *path = std::path::absolute(&joined).unwrap_or(joined);
+        *path = std::fs::canonicalize(&joined)
+            .or_else(|_| std::path::absolute(&joined))
+            .unwrap_or(joined);
     }
 }
