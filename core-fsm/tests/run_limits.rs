@@ -1,0 +1,219 @@
+//! The run's request limits (no cap, the context, an empty prompt), the
+//! explicit layer split, and the pipeline host that feeds membership's
+//! changes to the run.
+
+mod run_support;
+
+use core_fsm::Machine as _;
+use core_fsm::membership::{self, Liveness};
+use core_fsm::pipeline;
+use core_fsm::run::{
+    self, DoneReason, Effect, Input, Machine, Phase, PlanningError, PromptEvent, PromptFault,
+    RequestId, RunError, plan_split,
+};
+use core_fsm::stage::LayerRange;
+use core_fsm::time::{Duration, Instant};
+use run_support::*;
+
+fn serving(context: u32) -> Machine {
+    let mut m = Machine::new(run::Config { context, ..config() }, Instant(0)).unwrap();
+    for (t, input) in to_serving(0) {
+        m.handle(Instant(t), input);
+        m.check_invariants();
+    }
+    assert!(matches!(m.phase(), Phase::Serving(_)));
+    m
+}
+
+fn events(effects: &[Effect]) -> Vec<PromptEvent> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Prompt { event, .. } => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Feeds tokens `0..n` of request 1 (none EOS); the events of the last.
+fn feed(m: &mut Machine, n: u64) -> Vec<PromptEvent> {
+    let mut last = Vec::new();
+    for seq in 0..n {
+        last = events(&m.handle(Instant(200 + seq), token(1, seq, false)));
+        m.check_invariants();
+    }
+    last
+}
+
+#[test]
+fn no_cap_runs_until_the_context_is_full() {
+    // Context 10, prompt of 3: tokens 0..=7 feed positions 3..=10, and the
+    // 8th token (seq 7) would need position 10, outside the context.
+    let mut m = serving(10);
+    let started = m.handle(Instant(100), submit(1, 0));
+    assert!(started.iter().any(|e| matches!(e, Effect::Inject { seq: 0, .. })));
+    let before = feed(&mut m, 7);
+    assert!(before.iter().all(|e| !e.is_terminal()), "{before:?}");
+    let last = events(&m.handle(Instant(300), token(1, 7, false)));
+    assert_eq!(
+        last.last(),
+        Some(&PromptEvent::Done {
+            tokens: 8,
+            reason: DoneReason::Context
+        })
+    );
+}
+
+#[test]
+fn a_cap_ends_before_the_context_and_eos_is_not_counted() {
+    let mut m = serving(512);
+    m.handle(Instant(100), submit(1, 4));
+    let last = feed(&mut m, 4);
+    assert_eq!(
+        last.last(),
+        Some(&PromptEvent::Done {
+            tokens: 4,
+            reason: DoneReason::MaxTokens
+        })
+    );
+    m.handle(Instant(400), submit(2, 0));
+    m.handle(Instant(401), token(2, 0, false));
+    let eos = events(&m.handle(Instant(402), token(2, 1, true)));
+    assert_eq!(
+        eos.last(),
+        Some(&PromptEvent::Done {
+            tokens: 1,
+            reason: DoneReason::Eos
+        })
+    );
+}
+
+#[test]
+fn a_prompt_that_fills_the_context_or_is_empty_is_invalid() {
+    let mut m = serving(3);
+    let full = events(&m.handle(Instant(100), submit(1, 5)));
+    assert!(
+        matches!(&full[..], [PromptEvent::Fault(PromptFault::Invalid { reason })] if reason.contains("fill the context of 3")),
+        "{full:?}"
+    );
+    let empty = Input::Submit {
+        request: RequestId(2),
+        prompt: Vec::new(),
+        max_tokens: 5,
+    };
+    let empty = events(&m.handle(Instant(101), empty));
+    assert!(
+        matches!(&empty[..], [PromptEvent::Fault(PromptFault::Invalid { .. })]),
+        "{empty:?}"
+    );
+    m.check_invariants();
+}
+
+#[test]
+fn an_explicit_split_is_followed_and_checked() {
+    let nodes: Vec<_> = (0..3).map(node).collect();
+    let plan = plan_split(5, 3, &nodes, &[1, 3, 1]).unwrap();
+    let layers: Vec<LayerRange> = plan.iter().map(|a| a.layers).collect();
+    assert_eq!(
+        layers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["0..1", "1..4", "4..5"]
+    );
+    assert_eq!(
+        plan_split(5, 3, &nodes, &[2, 2]),
+        Err(PlanningError::SplitLength { stages: 3, given: 2 })
+    );
+    for bad in [[1, 3, 2], [0, 4, 1]] {
+        assert_eq!(
+            plan_split(5, 3, &nodes, &bad),
+            Err(PlanningError::SplitLayers {
+                split: bad.to_vec(),
+                layers: 5
+            })
+        );
+    }
+    let balanced = plan_split(5, 3, &nodes, &[]).unwrap();
+    let lens: Vec<u32> = balanced.iter().map(|a| a.layers.len()).collect();
+    assert_eq!(lens, [2, 2, 1]);
+}
+
+fn host() -> pipeline::Machine {
+    let membership = membership::Config {
+        suspect_after: Duration::from_secs(2),
+        dead_after: Duration::from_secs(5),
+        ..membership::Config::default()
+    };
+    pipeline::Machine::new(membership, Machine::new(config(), Instant(0)).unwrap())
+}
+
+fn track(i: u32) -> pipeline::Input {
+    pipeline::Input::Membership(membership::Input::Track {
+        node: node(i),
+        agent: agent(i),
+    })
+}
+
+#[test]
+fn the_host_passes_the_barrier_only_with_tracked_alive_members() {
+    let mut h = host();
+    // Reports without membership do not pass the barrier.
+    for i in 0..3 {
+        h.handle(Instant(1), pipeline::Input::Run(ready(i)));
+        h.check_invariants();
+    }
+    assert!(matches!(h.run().phase(), Phase::AwaitingReadiness(_)));
+    let mut acks = 0;
+    for i in 0..3 {
+        let effects = h.handle(Instant(2), track(i));
+        h.check_invariants();
+        assert!(effects.iter().any(|e| matches!(
+            e,
+            pipeline::Effect::Liveness {
+                liveness: Liveness::Alive,
+                ..
+            }
+        )));
+        acks += effects
+            .iter()
+            .filter(|e| matches!(e, pipeline::Effect::Run(Effect::SendReadyAck { .. })))
+            .count();
+    }
+    assert_eq!(acks, 3, "the barrier opens once every member is Alive");
+    assert!(matches!(h.run().phase(), Phase::Acknowledging(_)));
+}
+
+#[test]
+fn a_silent_member_dies_and_fails_the_run_through_the_host() {
+    let mut h = host();
+    for i in 0..3 {
+        h.handle(Instant(1), track(i));
+        h.handle(Instant(1), pipeline::Input::Run(ready(i)));
+    }
+    // Heartbeats from 0 and 1 only; 2 goes silent.
+    for t in [1000, 2000, 3000, 4000, 5000] {
+        for i in 0..2 {
+            let beat = membership::Input::Heartbeat {
+                node: node(i),
+                agent: agent(i),
+            };
+            h.handle(Instant(t), pipeline::Input::Membership(beat));
+            h.check_invariants();
+        }
+        h.handle(Instant(t), pipeline::Input::Tick);
+        h.check_invariants();
+    }
+    let effects = h.handle(Instant(6001), pipeline::Input::Tick);
+    h.check_invariants();
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        pipeline::Effect::Liveness { node: n, liveness: Liveness::Dead, .. } if *n == node(2)
+    )));
+    // Nothing was provisioned yet, so teardown has nothing to wait for.
+    assert_eq!(
+        h.run().outcome(),
+        Some(Err(&RunError::NodeDead {
+            node: node(2),
+            during: run::PhaseName::Acknowledgement,
+        }))
+    );
+    assert_eq!(h.run().member(&node(2)).map(|(_, l)| l), Some(Liveness::Dead));
+}
