@@ -18,6 +18,7 @@ pub const PARTS: &[&str] = &[
     "control-plane.md",
     "vastai.md",
     "worker.md",
+    "pipeline.md",
     "docker.md",
 ];
 
