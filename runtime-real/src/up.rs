@@ -311,6 +311,10 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let view = view.lock().expect("view");
     let all_destroyed = view.nodes().all(|n| n.stage == Lifecycle::Destroyed);
     if let Some(Err(error)) = &run_outcome {
+        if json {
+            let line = serde_json::json!({"event": "pipeline_failed", "error": error.to_string()});
+            view::println_flush(&line.to_string());
+        }
         eprintln!("drover: the pipeline failed: {error}");
     }
     let run_ok = !matches!(run_outcome, Some(Err(_)));

@@ -295,3 +295,42 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everything_down() {
+    let dir = scratch("pipestop");
+    let state = dir.join("state");
+    // A 100 MB model, so loading takes a while.
+    let big = dir.join("big.gguf");
+    let made = Command::new(worker())
+        .args(["make-model", "--shape", "0.5b,layers=4,vocab=512", "--type", "q8_0", "--vocab-from"])
+        .arg(model())
+        .arg(&big)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let text = std::fs::read_to_string(pipeline_plan(&dir, 2, "split = [3, 1]")).unwrap();
+    let text = text.replace(&model().display().to_string(), &big.display().to_string());
+    let plan = dir.join("big.toml");
+    std::fs::write(&plan, text).unwrap();
+    let mut up = Up::start(&state, &plan);
+    let loading = up.wait_line(SERVE, |l| l["event"] == "stage" && l["state"] == "loading");
+    assert_eq!(loading["stage"], 0, "{loading}");
+    let pids = node_pids(&state);
+    up.type_stop();
+    let failed = up.wait_line(EXIT, |l| l["event"] == "pipeline_failed");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.contains("ShutdownRequested") && error.contains("WeightLoading"),
+        "{error}"
+    );
+    assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));
+    assert!(!up.seen.iter().any(|l| l.contains("\"serving\"")), "never served");
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    assert_eq!(workers_of(&state), Vec::<u32>::new(), "workers left");
+    let status = status(&state);
+    for i in 0..2 {
+        assert_eq!(node(&status, &format!("workers-{i}"))["stage"], "Destroyed", "{status}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

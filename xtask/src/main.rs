@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod pipeline_bench;
 mod worker;
 
 #[derive(Parser)]
@@ -53,7 +54,7 @@ enum Task {
         /// The trace file.
         trace: String,
     },
-    /// Measure: `fsm`, `sim` or `up`.
+    /// Measure: `fsm`, `sim`, `up`, `worker` or `pipeline`.
     Bench {
         /// Which benchmark.
         what: String,
@@ -340,6 +341,9 @@ fn bench(what: &str, provider: &str) -> bool {
         "worker" => worker::bench_worker()
             .map_err(|e| eprintln!("xtask bench worker: {e}"))
             .is_ok(),
+        "pipeline" => pipeline_bench::bench_pipeline()
+            .map_err(|e| eprintln!("xtask bench pipeline: {e}"))
+            .is_ok(),
         "up" => step(
             "bench up",
             cargo(&[
@@ -356,7 +360,7 @@ fn bench(what: &str, provider: &str) -> bool {
             ]),
         ),
         other => {
-            eprintln!("xtask bench: unknown benchmark `{other}` (fsm, sim, up)");
+            eprintln!("xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline)");
             false
         }
     }

@@ -479,6 +479,13 @@ impl driver::EffectSink<Effect> for HostSink {
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
             run::Effect::ProvisionStage { node, agent, provision } => {
                 self.shared.update(|s| s.loading(provision.stage));
+                let (stage, layers) = (provision.stage, provision.layers);
+                let line = if self.shared.json {
+                    serde_json::json!({"event": "stage", "node": node.as_str(), "stage": stage, "layers": layers.to_string(), "state": "loading"}).to_string()
+                } else {
+                    format!("{node}: stage {stage} provisioned, loading layers {layers}")
+                };
+                crate::up::view::println_flush(&line);
                 self.provision(&node, &agent, provision);
             }
             run::Effect::OpenPromptService { op } => self.open_prompt(op).await,

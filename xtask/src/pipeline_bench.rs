@@ -1,0 +1,216 @@
+//! `cargo xtask bench pipeline`: the pipeline on local nodes, side by side
+//! with one `drover-worker` process on the same model: decode tokens/s for
+//! 1 to 4 stages and the time each extra stage adds per token, a 512-token
+//! prefill on N stages against one, and the wall time from `drover up
+//! examples/pipeline.toml` to the first token of a prompt.
+
+use crate::worker::{bench_dir, bench_model, stories};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `up` may take to serve.
+const SERVE_BOUND: Duration = Duration::from_secs(600);
+
+fn workspace() -> PathBuf {
+    xtask::workspace_root()
+}
+
+fn build() -> Result<PathBuf, String> {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--release", "--locked", "-p", "runtime-real", "-p", "workers"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err("the release build failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from);
+    Ok(target.join("release"))
+}
+
+fn plan(model: &Path, nodes: u32, state: &Path) -> PathBuf {
+    let text = format!(
+        r#"run_id = 1
+[model]
+path = "{model}"
+[pipeline]
+group = "workers"
+[prompt]
+rpc_addr = "127.0.0.1:0"
+[[group]]
+name = "workers"
+role = "worker"
+count = {nodes}
+provider = "local"
+[group.shape]
+image = "local"
+disk_gb = 1
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["true"]
+start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR={cache} nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' > agent.log 2>&1 &"
+"#,
+        model = model.display(),
+        cache = bench_dir().join("slice-cache").display(),
+    );
+    std::fs::create_dir_all(state).expect("bench state dir");
+    let path = state.with_extension("toml");
+    std::fs::write(&path, text).expect("bench plan");
+    path
+}
+
+/// A `drover up` serving until dropped.
+struct Up {
+    child: Child,
+    state: PathBuf,
+}
+
+impl Up {
+    fn start(bin: &Path, plan: &Path, state: &Path) -> Result<(Up, Duration), String> {
+        let _ = std::fs::remove_dir_all(state);
+        let started = Instant::now();
+        let mut child = Command::new(bin.join("drover"))
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--json", "up"])
+            .arg(plan)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().expect("piped");
+        let up = Up {
+            child,
+            state: state.to_owned(),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let serving = line.contains("\"serving\"") || line.starts_with("ready:");
+                if serving && tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        rx.recv_timeout(SERVE_BOUND)
+            .map_err(|_| format!("`drover up {}` did not serve in time", plan.display()))?;
+        Ok((up, started.elapsed()))
+    }
+
+    fn addr(&self) -> Result<String, String> {
+        let path = self.state.join("prompt.addr");
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = writeln!(stdin, "stop");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// One prompt: (time to first text, decode tokens/s after it, tokens).
+fn prompt(addr: &str, text: &str, max_tokens: u32) -> Result<(Duration, f64, u64), String> {
+    let mut conn = TcpStream::connect(addr).map_err(|e| format!("{addr}: {e}"))?;
+    let request = serde_json::json!({"SubmitPrompt": {"request_id": 1, "prompt_text": text, "max_tokens": max_tokens}});
+    let sent = Instant::now();
+    writeln!(conn, "{request}").map_err(|e| e.to_string())?;
+    let mut first = None;
+    for line in BufReader::new(conn).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let msg: serde_json::Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+        if msg.get("TextDelta").is_some() && first.is_none() {
+            first = Some(Instant::now());
+        } else if let Some(done) = msg.get("Done") {
+            let tokens = done["tokens"].as_u64().unwrap_or(0);
+            let first = first.unwrap_or_else(Instant::now);
+            let decode = first.elapsed().as_secs_f64();
+            let rate = if tokens > 1 && decode > 0.0 {
+                (tokens - 1) as f64 / decode
+            } else {
+                0.0
+            };
+            return Ok((first.duration_since(sent), rate, tokens));
+        } else if msg.get("Fault").is_some() || msg.get("ProtocolError").is_some() {
+            return Err(format!("the prompt failed: {line}"));
+        }
+    }
+    Err("the connection closed before Done".into())
+}
+
+/// One process, the same model: decode tokens/s from `drover-worker bench`.
+fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
+    let out = Command::new(bin.join("drover-worker"))
+        .args(["bench", "--model"])
+        .arg(model)
+        .args(["--prefill", "8", "--decode", &decode.to_string(), "--json"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or("no bench JSON")?;
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    v["decode_tokens_per_s"]
+        .as_f64()
+        .ok_or_else(|| format!("no decode_tokens_per_s in {line}"))
+}
+
+const STORY: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+
+/// The benchmark.
+pub fn bench_pipeline() -> Result<(), String> {
+    let bin = build()?;
+    let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
+    let decode = 48;
+    let root = bench_dir().join("pipeline");
+    println!("model {} (0.5b shape, q8_0); {decode} decode tokens; local nodes", model.display());
+    let reference = one_process(&bin, &model, decode)?;
+    println!("one drover-worker process: decode {reference:.1} tokens/s");
+    println!("stages  decode tok/s  vs 1 process  added per token per extra stage");
+    let mut rates = Vec::new();
+    for stages in 1..=4u32 {
+        let state = root.join(format!("s{stages}"));
+        let (up, _) = Up::start(&bin, &plan(&model, stages, &state), &state)?;
+        let addr = up.addr()?;
+        // A warm-up request first: the slices are mapped and paged in.
+        prompt(&addr, "Once upon a time", 4)?;
+        let (_, rate, _) = prompt(&addr, "Once upon a time", decode)?;
+        rates.push(rate);
+        let added = match stages {
+            1 => "-".to_owned(),
+            n => {
+                let per = (1.0 / rate - 1.0 / rates[0]) / f64::from(n - 1);
+                format!("{:.0} µs", per * 1e6)
+            }
+        };
+        println!("{stages:<7} {rate:<13.1} {:<13} {added}", format!("{:.2}x", rate / reference));
+        let prefill_text = STORY.repeat(32);
+        if stages == 1 || stages == 4 {
+            let (ttft, _, _) = prompt(&addr, &prefill_text, 1)?;
+            println!("        prefill of ~512 tokens ({stages} stage(s)): {:.0} ms to the first token", ttft.as_secs_f64() * 1e3);
+        }
+        drop(up);
+    }
+    // The README's example, from `up` to the first token.
+    let state = root.join("example");
+    let example = workspace().join("examples/pipeline.toml");
+    let (up, served) = Up::start(&bin, &example, &state)?;
+    let (ttft, _, _) = prompt(&up.addr()?, "Once upon a time", 8)?;
+    let total = served + ttft;
+    println!(
+        "drover up examples/pipeline.toml ({}): serving after {:.0} ms, first token after {:.0} ms (target 1500 ms; prompt TTFT {:.1} ms)",
+        stories().display(),
+        served.as_secs_f64() * 1e3,
+        total.as_secs_f64() * 1e3,
+        ttft.as_secs_f64() * 1e3
+    );
+    drop(up);
+    Ok(())
+}
