@@ -1,11 +1,13 @@
-//! The pipeline host (SPEC.md "The pipeline host"): the run of a pipeline
-//! and the membership that watches its nodes, as one machine for one effect
-//! loop.
+//! The pipeline host (SPEC.md "The pipeline host"): the membership that
+//! watches every handed-off node and, once the nodes are settled, the run of
+//! a pipeline, as one machine for one effect loop.
 //!
-//! Membership derives each node's liveness from its agent's heartbeats; the
-//! host hands every change to the run (whose readiness barrier counts only
-//! Alive members and whose stages die with their node) and reports it, so
-//! the runtime can show it. The host decides nothing of its own: it routes.
+//! Membership derives each node's liveness from its agent's heartbeats from
+//! the handoff on; the host reports every change, so the runtime can show
+//! it, and hands it to the run (whose readiness barrier counts only Alive
+//! members and whose stages die with their node). A run begins with the
+//! liveness membership holds at that moment. The host decides nothing of
+//! its own: it routes.
 
 use crate::ids::{AgentId, LogicalNodeId};
 use crate::membership::{self, Liveness};
@@ -20,7 +22,11 @@ pub enum Input {
     Tick,
     /// For the membership (a node handed to its agent, a heartbeat).
     Membership(membership::Input),
-    /// For the run (reports, prompts, answers, a stop).
+    /// Begin the run (once): it starts at this input's time, told the
+    /// liveness of every member now.
+    Begin(Box<run::Config>),
+    /// For the run (reports, prompts, answers, a stop); ignored and counted
+    /// before `Begin`.
     Run(run::Input),
 }
 
@@ -40,25 +46,68 @@ pub enum Effect {
     Run(run::Effect),
 }
 
+/// Inputs the host ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ignored {
+    /// A run input before `Begin`.
+    pub no_run: u64,
+    /// A second `Begin`.
+    pub duplicate_begin: u64,
+}
+
 /// The pipeline host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     membership: membership::Machine,
-    run: run::Machine,
+    run: Option<run::Machine>,
+    ignored: Ignored,
 }
 
 impl Machine {
-    /// A host of `run`, watching with `membership`.
-    pub fn new(membership: membership::Config, run: run::Machine) -> Machine {
+    /// A host watching with `membership`, no run yet.
+    pub fn new(membership: membership::Config) -> Machine {
         Machine {
             membership: membership::Machine::new(membership),
-            run,
+            run: None,
+            ignored: Ignored::default(),
         }
     }
 
-    /// The run.
-    pub fn run(&self) -> &run::Machine {
-        &self.run
+    /// The run, once begun.
+    pub fn run(&self) -> Option<&run::Machine> {
+        self.run.as_ref()
+    }
+
+    /// Inputs ignored so far.
+    pub fn ignored(&self) -> Ignored {
+        self.ignored
+    }
+
+    fn begin(&mut self, now: Instant, config: run::Config, out: &mut Vec<Effect>) {
+        if self.run.is_some() {
+            self.ignored.duplicate_begin += 1;
+            return;
+        }
+        match run::Machine::new(config, now) {
+            Ok(machine) => self.run = Some(machine),
+            Err(error) => {
+                let failed = run::Effect::Finished(Err(run::RunError::Planning(error)));
+                out.push(Effect::Run(failed));
+                return;
+            }
+        }
+        let members: Vec<run::Input> = self
+            .membership
+            .members()
+            .map(|(node, member)| run::Input::Liveness {
+                node: node.clone(),
+                agent: member.agent().clone(),
+                liveness: member.liveness(),
+            })
+            .collect();
+        for input in members {
+            self.feed_run(now, input, out);
+        }
     }
 
     /// The membership.
@@ -89,7 +138,15 @@ impl Machine {
     }
 
     fn feed_run(&mut self, now: Instant, input: run::Input, out: &mut Vec<Effect>) {
-        let effects = crate::Machine::handle(&mut self.run, now, input);
+        let Some(run) = self.run.as_mut() else {
+            // A membership change before the run is only reported; a tick
+            // has nothing to tell.
+            if !matches!(input, run::Input::Tick | run::Input::Liveness { .. }) {
+                self.ignored.no_run += 1;
+            }
+            return;
+        };
+        let effects = crate::Machine::handle(run, now, input);
         out.extend(effects.into_iter().map(Effect::Run));
     }
 }
@@ -106,6 +163,7 @@ impl crate::Machine for Machine {
                 self.feed_run(now, run::Input::Tick, &mut out);
             }
             Input::Membership(input) => self.feed_membership(now, input, &mut out),
+            Input::Begin(config) => self.begin(now, *config, &mut out),
             Input::Run(input) => self.feed_run(now, input, &mut out),
         }
         out
@@ -113,19 +171,22 @@ impl crate::Machine for Machine {
 
     fn next_deadline(&self) -> Option<Instant> {
         let membership = crate::Machine::next_deadline(&self.membership);
-        let run = crate::Machine::next_deadline(&self.run);
+        let run = self.run.as_ref().and_then(crate::Machine::next_deadline);
         membership.into_iter().chain(run).min()
     }
 
     fn check_invariants(&self) {
         crate::Machine::check_invariants(&self.membership);
-        crate::Machine::check_invariants(&self.run);
+        let Some(run) = &self.run else {
+            return;
+        };
+        crate::Machine::check_invariants(run);
         // PH1: the run never believes a node more alive than membership
         // says: a node membership holds Dead is not Alive to the run.
         for (node, member) in self.membership.members() {
             if member.liveness() == Liveness::Dead {
                 assert_ne!(
-                    self.run.member(node).map(|(_, l)| l),
+                    run.member(node).map(|(_, l)| l),
                     Some(Liveness::Alive),
                     "PH1: {node} is Dead to membership and Alive to the run"
                 );

@@ -142,7 +142,11 @@ fn host() -> pipeline::Machine {
         dead_after: Duration::from_secs(5),
         ..membership::Config::default()
     };
-    pipeline::Machine::new(membership, Machine::new(config(), Instant(0)).unwrap())
+    pipeline::Machine::new(membership)
+}
+
+fn begin() -> pipeline::Input {
+    pipeline::Input::Begin(Box::new(config()))
 }
 
 fn track(i: u32) -> pipeline::Input {
@@ -155,12 +159,18 @@ fn track(i: u32) -> pipeline::Input {
 #[test]
 fn the_host_passes_the_barrier_only_with_tracked_alive_members() {
     let mut h = host();
+    // Before the run, run inputs are ignored and counted.
+    h.handle(Instant(0), pipeline::Input::Run(ready(0)));
+    assert_eq!(h.ignored().no_run, 1);
+    h.handle(Instant(0), begin());
+    h.handle(Instant(0), begin());
+    assert_eq!(h.ignored().duplicate_begin, 1);
     // Reports without membership do not pass the barrier.
     for i in 0..3 {
         h.handle(Instant(1), pipeline::Input::Run(ready(i)));
         h.check_invariants();
     }
-    assert!(matches!(h.run().phase(), Phase::AwaitingReadiness(_)));
+    assert!(matches!(h.run().unwrap().phase(), Phase::AwaitingReadiness(_)));
     let mut acks = 0;
     for i in 0..3 {
         let effects = h.handle(Instant(2), track(i));
@@ -178,16 +188,21 @@ fn the_host_passes_the_barrier_only_with_tracked_alive_members() {
             .count();
     }
     assert_eq!(acks, 3, "the barrier opens once every member is Alive");
-    assert!(matches!(h.run().phase(), Phase::Acknowledging(_)));
+    assert!(matches!(h.run().unwrap().phase(), Phase::Acknowledging(_)));
 }
 
 #[test]
 fn a_silent_member_dies_and_fails_the_run_through_the_host() {
     let mut h = host();
+    // Members tracked before the run: the run begins with their liveness.
     for i in 0..3 {
         h.handle(Instant(1), track(i));
+    }
+    h.handle(Instant(1), begin());
+    for i in 0..3 {
         h.handle(Instant(1), pipeline::Input::Run(ready(i)));
     }
+    assert!(matches!(h.run().unwrap().phase(), Phase::Acknowledging(_)));
     // Heartbeats from 0 and 1 only; 2 goes silent.
     for t in [1000, 2000, 3000, 4000, 5000] {
         for i in 0..2 {
@@ -208,12 +223,13 @@ fn a_silent_member_dies_and_fails_the_run_through_the_host() {
         pipeline::Effect::Liveness { node: n, liveness: Liveness::Dead, .. } if *n == node(2)
     )));
     // Nothing was provisioned yet, so teardown has nothing to wait for.
+    let run = h.run().unwrap();
     assert_eq!(
-        h.run().outcome(),
+        run.outcome(),
         Some(Err(&RunError::NodeDead {
             node: node(2),
             during: run::PhaseName::Acknowledgement,
         }))
     );
-    assert_eq!(h.run().member(&node(2)).map(|(_, l)| l), Some(Liveness::Dead));
+    assert_eq!(run.member(&node(2)).map(|(_, l)| l), Some(Liveness::Dead));
 }

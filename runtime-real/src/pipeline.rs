@@ -149,11 +149,30 @@ impl Tap {
     /// only needs one now and then).
     pub fn heartbeat(&self, agent: AgentId, node: LogicalNodeId) {
         let target = self.inner.lock().expect("tap").clone();
-        if let Some((tx, _)) = target {
+        if let Some((tx, shared)) = target {
+            (shared.on_heartbeat)(&node);
             let input = core_fsm::membership::Input::Heartbeat { node, agent };
             let _ = tx.try_send(core_fsm::pipeline::Input::Membership(input));
         }
     }
+
+    /// A node was handed to `agent` (a join or a rejoin): membership
+    /// watches it from now.
+    pub async fn track(&self, agent: AgentId, node: LogicalNodeId) {
+        let target = self.inner.lock().expect("tap").clone();
+        if let Some((tx, _)) = target {
+            let input = core_fsm::membership::Input::Track { node, agent };
+            let _ = tx.send(core_fsm::pipeline::Input::Membership(input)).await;
+        }
+    }
+}
+
+/// What the live view hears from the host.
+pub struct ViewHooks {
+    /// A node's liveness changed.
+    pub liveness: Box<dyn Fn(&LogicalNodeId, core_fsm::membership::Liveness) + Send + Sync>,
+    /// A node's agent heartbeated.
+    pub heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
 }
 
 /// A running pipeline host.
@@ -164,88 +183,33 @@ pub struct Running {
     pub shared: Arc<HostShared>,
     /// The loop; ends with the run's outcome.
     pub task: tokio::task::JoinHandle<Result<(), RunError>>,
+    control: Arc<ControlPlane>,
 }
 
-/// Starts the run on the agents connected now; `stop` hears a client's
-/// `Shutdown` request.
+/// Starts the host (membership only, until [`Running::begin`]); its
+/// liveness changes go to `on_liveness`, and a client's `Shutdown` to
+/// `stop`.
 pub fn start(
-    prepared: &Prepared,
     run_id: RunId,
     control: Arc<ControlPlane>,
     state_dir: &Path,
     tap: &Tap,
     stop: mpsc::Sender<()>,
     json: bool,
+    views: ViewHooks,
+    spec: Option<(Arc<Model>, PipelineSpec)>,
 ) -> Running {
-    let connected: BTreeMap<LogicalNodeId, AgentId> = control
-        .connected()
-        .into_iter()
-        .map(|(agent, node)| (node, agent))
-        .collect();
-    let mut shared = HostShared::new(
-        run_id,
-        control.clone(),
-        prepared.model.clone(),
-        prepared.spec.clone(),
-        state_dir.to_owned(),
-    );
+    let (model, spec) = match spec {
+        Some((model, spec)) => (Some(model), Some(spec)),
+        None => (None, None),
+    };
+    let mut shared = HostShared::new(run_id, control.clone(), model, spec, state_dir.to_owned());
     shared.json = json;
-    let stages_status = prepared
-        .plan
-        .iter()
-        .zip(&prepared.weights)
-        .map(|(a, w)| status::StageStatus {
-            stage: a.stage,
-            node: a.node.to_string(),
-            layers: a.layers.to_string(),
-            slice_bytes: w.slice_bytes + w.header_len,
-            fetched_bytes: 0,
-            state: "waiting".to_owned(),
-        })
-        .collect();
-    shared.status = Mutex::new(status::PipelineStatus::new(state_dir, stages_status));
-    shared.status.lock().expect("status").write();
+    shared.on_liveness = views.liveness;
+    shared.on_heartbeat = views.heartbeat;
     let shared = Arc::new(shared);
     let (tx, rx) = mpsc::channel(1024);
     *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));
-    let nodes: Vec<LogicalNodeId> = prepared.plan.iter().map(|a| a.node.clone()).collect();
-    let stages: Vec<(LogicalNodeId, AgentId)> = nodes
-        .iter()
-        .map(|n| (n.clone(), connected.get(n).cloned().unwrap_or_else(|| AgentId::new("absent"))))
-        .collect();
-    let context = match prepared.spec.ctx {
-        0 => prepared.model.context(),
-        ctx => ctx.min(prepared.model.context()),
-    };
-    let config = run::Config {
-        run_id,
-        orchestrator: control.id(),
-        model_id: prepared.model.digest.clone(),
-        layers: prepared.model.layers(),
-        stages: nodes.len() as u32,
-        nodes: nodes.clone(),
-        split: prepared.spec.split.clone(),
-        readiness_timeout: Duration::from_secs(60),
-        ack_retry_interval: Duration::from_secs(1),
-        ack_attempts_max: 10,
-        ack_timeout: Duration::from_secs(15),
-        weights_timeout: Duration::from_secs(600),
-        stage_ready_timeout: Duration::from_secs(60),
-        prompt_open_timeout: Duration::from_secs(10),
-        token_timeout: Duration::from_secs(120),
-        queue_max: 16,
-        context,
-        stop_timeout: Duration::from_secs(20),
-    };
-    let clock = crate::up::ports::TokioClock::start();
-    let now = driver::Clock::now(&clock);
-    let machine = run::Machine::new(config, now).expect("planned in prepare");
-    let membership = core_fsm::membership::Config {
-        suspect_after: Duration::from_millis(2500),
-        dead_after: Duration::from_secs(5),
-        ..core_fsm::membership::Config::default()
-    };
-    let machine = core_fsm::pipeline::Machine::new(membership, machine);
     let (calls_tx, mut calls_rx) = mpsc::channel(64);
     let call_shared = shared.clone();
     let call_tx = tx.clone();
@@ -262,35 +226,25 @@ pub fn start(
             }
         }
     });
-    let sink = HostSink::new(shared.clone(), tx.clone(), stages.clone(), prepared.weights.clone(), calls_tx);
+    let clock = crate::up::ports::TokioClock::start();
+    let membership = core_fsm::membership::Config {
+        suspect_after: Duration::from_millis(2500),
+        dead_after: Duration::from_secs(5),
+        ..core_fsm::membership::Config::default()
+    };
+    let machine = core_fsm::pipeline::Machine::new(membership);
+    let sink = HostSink::new(shared.clone(), tx.clone(), calls_tx);
     let ports = Ports {
         clock,
         source: crate::up::ports::ChannelSource { rx, clock },
         disk: NoJournal,
         sink,
     };
-    let (conns_tx, conns_rx) = mpsc::channel(16);
-    control.route(wire::WEIGHTS_ALPN, conns_tx);
-    tokio::spawn(prepared.model.clone().serve(conns_rx));
-    for (node, agent) in &stages {
-        let pipeline = crate::transport::wire::Frame::Pipeline {
-            run_id,
-            stage: nodes.iter().position(|n| n == node).unwrap_or(0) as u32,
-        };
-        control.send(agent, pipeline);
-    }
     let task_shared = shared.clone();
     let task = tokio::spawn(async move {
         let mut driver = Driver::new(machine, ports);
-        for (node, agent) in stages {
-            let track = core_fsm::membership::Input::Track { node, agent };
-            let _ = driver.step(core_fsm::pipeline::Input::Membership(track)).await;
-        }
-        let _ = driver
-            .run_until(|_| task_shared.outcome.lock().expect("outcome").is_some())
-            .await;
-        let (_, mut ports) = driver.into_parts();
-        ports.sink.close();
+        // Membership outlives the run: the host runs until `up` ends it.
+        let _ = driver.run_until(|_| false).await;
         task_shared
             .outcome
             .lock()
@@ -298,5 +252,83 @@ pub fn start(
             .clone()
             .unwrap_or(Ok(()))
     });
-    Running { tx, shared, task }
+    Running {
+        tx,
+        shared,
+        task,
+        control,
+    }
+}
+
+impl Running {
+    /// Begins the run of `prepared` on the agents connected now.
+    pub async fn begin(&self, prepared: &Prepared, run_id: RunId) {
+        let control = &self.control;
+        let connected: BTreeMap<LogicalNodeId, AgentId> = control
+            .connected()
+            .into_iter()
+            .map(|(agent, node)| (node, agent))
+            .collect();
+        let nodes: Vec<LogicalNodeId> = prepared.plan.iter().map(|a| a.node.clone()).collect();
+        let stages: Vec<(LogicalNodeId, AgentId)> = nodes
+            .iter()
+            .map(|n| {
+                let agent = connected.get(n).cloned();
+                (n.clone(), agent.unwrap_or_else(|| AgentId::new("absent")))
+            })
+            .collect();
+        let stages_status = prepared
+            .plan
+            .iter()
+            .zip(&prepared.weights)
+            .map(|(a, w)| status::StageStatus {
+                stage: a.stage,
+                node: a.node.to_string(),
+                layers: a.layers.to_string(),
+                slice_bytes: w.slice_bytes + w.header_len,
+                fetched_bytes: 0,
+                state: "waiting".to_owned(),
+            })
+            .collect();
+        self.shared.update(|s| s.stages = stages_status);
+        *self.shared.parts.lock().expect("parts") = Some((stages.clone(), prepared.weights.clone()));
+        let context = match prepared.spec.ctx {
+            0 => prepared.model.context(),
+            ctx => ctx.min(prepared.model.context()),
+        };
+        let config = run::Config {
+            run_id,
+            orchestrator: control.id(),
+            model_id: prepared.model.digest.clone(),
+            layers: prepared.model.layers(),
+            stages: nodes.len() as u32,
+            nodes: nodes.clone(),
+            split: prepared.spec.split.clone(),
+            readiness_timeout: Duration::from_secs(60),
+            ack_retry_interval: Duration::from_secs(1),
+            ack_attempts_max: 10,
+            ack_timeout: Duration::from_secs(15),
+            weights_timeout: Duration::from_secs(600),
+            stage_ready_timeout: Duration::from_secs(60),
+            prompt_open_timeout: Duration::from_secs(10),
+            token_timeout: Duration::from_secs(120),
+            queue_max: 16,
+            context,
+            stop_timeout: Duration::from_secs(20),
+        };
+        let (conns_tx, conns_rx) = mpsc::channel(16);
+        control.route(wire::WEIGHTS_ALPN, conns_tx);
+        tokio::spawn(prepared.model.clone().serve(conns_rx));
+        let _ = self
+            .tx
+            .send(core_fsm::pipeline::Input::Begin(Box::new(config)))
+            .await;
+        for (stage, (_, agent)) in stages.iter().enumerate() {
+            let frame = crate::transport::wire::Frame::Pipeline {
+                run_id,
+                stage: stage as u32,
+            };
+            control.send(agent, frame);
+        }
+    }
 }

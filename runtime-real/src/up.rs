@@ -127,13 +127,19 @@ pub struct Runtime<J> {
     /// Inputs the control plane produces (`AgentJoined`), forwarded into
     /// the loop.
     pub control_inputs: mpsc::Receiver<Input>,
-    /// The model to serve once every node is handed off, with the control
-    /// plane its host speaks through and the tap its events come by.
-    pub pipeline: Option<(
-        crate::pipeline::Prepared,
-        Arc<crate::transport::ControlPlane>,
-        crate::pipeline::Tap,
-    )>,
+    /// The pipeline host's parts.
+    pub host: HostParts,
+}
+
+/// What the pipeline host (membership from the first join; the run of the
+/// model, if the plan has one, once every node is handed off) needs.
+pub struct HostParts {
+    /// The model to serve, if the plan has a pipeline.
+    pub prepared: Option<crate::pipeline::Prepared>,
+    /// The control plane the host speaks through.
+    pub control: Arc<crate::transport::ControlPlane>,
+    /// Where control-plane events reach the host.
+    pub tap: crate::pipeline::Tap,
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and
@@ -228,7 +234,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         joins,
         leases,
         mut control_inputs,
-        pipeline,
+        host,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let forward = tx.clone();
@@ -246,6 +252,29 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     )));
     tokio::spawn(stop_requests(tx.clone(), stop.clone(), view.clone()));
     let wake = tx.clone();
+    // The host watches every handed-off node from its join on.
+    let (stop_tx, stop_rx) = mpsc::channel(4);
+    let hooks = {
+        let (a, b) = (view.clone(), view.clone());
+        crate::pipeline::ViewHooks {
+            liveness: Box::new(move |node, l| a.lock().expect("view").liveness(node, l)),
+            heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
+        }
+    };
+    let spec = host
+        .prepared
+        .as_ref()
+        .map(|p| (p.model.clone(), p.spec.clone()));
+    let running = crate::pipeline::start(
+        plan.run_id,
+        host.control.clone(),
+        &state_dir,
+        &host.tap,
+        stop_tx,
+        json,
+        hooks,
+        spec,
+    );
     if view.lock().expect("view").is_tty() {
         tokio::spawn(tick_view(view.clone()));
     }
@@ -282,25 +311,24 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         if open > 0 {
             eprintln!("drover: {open} SSH session(s) still open after settling");
         }
-        match pipeline {
+        match &host.prepared {
             None => {
                 driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
             }
-            Some((prepared, control, tap)) => {
+            Some(prepared) => {
                 let serve = ServeParts {
-                    prepared: &prepared,
-                    control,
-                    tap: &tap,
-                    state_dir: &state_dir,
+                    prepared,
+                    running: &running,
+                    stop_rx,
                     run_id: plan.run_id,
                     stop: &stop,
                     wake: &wake,
-                    json,
                 };
                 run_outcome = Some(serve_pipeline(&mut driver, serve).await?);
             }
         }
     }
+    running.task.abort();
     // Stages are stopped and workers gone before any lease goes.
     driver.step(Input::Teardown).await?;
     let torn = tokio::time::timeout(TEARDOWN_BOUND, driver.run_until(|m| m.is_torn_down())).await;
@@ -399,13 +427,11 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
 /// What serving a pipeline needs from `drive`.
 struct ServeParts<'a> {
     prepared: &'a crate::pipeline::Prepared,
-    control: Arc<crate::transport::ControlPlane>,
-    tap: &'a crate::pipeline::Tap,
-    state_dir: &'a Path,
+    running: &'a crate::pipeline::Running,
+    stop_rx: mpsc::Receiver<()>,
     run_id: core_fsm::ids::RunId,
     stop: &'a Arc<AtomicBool>,
     wake: &'a mpsc::Sender<Input>,
-    json: bool,
 }
 
 /// How long a stopping pipeline may take to stop its stages.
@@ -420,16 +446,9 @@ async fn serve_pipeline<D>(
 where
     D: CompositeLoop,
 {
-    let (stop_tx, mut stop_rx) = mpsc::channel(4);
-    let running = crate::pipeline::start(
-        parts.prepared,
-        parts.run_id,
-        parts.control,
-        parts.state_dir,
-        parts.tap,
-        stop_tx,
-        parts.json,
-    );
+    let running = parts.running;
+    running.begin(parts.prepared, parts.run_id).await;
+    let mut stop_rx = parts.stop_rx;
     // A client's `Shutdown` is a stop like Ctrl-C.
     let (stop, wake) = (parts.stop.clone(), parts.wake.clone());
     tokio::spawn(async move {
@@ -441,8 +460,10 @@ where
     let over = Arc::new(AtomicBool::new(false));
     let outcome = Arc::new(Mutex::new(None));
     let (over2, outcome2, wake) = (over.clone(), outcome.clone(), parts.wake.clone());
+    let shared = running.shared.clone();
     tokio::spawn(async move {
-        let result = running.task.await.unwrap_or(Ok(()));
+        // The run's end is the host's `Finished`; its loop then ends.
+        let result = shared.finished().await;
         *outcome2.lock().expect("outcome") = Some(result);
         over2.store(true, Ordering::SeqCst);
         let _ = wake.send(Input::Tick).await;

@@ -37,6 +37,12 @@ pub struct NodeRow {
     /// released; `down` destroys them too.
     #[serde(default)]
     pub strays: Vec<Arc<LeaseFacts>>,
+    /// Its agent's liveness, from a running `up`.
+    #[serde(default)]
+    pub liveness: Option<core_fsm::membership::Liveness>,
+    /// Milliseconds since its agent's last heartbeat, from a running `up`.
+    #[serde(default)]
+    pub heartbeat_age_ms: Option<u64>,
 }
 
 /// Every node's row, and the run.
@@ -69,10 +75,16 @@ impl Ledger {
             ledger.tail_note = Some(recovered.tail.to_string());
         }
         if crate::up::control::running_pid(state_dir).is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
             for live in crate::up::control::read_live(state_dir) {
                 if let Some(row) = ledger.nodes.get_mut(&live.id) {
                     row.stage = live.stage;
-                    row.ready = live.ready;
+                    row.liveness = live.liveness;
+                    row.heartbeat_age_ms = live.last_heartbeat_ms.map(|t| now.saturating_sub(t));
+                    let dead = live.liveness == Some(core_fsm::membership::Liveness::Dead);
+                    row.ready = live.ready && !dead;
                     row.failed_reason = live.failed_reason.or(row.failed_reason.take());
                 }
             }
@@ -91,6 +103,8 @@ impl Ledger {
             pending_nonces: vec![],
             destroy_requested: false,
             strays: vec![],
+            liveness: None,
+            heartbeat_age_ms: None,
         })
     }
 
@@ -191,6 +205,8 @@ impl Ledger {
                     "lease": r.lease.as_ref().map(|l| l.lease_id.clone()),
                     "failed_reason": r.failed_reason,
                     "agent": r.agent,
+                    "liveness": r.liveness,
+                    "heartbeat_age_ms": r.heartbeat_age_ms,
                 })
             })
             .collect();
@@ -205,8 +221,8 @@ impl Ledger {
             None => out.push_str("no run in this state dir\n"),
         }
         out.push_str(&format!(
-            "{:<24} {:<16} {:<6} {:<12} reason\n",
-            "node", "stage", "ready", "lease"
+            "{:<24} {:<16} {:<6} {:<12} {:<16} reason\n",
+            "node", "stage", "ready", "lease", "liveness"
         ));
         for r in self.nodes.values() {
             let lease = r
@@ -214,12 +230,18 @@ impl Ledger {
                 .as_ref()
                 .map(|l| l.lease_id.to_string())
                 .unwrap_or_else(|| "-".into());
+            let liveness = match (r.liveness, r.heartbeat_age_ms) {
+                (Some(l), Some(age)) => format!("{l:?} {:.1}s", age as f64 / 1000.0),
+                (Some(l), None) => format!("{l:?}"),
+                (None, _) => "-".to_owned(),
+            };
             out.push_str(&format!(
-                "{:<24} {:<16} {:<6} {:<12} {}\n",
+                "{:<24} {:<16} {:<6} {:<12} {:<16} {}\n",
                 r.id,
                 format!("{:?}", r.stage),
                 r.ready,
                 lease,
+                liveness,
                 r.failed_reason.as_deref().unwrap_or("")
             ));
         }

@@ -34,10 +34,10 @@ pub struct HostShared {
     pub run_id: RunId,
     /// The control plane (frames to agents, the endpoint).
     pub control: Arc<ControlPlane>,
-    /// The model.
-    pub model: Arc<Model>,
-    /// The plan's pipeline section.
-    pub spec: PipelineSpec,
+    /// The model (a plan with a pipeline).
+    pub model: Option<Arc<Model>>,
+    /// The plan's pipeline section (a plan with a pipeline).
+    pub spec: Option<PipelineSpec>,
     /// The state dir (the prompt address is written there).
     pub state_dir: PathBuf,
     /// Each agent's edge address, from its runtime-ready report.
@@ -46,10 +46,19 @@ pub struct HostShared {
     pub liveness: Mutex<BTreeMap<LogicalNodeId, Liveness>>,
     /// How the run ended, once it has.
     pub outcome: Mutex<Option<Result<(), RunError>>>,
+    /// Set once the run ended.
+    done: tokio::sync::watch::Sender<bool>,
     /// Lines for machines (`--json`), not people.
     pub json: bool,
     /// What `<state>/pipeline.json` shows.
     pub status: Mutex<super::status::PipelineStatus>,
+    /// The run's stages (node and agent, in order) and their weights, set
+    /// when the run begins.
+    pub parts: Mutex<Option<(Vec<(LogicalNodeId, AgentId)>, Vec<wire::WeightsRef>)>>,
+    /// Told every liveness change (the live view).
+    pub on_liveness: Box<dyn Fn(&LogicalNodeId, Liveness) + Send + Sync>,
+    /// Told every heartbeat (the live view's heartbeat age).
+    pub on_heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
     clients: Mutex<BTreeMap<RequestId, Client>>,
     next_request: Mutex<u64>,
 }
@@ -59,13 +68,16 @@ impl HostShared {
     pub fn new(
         run_id: RunId,
         control: Arc<ControlPlane>,
-        model: Arc<Model>,
-        spec: PipelineSpec,
+        model: Option<Arc<Model>>,
+        spec: Option<PipelineSpec>,
         state_dir: PathBuf,
     ) -> HostShared {
         let status = Mutex::new(super::status::PipelineStatus::new(&state_dir, Vec::new()));
         HostShared {
             status,
+            parts: Mutex::new(None),
+            on_liveness: Box::new(|_, _| {}),
+            on_heartbeat: Box::new(|_| {}),
             run_id,
             control,
             model,
@@ -74,10 +86,28 @@ impl HostShared {
             addrs: Mutex::new(BTreeMap::new()),
             liveness: Mutex::new(BTreeMap::new()),
             outcome: Mutex::new(None),
+            done: tokio::sync::watch::channel(false).0,
             json: false,
             clients: Mutex::new(BTreeMap::new()),
             next_request: Mutex::new(0),
         }
+    }
+
+    /// Waits for the run's end; its outcome.
+    pub async fn finished(&self) -> Result<(), RunError> {
+        let mut done = self.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
+        self.outcome.lock().expect("outcome").clone().unwrap_or(Ok(()))
+    }
+
+    /// The model; only a plan with a pipeline begins a run.
+    fn model(&self) -> &Model {
+        self.model.as_deref().expect("a pipeline run has its model")
+    }
+
+    /// The pipeline section; only a plan with one begins a run.
+    fn spec(&self) -> &PipelineSpec {
+        self.spec.as_ref().expect("a pipeline run has its spec")
     }
 
     /// A control-plane frame of an agent, as the host's input.
@@ -149,7 +179,7 @@ impl HostShared {
                 events,
                 ..
             } => {
-                let prompt = self.model.tokenizer.encode(&text, true);
+                let prompt = self.model().tokenizer.encode(&text, true);
                 let request = {
                     let mut next = self.next_request.lock().expect("next request");
                     *next += 1;
@@ -200,10 +230,10 @@ impl HostShared {
         let request_id = client.request_id;
         let message = match event {
             PromptEvent::Token { token, .. } => {
-                if self.model.tokenizer.is_eog(token) {
+                if self.model().tokenizer.is_eog(token) {
                     return;
                 }
-                let text = client.text.push(self.model.tokenizer.piece(token, false));
+                let text = client.text.push(self.model().tokenizer.piece(token, false));
                 if text.is_empty() {
                     return;
                 }
@@ -257,8 +287,9 @@ pub struct HostSink {
     pub shared: Arc<HostShared>,
     /// The host's own input channel.
     pub tx: mpsc::Sender<Input>,
-    /// The nodes of the stages, in order, with their agents (fixed at start).
-    pub stages: Vec<(LogicalNodeId, AgentId)>,
+    /// The nodes of the stages, in order, with their agents (from the run's
+    /// begin).
+    stages: Vec<(LogicalNodeId, AgentId)>,
     /// Each stage's weights, in stage order.
     weights: Vec<wire::WeightsRef>,
     token_in: Arc<Mutex<Option<mpsc::Sender<EdgeFrame>>>>,
@@ -271,18 +302,12 @@ pub struct HostSink {
 
 impl HostSink {
     /// The sink of a host; `calls` takes the prompt service's calls.
-    pub fn new(
-        shared: Arc<HostShared>,
-        tx: mpsc::Sender<Input>,
-        stages: Vec<(LogicalNodeId, AgentId)>,
-        weights: Vec<wire::WeightsRef>,
-        calls: mpsc::Sender<Call>,
-    ) -> HostSink {
+    pub fn new(shared: Arc<HostShared>, tx: mpsc::Sender<Input>, calls: mpsc::Sender<Call>) -> HostSink {
         HostSink {
             shared,
             tx,
-            stages,
-            weights,
+            stages: Vec::new(),
+            weights: Vec::new(),
             token_in: Arc::new(Mutex::new(None)),
             token_out: None,
             prompt: None,
@@ -371,7 +396,7 @@ impl HostSink {
             0 => self.shared.control.id(),
             _ => self.stages[stage - 1].1.clone(),
         };
-        let spec = &self.shared.spec;
+        let spec = self.shared.spec();
         let order = StageOrder {
             provision,
             downstream,
@@ -418,7 +443,7 @@ impl HostSink {
     }
 
     async fn open_prompt(&mut self, op: core_fsm::ids::OpId) {
-        let addr = self.shared.spec.rpc_addr;
+        let addr = self.shared.spec().rpc_addr;
         let result = match crate::prompt::Server::bind(addr).await {
             Ok(server) => {
                 let bound = server.local_addr();
@@ -460,14 +485,18 @@ impl driver::EffectSink<Effect> for HostSink {
     async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
         let effect = match effect {
             Effect::Liveness { node, liveness, .. } => {
-                let before = self.shared.liveness.lock().expect("liveness").insert(node.clone(), liveness);
-                if before.is_some_and(|b| b != liveness) {
-                    eprintln!("drover: {node} is {liveness:?}");
-                }
+                self.shared.liveness.lock().expect("liveness").insert(node.clone(), liveness);
+                (self.shared.on_liveness)(&node, liveness);
                 return;
             }
             Effect::Run(effect) => effect,
         };
+        if self.stages.is_empty()
+            && let Some((stages, weights)) = self.shared.parts.lock().expect("parts").clone()
+        {
+            self.stages = stages;
+            self.weights = weights;
+        }
         match effect {
             run::Effect::SendReadyAck {
                 node,
@@ -507,6 +536,8 @@ impl driver::EffectSink<Effect> for HostSink {
             }
             run::Effect::Finished(result) => {
                 *self.shared.outcome.lock().expect("outcome") = Some(result);
+                self.shared.done.send_replace(true);
+                self.close();
             }
         }
     }
@@ -545,7 +576,7 @@ async fn token_out(
         let reason = loop {
             match edges::next(&mut recv).await {
                 Ok(Some(EdgeFrame::Token { request, seq, token, .. })) => {
-                    let eos = shared.model.tokenizer.is_eog(token);
+                    let eos = shared.model().tokenizer.is_eog(token);
                     let request = RequestId(request);
                     let input = run::Input::Token { run_id, request, seq, token, eos };
                     if tx.send(Input::Run(input)).await.is_err() {

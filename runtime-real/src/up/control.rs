@@ -51,6 +51,12 @@ pub struct LiveNode {
     pub ready: bool,
     /// Why it failed.
     pub failed_reason: Option<String>,
+    /// What membership says of its agent, once handed off.
+    #[serde(default)]
+    pub liveness: Option<core_fsm::membership::Liveness>,
+    /// When its agent's last heartbeat arrived (ms since the Unix epoch).
+    #[serde(default)]
+    pub last_heartbeat_ms: Option<u64>,
 }
 
 /// Writes the live view (atomically).

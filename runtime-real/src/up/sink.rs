@@ -253,6 +253,8 @@ impl driver::EffectSink for RealSink {
                     stage,
                     ready,
                     failed_reason,
+                    liveness: None,
+                    last_heartbeat_ms: None,
                 };
                 self.view.lock().expect("view").changed(node, lease);
             }

@@ -81,7 +81,14 @@ impl LiveView {
     }
 
     /// A node's stage changed; `lease` is its lease, when it has one.
-    pub fn changed(&mut self, node: LiveNode, lease: Option<LeaseId>) {
+    pub fn changed(&mut self, mut node: LiveNode, lease: Option<LeaseId>) {
+        if let Some(old) = self.nodes.get(&node.id) {
+            node.liveness = node.liveness.or(old.live.liveness);
+            node.last_heartbeat_ms = node.last_heartbeat_ms.or(old.live.last_heartbeat_ms);
+        }
+        if node.liveness == Some(core_fsm::membership::Liveness::Dead) {
+            node.ready = false;
+        }
         if node.stage == Lifecycle::Failed {
             let reason = node
                 .failed_reason
@@ -103,6 +110,51 @@ impl LiveView {
         };
         self.nodes.insert(row.live.id.clone(), row);
         self.redraw();
+        let nodes: Vec<LiveNode> = self.nodes.values().map(|r| r.live.clone()).collect();
+        write_live(&self.state_dir, &nodes);
+    }
+
+    /// Membership's word on a node's agent: a Dead node is never ready and
+    /// stays failed (nothing repairs it).
+    pub fn liveness(&mut self, node: &LogicalNodeId, liveness: core_fsm::membership::Liveness) {
+        use core_fsm::membership::Liveness;
+        let Some(row) = self.nodes.get_mut(node) else {
+            return;
+        };
+        let before = row.live.liveness.replace(liveness);
+        if liveness == Liveness::Dead {
+            row.live.ready = false;
+            let reason = "its agent stopped heartbeating (Dead)".to_owned();
+            row.live.failed_reason = Some(reason.clone());
+            self.failed.insert(node.clone(), reason);
+        }
+        if before.is_some_and(|b| b != liveness) || liveness != Liveness::Alive {
+            let line = match self.mode {
+                Mode::Json => serde_json::json!({"event": "liveness", "id": node, "liveness": liveness}).to_string(),
+                _ => format!("{node}: agent {liveness:?}"),
+            };
+            self.message(&line);
+        }
+        self.save();
+    }
+
+    /// A heartbeat of a node's agent arrived now (the file is rewritten at
+    /// most once a second for it).
+    pub fn heartbeat(&mut self, node: &LogicalNodeId) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let Some(row) = self.nodes.get_mut(node) else {
+            return;
+        };
+        let stale = row.live.last_heartbeat_ms.is_none_or(|t| now.saturating_sub(t) >= 1000);
+        if stale {
+            row.live.last_heartbeat_ms = Some(now);
+            self.save();
+        }
+    }
+
+    fn save(&self) {
         let nodes: Vec<LiveNode> = self.nodes.values().map(|r| r.live.clone()).collect();
         write_live(&self.state_dir, &nodes);
     }
@@ -363,6 +415,8 @@ mod tests {
                 stage,
                 ready: stage == Lifecycle::Dormant,
                 failed_reason: (stage == Lifecycle::Failed).then(|| "bootstrap JoinTimeout".into()),
+                liveness: None,
+                last_heartbeat_ms: None,
             },
             lease: lease.map(LeaseId::from),
             settled_ms,

@@ -165,7 +165,11 @@ pub async fn up(
         joins,
         leases,
         control_inputs: rx,
-        pipeline: pipeline.map(|p| (p, control.clone(), tap)),
+        host: super::HostParts {
+            prepared: pipeline,
+            control: control.clone(),
+            tap,
+        },
     };
     let code = drive(runtime, machine, journal).await;
     // Agents were told to shut down before their leases went, so no
@@ -234,6 +238,7 @@ async fn forward_events(
             .lock()
             .expect("admitted")
             .insert(binding.node.clone(), binding.lease_id.clone());
+        tap.track(agent.clone(), binding.node.clone()).await;
         let input = Input::AgentJoined {
             node: binding.node,
             lease_id: binding.lease_id,

@@ -1,0 +1,79 @@
+//! Liveness after handoff (membership in the real runtime): a node whose
+//! agent is killed is Dead within the bound, `drover status` says so and
+//! never shows it ready, and the run that lost it ends with exit code 1 and
+//! every lease destroyed. Real processes, real SSH, real iroh.
+
+mod up_support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use up_support::*;
+
+const SETTLE: Duration = Duration::from_secs(90);
+const EXIT: Duration = Duration::from_secs(60);
+/// Dead after 5 s of silence; the bound leaves room for a loaded machine.
+const DEAD: Duration = Duration::from_secs(15);
+
+/// Pids of the processes named `name` whose working folder is under `state`.
+fn processes(state: &Path, name: &str) -> Vec<(u32, std::path::PathBuf)> {
+    let state = std::fs::canonicalize(state).unwrap();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == name) && cwd.starts_with(&state) {
+            found.push((pid, cwd));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
+    let dir = scratch("liveness");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(3));
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let agents = processes(&state, "drover-agent");
+    assert_eq!(agents.len(), 3, "{agents:?}");
+    // Every node is Alive and heartbeating.
+    let alive = status(&state);
+    for i in 0..3 {
+        let row = node(&alive, &format!("workers-{i}"));
+        assert_eq!(row["liveness"], "Alive", "{alive}");
+        assert_eq!(row["ready"], true, "{alive}");
+    }
+    let pids = node_pids(&state);
+    let (victim, _) = agents[0];
+    let killed = Command::new("kill").arg("-9").arg(victim.to_string()).status().unwrap();
+    assert!(killed.success());
+    let dead = up.wait_line(DEAD, |l| l["event"] == "liveness" && l["liveness"] == "Dead");
+    let id = dead["id"].as_str().unwrap().to_owned();
+    let seen = status(&state);
+    let row = node(&seen, &id);
+    assert_eq!(row["liveness"], "Dead", "{seen}");
+    assert_eq!(row["ready"], false, "a Dead node is never shown ready: {seen}");
+    assert!(row["heartbeat_age_ms"].as_u64().unwrap() >= 4000, "{seen}");
+    let others: Vec<_> = (0..3)
+        .map(|i| format!("workers-{i}"))
+        .filter(|n| *n != id)
+        .collect();
+    for other in &others {
+        assert_eq!(node(&seen, other)["liveness"], "Alive", "{seen}");
+    }
+    // Policy `none`: the node stays failed; its lease is destroyed at
+    // teardown, and the run reports the failure.
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    let after = status(&state);
+    for i in 0..3 {
+        assert_eq!(node(&after, &format!("workers-{i}"))["stage"], "Destroyed", "{after}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
