@@ -103,7 +103,8 @@ fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem>
     let item = |target: u32, arg: u64| RunItem { fault, target, arg };
     match fault {
         // The first request's prompt and first fed-back token cross every
-        // stage: 2 * stages steps, 2 * (stages + 1) frames, 2 token records.
+        // stage: 2 * stages steps, 2 * (stages + 1) frames; it yields at
+        // least 3 token records.
         RunFault::WorkerCrashStep | RunFault::StepFails => {
             vec![item(rng.below(stages * 2) as u32, 0)]
         }
@@ -117,10 +118,12 @@ fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem>
                 .collect()
         }
         RunFault::SlowStage => vec![item(stage, rng.between(50, 600))],
+        // Not the first record: the client that disconnects after its first
+        // token must get it.
         RunFault::TokenDuplicated | RunFault::TokenReordered => {
-            vec![item(rng.below(2) as u32, 0)]
+            vec![item(rng.between(1, 2) as u32, 0)]
         }
-        RunFault::TokenLate => vec![item(rng.below(2) as u32, rng.between(500, 12_000))],
+        RunFault::TokenLate => vec![item(rng.between(1, 2) as u32, rng.between(500, 12_000))],
         RunFault::ReadyWrongNode => vec![item(stage, rng.below(2))],
         RunFault::AgentDiesMidRequest => vec![item(stage, rng.below(2))],
         RunFault::ClientDisconnects => vec![item(rng.below(u64::from(p.requests)) as u32, 1)],
