@@ -22,6 +22,7 @@ pub mod format;
 pub mod generate;
 pub mod liveness;
 pub mod oracle;
+pub mod run;
 pub mod shrink;
 pub mod trace;
 

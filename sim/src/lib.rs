@@ -14,5 +14,6 @@
 pub mod backend;
 pub mod cli;
 pub mod plan;
+pub mod run_world;
 pub mod system;
 pub mod world;

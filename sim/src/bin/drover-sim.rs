@@ -7,6 +7,8 @@
 //! drover-sim shrink FILE
 //! drover-sim bench [--seeds N] [--threads N]
 //! drover-sim coverage [--seeds N]
+//! drover-sim run [--scenario run-serving|run-fatal]... [--seeds N] [--seed N]
+//! drover-sim run-replay FILE
 //! ```
 
 use conformance::Scenario;
@@ -109,8 +111,51 @@ fn run(args: &[String]) -> Result<bool, String> {
             );
             Ok(true)
         }
+        "run" => run_phase(rest),
+        "run-replay" => {
+            let path = rest.first().ok_or("run-replay needs a trace file")?;
+            let (_, outcome) = sim::run_world::battery::replay_run(Path::new(path))?;
+            println!("{}", outcome.transcript.join("\n"));
+            match &outcome.violation {
+                Some(v) => println!("verdict: {v}"),
+                None => println!("verdict: ok"),
+            }
+            Ok(outcome.violation.is_none())
+        }
         other => Err(format!("unknown command `{other}`")),
     }
+}
+
+/// The run-phase battery: `run [--scenario S]... [--seeds N] [--seed N]`.
+fn run_phase(args: &[String]) -> Result<bool, String> {
+    use conformance::run::RunScenario;
+    let mut scenarios = Vec::new();
+    let (mut first, mut seeds) = (0u64, 100u64);
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--scenario" => {
+                let name: String = value(args, i, "--scenario")?;
+                let s = RunScenario::parse(&name).ok_or(format!("unknown scenario `{name}`"))?;
+                scenarios.push(s);
+            }
+            "--seeds" => seeds = value(args, i, "--seeds")?,
+            "--seed" => {
+                first = value(args, i, "--seed")?;
+                seeds = 1;
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+        i += 2;
+    }
+    if scenarios.is_empty() {
+        scenarios = RunScenario::ALL.to_vec();
+    }
+    let dir = sim::run_world::battery::trace_dir();
+    let report =
+        sim::run_world::battery::run_battery(&scenarios, first..first + seeds, 300, Some(&dir));
+    print!("{}", report.summary());
+    Ok(report.failures.is_empty())
 }
 
 fn main() -> ExitCode {

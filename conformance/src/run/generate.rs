@@ -1,0 +1,162 @@
+//! The run phase's seeded swarm generator: a seed draws a profile (the
+//! pipeline's shape, timings, and which faults are on), then the items.
+//!
+//! The pipeline has no repair yet, so a fatal fault ends the run: a case
+//! holds at most one, and only faults that act before it besides, so every
+//! fault a profile enables is reached (the battery measures it).
+
+use super::{RunCase, RunFault, RunItem, RunProfile};
+use core_fsm::rng::DetRng;
+
+/// A named family of run profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunScenario {
+    /// No fatal fault: every other fault on for half the seeds. Every run
+    /// must serve every request and stop cleanly.
+    Serving,
+    /// Exactly one fatal fault (uniformly drawn), plus the readiness
+    /// faults, which act before it.
+    Fatal,
+}
+
+impl RunScenario {
+    /// Every run scenario.
+    pub const ALL: [RunScenario; 2] = [RunScenario::Serving, RunScenario::Fatal];
+
+    /// The scenario's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunScenario::Serving => "run-serving",
+            RunScenario::Fatal => "run-fatal",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(text: &str) -> Option<RunScenario> {
+        RunScenario::ALL.into_iter().find(|s| s.name() == text)
+    }
+}
+
+/// Draws the run case of `seed` in `scenario`.
+pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
+    let root = DetRng::new(seed).derive(0x52554e + scenario as u64);
+    let mut rng = root.derive(1);
+    let stages = rng.between(1, 4) as u32;
+    let prompt_max = rng.between(1, 6) as u32;
+    let profile = RunProfile {
+        stages,
+        layers: stages + rng.below(6) as u32,
+        requests: rng.between(1, 4) as u32,
+        prompt_seed: rng.next_u64() >> 16,
+        prompt_max,
+        max_tokens_max: rng.between(3, 12) as u32,
+        context: if rng.ratio(1, 3) {
+            prompt_max + rng.between(3, 10) as u32
+        } else {
+            0
+        },
+        latency_ms: rng.between(2, 60),
+        spawn_ms: rng.between(10, 2_000),
+        fetch_ms: rng.between(10, 3_000),
+        load_ms: rng.between(10, 3_000),
+        step_ms: rng.between(1, 80),
+        conn_loss_ms: rng.between(300, 4_000),
+        submit_gap_ms: rng.between(0, 2_000),
+        heal_at_ms: rng.between(60_000, 120_000),
+        rates: Vec::new(),
+    };
+    let mut rng = root.derive(2);
+    let on: Vec<RunFault> = match scenario {
+        RunScenario::Serving => RunFault::ALL
+            .into_iter()
+            .filter(|f| !f.is_fatal() && rng.ratio(1, 2))
+            .collect(),
+        RunScenario::Fatal => {
+            let fatal: Vec<RunFault> = RunFault::ALL.into_iter().filter(|f| f.is_fatal()).collect();
+            let pick = fatal[rng.below(fatal.len() as u64) as usize];
+            let early = [RunFault::ReadyWrongNode, RunFault::ReadyWrongRun];
+            let mut on: Vec<RunFault> = early.into_iter().filter(|_| rng.ratio(1, 2)).collect();
+            on.push(pick);
+            on
+        }
+    };
+    let mut items = Vec::new();
+    for fault in &on {
+        items.extend(draw_items(*fault, &profile, &mut rng));
+    }
+    let mut profile = profile;
+    profile.rates = on.iter().map(|f| (f.name().to_owned(), 1000)).collect();
+    profile.rates.sort();
+    RunCase {
+        scenario: scenario.name().to_owned(),
+        seed,
+        profile,
+        items,
+    }
+}
+
+/// The items of one enabled fault, each keyed on an event the run reaches
+/// before any fatal fault can end it.
+fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem> {
+    let stages = u64::from(p.stages);
+    let stage = rng.below(stages) as u32;
+    let item = |target: u32, arg: u64| RunItem { fault, target, arg };
+    match fault {
+        // The first request's prompt and first fed-back token cross every
+        // stage: 2 * stages steps, 2 * (stages + 1) frames; it yields at
+        // least 3 token records.
+        RunFault::WorkerCrashStep | RunFault::StepFails => {
+            vec![item(rng.below(stages * 2) as u32, 0)]
+        }
+        RunFault::EdgeClosed => vec![item(rng.below((stages + 1) * 2) as u32, 0)],
+        RunFault::EdgeStalled => {
+            // Stalls stay under the token timeout: a longer one is a
+            // token-late, and would let two steps overrun a stage.
+            let n = rng.between(1, 3);
+            (0..n)
+                .map(|_| item(rng.below((stages + 1) * 4) as u32, rng.between(50, 1_500)))
+                .collect()
+        }
+        RunFault::SlowStage => vec![item(stage, rng.between(50, 600))],
+        // Not the first record: the client that disconnects after its first
+        // token must get it.
+        RunFault::TokenDuplicated | RunFault::TokenReordered => {
+            vec![item(rng.between(1, 2) as u32, 0)]
+        }
+        RunFault::TokenLate => vec![item(rng.between(1, 2) as u32, rng.between(500, 12_000))],
+        RunFault::ReadyWrongNode => vec![item(stage, rng.below(2))],
+        RunFault::AgentDiesMidRequest => vec![item(stage, rng.below(2))],
+        RunFault::ClientDisconnects => vec![item(rng.below(u64::from(p.requests)) as u32, 1)],
+        RunFault::WorkerCrashLoad
+        | RunFault::ProvisionLost
+        | RunFault::ProvisionDuplicated
+        | RunFault::ReadyWrongRun
+        | RunFault::AgentDiesBeforeLoad
+        | RunFault::AgentDiesLoading
+        | RunFault::AgentDiesLoaded => vec![item(stage, 0)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_is_deterministic_and_fatal_cases_hold_one_fatal_fault() {
+        for seed in 0..50 {
+            for scenario in RunScenario::ALL {
+                assert_eq!(generate_run(scenario, seed), generate_run(scenario, seed));
+            }
+            let fatal = generate_run(RunScenario::Fatal, seed);
+            let kinds: std::collections::BTreeSet<RunFault> = fatal
+                .items
+                .iter()
+                .map(|i| i.fault)
+                .filter(|f| f.is_fatal())
+                .collect();
+            assert_eq!(kinds.len(), 1, "seed {seed}: {:?}", fatal.items);
+            let serving = generate_run(RunScenario::Serving, seed);
+            assert!(serving.items.iter().all(|i| !i.fault.is_fatal()));
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The world's fixed parts: ids, the machines' configs as the real runtime
+//! sets them, and coverage labels.
+
+use super::RUN;
+use conformance::run::RunFault;
+use core_fsm::agent;
+use core_fsm::ids::{AgentId, LogicalNodeId};
+use core_fsm::pipeline;
+use core_fsm::time::Duration;
+use std::collections::BTreeSet;
+
+/// Node `stage`'s logical id (node `i` runs stage `i`).
+pub fn node_id(stage: u32) -> LogicalNodeId {
+    LogicalNodeId::new(format!("w-{stage}"))
+}
+
+/// Node `stage`'s agent identity.
+pub fn agent_id(stage: u32) -> AgentId {
+    AgentId::new(format!("agent-{stage}"))
+}
+
+/// The orchestrator's identity.
+pub fn orchestrator_id() -> AgentId {
+    AgentId::new("orchestrator")
+}
+
+pub(super) fn run_input(input: core_fsm::run::Input) -> pipeline::Input {
+    pipeline::Input::Run(input)
+}
+
+/// The membership's thresholds, as `drover up` sets them.
+pub(super) fn membership_config() -> core_fsm::membership::Config {
+    core_fsm::membership::Config {
+        suspect_after: Duration::from_millis(2_500),
+        dead_after: Duration::from_secs(5),
+        ..core_fsm::membership::Config::default()
+    }
+}
+
+/// An agent's config, as `runtime-real/src/pipeline/node.rs` sets it.
+pub(super) fn agent_config(stage: u32) -> agent::Config {
+    agent::Config {
+        boot: core_fsm::boot::Config {
+            node: node_id(stage),
+            worker_start: core_fsm::boot::WorkerStartPolicy::Required,
+            boot_timeout: Duration::from_secs(60),
+        },
+        run_id: RUN,
+        agent: agent_id(stage),
+        orchestrator: orchestrator_id(),
+        stage,
+        stages_max: 1,
+        ready_resend_interval: Duration::from_secs(1),
+        ready_reports_max: 60,
+        heartbeat_interval: Duration::from_secs(1),
+        stop_step_timeout: Duration::from_secs(10),
+    }
+}
+
+pub(super) fn phase_label(phase: &core_fsm::run::Phase) -> String {
+    match phase {
+        core_fsm::run::Phase::Failed(error) => format!("Failed/{}", debug_head(error)),
+        core_fsm::run::Phase::Serving(s) if s.active.is_some() => "Serving/active".to_owned(),
+        other => debug_head(other),
+    }
+}
+
+/// The variant name of a value's `Debug` text.
+pub(super) fn debug_head<T: std::fmt::Debug>(value: &T) -> String {
+    let text = format!("{value:?}");
+    let end = text
+        .find(|c: char| !c.is_alphanumeric() && c != '_')
+        .unwrap_or(text.len());
+    text[..end].to_owned()
+}
+
+/// The names of every run fault, for coverage reports.
+pub fn fault_names() -> BTreeSet<&'static str> {
+    RunFault::ALL.iter().map(|f| f.name()).collect()
+}

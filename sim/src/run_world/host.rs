@@ -1,0 +1,259 @@
+//! The orchestrator's effect side of the pipeline host, as
+//! `runtime-real/src/pipeline/host.rs` carries it out: control frames to
+//! agents (a send to an agent whose connection is gone fails), the token
+//! edges, the prompt service and the clients' calls.
+
+use super::edges::{End, Frame};
+use super::{Ev, RUN, RunWorld, model, node_id, orchestrator_id, run_input};
+use conformance::run::{RunFault, RunProfile};
+use core_fsm::agent;
+use core_fsm::pipeline::Effect;
+use core_fsm::run::{self, RequestId, TokenEndpoint};
+use core_fsm::time::{Duration, Instant};
+use std::collections::BTreeMap;
+
+/// The host sink's own state.
+pub struct HostSide {
+    token_in: Option<u32>,
+    /// Whether the token-out endpoint accepts its edge.
+    pub token_out_open: bool,
+    /// The accepted token-out connection.
+    pub token_out: Option<u32>,
+    positions: BTreeMap<RequestId, u32>,
+    next_step: u64,
+    submitted: u32,
+    shutdown_sent: bool,
+}
+
+impl HostSide {
+    /// The host side of a pipeline of `stages` stages.
+    pub fn new(_stages: u32) -> HostSide {
+        HostSide {
+            token_in: None,
+            token_out_open: false,
+            token_out: None,
+            positions: BTreeMap::new(),
+            next_step: 0,
+            submitted: 0,
+            shutdown_sent: false,
+        }
+    }
+}
+
+/// The run machine, configured as `drover up` configures it (shorter
+/// timeouts where the simulated world is faster).
+pub fn run_machine(p: &RunProfile) -> run::Machine {
+    let stages = p.stages.max(1);
+    let config = run::Config {
+        run_id: RUN,
+        orchestrator: orchestrator_id(),
+        model_id: "stand-in".to_owned(),
+        layers: p.layers.max(stages),
+        stages,
+        nodes: (0..stages).map(node_id).collect(),
+        split: Vec::new(),
+        readiness_timeout: Duration::from_secs(60),
+        ack_retry_interval: Duration::from_secs(1),
+        ack_attempts_max: 10,
+        ack_timeout: Duration::from_secs(15),
+        weights_timeout: Duration::from_secs(20),
+        stage_ready_timeout: Duration::from_secs(60),
+        prompt_open_timeout: Duration::from_secs(10),
+        token_timeout: super::TOKEN_TIMEOUT,
+        queue_max: 16,
+        context: p.context,
+        stop_timeout: Duration::from_secs(20),
+    };
+    run::Machine::new(config, Instant::ZERO).expect("layers >= stages >= 1 always plans")
+}
+
+impl RunWorld<'_> {
+    pub(super) fn host_effect(&mut self, effect: Effect) {
+        let effect = match effect {
+            Effect::Liveness { .. } => return,
+            Effect::Run(effect) => effect,
+        };
+        match effect {
+            run::Effect::SendReadyAck {
+                node,
+                run_id,
+                readiness_id,
+                ..
+            } => {
+                let from = orchestrator_id();
+                let ack = agent::Input::ReadyAck {
+                    from,
+                    run_id,
+                    readiness_id,
+                };
+                self.send(&node, ack);
+            }
+            run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
+            run::Effect::ProvisionStage {
+                node, provision, ..
+            } => {
+                let s = provision.stage;
+                if self.planned(RunFault::ProvisionLost, s).is_some() {
+                    self.inject(RunFault::ProvisionLost);
+                    return;
+                }
+                let order = agent::Input::Provision {
+                    from: orchestrator_id(),
+                    provision,
+                };
+                if self.planned(RunFault::ProvisionDuplicated, s).is_some() {
+                    self.inject(RunFault::ProvisionDuplicated);
+                    self.send(&node, order.clone());
+                }
+                self.send(&node, order);
+            }
+            run::Effect::OpenPromptService { op } => {
+                let opened = run::Input::PromptServiceOpened { op, result: Ok(()) };
+                self.at(Duration::from_millis(1), Ev::Host(run_input(opened)));
+                // Clients can reach the service once it is bound.
+                let gap = self.case.profile.submit_gap_ms;
+                for r in 0..self.case.profile.requests {
+                    let delay = 2 + self.case.profile.latency_ms + u64::from(r) * gap;
+                    self.at(Duration::from_millis(delay), Ev::Submit(r));
+                }
+            }
+            run::Effect::Inject {
+                request,
+                seq,
+                tokens,
+            } => self.inject_tokens(request, seq, tokens),
+            // The oracle saw it; a disconnected client's events go nowhere.
+            run::Effect::Prompt { .. } | run::Effect::Finished(_) => {}
+            run::Effect::StopStage { node, stage } => {
+                let from = orchestrator_id();
+                let stop = agent::Input::StopStage {
+                    from,
+                    run_id: RUN,
+                    stage,
+                };
+                self.send(&node, stop);
+            }
+            run::Effect::CloseTokenEndpoints => {
+                if let Some(conn) = self.hs.token_in.take() {
+                    self.close_conn(conn);
+                }
+                if let Some(conn) = self.hs.token_out.take() {
+                    self.conns[conn as usize].open = false;
+                }
+                self.hs.token_out_open = false;
+                let closed = run::Input::TokenEndpointsClosed { run_id: RUN };
+                self.at(Duration::ZERO, Ev::Host(run_input(closed)));
+            }
+        }
+    }
+
+    /// A control frame to `node`'s agent, in order; a send to an agent whose
+    /// connection is gone fails at once.
+    fn send(&mut self, node: &core_fsm::ids::LogicalNodeId, input: agent::Input) {
+        let Some(s) = (0..self.nodes.len() as u32).find(|s| node_id(*s) == *node) else {
+            return;
+        };
+        if self.nodes[s as usize].lost {
+            let reason = "the agent is not connected (or its queue is full)".to_owned();
+            let failed = run::Input::SendFailed {
+                node: node.clone(),
+                reason,
+            };
+            self.at(Duration::ZERO, Ev::Host(run_input(failed)));
+            return;
+        }
+        let when = (self.now + self.latency()).max(self.nodes[s as usize].from_host_at);
+        self.nodes[s as usize].from_host_at = when;
+        self.at_instant(when, Ev::Agent { node: s, input });
+    }
+
+    /// Dials stage 0 for token-in, accepts the last stage's token-out, and
+    /// sends every stage its prefetch hint.
+    fn open_token_endpoints(&mut self) {
+        self.hs.token_out_open = true;
+        let answer = match self.dial(0, End::Orch, End::Node(0)) {
+            Some(conn) => {
+                self.hs.token_in = Some(conn);
+                run::Input::TokenEndpointReady {
+                    run_id: RUN,
+                    endpoint: TokenEndpoint::In,
+                }
+            }
+            None => run::Input::EndpointFault {
+                run_id: RUN,
+                reason: "dialing edge 0: unreachable".to_owned(),
+            },
+        };
+        self.at(self.latency(), Ev::Host(run_input(answer)));
+        for s in 0..self.nodes.len() as u32 {
+            if !self.nodes[s as usize].lost {
+                self.prefetch(s);
+            }
+        }
+    }
+
+    fn inject_tokens(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
+        let pos = if seq == 0 {
+            0
+        } else {
+            self.hs.positions.get(&request).copied().unwrap_or(0)
+        };
+        self.hs.positions.retain(|r, _| *r == request);
+        self.hs.positions.insert(request, pos + tokens.len() as u32);
+        let frame = Frame::Step {
+            step: self.hs.next_step,
+            request: request.0,
+            seq,
+            pos,
+            rows: tokens.iter().map(|t| model::embed(*t)).collect(),
+        };
+        self.hs.next_step += 1;
+        let sent = match self.hs.token_in {
+            Some(conn) => self.send_frame(conn, frame),
+            None => false,
+        };
+        if !sent {
+            let reason = "the token-in edge is closed".to_owned();
+            let fault = run::Input::EndpointFault {
+                run_id: RUN,
+                reason,
+            };
+            self.at(Duration::ZERO, Ev::Host(run_input(fault)));
+        }
+    }
+
+    /// The client of request `index` submits (the prompt service numbers
+    /// requests from 1, in order).
+    pub(super) fn submit(&mut self, index: u32) {
+        let p = &self.case.profile;
+        let (prompt, max_tokens) = model::request(
+            p.prompt_seed,
+            index,
+            p.prompt_max,
+            p.max_tokens_max,
+            p.context,
+        );
+        self.hs.submitted += 1;
+        let request = RequestId(u64::from(index) + 1);
+        let disconnect = self.planned(RunFault::ClientDisconnects, index);
+        self.oracle
+            .submitted(request, prompt.clone(), max_tokens, disconnect);
+        let submit = run::Input::Submit {
+            request,
+            prompt,
+            max_tokens,
+        };
+        self.feed_host(run_input(submit));
+    }
+
+    /// The operator stops the run once every client has its answer.
+    pub(super) fn maybe_shutdown(&mut self) {
+        let all = self.hs.submitted == self.case.profile.requests;
+        if all && !self.hs.shutdown_sent && self.oracle.all_answered() && self.ended_at.is_none() {
+            self.hs.shutdown_sent = true;
+            self.note("world: every client has its answer; the operator stops the run");
+            let stop = run::Input::Shutdown;
+            self.at(Duration::from_millis(1), Ev::Host(run_input(stop)));
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The tier-1 world of the run phase: one `core_fsm::pipeline::Machine` (the
+//! orchestrator's run and membership) and one `core_fsm::agent::Machine` per
+//! node, with simulated workers running a stand-in model ([`model`]),
+//! activation and token edges as ordered message queues with latency, and
+//! prompt clients.
+//!
+//! It starts where provisioning ends: every node is handed off to its agent.
+//! Events sit in one queue ordered by `(time, seq)`; a machine's deadline is
+//! served when it is due. Every answer goes through the queue, as the real
+//! effect sides answer through their channels (`runtime-real/src/pipeline/
+//! host.rs`, `node.rs`, `worker.rs`, `edges.rs`, whose behaviour each effect
+//! handler here follows). The oracle ([`oracle`]) judges after every step.
+
+pub mod battery;
+mod config;
+mod edges;
+mod host;
+pub mod model;
+mod node;
+mod oracle;
+mod worker;
+
+use config::{agent_config, debug_head, membership_config, phase_label, run_input};
+pub use config::{agent_id, fault_names, node_id, orchestrator_id};
+use conformance::coverage::Coverage;
+use conformance::run::{RunCase, RunFault};
+use conformance::{RunOptions, RunOutcome, Violation};
+use core_fsm::Machine as _;
+use core_fsm::agent;
+use core_fsm::digest::Digest;
+use core_fsm::ids::RunId;
+use core_fsm::pipeline;
+use core_fsm::time::{Duration, Instant};
+use edges::{Conn, Frame};
+use host::HostSide;
+use node::Node;
+use oracle::RunOracle;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use worker::Job;
+
+/// The run's id in every case.
+pub const RUN: RunId = RunId(7);
+/// Steps after which a run is declared runaway.
+const STEP_MAX: u64 = 200_000;
+/// How long the world runs on after the run ended, for stop facts to land.
+const DRAIN: Duration = Duration::from_secs(30);
+/// How long after the fault phase the run may take to end.
+const LIVENESS: Duration = Duration::from_secs(40);
+/// The token-gap timeout the world gives the run.
+pub const TOKEN_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Something scheduled to happen.
+#[derive(Clone, Debug)]
+enum Ev {
+    /// An input reaches the orchestrator's pipeline host.
+    Host(pipeline::Input),
+    /// An input reaches node `node`'s agent.
+    Agent { node: u32, input: agent::Input },
+    /// A worker job of node `node`'s worker life `life` ends.
+    Worker { node: u32, life: u32, job: Job },
+    /// A frame reaches the receiving end of connection `conn`.
+    Arrive { conn: u32, frame: Frame },
+    /// A dialed connection reaches its receiver.
+    Dialed { conn: u32 },
+    /// Connection `conn` broke; its receiver notices.
+    Broken { conn: u32 },
+    /// The client of request `index` submits.
+    Submit(u32),
+    /// A dead agent's connections are noticed gone.
+    ConnectionsLost(u32),
+    /// The fault phase ends: the operator stops the run.
+    Heal,
+}
+
+/// The run-phase world of one case.
+pub struct RunWorld<'c> {
+    case: &'c RunCase,
+    faults: BTreeMap<RunFault, Vec<(u32, u64)>>,
+    now: Instant,
+    seq: u64,
+    queue: BTreeMap<(Instant, u64), Ev>,
+    host: pipeline::Machine,
+    hs: HostSide,
+    nodes: Vec<Node>,
+    conns: Vec<Conn>,
+    oracle: RunOracle,
+    /// Steps executed, frames sent and token records sent, all stages.
+    steps_executed: u32,
+    frames_sent: u32,
+    tokens_sent: u32,
+    /// A token record held back until the next one passes (reordering).
+    held: Option<(u32, Frame, u64)>,
+    ended_at: Option<Instant>,
+    healed: bool,
+    digest: Digest,
+    step_digests: Vec<u64>,
+    step: u64,
+    coverage: Coverage,
+    transcript: Option<Vec<String>>,
+    violation: Option<Violation>,
+}
+
+impl<'c> RunWorld<'c> {
+    /// A world for `case`: every node handed off, its agent about to start.
+    pub fn new(case: &'c RunCase, options: RunOptions) -> RunWorld<'c> {
+        let p = &case.profile;
+        let mut faults: BTreeMap<RunFault, Vec<(u32, u64)>> = BTreeMap::new();
+        for item in &case.items {
+            faults
+                .entry(item.fault)
+                .or_default()
+                .push((item.target, item.arg));
+        }
+        let stages = p.stages.max(1);
+        let nodes: Vec<Node> = (0..stages)
+            .map(|s| Node::new(s, agent_config(s), Instant::ZERO))
+            .collect();
+        let host = pipeline::Machine::new(membership_config(), host::run_machine(p));
+        let mut world = RunWorld {
+            case,
+            faults,
+            now: Instant::ZERO,
+            seq: 0,
+            queue: BTreeMap::new(),
+            host,
+            hs: HostSide::new(stages),
+            nodes,
+            conns: Vec::new(),
+            oracle: RunOracle::new(p, case.items.iter().any(|i| i.fault.is_fatal())),
+            steps_executed: 0,
+            frames_sent: 0,
+            tokens_sent: 0,
+            held: None,
+            ended_at: None,
+            healed: false,
+            digest: Digest::default(),
+            step_digests: Vec::new(),
+            step: 0,
+            coverage: Coverage::default(),
+            transcript: options.transcript.then(Vec::new),
+            violation: None,
+        };
+        // As `runtime-real/src/pipeline.rs` does: track every node's agent,
+        // then each agent starts its boot.
+        for s in 0..stages {
+            let track = core_fsm::membership::Input::Track {
+                node: node_id(s),
+                agent: agent_id(s),
+            };
+            world.at(Duration::ZERO, Ev::Host(pipeline::Input::Membership(track)));
+        }
+        for s in 0..stages {
+            for input in node::boot_inputs(s) {
+                world.at(Duration::ZERO, Ev::Agent { node: s, input });
+            }
+        }
+        world.at(Duration::from_millis(p.heal_at_ms), Ev::Heal);
+        world
+    }
+
+    /// Runs the case to its end or its first violation.
+    pub fn run(mut self) -> RunOutcome {
+        while self.violation.is_none() && self.step < STEP_MAX {
+            if let Some(ended) = self.ended_at
+                && self.now >= ended + DRAIN
+            {
+                self.final_checks();
+                break;
+            }
+            let limit = Instant(self.case.profile.heal_at_ms) + LIVENESS;
+            if self.ended_at.is_none() && self.now > limit {
+                let what = format!("the run is not over {LIVENESS:?} after the fault phase");
+                self.violate("RW8", what);
+                break;
+            }
+            if !self.next_event() {
+                self.violate(
+                    "RW8",
+                    "nothing left to happen, the run is not over".to_owned(),
+                );
+                break;
+            }
+        }
+        if self.violation.is_none() && self.step >= STEP_MAX {
+            self.violate("RW8", format!("runaway: {STEP_MAX} steps"));
+        }
+        self.coverage.faults.extend(self.oracle.injected.iter());
+        let stats = conformance::Stats {
+            steps: self.step,
+            end_ms: self.now.as_millis(),
+            nodes_ready: self.oracle.done_requests(),
+            nodes_failed: u32::from(matches!(self.host.run().outcome(), Some(Err(_)))),
+            ..conformance::Stats::default()
+        };
+        RunOutcome {
+            violation: self.violation,
+            digest: self.digest,
+            step_digests: self.step_digests,
+            coverage: self.coverage,
+            transcript: self.transcript.unwrap_or_default(),
+            stats,
+        }
+    }
+
+    /// Serves the earliest due deadline or event; false when none is left.
+    fn next_event(&mut self) -> bool {
+        let queued = self.queue.keys().next().map(|(t, _)| *t);
+        let host_due = self.host.next_deadline();
+        let node_due = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .filter_map(|n| n.agent.next_deadline().map(|d| (d, n.stage)))
+            .min();
+        let deadline = match (host_due, node_due) {
+            (Some(h), Some((n, _))) if n < h => node_due.map(|(d, s)| (d, Some(s))),
+            (None, Some(_)) => node_due.map(|(d, s)| (d, Some(s))),
+            (Some(h), _) => Some((h, None)),
+            (None, None) => None,
+        };
+        match (deadline, queued) {
+            (Some((due, who)), q) if q.is_none_or(|q| due <= q) => {
+                self.now = self.now.max(due);
+                match who {
+                    None => self.feed_host(pipeline::Input::Tick),
+                    Some(s) => self.feed_agent(s, agent::Input::Tick),
+                }
+                true
+            }
+            (_, Some(_)) => {
+                let Some(((t, _), ev)) = self.queue.pop_first() else {
+                    return false;
+                };
+                self.now = self.now.max(t);
+                self.handle(ev);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Host(input) => self.feed_host(input),
+            Ev::Agent { node, input } => self.deliver_to_agent(node, input),
+            Ev::Worker { node, life, job } => self.worker_done(node, life, job),
+            Ev::Arrive { conn, frame } => self.arrive(conn, frame),
+            Ev::Dialed { conn } => self.dialed(conn),
+            Ev::Broken { conn } => self.broken(conn),
+            Ev::Submit(index) => self.submit(index),
+            Ev::ConnectionsLost(node) => self.connections_lost(node),
+            Ev::Heal => {
+                self.healed = true;
+                self.release_held();
+                if self.ended_at.is_none() {
+                    self.note("world: the fault phase ends; the operator stops the run");
+                    self.at(
+                        Duration::ZERO,
+                        Ev::Host(run_input(core_fsm::run::Input::Shutdown)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Schedules `ev` after `delay`.
+    fn at(&mut self, delay: Duration, ev: Ev) {
+        self.at_instant(self.now + delay, ev);
+    }
+
+    fn at_instant(&mut self, when: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((when.max(self.now), self.seq), ev);
+    }
+
+    fn latency(&self) -> Duration {
+        Duration::from_millis(self.case.profile.latency_ms)
+    }
+
+    /// Whether `fault` is planned for `target`; its argument if so.
+    fn planned(&self, fault: RunFault, target: u32) -> Option<u64> {
+        self.faults
+            .get(&fault)?
+            .iter()
+            .find(|(t, _)| *t == target)
+            .map(|(_, a)| *a)
+    }
+
+    fn inject(&mut self, fault: RunFault) {
+        self.oracle.injected.insert(fault.name());
+        self.note(&format!("fault: {}", fault.name()));
+    }
+
+    fn feed_host(&mut self, input: pipeline::Input) {
+        self.oracle.host_input(&input);
+        self.record("host <-", &input);
+        let now = self.now;
+        let host = &mut self.host;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let effects = host.handle(now, input);
+            host.check_invariants();
+            effects
+        }));
+        match result {
+            Ok(effects) => {
+                for effect in effects {
+                    self.record("host ->", &effect);
+                    if let Err(v) = self.oracle.host_effect(&effect) {
+                        self.violate(v.0, v.1);
+                        return;
+                    }
+                    self.host_effect(effect);
+                }
+                self.after_step();
+            }
+            Err(panic) => self.violate("RW0", conformance::backend::panic_text(&*panic)),
+        }
+    }
+
+    fn feed_agent(&mut self, node: u32, input: agent::Input) {
+        self.record(&format!("agent {node} <-"), &input);
+        let now = self.now;
+        let agent = &mut self.nodes[node as usize].agent;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let effects = agent.handle(now, input);
+            agent.check_invariants();
+            effects
+        }));
+        match result {
+            Ok(effects) => {
+                for effect in effects {
+                    self.record(&format!("agent {node} ->"), &effect);
+                    if let Err(v) = self.oracle.agent_effect(node, &effect) {
+                        self.violate(v.0, v.1);
+                        return;
+                    }
+                    if !self.nodes[node as usize].alive {
+                        break;
+                    }
+                    self.agent_effect(node, effect);
+                }
+                self.after_step();
+            }
+            Err(panic) => self.violate("RW0", conformance::backend::panic_text(&*panic)),
+        }
+    }
+
+    fn after_step(&mut self) {
+        self.step += 1;
+        self.step_digests.push(self.digest.0);
+        self.probe();
+        if self.ended_at.is_none() && self.host.run().phase().is_terminal() {
+            self.ended_at = Some(self.now);
+        }
+        self.maybe_shutdown();
+    }
+
+    fn probe(&mut self) {
+        let label = format!("run:{}", phase_label(self.host.run().phase()));
+        self.coverage.labels.insert(label);
+        for n in &self.nodes {
+            let label = format!("agent:{}", debug_head(n.agent.phase()));
+            self.coverage.labels.insert(label);
+            for stage in n.agent.stages().values() {
+                let label = format!("stage:{}", debug_head(stage.phase()));
+                self.coverage.labels.insert(label);
+            }
+        }
+    }
+
+    /// After the run ended and the world drained: RW1 and RW7.
+    fn final_checks(&mut self) {
+        if let Err(v) = self.oracle.check_end(&self.nodes, &self.host) {
+            self.violate(v.0, v.1);
+        }
+        for label in self.oracle.end_labels(&self.host) {
+            self.coverage.labels.insert(label);
+        }
+    }
+
+    fn record<T: std::fmt::Debug>(&mut self, who: &str, what: &T) {
+        self.digest.update_debug(what);
+        if let Some(t) = self.transcript.as_mut() {
+            t.push(format!("{:>8} {who} {what:?}", self.now.as_millis()));
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        if let Some(t) = self.transcript.as_mut() {
+            t.push(format!("{:>8} {text}", self.now.as_millis()));
+        }
+    }
+
+    fn violate(&mut self, id: &'static str, message: String) {
+        if self.violation.is_none() {
+            self.violation = Some(Violation {
+                id,
+                step: self.step,
+                at_ms: self.now.as_millis(),
+                message,
+            });
+        }
+    }
+}

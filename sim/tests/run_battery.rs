@@ -1,0 +1,84 @@
+//! The run-phase battery (tier 1): both run scenarios, many seeds, each run
+//! twice. A failure is shrunk, its trace written to `traces/run/`, and its
+//! one reproduce line printed. Every fault of the run alphabet must be hit
+//! in at least 95% of the profiles that enable it.
+
+use conformance::run::{RunScenario, generate_run, write_run};
+use sim::run_world::battery::{self, run_battery};
+
+const SEEDS: u64 = 250;
+
+#[test]
+fn run_battery_passes_and_hits_every_fault() {
+    let dir = battery::trace_dir();
+    let report = run_battery(&RunScenario::ALL, 0..SEEDS, 200, Some(&dir));
+    println!("{}", report.summary());
+    let labels: Vec<&str> = report.coverage.labels.iter().map(String::as_str).collect();
+    println!("labels: {}", labels.join(" "));
+    assert_eq!(report.cases, SEEDS * 2);
+    assert!(
+        report.failures.is_empty(),
+        "{} failures (see above)",
+        report.failures.len()
+    );
+    // Every fault is enabled often enough to measure and hit in >= 95%
+    // of the profiles that enable it.
+    let low = report.below(950);
+    assert!(
+        low.is_empty(),
+        "faults below 95% (name, enabled, hit): {low:?}"
+    );
+    for (name, (on, _)) in &report.hits {
+        assert!(*on >= 10, "{name} enabled in only {on} profiles");
+    }
+    // The machines were driven through their phases and the requests
+    // through every ending.
+    for label in [
+        "run:AwaitingReadiness",
+        "run:Acknowledging",
+        "run:LoadingWeights",
+        "run:AwaitingStageReady",
+        "run:OpeningPrompt",
+        "run:Serving/active",
+        "run:TearingDown",
+        "run:Stopped",
+        "run:Failed/NodeDead",
+        "run:Failed/StageFault",
+        "run:Failed/WeightLoadTimeout",
+        "stage:AwaitingReady",
+        "stage:Ready",
+        "stage:Busy",
+        "stage:Faulted",
+        "stage:Stopping",
+        "stage:Stopped",
+        "agent:Running",
+        "agent:Gone",
+        "request:Done/Eos",
+        "request:Done/MaxTokens",
+        "request:Done/Context",
+        "request:Timeout",
+        "request:RunFailed",
+    ] {
+        assert!(labels.contains(&label), "never hit: {label}");
+    }
+    assert!(
+        report.done > SEEDS,
+        "too few requests served: {}",
+        report.done
+    );
+}
+
+#[test]
+fn a_run_trace_replays_the_case_it_holds() {
+    let case = generate_run(RunScenario::Fatal, 11);
+    let dir = std::env::temp_dir().join(format!("drover-run-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join("case.trace");
+    std::fs::write(&path, write_run(&case)).expect("written");
+    let (back, replayed) = battery::replay_run(&path).expect("replays");
+    let direct = battery::run_case(&case, conformance::RunOptions::default());
+    assert_eq!(back.profile, case.profile);
+    assert_eq!(replayed.digest, direct.digest);
+    assert!(!replayed.transcript.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
