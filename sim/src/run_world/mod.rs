@@ -116,7 +116,7 @@ impl<'c> RunWorld<'c> {
         let nodes: Vec<Node> = (0..stages)
             .map(|s| Node::new(s, agent_config(s), Instant::ZERO))
             .collect();
-        let host = pipeline::Machine::new(membership_config(), host::run_machine(p));
+        let host = pipeline::Machine::new(membership_config());
         let mut world = RunWorld {
             case,
             faults,
@@ -150,6 +150,9 @@ impl<'c> RunWorld<'c> {
             };
             world.at(Duration::ZERO, Ev::Host(pipeline::Input::Membership(track)));
         }
+        // Then the run begins, told the liveness membership holds.
+        let begin = pipeline::Input::Begin(Box::new(host::run_config(p)));
+        world.at(Duration::ZERO, Ev::Host(begin));
         for s in 0..stages {
             for input in node::boot_inputs(s) {
                 world.at(Duration::ZERO, Ev::Agent { node: s, input });
@@ -190,7 +193,7 @@ impl<'c> RunWorld<'c> {
             steps: self.step,
             end_ms: self.now.as_millis(),
             nodes_ready: self.oracle.done_requests(),
-            nodes_failed: u32::from(matches!(self.host.run().outcome(), Some(Err(_)))),
+            nodes_failed: u32::from(matches!(self.host.run().and_then(|r| r.outcome()), Some(Err(_)))),
             ..conformance::Stats::default()
         };
         RunOutcome {
@@ -350,14 +353,17 @@ impl<'c> RunWorld<'c> {
         self.step += 1;
         self.step_digests.push(self.digest.0);
         self.probe();
-        if self.ended_at.is_none() && self.host.run().phase().is_terminal() {
+        if self.ended_at.is_none() && self.host.run().is_some_and(|r| r.phase().is_terminal()) {
             self.ended_at = Some(self.now);
         }
         self.maybe_shutdown();
     }
 
     fn probe(&mut self) {
-        let label = format!("run:{}", phase_label(self.host.run().phase()));
+        let label = match self.host.run() {
+            Some(run) => format!("run:{}", phase_label(run.phase())),
+            None => "run:none".to_owned(),
+        };
         self.coverage.labels.insert(label);
         for n in &self.nodes {
             let label = format!("agent:{}", debug_head(n.agent.phase()));

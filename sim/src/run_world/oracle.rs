@@ -229,7 +229,7 @@ impl RunOracle {
                 return Err(("RW1", format!("{request} never got a terminal event")));
             }
         }
-        let Some(outcome) = host.run().outcome() else {
+        let Some(outcome) = host.run().and_then(|r| r.outcome()) else {
             return Err(("RW7", "the run has not ended".to_owned()));
         };
         if self.finished.len() != 1 {
@@ -282,7 +282,7 @@ impl RunOracle {
                 .unwrap_or(text.len());
             text[..end].to_owned()
         };
-        match host.run().outcome() {
+        match host.run().and_then(|r| r.outcome()) {
             Some(Ok(())) => out.push("outcome:Stopped".to_owned()),
             Some(Err(e)) => out.push(format!("outcome:{}", head(format!("{e:?}")))),
             None => {}
