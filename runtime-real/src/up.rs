@@ -303,6 +303,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         .run_until(|m| m.is_settled() || stop.load(Ordering::SeqCst))
         .await?;
     let mut run_outcome: Option<Result<(), core_fsm::run::RunError>> = None;
+    let mut pipeline_unready = false;
     if !stop.load(Ordering::SeqCst) {
         view.lock()
             .expect("view")
@@ -314,6 +315,22 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         match &host.prepared {
             None => {
                 driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
+            }
+            Some(prepared) if !pipeline_ready(&view, prepared) => {
+                // A stage without its node cannot run: say so, then tear down.
+                let unready: Vec<String> = prepared
+                    .plan
+                    .iter()
+                    .filter(|a| !view.lock().expect("view").is_ready(&a.node))
+                    .map(|a| a.node.to_string())
+                    .collect();
+                let error = format!("the pipeline's nodes are not all ready: {}", unready.join(", "));
+                if json {
+                    let line = serde_json::json!({"event": "pipeline_failed", "error": error});
+                    view::println_flush(&line.to_string());
+                }
+                eprintln!("drover: {error}");
+                pipeline_unready = true;
             }
             Some(prepared) => {
                 let serve = ServeParts {
@@ -345,7 +362,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         }
         eprintln!("drover: the pipeline failed: {error}");
     }
-    let run_ok = !matches!(run_outcome, Some(Err(_)));
+    let run_ok = !matches!(run_outcome, Some(Err(_))) && !pipeline_unready;
     let code = match torn {
         Ok(Ok(_)) if view.failed.is_empty() && all_destroyed && run_ok => EXIT_OK,
         Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_FAILURE,
@@ -422,6 +439,12 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
     }
     eprintln!("drover: second stop: leaving now; `drover down` destroys what is left");
     std::process::exit(EXIT_FAILURE);
+}
+
+/// Whether every node of the pipeline's stages is ready.
+fn pipeline_ready(view: &Mutex<LiveView>, prepared: &crate::pipeline::Prepared) -> bool {
+    let view = view.lock().expect("view");
+    prepared.plan.iter().all(|a| view.is_ready(&a.node))
 }
 
 /// What serving a pipeline needs from `drive`.

@@ -315,7 +315,7 @@ impl NodeSink {
             } => {
                 let mut addr = EndpointAddr::new(self.shared.endpoint.id());
                 for socket in self.shared.endpoint.bound_sockets() {
-                    addr = addr.with_ip_addr(socket);
+                    addr = addr.with_ip_addr(dialable(socket, &self.shared.orchestrator));
                 }
                 Frame::RuntimeReady {
                     run_id,
@@ -504,6 +504,24 @@ async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
         sampling: order.sampling,
     };
     jobs.send(job).await.map_err(|_| "the worker is gone".to_owned())
+}
+
+/// A socket bound to the unspecified address is advertised with the local
+/// address this machine reaches the orchestrator from (a container's
+/// bridge address), which its peers on that network can dial.
+fn dialable(socket: std::net::SocketAddr, orchestrator: &EndpointAddr) -> std::net::SocketAddr {
+    if !socket.ip().is_unspecified() {
+        return socket;
+    }
+    let route = orchestrator.ip_addrs().find(|a| a.is_ipv4() == socket.is_ipv4()).and_then(|to| {
+        let probe = std::net::UdpSocket::bind(std::net::SocketAddr::new(socket.ip(), 0)).ok()?;
+        probe.connect(to).ok()?;
+        probe.local_addr().ok()
+    });
+    match route {
+        Some(local) => std::net::SocketAddr::new(local.ip(), socket.port()),
+        None => socket,
+    }
 }
 
 fn say(node: &LogicalNodeId, line: &str) {

@@ -191,6 +191,11 @@ impl LiveView {
         self.redraw();
     }
 
+    /// Whether `node` is ready.
+    pub fn is_ready(&self, node: &LogicalNodeId) -> bool {
+        self.nodes.get(node).is_some_and(|n| n.live.ready)
+    }
+
     /// Every node that is ready.
     pub fn all_ready(&self) -> bool {
         !self.nodes.is_empty() && self.nodes.values().all(|n| n.live.ready)
