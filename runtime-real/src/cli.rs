@@ -38,6 +38,11 @@ pub enum Command {
     Up {
         /// The plan file (TOML).
         plan: PathBuf,
+        /// Also write every datastream line, as one JSON record each, to
+        /// PATH (appended; its folders created). Overrides the plan's
+        /// `[observability] frame_log`.
+        #[arg(long, value_name = "PATH")]
+        frame_log: Option<PathBuf>,
     },
     /// Dry run: what `up` would create.
     Plan {
@@ -124,7 +129,9 @@ pub fn main(cli: Cli) -> i32 {
     let json = cli.json;
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Up { plan } => crate::up::run(&state_dir, &plan, json).await,
+            Command::Up { plan, frame_log } => {
+                crate::up::run(&state_dir, &plan, frame_log.as_deref(), json).await
+            }
             Command::Plan { plan } => plan_command(&plan, json).await,
             Command::Status => status_command(&state_dir, json),
             Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,

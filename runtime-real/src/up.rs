@@ -54,14 +54,25 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
     fn is_torn_down(&self) -> bool;
 }
 
-/// `drover up PLAN`; returns the exit code.
-pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
+/// `drover up PLAN [--frame-log PATH]`; returns the exit code.
+pub async fn run(state_dir: &Path, plan_path: &Path, frame_log: Option<&Path>, json: bool) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("drover: {e}");
             return EXIT_CONFIG;
         }
+    };
+    // The flag wins over the plan's `[observability] frame_log`.
+    let frame_log = match frame_log {
+        Some(path) => Some(path.to_owned()),
+        None => match crate::plan_toml::observability::frame_log(plan_path) {
+            Ok(path) => path,
+            Err(e) => {
+                eprintln!("drover: {e}");
+                return EXIT_CONFIG;
+            }
+        },
     };
     let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
         None => None,
@@ -102,7 +113,17 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
         );
         return EXIT_FAILURE;
     }
-    match wiring::up(state_dir, plan, pipeline, json).await {
+    let archive = match frame_log.as_deref().map(crate::datastream::archive::Archive::open) {
+        None => None,
+        Some(Ok(archive)) => Some(archive),
+        Some(Err(e)) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let datastream = crate::datastream::Writer::with(state_dir, plan.run_id, archive);
+    let datastream = crate::datastream::Hub::new(datastream);
+    match wiring::up(state_dir, plan, pipeline, datastream, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
@@ -134,6 +155,9 @@ pub struct Runtime<J> {
         Arc<crate::transport::ControlPlane>,
         crate::pipeline::Tap,
     )>,
+    /// The datastream, shared by the sink and the control plane's log
+    /// streams.
+    pub datastream: crate::datastream::Hub,
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and
@@ -229,6 +253,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         leases,
         mut control_inputs,
         pipeline,
+        datastream,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let forward = tx.clone();
@@ -259,6 +284,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         tx,
         view: view.clone(),
         leases: leases.clone(),
+        datastream,
     });
     let clock = TokioClock::start();
     let ports = Ports {

@@ -507,9 +507,9 @@ async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
 }
 
 fn say(node: &LogicalNodeId, line: &str) {
-    println!("drover-agent[{node}]: {line}");
+    crate::transport::agent_log::say(node, line);
 }
 
 fn warn(node: &LogicalNodeId, line: &str) {
-    eprintln!("drover-agent[{node}]: {line}");
+    crate::transport::agent_log::warn(node, line);
 }
