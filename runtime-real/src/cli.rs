@@ -51,10 +51,17 @@ pub enum Command {
     },
     /// The ledger, rebuilt from the journal.
     Status,
-    /// A node's log lines from the datastream.
+    /// A node's log lines from the datastream (bootstrap, agent, worker),
+    /// or with `--run` the orchestrator's own (lifecycle, membership, stage).
     Logs {
         /// The logical node, e.g. `workers-0`.
-        node: String,
+        node: Option<String>,
+        /// The orchestrator's own channels instead of a node's.
+        #[arg(long)]
+        run: bool,
+        /// Only lines of this channel (e.g. `agent.stderr`, `worker.stderr`).
+        #[arg(long, value_name = "C")]
+        channel: Option<String>,
         /// Keep printing lines as they arrive.
         #[arg(long)]
         follow: bool,
@@ -134,7 +141,20 @@ pub fn main(cli: Cli) -> i32 {
             }
             Command::Plan { plan } => plan_command(&plan, json).await,
             Command::Status => status_command(&state_dir, json),
-            Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,
+            Command::Logs {
+                node,
+                run,
+                channel,
+                follow,
+            } => {
+                let query = logs::Query {
+                    node,
+                    run,
+                    channel,
+                    follow,
+                };
+                logs::run(&state_dir, &query, json).await
+            }
             Command::Down => down::run(&state_dir, json).await,
             Command::Prompt { text, max_tokens } => {
                 crate::prompt::commands::prompt(&state_dir, &text, max_tokens, json).await

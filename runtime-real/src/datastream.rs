@@ -326,7 +326,10 @@ pub fn parse_line(text: &str) -> Option<Line> {
 pub fn format(line: &Line) -> String {
     let r = &line.record;
     let subject = line.about.as_ref().unwrap_or(&r.node);
-    format!("{subject} {} #{} {} | {}", line.channel, r.seq, r.at, r.line)
+    format!(
+        "{subject} {} #{} {} | {}",
+        line.channel, r.seq, r.at, r.line
+    )
 }
 
 /// The error for a node id that cannot name a file.

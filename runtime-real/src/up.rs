@@ -113,7 +113,10 @@ pub async fn run(state_dir: &Path, plan_path: &Path, frame_log: Option<&Path>, j
         );
         return EXIT_FAILURE;
     }
-    let archive = match frame_log.as_deref().map(crate::datastream::archive::Archive::open) {
+    let archive = match frame_log
+        .as_deref()
+        .map(crate::datastream::archive::Archive::open)
+    {
         None => None,
         Some(Ok(archive)) => Some(archive),
         Some(Err(e)) => {

@@ -88,7 +88,8 @@ fn forwarded_lines_continue_the_numbering_per_stream_and_resends_are_dropped() {
     writer.append(&record("w-0", 1, "boot 1")).unwrap();
     writer.append(&record("w-0", 2, "boot 2")).unwrap();
     let wrote = |w: &mut Writer, channel, position| {
-        w.forwarded(forwarded("w-0", channel, position, b"x")).unwrap()
+        w.forwarded(forwarded("w-0", channel, position, b"x"))
+            .unwrap()
     };
     assert!(wrote(&mut writer, channel::AGENT_STDOUT, 1));
     assert!(wrote(&mut writer, channel::WORKER_STDERR, 2));
@@ -96,7 +97,13 @@ fn forwarded_lines_continue_the_numbering_per_stream_and_resends_are_dropped() {
     // A resend after a rejoin.
     assert!(!wrote(&mut writer, channel::AGENT_STDERR, 3));
     writer
-        .gap(&LogicalNodeId::from("w-0"), None, &AgentId::from("agent-a"), 4, 9)
+        .gap(
+            &LogicalNodeId::from("w-0"),
+            None,
+            &AgentId::from("agent-a"),
+            4,
+            9,
+        )
         .unwrap();
     assert!(wrote(&mut writer, channel::AGENT_STDOUT, 10));
     // A later bootstrap of the node whose machine counted only its own
@@ -121,13 +128,25 @@ fn forwarded_lines_continue_the_numbering_per_stream_and_resends_are_dropped() {
             (channel::BOOTSTRAP_STDOUT, Stdout, 5),
         ]
     );
-    assert!(lines[5].record.line.contains("6 line(s) lost"), "{:?}", lines[5]);
+    assert!(
+        lines[5].record.line.contains("6 line(s) lost"),
+        "{:?}",
+        lines[5]
+    );
     // A restarted writer finds where the agent was and where numbering is.
     let mut again = Writer::new(&dir);
     let agent = AgentId::from("agent-a");
     assert_eq!(again.last_position(&LogicalNodeId::from("w-0"), &agent), 10);
-    assert!(!again.forwarded(forwarded("w-0", channel::AGENT_STDOUT, 10, b"x")).unwrap());
-    assert!(again.forwarded(forwarded("w-0", channel::AGENT_STDOUT, 11, b"y")).unwrap());
+    assert!(
+        !again
+            .forwarded(forwarded("w-0", channel::AGENT_STDOUT, 10, b"x"))
+            .unwrap()
+    );
+    assert!(
+        again
+            .forwarded(forwarded("w-0", channel::AGENT_STDOUT, 11, b"y"))
+            .unwrap()
+    );
     let (lines, _) = read(&dir, &LogicalNodeId::from("w-0")).unwrap();
     assert_eq!(lines.last().unwrap().record.seq, 6);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -141,9 +160,18 @@ fn the_archive_holds_every_line_once_and_reads_back() {
     let mut writer = Writer::with(&dir, RunId(1), Some(archive));
     writer.append(&record("w-0", 1, "boot")).unwrap();
     writer
-        .forwarded(forwarded("w-0", channel::WORKER_STDERR, 1, b"bad \xff byte"))
+        .forwarded(forwarded(
+            "w-0",
+            channel::WORKER_STDERR,
+            1,
+            b"bad \xff byte",
+        ))
         .unwrap();
-    writer.event(channel::LIFECYCLE, Some(&LogicalNodeId::from("w-0")), "w-0: ready".into());
+    writer.event(
+        channel::LIFECYCLE,
+        Some(&LogicalNodeId::from("w-0")),
+        "w-0: ready".into(),
+    );
     drop(writer);
     let (records, skipped) = archive::read(&path).unwrap();
     assert_eq!(skipped, 0);
@@ -157,7 +185,10 @@ fn the_archive_holds_every_line_once_and_reads_back() {
     assert_eq!(records[2].node, ORCHESTRATOR);
     // Reopened: appends, numbering on.
     let mut archive = archive::Archive::open(&path).unwrap();
-    archive.record(&Line::of(record("w-0", 2, "more"), channel::BOOTSTRAP_STDOUT), b"more");
+    archive.record(
+        &Line::of(record("w-0", 2, "more"), channel::BOOTSTRAP_STDOUT),
+        b"more",
+    );
     let (records, _) = archive::read(&path).unwrap();
     assert_eq!(records.last().unwrap().arrival, 4);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -21,8 +21,16 @@ pub(crate) fn check(doc: &mut Doc, root: &mut Table<'_, '_>) {
     if let Some(path) = table.string(doc, "frame_log", false)
         && path.trim().is_empty()
     {
-        let span = doc.spans.get("observability.frame_log").cloned().unwrap_or(0..0);
-        doc.error(span, "observability.frame_log", "an empty path; leave the field out to write no archive");
+        let span = doc
+            .spans
+            .get("observability.frame_log")
+            .cloned()
+            .unwrap_or(0..0);
+        doc.error(
+            span,
+            "observability.frame_log",
+            "an empty path; leave the field out to write no archive",
+        );
     }
     table.finish(doc);
 }

@@ -383,7 +383,10 @@ async fn read_control(
                 | Frame::StopStage { .. }),
             )) => match pipeline.handle.as_ref() {
                 Some(handle) => handle.deliver(frame).await,
-                None => warn(node, "a pipeline frame before the Pipeline frame is ignored"),
+                None => warn(
+                    node,
+                    "a pipeline frame before the Pipeline frame is ignored",
+                ),
             },
             Ok(Some(Frame::Shutdown)) => {
                 say(node, "shutdown received; exiting");
@@ -444,4 +447,3 @@ fn default_bind(orchestrator: &EndpointAddr) -> SocketAddr {
     };
     SocketAddr::new(ip, 0)
 }
-

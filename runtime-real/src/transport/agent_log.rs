@@ -152,7 +152,11 @@ pub async fn forward(endpoint: &Endpoint, orchestrator: &EndpointAddr, node: &Lo
 }
 
 /// One log connection, until it fails; whether it was resumed.
-async fn stream_once(endpoint: &Endpoint, orchestrator: &EndpointAddr, node: &LogicalNodeId) -> bool {
+async fn stream_once(
+    endpoint: &Endpoint,
+    orchestrator: &EndpointAddr,
+    node: &LogicalNodeId,
+) -> bool {
     let dial = endpoint.connect(orchestrator.clone(), LOG_ALPN);
     let Ok(Ok(conn)) = tokio::time::timeout(DIAL_TIMEOUT, dial).await else {
         return false;
@@ -179,7 +183,10 @@ async fn stream_once(endpoint: &Endpoint, orchestrator: &EndpointAddr, node: &Lo
             .unwrap_or_else(|e| e.into_inner())
             .after(cursor, BATCH_MAX);
         if let Some((first, last)) = gap {
-            if write_log_frame(&mut send, &LogFrame::Gap { first, last }).await.is_err() {
+            if write_log_frame(&mut send, &LogFrame::Gap { first, last })
+                .await
+                .is_err()
+            {
                 return true;
             }
             cursor = last;

@@ -162,8 +162,10 @@ pub async fn serve_log_stream(
         return;
     };
     match hello {
-        LogFrame::Hello { version, node: claimed }
-            if version == LOG_WIRE_VERSION && claimed == node => {}
+        LogFrame::Hello {
+            version,
+            node: claimed,
+        } if version == LOG_WIRE_VERSION && claimed == node => {}
         _ => {
             conn.close(super::CLOSE_PROTOCOL, b"bad log hello");
             return;
@@ -245,7 +247,10 @@ mod tests {
         }
         let mut reader = wire.as_slice();
         for frame in &frames {
-            assert_eq!(read_log_frame(&mut reader).await.unwrap().as_ref(), Some(frame));
+            assert_eq!(
+                read_log_frame(&mut reader).await.unwrap().as_ref(),
+                Some(frame)
+            );
         }
         assert!(read_log_frame(&mut reader).await.unwrap().is_none());
         let mut bad: &[u8] = &[0, 0, 0, 2, 9, 0];

@@ -259,7 +259,11 @@ async fn forward_events(
 /// Agents' log connections (`transport::logs`) are served when their
 /// endpoint id holds a live control connection; the node is the one that
 /// connection was admitted for.
-fn accept_log_streams(control: &Arc<ControlPlane>, leases: Arc<Leases>, hub: crate::datastream::Hub) {
+fn accept_log_streams(
+    control: &Arc<ControlPlane>,
+    leases: Arc<Leases>,
+    hub: crate::datastream::Hub,
+) {
     let (handler, mut conns) = mpsc::channel(LOG_CONNECTIONS_QUEUED);
     control.route(crate::transport::logs::LOG_ALPN, handler);
     let control = Arc::downgrade(control);
@@ -270,11 +274,15 @@ fn accept_log_streams(control: &Arc<ControlPlane>, leases: Arc<Leases>, hub: cra
                 .upgrade()
                 .and_then(|c| c.connected().get(&agent).cloned());
             let Some(node) = node else {
-                conn.close(crate::transport::CLOSE_REJECTED, b"no live control connection");
+                conn.close(
+                    crate::transport::CLOSE_REJECTED,
+                    b"no live control connection",
+                );
                 continue;
             };
             let lease = leases.lease_of(&node);
-            let stream = crate::transport::logs::serve_log_stream(conn, agent, node, lease, hub.clone());
+            let stream =
+                crate::transport::logs::serve_log_stream(conn, agent, node, lease, hub.clone());
             tokio::spawn(stream);
         }
     });
@@ -289,27 +297,49 @@ const LOG_CONNECTIONS_QUEUED: usize = 64;
 fn observe(hub: &crate::datastream::Hub, event: &ControlEvent) {
     use crate::datastream::channel::{MEMBERSHIP, STAGE};
     use crate::transport::wire::Frame;
-    let short = |agent: &AgentId| agent.as_str().get(..12).unwrap_or(agent.as_str()).to_owned();
+    let short = |agent: &AgentId| {
+        agent
+            .as_str()
+            .get(..12)
+            .unwrap_or(agent.as_str())
+            .to_owned()
+    };
     let (channel, node, text) = match event {
         ControlEvent::Joined { binding, agent } => {
-            let text = format!("{}: agent {}.. joined (lease {})", binding.node, short(agent), binding.lease_id);
+            let text = format!(
+                "{}: agent {}.. joined (lease {})",
+                binding.node,
+                short(agent),
+                binding.lease_id
+            );
             (MEMBERSHIP, &binding.node, text)
         }
         ControlEvent::Rejoined { binding, agent } => {
             let text = format!("{}: agent {}.. rejoined", binding.node, short(agent));
             (MEMBERSHIP, &binding.node, text)
         }
-        ControlEvent::Disconnected { agent, node } => {
-            (MEMBERSHIP, node, format!("{node}: agent {}.. disconnected", short(agent)))
-        }
+        ControlEvent::Disconnected { agent, node } => (
+            MEMBERSHIP,
+            node,
+            format!("{node}: agent {}.. disconnected", short(agent)),
+        ),
         ControlEvent::Pipeline { node, frame, .. } => {
             let text = match frame.as_ref() {
-                Frame::RuntimeReady { stage, readiness_id, .. } => {
+                Frame::RuntimeReady {
+                    stage,
+                    readiness_id,
+                    ..
+                } => {
                     format!("{node}: stage {stage} runtime ready (report {readiness_id})")
                 }
                 Frame::ReadyAcked { stage, .. } => format!("{node}: stage {stage} acknowledged"),
                 Frame::StageReport(report) => format!("{node}: {report:?}"),
-                Frame::WeightsFetched { first_layer, end_layer, bytes, refetched } => format!(
+                Frame::WeightsFetched {
+                    first_layer,
+                    end_layer,
+                    bytes,
+                    refetched,
+                } => format!(
                     "{node}: weights {first_layer}..{end_layer} on the node ({bytes} bytes fetched{})",
                     if *refetched { ", refetched" } else { "" }
                 ),
