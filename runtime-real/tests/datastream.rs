@@ -179,16 +179,18 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
     up.wait_line(SERVE, |l| l["event"] == "serving");
     let (mut follower, records) = follow(&state, &["workers-0"]);
     let mut seen = Vec::new();
-    until(&records, &mut seen, SERVE, |r| {
-        channel(r) == "worker.stderr"
-    });
-    until(&records, &mut seen, SERVE, |r| {
+    // Both kinds, in whatever order they came.
+    let joined = |r: &Value| {
         channel(r) == "agent.stdout"
             && r["line"]
                 .as_str()
                 .unwrap_or("")
                 .contains("joined the orchestrator")
-    });
+    };
+    let worker = |r: &Value| channel(r) == "worker.stderr";
+    while !(seen.iter().any(joined) && seen.iter().any(worker)) {
+        until(&records, &mut seen, SERVE, |r| joined(r) || worker(r));
+    }
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     follower.kill().unwrap();
