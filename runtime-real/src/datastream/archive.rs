@@ -193,7 +193,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 /// Decodes [`base64_encode`]'s form; `None` for anything else.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let text = text.as_bytes();
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);
