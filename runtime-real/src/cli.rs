@@ -38,6 +38,11 @@ pub enum Command {
     Up {
         /// The plan file (TOML).
         plan: PathBuf,
+        /// Also write every datastream line, as one JSON record each, to
+        /// PATH (appended; its folders created). Overrides the plan's
+        /// `[observability] frame_log`.
+        #[arg(long, value_name = "PATH")]
+        frame_log: Option<PathBuf>,
     },
     /// Dry run: what `up` would create.
     Plan {
@@ -46,10 +51,17 @@ pub enum Command {
     },
     /// The ledger, rebuilt from the journal.
     Status,
-    /// A node's log lines from the datastream.
+    /// A node's log lines from the datastream (bootstrap, agent, worker),
+    /// or with `--run` the orchestrator's own (lifecycle, membership, stage).
     Logs {
         /// The logical node, e.g. `workers-0`.
-        node: String,
+        node: Option<String>,
+        /// The orchestrator's own channels instead of a node's.
+        #[arg(long)]
+        run: bool,
+        /// Only lines of this channel (e.g. `agent.stderr`, `worker.stderr`).
+        #[arg(long, value_name = "C")]
+        channel: Option<String>,
         /// Keep printing lines as they arrive.
         #[arg(long)]
         follow: bool,
@@ -124,10 +136,25 @@ pub fn main(cli: Cli) -> i32 {
     let json = cli.json;
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Up { plan } => crate::up::run(&state_dir, &plan, json).await,
+            Command::Up { plan, frame_log } => {
+                crate::up::run(&state_dir, &plan, frame_log.as_deref(), json).await
+            }
             Command::Plan { plan } => plan_command(&plan, json).await,
             Command::Status => status_command(&state_dir, json),
-            Command::Logs { node, follow } => logs::run(&state_dir, &node, follow, json).await,
+            Command::Logs {
+                node,
+                run,
+                channel,
+                follow,
+            } => {
+                let query = logs::Query {
+                    node,
+                    run,
+                    channel,
+                    follow,
+                };
+                logs::run(&state_dir, &query, json).await
+            }
             Command::Down => down::run(&state_dir, json).await,
             Command::Prompt { text, max_tokens } => {
                 crate::prompt::commands::prompt(&state_dir, &text, max_tokens, json).await

@@ -1,104 +1,334 @@
-//! The datastream: every [`LogRecord`] the machines emit, appended as one
-//! NDJSON line to `<state>/datastream/<node>.ndjson`.
+//! The datastream: every line drover keeps about a run, appended as one
+//! NDJSON line to `<state>/datastream/<node>.ndjson` (a node's output:
+//! bootstrap, then its agent and worker after the handoff) or to
+//! `<state>/datastream/orchestrator.ndjson` (the orchestrator's own
+//! events: lifecycle, membership, stage readiness). The contract is
+//! `spec/datastream.md`.
 //!
 //! Telemetry is observational: nothing here feeds a machine. Lines are
 //! written whole (one `write` per line on an append-mode file), so a reader
 //! following the file never sees half a record except at a crash.
+//!
+//! Sequence numbers are per (file, stream), from 1, and strictly increase:
+//! the [`Writer`] is the one place that numbers a line. Bootstrap records
+//! keep the machine's number unless a line forwarded after a handoff
+//! already took it (a node bootstrapped again later), then they continue
+//! above it. A restarted `up` continues above what the files hold.
 
-use core_fsm::ids::LogicalNodeId;
-use core_fsm::port::LogRecord;
+pub mod archive;
+mod line;
+
+pub use line::{Line, ORCHESTRATOR, channel};
+
+use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, RunId};
+use core_fsm::port::{LogRecord, LogSeqs, LogStream};
+use core_fsm::time::Instant;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The datastream folder of a state dir.
 pub fn dir_in(state_dir: &Path) -> PathBuf {
     crate::state_dir::StateDir::at(state_dir).datastream()
 }
 
-/// The NDJSON file of one node.
+/// The NDJSON file of one node (or of [`ORCHESTRATOR`]).
 pub fn file_of(state_dir: &Path, node: &LogicalNodeId) -> PathBuf {
     dir_in(state_dir).join(format!("{}.ndjson", node.as_str()))
 }
 
-/// Appends records to per-node files, keeping each file open.
+/// A line a node's agent forwarded after the handoff.
+#[derive(Clone, Debug)]
+pub struct Forwarded {
+    /// The node.
+    pub node: LogicalNodeId,
+    /// Its lease, when known.
+    pub lease: Option<LeaseId>,
+    /// The agent process that sent it.
+    pub agent: AgentId,
+    /// One of [`channel::AGENT_STDOUT`], [`channel::AGENT_STDERR`],
+    /// [`channel::WORKER_STDERR`].
+    pub channel: &'static str,
+    /// The agent's own number for the line (per agent process, from 1).
+    pub position: u64,
+    /// The line as the agent saw it, without its newline (any bytes).
+    pub bytes: Vec<u8>,
+}
+
+/// Appends lines to the datastream files, numbering them, keeping each
+/// file open, and copying every line to the frame archive when there is
+/// one.
 pub struct Writer {
     state_dir: PathBuf,
+    run_id: RunId,
     files: BTreeMap<LogicalNodeId, File>,
+    /// The last seqs written per file (read from the file's tail first).
+    last: BTreeMap<LogicalNodeId, LogSeqs>,
+    /// The last position written per agent process.
+    positions: BTreeMap<AgentId, u64>,
+    archive: Option<archive::Archive>,
+    epoch: std::time::Instant,
+    /// Lines that could not be written (reported at exit).
+    failed: u64,
 }
 
 impl Writer {
     /// A writer under `state_dir` (the folder is created on first use).
     pub fn new(state_dir: &Path) -> Writer {
+        Writer::with(state_dir, RunId(0), None)
+    }
+
+    /// A writer for `run_id` that also archives every line in `archive`.
+    pub fn with(state_dir: &Path, run_id: RunId, archive: Option<archive::Archive>) -> Writer {
         Writer {
             state_dir: state_dir.to_owned(),
+            run_id,
             files: BTreeMap::new(),
+            last: BTreeMap::new(),
+            positions: BTreeMap::new(),
+            archive,
+            epoch: std::time::Instant::now(),
+            failed: 0,
         }
     }
 
-    /// Appends `record` as one line of its node's file.
+    /// Appends a bootstrap `record` as one line of its node's file.
     pub fn append(&mut self, record: &LogRecord) -> io::Result<()> {
-        // The plan admits only safe ids; a node restored from an edited
-        // journal may not be: its line is refused, nothing else is lost.
-        if !is_safe_file_stem(record.node.as_str()) {
-            return Err(unsafe_id(&record.node));
-        }
-        let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
-        line.push(b'\n');
-        let file = match self.files.entry(record.node.clone()) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                std::fs::create_dir_all(dir_in(&self.state_dir))?;
-                let path = file_of(&self.state_dir, &record.node);
-                e.insert(OpenOptions::new().create(true).append(true).open(path)?)
-            }
+        let channel = match record.stream {
+            LogStream::Stdout => channel::BOOTSTRAP_STDOUT,
+            LogStream::Stderr => channel::BOOTSTRAP_STDERR,
         };
-        file.write_all(&line)
+        let line = Line::of(record.clone(), channel);
+        let bytes = record.line.clone().into_bytes();
+        self.write(line, &bytes)
     }
 
-    /// Syncs every open file (before a handoff is declared, at exit).
+    /// Appends a line an agent forwarded; one it already sent (a resend
+    /// after a rejoin) is dropped. Returns whether it was written.
+    pub fn forwarded(&mut self, line: Forwarded) -> io::Result<bool> {
+        if line.position <= self.last_position(&line.node, &line.agent) {
+            return Ok(false);
+        }
+        let stream = if line.channel == channel::AGENT_STDOUT {
+            LogStream::Stdout
+        } else {
+            LogStream::Stderr
+        };
+        let source = if line.channel == channel::WORKER_STDERR {
+            "worker"
+        } else {
+            "agent"
+        };
+        let text = String::from_utf8_lossy(&line.bytes).into_owned();
+        let mut out = self.line(&line.node, line.lease, source, stream, line.channel, text);
+        out.agent = Some(line.agent.clone());
+        out.position = Some(line.position);
+        self.positions.insert(line.agent, line.position);
+        self.write(out, &line.bytes).map(|()| true)
+    }
+
+    /// Records that the agent's lines `first..=last` are lost (its buffer
+    /// overflowed while the orchestrator was unreachable): a gap line.
+    pub fn gap(
+        &mut self,
+        node: &LogicalNodeId,
+        lease: Option<LeaseId>,
+        agent: &AgentId,
+        first: u64,
+        last: u64,
+    ) -> io::Result<()> {
+        let text = format!(
+            "{} line(s) lost (agent positions {first}..={last}): the agent's buffer \
+             overflowed while the orchestrator was unreachable",
+            last.saturating_sub(first).saturating_add(1)
+        );
+        let mut out = self.line(node, lease, "agent", LogStream::Stderr, channel::GAP, text);
+        out.agent = Some(agent.clone());
+        out.position = Some(last);
+        let previous = self.last_position(node, agent);
+        self.positions.insert(agent.clone(), previous.max(last));
+        let bytes = out.record.line.clone().into_bytes();
+        self.write(out, &bytes)
+    }
+
+    /// Appends one of the orchestrator's own events (`channel` one of
+    /// [`channel::LIFECYCLE`], [`channel::MEMBERSHIP`], [`channel::STAGE`])
+    /// to `orchestrator.ndjson`; `about` names the node it concerns.
+    pub fn event(&mut self, channel: &'static str, about: Option<&LogicalNodeId>, text: String) {
+        let file = LogicalNodeId::from(ORCHESTRATOR);
+        let mut out = self.line(&file, None, ORCHESTRATOR, LogStream::Stdout, channel, text);
+        out.about = about.cloned();
+        let bytes = out.record.line.clone().into_bytes();
+        if let Err(e) = self.write(out, &bytes) {
+            self.failed += 1;
+            if self.failed == 1 {
+                eprintln!("drover: datastream: orchestrator events: {e}");
+            }
+        }
+    }
+
+    /// The highest position of `agent`'s lines in `node`'s file (0: none),
+    /// where a resend after a rejoin starts.
+    pub fn last_position(&mut self, node: &LogicalNodeId, agent: &AgentId) -> u64 {
+        if let Some(position) = self.positions.get(agent) {
+            return *position;
+        }
+        let found = line::last_position_in(&file_of(&self.state_dir, node), agent).unwrap_or(0);
+        self.positions.insert(agent.clone(), found);
+        found
+    }
+
+    /// Syncs every open file (before a handoff is declared, at exit) and
+    /// reports lines the archive could not take.
     pub fn flush(&mut self) -> io::Result<()> {
+        if let Some(archive) = &self.archive
+            && archive.failed() > 0
+        {
+            eprintln!(
+                "drover: frame log {}: {} record(s) could not be written",
+                archive.path().display(),
+                archive.failed()
+            );
+        }
         for file in self.files.values_mut() {
             file.sync_data()?;
         }
         Ok(())
     }
+
+    /// A line of `node`'s file, not yet numbered.
+    fn line(
+        &self,
+        node: &LogicalNodeId,
+        lease: Option<LeaseId>,
+        source: &str,
+        stream: LogStream,
+        channel: &'static str,
+        text: String,
+    ) -> Line {
+        let at = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let record = LogRecord {
+            run_id: self.run_id,
+            node: node.clone(),
+            lease_id: lease.unwrap_or_else(|| LeaseId::from("")),
+            source: source.to_owned(),
+            stream,
+            seq: 0,
+            at: Instant(at),
+            line: text,
+        };
+        Line::of(record, channel)
+    }
+
+    /// Numbers `line` in its file and stream, writes it, archives it.
+    fn write(&mut self, mut line: Line, bytes: &[u8]) -> io::Result<()> {
+        let node = line.record.node.clone();
+        // The plan admits only safe ids; a node restored from an edited
+        // journal may not be: its line is refused, nothing else is lost.
+        if !is_safe_file_stem(node.as_str()) {
+            return Err(unsafe_id(&node));
+        }
+        let last = self.last_seqs(&node);
+        let stream = line.record.stream;
+        let seq = line.record.seq.max(last.get(stream).saturating_add(1));
+        line.record.seq = seq;
+        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
+        text.push(b'\n');
+        let file = match self.files.entry(node.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                std::fs::create_dir_all(dir_in(&self.state_dir))?;
+                let path = file_of(&self.state_dir, &node);
+                e.insert(OpenOptions::new().create(true).append(true).open(path)?)
+            }
+        };
+        file.write_all(&text)?;
+        let seqs = self.last.entry(node).or_default();
+        match stream {
+            LogStream::Stdout => seqs.stdout = seq,
+            LogStream::Stderr => seqs.stderr = seq,
+        }
+        if let Some(archive) = &mut self.archive {
+            archive.record(&line, bytes);
+        }
+        Ok(())
+    }
+
+    fn last_seqs(&mut self, node: &LogicalNodeId) -> LogSeqs {
+        if let Some(seqs) = self.last.get(node) {
+            return *seqs;
+        }
+        let path = file_of(&self.state_dir, node);
+        let seqs = crate::up::seqs::last_seqs(&path).unwrap_or_default();
+        self.last.insert(node.clone(), seqs);
+        seqs
+    }
 }
 
-/// Reads a node's records; a malformed line (a crash mid-write) is skipped
+/// A [`Writer`] shared by the effect sink and the control plane's log
+/// streams.
+#[derive(Clone)]
+pub struct Hub(Arc<Mutex<Writer>>);
+
+impl Hub {
+    /// Shares `writer`.
+    pub fn new(writer: Writer) -> Hub {
+        Hub(Arc::new(Mutex::new(writer)))
+    }
+
+    /// Runs `f` on the writer (never across an await).
+    pub fn with<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
+        let mut writer = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut writer)
+    }
+
+    /// [`Writer::event`].
+    pub fn event(&self, channel: &'static str, about: Option<&LogicalNodeId>, text: String) {
+        self.with(|w| w.event(channel, about, text));
+    }
+}
+
+/// Reads a file's lines; a malformed line (a crash mid-write) is skipped
 /// and counted.
-pub fn read(state_dir: &Path, node: &LogicalNodeId) -> io::Result<(Vec<LogRecord>, u64)> {
+pub fn read(state_dir: &Path, node: &LogicalNodeId) -> io::Result<(Vec<Line>, u64)> {
     let file = match File::open(file_of(state_dir, node)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((vec![], 0)),
         Err(e) => return Err(e),
     };
-    let mut records = Vec::new();
+    let mut lines = Vec::new();
     let mut skipped = 0;
-    for line in BufReader::new(file).lines() {
-        match serde_json::from_str(&line?) {
-            Ok(record) => records.push(record),
-            Err(_) => skipped += 1,
+    for text in BufReader::new(file).lines() {
+        match parse_line(&text?) {
+            Some(line) => lines.push(line),
+            None => skipped += 1,
         }
     }
-    Ok((records, skipped))
+    Ok((lines, skipped))
 }
 
-/// Parses one NDJSON line (for `logs --follow`).
-pub fn parse_line(line: &str) -> Option<LogRecord> {
-    serde_json::from_str(line).ok()
+/// Parses one NDJSON line (for `logs --follow`); lines written before
+/// channels existed get theirs from their stream.
+pub fn parse_line(text: &str) -> Option<Line> {
+    let mut line: Line = serde_json::from_str(text).ok()?;
+    if line.channel.is_empty() {
+        line.channel = match line.record.stream {
+            LogStream::Stdout => channel::BOOTSTRAP_STDOUT.to_owned(),
+            LogStream::Stderr => channel::BOOTSTRAP_STDERR.to_owned(),
+        };
+    }
+    Some(line)
 }
 
-/// One record as a person reads it: `workers-0 stdout #3 | the line`.
-pub fn format(record: &LogRecord) -> String {
-    let stream = match record.stream {
-        core_fsm::port::LogStream::Stdout => "stdout",
-        core_fsm::port::LogStream::Stderr => "stderr",
-    };
+/// One line as a person reads it: `workers-0 agent.stdout #3 t=10ms | the line`.
+pub fn format(line: &Line) -> String {
+    let r = &line.record;
+    let subject = line.about.as_ref().unwrap_or(&r.node);
     format!(
-        "{} {} #{} {} | {}",
-        record.node, stream, record.seq, record.at, record.line
+        "{subject} {} #{} {} | {}",
+        line.channel, r.seq, r.at, r.line
     )
 }
 
@@ -123,65 +353,4 @@ pub fn is_safe_file_stem(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use core_fsm::Instant;
-    use core_fsm::ids::RunId;
-    use core_fsm::port::LogStream;
-
-    fn record(node: &str, seq: u64, line: &str) -> LogRecord {
-        LogRecord {
-            run_id: RunId(1),
-            node: LogicalNodeId::from(node),
-            lease_id: "local:0".into(),
-            source: "ssh-bootstrap".into(),
-            stream: LogStream::Stdout,
-            seq,
-            at: Instant(seq * 10),
-            line: line.into(),
-        }
-    }
-
-    #[test]
-    fn records_go_to_their_node_file_one_line_each() {
-        let dir = std::env::temp_dir().join(format!("drover-ds-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut writer = Writer::new(&dir);
-        writer.append(&record("w-0", 1, "hello")).unwrap();
-        writer.append(&record("w-1", 1, "other")).unwrap();
-        writer
-            .append(&record("w-0", 2, "with \"quotes\" and\ttab"))
-            .unwrap();
-        writer.flush().unwrap();
-        let (w0, skipped) = read(&dir, &LogicalNodeId::from("w-0")).unwrap();
-        assert_eq!(skipped, 0);
-        assert_eq!(
-            w0,
-            vec![
-                record("w-0", 1, "hello"),
-                record("w-0", 2, "with \"quotes\" and\ttab")
-            ]
-        );
-        let text = std::fs::read_to_string(file_of(&dir, &LogicalNodeId::from("w-0"))).unwrap();
-        assert_eq!(text.lines().count(), 2);
-        assert_eq!(format(&w0[0]), "w-0 stdout #1 t=10ms | hello");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_node_id_that_is_not_a_file_name_is_refused_and_others_go_on() {
-        let dir = std::env::temp_dir().join(format!("drover-ds-bad-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut writer = Writer::new(&dir);
-        for bad in ["../escape", "a/b", "..", ""] {
-            let err = writer.append(&record(bad, 1, "x")).unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad}: {err}");
-            assert!(err.to_string().contains("not a safe file name"), "{err}");
-        }
-        writer.append(&record("w-0", 1, "still written")).unwrap();
-        let (w0, _) = read(&dir, &LogicalNodeId::from("w-0")).unwrap();
-        assert_eq!(w0, vec![record("w-0", 1, "still written")]);
-        assert!(!dir.join("escape.ndjson").exists());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

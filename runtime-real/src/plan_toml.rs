@@ -29,6 +29,7 @@
 //! The full shape is in `spec/control-plane.md` ("Plan files").
 
 mod duration;
+pub mod observability;
 mod pipeline;
 mod reader;
 mod schema;

@@ -6,12 +6,16 @@
 //!   agents and reports [`ControlEvent`]s on a bounded channel.
 //! - [`agent`] is the node side, run by the `drover-agent` binary.
 //! - [`wire`] is the frame format both sides speak.
+//! - [`logs`] is the log stream (agent and worker lines after the handoff),
+//!   fed on the agent by [`agent_log`].
 //!
 //! The agent's authenticated endpoint id (`conn.remote_id()`) becomes its
 //! [`AgentId`]. The contract is `spec/control-plane.md`.
 
 pub mod agent;
+pub mod agent_log;
 mod control;
+pub mod logs;
 mod serve;
 mod store;
 mod tokens;

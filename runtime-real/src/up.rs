@@ -54,14 +54,25 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
     fn is_torn_down(&self) -> bool;
 }
 
-/// `drover up PLAN`; returns the exit code.
-pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
+/// `drover up PLAN [--frame-log PATH]`; returns the exit code.
+pub async fn run(state_dir: &Path, plan_path: &Path, frame_log: Option<&Path>, json: bool) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("drover: {e}");
             return EXIT_CONFIG;
         }
+    };
+    // The flag wins over the plan's `[observability] frame_log`.
+    let frame_log = match frame_log {
+        Some(path) => Some(path.to_owned()),
+        None => match crate::plan_toml::observability::frame_log(plan_path) {
+            Ok(path) => path,
+            Err(e) => {
+                eprintln!("drover: {e}");
+                return EXIT_CONFIG;
+            }
+        },
     };
     let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
         None => None,
@@ -102,7 +113,20 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
         );
         return EXIT_FAILURE;
     }
-    match wiring::up(state_dir, plan, pipeline, json).await {
+    let archive = match frame_log
+        .as_deref()
+        .map(crate::datastream::archive::Archive::open)
+    {
+        None => None,
+        Some(Ok(archive)) => Some(archive),
+        Some(Err(e)) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let datastream = crate::datastream::Writer::with(state_dir, plan.run_id, archive);
+    let datastream = crate::datastream::Hub::new(datastream);
+    match wiring::up(state_dir, plan, pipeline, datastream, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
@@ -129,6 +153,9 @@ pub struct Runtime<J> {
     pub control_inputs: mpsc::Receiver<Input>,
     /// The pipeline host's parts.
     pub host: HostParts,
+    /// The datastream, shared by the sink and the control plane's log
+    /// streams.
+    pub datastream: crate::datastream::Hub,
 }
 
 /// What the pipeline host (membership from the first join; the run of the
@@ -235,6 +262,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         leases,
         mut control_inputs,
         host,
+        datastream,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let forward = tx.clone();
@@ -288,6 +316,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         tx,
         view: view.clone(),
         leases: leases.clone(),
+        datastream,
     });
     let clock = TokioClock::start();
     let ports = Ports {

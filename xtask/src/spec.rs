@@ -16,6 +16,7 @@ pub const PARTS: &[&str] = &[
     "madsim.md",
     "runtime.md",
     "control-plane.md",
+    "datastream.md",
     "vastai.md",
     "worker.md",
     "pipeline.md",

@@ -1,9 +1,11 @@
-//! `drover logs NODE [--follow]`: a node's datastream lines, formatted (or
-//! as they are, NDJSON, with `--json`). Following waits for the file to grow
+//! `drover logs NODE [--channel C] [--follow]` and `drover logs --run`: a
+//! node's datastream lines (bootstrap, then its agent's and worker's), or
+//! the orchestrator's own (lifecycle, membership, stage), formatted, or as
+//! they are, NDJSON, with `--json`. Following waits for the file to grow
 //! and stops when `up` is gone and the file has no more lines.
 
 use crate::datastream;
-use crate::exit::{EXIT_FAILURE, EXIT_OK};
+use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 use core_fsm::ids::LogicalNodeId;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::Path;
@@ -12,9 +14,33 @@ use std::time::Duration;
 /// How often a follower looks for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
 
+/// What `drover logs` shows.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    /// The node; `None` with `run`.
+    pub node: Option<String>,
+    /// The orchestrator's own channels instead of a node's.
+    pub run: bool,
+    /// Only lines of this channel.
+    pub channel: Option<String>,
+    /// Keep printing lines as they arrive.
+    pub follow: bool,
+}
+
 /// Runs `drover logs`; returns the exit code.
-pub async fn run(state_dir: &Path, node: &str, follow: bool, json: bool) -> i32 {
-    let node = LogicalNodeId::from(node);
+pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
+    let node = match (&query.node, query.run) {
+        (Some(node), false) => LogicalNodeId::from(node.as_str()),
+        (None, true) => LogicalNodeId::from(datastream::ORCHESTRATOR),
+        (Some(_), true) => {
+            eprintln!("drover logs: name a node or give --run, not both");
+            return EXIT_CONFIG;
+        }
+        (None, false) => {
+            eprintln!("drover logs: name a node (e.g. `workers-0`) or give --run");
+            return EXIT_CONFIG;
+        }
+    };
     if !datastream::is_safe_file_stem(node.as_str()) {
         eprintln!("drover logs: {}", datastream::unsafe_id(&node));
         return EXIT_FAILURE;
@@ -22,22 +48,23 @@ pub async fn run(state_dir: &Path, node: &str, follow: bool, json: bool) -> i32 
     let path = datastream::file_of(state_dir, &node);
     let mut offset = 0u64;
     loop {
-        match print_from(&path, offset, json) {
+        match print_from(&path, offset, json, query.channel.as_deref()) {
             Ok(next) => offset = next,
             Err(e) => {
                 eprintln!("drover: {}: {e}", path.display());
                 return EXIT_FAILURE;
             }
         }
-        if !follow || crate::up::control::running_pid(state_dir).is_none() {
+        if !query.follow || crate::up::control::running_pid(state_dir).is_none() {
             return EXIT_OK;
         }
         tokio::time::sleep(FOLLOW_INTERVAL).await;
     }
 }
 
-/// Prints every whole line from `offset`; returns the offset after them.
-fn print_from(path: &Path, offset: u64, json: bool) -> std::io::Result<u64> {
+/// Prints every whole line from `offset` (of `channel`, when given);
+/// returns the offset after them.
+fn print_from(path: &Path, offset: u64, json: bool, channel: Option<&str>) -> std::io::Result<u64> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
@@ -56,9 +83,15 @@ fn print_from(path: &Path, offset: u64, json: bool) -> std::io::Result<u64> {
         }
         next += n as u64;
         let text = line.trim_end();
+        let Some(record) = datastream::parse_line(text) else {
+            continue;
+        };
+        if channel.is_some_and(|c| c != record.channel) {
+            continue;
+        }
         if json {
             println!("{text}");
-        } else if let Some(record) = datastream::parse_line(text) {
+        } else {
             println!("{}", datastream::format(&record));
         }
     }

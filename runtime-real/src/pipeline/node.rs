@@ -525,9 +525,9 @@ fn dialable(socket: std::net::SocketAddr, orchestrator: &EndpointAddr) -> std::n
 }
 
 fn say(node: &LogicalNodeId, line: &str) {
-    println!("drover-agent[{node}]: {line}");
+    crate::transport::agent_log::say(node, line);
 }
 
 fn warn(node: &LogicalNodeId, line: &str) {
-    eprintln!("drover-agent[{node}]: {line}");
+    crate::transport::agent_log::warn(node, line);
 }

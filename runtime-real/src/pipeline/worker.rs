@@ -97,9 +97,16 @@ pub fn spawn(
     let stderr = child.stderr.take().expect("piped");
     let prefix = format!("drover-worker[{label}]");
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{prefix}: {line}");
+        let mut stderr = BufReader::new(stderr);
+        let mut line = Vec::new();
+        while let Ok(n) = stderr.read_until(b'\n', &mut line).await {
+            if n == 0 {
+                break;
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            crate::transport::agent_log::worker_line(&prefix, std::mem::take(&mut line));
         }
     });
     let expected = Arc::new(AtomicBool::new(false));
@@ -181,8 +188,10 @@ async fn actor(
             let _ = inputs.send(Input::WorkerReady { op }).await;
         }
         // The exit (if it exits) is reported by the supervisor.
-        Ok(other) => eprintln!("drover-agent: the worker said {other:?} before Hello"),
-        Err(e) => eprintln!("drover-agent: {e}"),
+        Ok(other) => crate::transport::agent_log::warn_plain(&format!(
+            "the worker said {other:?} before Hello"
+        )),
+        Err(e) => crate::transport::agent_log::warn_plain(&e.to_string()),
     }
     let mut position: u32 = 0;
     // The activation row width, known once loaded.

@@ -25,6 +25,7 @@ const ROOT: &[&str] = &[
     "pipeline",
     "prompt",
     "sampling",
+    "observability",
 ];
 const GROUP: &[&str] = &[
     "name", "role", "count", "provider", "shape", "boot", "join", "host",
@@ -94,6 +95,7 @@ pub(crate) fn read_plan(
         replacement,
     };
     let pipeline = super::pipeline::read(doc, &mut table, &plan);
+    super::observability::check(doc, &mut table);
     table.finish(doc);
     (plan, pipeline)
 }

@@ -4,10 +4,12 @@
 //! exponential backoff and re-admitted with `Rejoin` (by endpoint id, no
 //! token): the orchestrator may have restarted with the same key.
 //!
-//! Progress goes to stdout, problems to stderr, one line each; during
-//! bootstrap the SSH session forwards both into the datastream. The token is
-//! never printed.
+//! Progress goes to stdout, problems to stderr, one line each, through the
+//! one sink of `agent_log`: while a control connection is up, those lines
+//! and the worker's stderr also go to the orchestrator's datastream on the
+//! log stream (`super::logs`). The token is never printed.
 
+use super::agent_log::{say, warn};
 use super::wire::{ALPN, Frame, FrameError, JoinToken, PROTOCOL_VERSION, read_frame, write_frame};
 use super::{CLOSE_DONE, CLOSE_REJECTED, CLOSE_SHUTDOWN, agent_id_of, build_endpoint};
 use anyhow::Result;
@@ -325,6 +327,8 @@ impl Agent {
             orchestrator: &self.config.orchestrator,
             cache: &self.config.cache,
         };
+        // The log stream lives as long as this control connection.
+        let logs = super::agent_log::forward(&self.endpoint, &self.config.orchestrator, node);
         tokio::select! {
             biased;
             outcome = read_control(conn, recv, node, pipeline) => outcome,
@@ -332,6 +336,7 @@ impl Agent {
                 Some(_) => closed_outcome(conn, true),
                 None => Attempt::Lost(err.to_string()),
             },
+            () = logs => Attempt::Lost("the log stream ended".to_owned()),
         }
     }
 }
@@ -378,7 +383,10 @@ async fn read_control(
                 | Frame::StopStage { .. }),
             )) => match pipeline.handle.as_ref() {
                 Some(handle) => handle.deliver(frame).await,
-                None => warn(node, "a pipeline frame before the Pipeline frame is ignored"),
+                None => warn(
+                    node,
+                    "a pipeline frame before the Pipeline frame is ignored",
+                ),
             },
             Ok(Some(Frame::Shutdown)) => {
                 say(node, "shutdown received; exiting");
@@ -438,12 +446,4 @@ fn default_bind(orchestrator: &EndpointAddr) -> SocketAddr {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     };
     SocketAddr::new(ip, 0)
-}
-
-fn say(node: &LogicalNodeId, line: &str) {
-    println!("drover-agent[{node}]: {line}");
-}
-
-fn warn(node: &LogicalNodeId, line: &str) {
-    eprintln!("drover-agent[{node}]: {line}");
 }

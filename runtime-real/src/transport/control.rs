@@ -283,6 +283,7 @@ async fn bind_port(
         ALPN.to_vec(),
         crate::pipeline::wire::EDGE_ALPN.to_vec(),
         crate::pipeline::wire::WEIGHTS_ALPN.to_vec(),
+        super::logs::LOG_ALPN.to_vec(),
     ];
     if let Some(port) = config.port {
         return build_endpoint(key, SocketAddr::new(config.bind_ip, port), alpns).await;

@@ -58,8 +58,10 @@ struct Session {
 /// The sink the driver dispatches to.
 pub struct RealSink {
     shared: Arc<Shared>,
-    datastream: datastream::Writer,
+    datastream: datastream::Hub,
     view: Arc<Mutex<LiveView>>,
+    /// The last lifecycle line of each node (a repeat is not written again).
+    lifecycle: BTreeMap<LogicalNodeId, String>,
 }
 
 /// What a [`RealSink`] is built from.
@@ -80,12 +82,14 @@ pub struct SinkParts {
     pub view: Arc<Mutex<LiveView>>,
     /// Which node each lease belongs to (kept by the journal's disk).
     pub leases: Arc<Leases>,
+    /// The datastream, shared with the control plane's log streams.
+    pub datastream: datastream::Hub,
 }
 
 impl RealSink {
     /// A sink from its parts.
     pub fn new(parts: SinkParts) -> RealSink {
-        let datastream = datastream::Writer::new(&parts.state_dir);
+        let datastream = parts.datastream;
         let shared = Shared {
             state_dir: parts.state_dir,
             run_id: parts.run_id,
@@ -100,12 +104,13 @@ impl RealSink {
             shared: Arc::new(shared),
             datastream,
             view: parts.view,
+            lifecycle: BTreeMap::new(),
         }
     }
 
     /// Syncs the datastream files (before exit).
     pub fn flush(&mut self) {
-        if let Err(e) = self.datastream.flush() {
+        if let Err(e) = self.datastream.with(|w| w.flush()) {
             eprintln!("drover: datastream flush: {e}");
         }
     }
@@ -237,7 +242,7 @@ impl driver::EffectSink for RealSink {
             }),
             Effect::RevokeJoin(binding) => self.shared.joins.revoke(&binding),
             Effect::Log(record) => {
-                if let Err(e) = self.datastream.append(&record) {
+                if let Err(e) = self.datastream.with(|w| w.append(&record)) {
                     eprintln!("drover: datastream write for {}: {e}", record.node);
                 }
             }
@@ -248,6 +253,12 @@ impl driver::EffectSink for RealSink {
                 failed_reason,
             } => {
                 let lease = self.shared.leases.lease_of(&node);
+                let text = lifecycle_line(&node, stage, ready, failed_reason.as_deref());
+                if self.lifecycle.get(&node) != Some(&text) {
+                    self.lifecycle.insert(node.clone(), text.clone());
+                    let channel = datastream::channel::LIFECYCLE;
+                    self.datastream.event(channel, Some(&node), text);
+                }
                 let node = super::control::LiveNode {
                     id: node,
                     stage,
@@ -260,6 +271,23 @@ impl driver::EffectSink for RealSink {
             }
         }
     }
+}
+
+/// A node's lifecycle change as a datastream line (`lifecycle` channel).
+fn lifecycle_line(
+    node: &LogicalNodeId,
+    stage: core_fsm::node::Lifecycle,
+    ready: bool,
+    failed: Option<&str>,
+) -> String {
+    let mut text = format!("{node}: {stage:?}");
+    if ready {
+        text.push_str(", ready");
+    }
+    if let Some(reason) = failed {
+        text.push_str(&format!(", failed: {reason}"));
+    }
+    text
 }
 
 impl Shared {

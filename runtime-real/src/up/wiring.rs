@@ -110,6 +110,7 @@ pub async fn up(
     state_dir: &Path,
     plan: RunPlan,
     pipeline: Option<crate::pipeline::Prepared>,
+    datastream: crate::datastream::Hub,
     json: bool,
 ) -> anyhow::Result<i32> {
     let (journal, records) = prepare_state(state_dir, &plan)?;
@@ -139,12 +140,19 @@ pub async fn up(
     });
     let (tx, rx) = mpsc::channel(256);
     let tap = crate::pipeline::Tap::default();
-    tokio::spawn(forward_events(events, joins.clone(), tx, tap.clone()));
+    tokio::spawn(forward_events(
+        events,
+        joins.clone(),
+        tx,
+        tap.clone(),
+        datastream.clone(),
+    ));
     let released = joins.clone();
     let leases = Arc::new(Leases::new(move |node, lease| {
         released.released(node, lease);
     }));
     leases.restore(&records);
+    accept_log_streams(&control, leases.clone(), datastream.clone());
     let config = Config {
         plan: plan.clone(),
         seed: seed(),
@@ -170,6 +178,7 @@ pub async fn up(
             control: control.clone(),
             tap,
         },
+        datastream,
     };
     let code = drive(runtime, machine, journal).await;
     // Agents were told to shut down before their leases went, so no
@@ -203,9 +212,11 @@ async fn forward_events(
     joins: Arc<ControlJoins>,
     tx: mpsc::Sender<Input>,
     tap: crate::pipeline::Tap,
+    datastream: crate::datastream::Hub,
 ) {
     let mut rejected: u64 = 0;
     while let Some(event) = events.recv().await {
+        observe(&datastream, &event);
         let (binding, agent) = match event {
             ControlEvent::Joined { binding, agent } | ControlEvent::Rejoined { binding, agent } => {
                 (binding, agent)
@@ -248,6 +259,102 @@ async fn forward_events(
             return;
         }
     }
+}
+
+/// Agents' log connections (`transport::logs`) are served when their
+/// endpoint id holds a live control connection; the node is the one that
+/// connection was admitted for.
+fn accept_log_streams(
+    control: &Arc<ControlPlane>,
+    leases: Arc<Leases>,
+    hub: crate::datastream::Hub,
+) {
+    let (handler, mut conns) = mpsc::channel(LOG_CONNECTIONS_QUEUED);
+    control.route(crate::transport::logs::LOG_ALPN, handler);
+    let control = Arc::downgrade(control);
+    tokio::spawn(async move {
+        while let Some(conn) = conns.recv().await {
+            let agent = crate::transport::agent_id_of(conn.remote_id());
+            let node = control
+                .upgrade()
+                .and_then(|c| c.connected().get(&agent).cloned());
+            let Some(node) = node else {
+                conn.close(
+                    crate::transport::CLOSE_REJECTED,
+                    b"no live control connection",
+                );
+                continue;
+            };
+            let lease = leases.lease_of(&node);
+            let stream =
+                crate::transport::logs::serve_log_stream(conn, agent, node, lease, hub.clone());
+            tokio::spawn(stream);
+        }
+    });
+}
+
+/// Log connections waiting to be looked at.
+const LOG_CONNECTIONS_QUEUED: usize = 64;
+
+/// The orchestrator's own datastream lines for a control-plane event:
+/// membership (joined, rejoined, disconnected) and stage progress. Only
+/// observed: nothing reads these lines back.
+fn observe(hub: &crate::datastream::Hub, event: &ControlEvent) {
+    use crate::datastream::channel::{MEMBERSHIP, STAGE};
+    use crate::transport::wire::Frame;
+    let short = |agent: &AgentId| {
+        agent
+            .as_str()
+            .get(..12)
+            .unwrap_or(agent.as_str())
+            .to_owned()
+    };
+    let (channel, node, text) = match event {
+        ControlEvent::Joined { binding, agent } => {
+            let text = format!(
+                "{}: agent {}.. joined (lease {})",
+                binding.node,
+                short(agent),
+                binding.lease_id
+            );
+            (MEMBERSHIP, &binding.node, text)
+        }
+        ControlEvent::Rejoined { binding, agent } => {
+            let text = format!("{}: agent {}.. rejoined", binding.node, short(agent));
+            (MEMBERSHIP, &binding.node, text)
+        }
+        ControlEvent::Disconnected { agent, node } => (
+            MEMBERSHIP,
+            node,
+            format!("{node}: agent {}.. disconnected", short(agent)),
+        ),
+        ControlEvent::Pipeline { node, frame, .. } => {
+            let text = match frame.as_ref() {
+                Frame::RuntimeReady {
+                    stage,
+                    readiness_id,
+                    ..
+                } => {
+                    format!("{node}: stage {stage} runtime ready (report {readiness_id})")
+                }
+                Frame::ReadyAcked { stage, .. } => format!("{node}: stage {stage} acknowledged"),
+                Frame::StageReport(report) => format!("{node}: {report:?}"),
+                Frame::WeightsFetched {
+                    first_layer,
+                    end_layer,
+                    bytes,
+                    refetched,
+                } => format!(
+                    "{node}: weights {first_layer}..{end_layer} on the node ({bytes} bytes fetched{})",
+                    if *refetched { ", refetched" } else { "" }
+                ),
+                _ => return,
+            };
+            (STAGE, node, text)
+        }
+        ControlEvent::Heartbeat { .. } | ControlEvent::Rejected { .. } => return,
+    };
+    hub.event(channel, Some(node), text);
 }
 
 /// The run's seed: only nonces derive from it, and they must differ between

@@ -1,0 +1,384 @@
+//! The datastream after the handoff, end to end on local nodes (real
+//! processes, real SSH, real iroh): a node's agent and worker lines reach
+//! `drover logs NODE` after its bootstrap lines, numbered on; lines the
+//! agent printed while the orchestrator was away arrive after its rejoin;
+//! the frame archive holds every line once; an archive that cannot be
+//! opened stops `up` before anything starts. Every wait is on an event (a
+//! line, an exit) with a bound.
+
+mod up_support;
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+use up_support::*;
+
+const SETTLE: Duration = Duration::from_secs(60);
+const SERVE: Duration = Duration::from_secs(120);
+const EXIT: Duration = Duration::from_secs(90);
+
+fn is_settled(line: &Value) -> bool {
+    line["event"] == "settled"
+}
+
+/// The trained model the project reads from `../shared/models/`.
+fn model() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+/// A plan of one local node serving the model (as `tests/pipeline.rs`).
+fn pipeline_plan(dir: &Path) -> PathBuf {
+    let worker = Path::new(DROVER).with_file_name("drover-worker");
+    assert!(
+        worker.is_file(),
+        "{} is missing: `cargo build -p workers`",
+        worker.display()
+    );
+    let text = format!(
+        r#"run_id = 1
+
+[model]
+path = "{model}"
+
+[pipeline]
+group = "workers"
+
+[prompt]
+rpc_addr = "127.0.0.1:0"
+
+[[group]]
+name = "workers"
+role = "worker"
+count = 1
+provider = "local"
+
+[group.shape]
+image = "local"
+disk_gb = 1
+
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["echo verifying"]
+start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR=../../slice-cache nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' --heartbeat-ms 200 > agent.log 2>&1 &"
+
+[group.boot.timeouts]
+ssh_connect_timeout = "30s"
+ssh_retry_interval = "200ms"
+join_timeout = "30s"
+"#,
+        model = model().display()
+    );
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `drover --json logs ARGS.. --follow`, its records as they come.
+fn follow(state: &Path, args: &[&str]) -> (Child, Receiver<Value>) {
+    use std::io::BufRead;
+    let mut child = Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--json", "logs"])
+        .args(args)
+        .arg("--follow")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let Ok(value) = serde_json::from_str(&line) else {
+                continue;
+            };
+            if tx.send(value).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Reads records until one matches `want`, at most `bound`; every record
+/// read is kept in `seen`.
+fn until(
+    records: &Receiver<Value>,
+    seen: &mut Vec<Value>,
+    bound: Duration,
+    want: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(record) = records.recv_timeout(left) else {
+            panic!("no matching record within {bound:?}; seen:\n{seen:#?}");
+        };
+        seen.push(record.clone());
+        if want(&record) {
+            return record;
+        }
+    }
+}
+
+/// `drover --json logs ARGS..`, parsed.
+fn logs_json(state: &Path, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["--json", "logs"];
+    all.extend_from_slice(args);
+    let out = drover(state, &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Per stream, the seqs run 1, 2, 3.. in file order: increasing, no gaps.
+fn assert_numbered_without_gaps(lines: &[Value]) {
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for line in lines {
+        let stream = line["stream"].as_str().unwrap().to_owned();
+        let seq = line["seq"].as_u64().unwrap();
+        let before = last.insert(stream.clone(), seq).unwrap_or(0);
+        assert_eq!(
+            seq,
+            before + 1,
+            "{stream} after #{before}: {line}\nall: {lines:#?}"
+        );
+    }
+}
+
+fn channel(line: &Value) -> &str {
+    line["channel"].as_str().unwrap_or("")
+}
+
+#[test]
+fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every_line() {
+    let dir = scratch("ds-pipe");
+    let state = dir.join("state");
+    let plan = pipeline_plan(&dir);
+    // The plan names the archive, relative to the plan's folder.
+    let mut text = std::fs::read_to_string(&plan).unwrap();
+    text.push_str("\n[observability]\nframe_log = \"deep/archive/frames.ndjson\"\n");
+    std::fs::write(&plan, text).unwrap();
+    let archive = dir.join("deep/archive/frames.ndjson");
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, |l| l["event"] == "serving");
+    let (mut follower, records) = follow(&state, &["workers-0"]);
+    let mut seen = Vec::new();
+    // Both kinds, in whatever order they came.
+    let joined = |r: &Value| {
+        channel(r) == "agent.stdout"
+            && r["line"]
+                .as_str()
+                .unwrap_or("")
+                .contains("joined the orchestrator")
+    };
+    let worker = |r: &Value| channel(r) == "worker.stderr";
+    while !(seen.iter().any(joined) && seen.iter().any(worker)) {
+        until(&records, &mut seen, SERVE, |r| joined(r) || worker(r));
+    }
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+
+    let lines = logs_json(&state, &["workers-0"]);
+    assert_numbered_without_gaps(&lines);
+    let first_forwarded = lines
+        .iter()
+        .position(|l| channel(l).starts_with("agent.") || channel(l) == "worker.stderr")
+        .expect("forwarded lines");
+    let last_bootstrap = lines
+        .iter()
+        .rposition(|l| channel(l).starts_with("bootstrap."))
+        .expect("bootstrap lines");
+    assert!(
+        last_bootstrap < first_forwarded,
+        "bootstrap first: {lines:#?}"
+    );
+    assert_eq!(lines[last_bootstrap]["line"], "verifying");
+    let worker: Vec<&Value> = lines
+        .iter()
+        .filter(|l| channel(l) == "worker.stderr")
+        .collect();
+    assert!(
+        worker
+            .iter()
+            .any(|l| l["line"].as_str().unwrap().contains("ready")),
+        "{worker:?}"
+    );
+    assert!(
+        worker
+            .iter()
+            .all(|l| l["source"] == "worker" && l["stream"] == "stderr")
+    );
+    // The agent's own numbers run without a gap too (one agent process).
+    let positions: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l["position"].as_u64())
+        .collect();
+    assert!(positions.windows(2).all(|w| w[1] > w[0]), "{positions:?}");
+    assert!(!lines.iter().any(|l| channel(l) == "gap"), "{lines:#?}");
+    // `--channel` keeps one channel.
+    let only = logs_json(&state, &["workers-0", "--channel", "worker.stderr"]);
+    assert_eq!(only.len(), worker.len());
+    // The orchestrator's own channels.
+    let run = logs_json(&state, &["--run"]);
+    for wanted in ["lifecycle", "membership", "stage"] {
+        assert!(
+            run.iter().any(|l| channel(l) == wanted),
+            "{wanted}: {run:#?}"
+        );
+    }
+    assert_numbered_without_gaps(&run);
+
+    // The archive: every line of every file once, arrivals 1..=n.
+    let text = std::fs::read_to_string(&archive).unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let arrivals: Vec<u64> = records
+        .iter()
+        .map(|r| r["arrival"].as_u64().unwrap())
+        .collect();
+    assert_eq!(arrivals, (1..=records.len() as u64).collect::<Vec<_>>());
+    let key = |node: &Value, stream: &Value, seq: &Value, payload: &Value| {
+        format!("{node} {stream} {seq} {payload}")
+    };
+    let mut archived: Vec<String> = records
+        .iter()
+        .map(|r| key(&r["node"], &r["stream"], &r["position"], &r["payload"]))
+        .collect();
+    let mut written: Vec<String> = lines
+        .iter()
+        .chain(run.iter())
+        .map(|l| key(&l["node"], &l["stream"], &l["seq"], &l["line"]))
+        .collect();
+    archived.sort();
+    written.sort();
+    assert_eq!(archived, written);
+    assert!(records.iter().all(|r| r["encoding"] == "text"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn lines_the_agent_printed_while_up_was_away_arrive_after_its_rejoin() {
+    let dir = scratch("ds-rejoin");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(1));
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, is_settled);
+    let (mut follower, records) = follow(&state, &["workers-0"]);
+    let mut first = Vec::new();
+    let joined = until(&records, &mut first, SETTLE, |r| {
+        channel(r) == "agent.stdout"
+            && r["line"]
+                .as_str()
+                .unwrap_or("")
+                .contains("joined the orchestrator")
+    });
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+
+    let mut up = Up::start(&state, &plan);
+    // `up.pid` is written before the control plane binds: a follower
+    // started after this line follows the second life.
+    up.wait_line(SETTLE, |l| l["event"] == "control");
+    let (mut follower, records) = follow(&state, &["workers-0"]);
+    let mut seen = Vec::new();
+    let rejoined = until(&records, &mut seen, SETTLE, |r| {
+        channel(r) == "agent.stdout"
+            && r["line"]
+                .as_str()
+                .unwrap_or("")
+                .contains("rejoined the orchestrator")
+    });
+    up.wait_line(SETTLE, is_settled);
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+
+    let lines = logs_json(&state, &["workers-0"]);
+    assert_numbered_without_gaps(&lines);
+    let at = |want: &Value| lines.iter().position(|l| l == want).unwrap();
+    // The agent noticed the loss while nobody listened: that line was
+    // buffered and sent once it was back, between its join and its rejoin
+    // in its own numbering, after its join in the file.
+    let lost = lines
+        .iter()
+        .find(|l| {
+            channel(l) == "agent.stderr" && l["line"].as_str().unwrap().contains("connection lost")
+        })
+        .unwrap_or_else(|| panic!("no `connection lost` line: {lines:#?}"));
+    let position = |l: &Value| l["position"].as_u64().unwrap();
+    assert!(position(&joined) < position(lost) && position(lost) < position(&rejoined));
+    assert!(
+        at(&joined) < at(lost) && at(lost) < at(&rejoined),
+        "{lines:#?}"
+    );
+    // Nothing sent twice, nothing lost: one agent process, positions 1.. in order.
+    let positions: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l["position"].as_u64())
+        .collect();
+    assert_eq!(
+        positions,
+        (1..=positions.len() as u64).collect::<Vec<_>>(),
+        "{lines:#?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_frame_log_that_cannot_be_opened_fails_up_with_exit_2_naming_it() {
+    let dir = scratch("ds-noarchive");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(1));
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, "not a folder").unwrap();
+    let bad = blocker.join("frames.ndjson");
+    let plan_arg = plan.display().to_string();
+    let bad_arg = bad.display().to_string();
+    let out = drover(&state, &["up", &plan_arg, "--frame-log", &bad_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&bad_arg) && stderr.contains("frame log"),
+        "{stderr}"
+    );
+    assert!(!state.join("journal.bin").exists(), "nothing started");
+
+    // The same from the plan; and an empty path is a plan error with its place.
+    let mut text = std::fs::read_to_string(&plan).unwrap();
+    text.push_str(&format!("\n[observability]\nframe_log = \"{bad_arg}\"\n"));
+    std::fs::write(&plan, &text).unwrap();
+    let out = drover(&state, &["up", &plan_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&bad_arg), "{stderr}");
+    let empty = text.replace(&format!("\"{bad_arg}\""), "\"\"");
+    std::fs::write(&plan, empty).unwrap();
+    let out = drover(&state, &["plan", &plan_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("observability.frame_log"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
