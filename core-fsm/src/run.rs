@@ -248,7 +248,9 @@ impl Machine {
 
     /// What membership last said of `node`: its agent and liveness.
     pub fn member(&self, node: &LogicalNodeId) -> Option<(&AgentId, Liveness)> {
-        self.members.get(node).map(|(agent, liveness)| (agent, *liveness))
+        self.members
+            .get(node)
+            .map(|(agent, liveness)| (agent, *liveness))
     }
 
     fn stage_of(&self, node: &LogicalNodeId) -> Option<StageIndex> {

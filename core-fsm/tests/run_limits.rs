@@ -16,7 +16,14 @@ use core_fsm::time::{Duration, Instant};
 use run_support::*;
 
 fn serving(context: u32) -> Machine {
-    let mut m = Machine::new(run::Config { context, ..config() }, Instant(0)).unwrap();
+    let mut m = Machine::new(
+        run::Config {
+            context,
+            ..config()
+        },
+        Instant(0),
+    )
+    .unwrap();
     for (t, input) in to_serving(0) {
         m.handle(Instant(t), input);
         m.check_invariants();
@@ -51,7 +58,11 @@ fn no_cap_runs_until_the_context_is_full() {
     // 8th token (seq 7) would need position 10, outside the context.
     let mut m = serving(10);
     let started = m.handle(Instant(100), submit(1, 0));
-    assert!(started.iter().any(|e| matches!(e, Effect::Inject { seq: 0, .. })));
+    assert!(
+        started
+            .iter()
+            .any(|e| matches!(e, Effect::Inject { seq: 0, .. }))
+    );
     let before = feed(&mut m, 7);
     assert!(before.iter().all(|e| !e.is_terminal()), "{before:?}");
     let last = events(&m.handle(Instant(300), token(1, 7, false)));
@@ -103,7 +114,10 @@ fn a_prompt_that_fills_the_context_or_is_empty_is_invalid() {
     };
     let empty = events(&m.handle(Instant(101), empty));
     assert!(
-        matches!(&empty[..], [PromptEvent::Fault(PromptFault::Invalid { .. })]),
+        matches!(
+            &empty[..],
+            [PromptEvent::Fault(PromptFault::Invalid { .. })]
+        ),
         "{empty:?}"
     );
     m.check_invariants();
@@ -120,7 +134,10 @@ fn an_explicit_split_is_followed_and_checked() {
     );
     assert_eq!(
         plan_split(5, 3, &nodes, &[2, 2]),
-        Err(PlanningError::SplitLength { stages: 3, given: 2 })
+        Err(PlanningError::SplitLength {
+            stages: 3,
+            given: 2
+        })
     );
     for bad in [[1, 3, 2], [0, 4, 1]] {
         assert_eq!(
@@ -170,7 +187,10 @@ fn the_host_passes_the_barrier_only_with_tracked_alive_members() {
         h.handle(Instant(1), pipeline::Input::Run(ready(i)));
         h.check_invariants();
     }
-    assert!(matches!(h.run().unwrap().phase(), Phase::AwaitingReadiness(_)));
+    assert!(matches!(
+        h.run().unwrap().phase(),
+        Phase::AwaitingReadiness(_)
+    ));
     let mut acks = 0;
     for i in 0..3 {
         let effects = h.handle(Instant(2), track(i));

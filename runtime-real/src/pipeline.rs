@@ -128,15 +128,23 @@ fn nodes_of(plan: &RunPlan, spec: &PipelineSpec) -> Result<Vec<LogicalNodeId>, S
         .collect())
 }
 
+/// The host's input and shared state, as the tap reaches them.
+type TapTarget = (mpsc::Sender<core_fsm::pipeline::Input>, Arc<HostShared>);
+
 /// Where control-plane events of a running pipeline go.
 #[derive(Clone, Default)]
 pub struct Tap {
-    inner: Arc<Mutex<Option<(mpsc::Sender<core_fsm::pipeline::Input>, Arc<HostShared>)>>>,
+    inner: Arc<Mutex<Option<TapTarget>>>,
 }
 
 impl Tap {
     /// A pipeline frame of `agent`.
-    pub async fn frame(&self, agent: AgentId, node: LogicalNodeId, frame: crate::transport::wire::Frame) {
+    pub async fn frame(
+        &self,
+        agent: AgentId,
+        node: LogicalNodeId,
+        frame: crate::transport::wire::Frame,
+    ) {
         let target = self.inner.lock().expect("tap").clone();
         if let Some((tx, shared)) = target
             && let Some(input) = shared.frame_input(agent, node, frame)
@@ -167,10 +175,14 @@ impl Tap {
     }
 }
 
-/// What the live view hears from the host.
+/// What `up`'s view hears from the host.
 pub struct ViewHooks {
+    /// Lines for machines (`--json`).
+    pub json: bool,
+    /// A client's `Shutdown` request.
+    pub stop: mpsc::Sender<()>,
     /// A node's liveness changed.
-    pub liveness: Box<dyn Fn(&LogicalNodeId, core_fsm::membership::Liveness) + Send + Sync>,
+    pub liveness: host::LivenessHook,
     /// A node's agent heartbeated.
     pub heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
 }
@@ -194,8 +206,6 @@ pub fn start(
     control: Arc<ControlPlane>,
     state_dir: &Path,
     tap: &Tap,
-    stop: mpsc::Sender<()>,
-    json: bool,
     views: ViewHooks,
     spec: Option<(Arc<Model>, PipelineSpec)>,
 ) -> Running {
@@ -204,7 +214,8 @@ pub fn start(
         None => (None, None),
     };
     let mut shared = HostShared::new(run_id, control.clone(), model, spec, state_dir.to_owned());
-    shared.json = json;
+    shared.json = views.json;
+    let stop = views.stop;
     shared.on_liveness = views.liveness;
     shared.on_heartbeat = views.heartbeat;
     let shared = Arc::new(shared);
@@ -291,7 +302,8 @@ impl Running {
             })
             .collect();
         self.shared.update(|s| s.stages = stages_status);
-        *self.shared.parts.lock().expect("parts") = Some((stages.clone(), prepared.weights.clone()));
+        *self.shared.parts.lock().expect("parts") =
+            Some((stages.clone(), prepared.weights.clone()));
         let context = match prepared.spec.ctx {
             0 => prepared.model.context(),
             ctx => ctx.min(prepared.model.context()),

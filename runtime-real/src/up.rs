@@ -285,6 +285,8 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let hooks = {
         let (a, b) = (view.clone(), view.clone());
         crate::pipeline::ViewHooks {
+            json,
+            stop: stop_tx,
             liveness: Box::new(move |node, l| a.lock().expect("view").liveness(node, l)),
             heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
         }
@@ -298,8 +300,6 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         host.control.clone(),
         &state_dir,
         &host.tap,
-        stop_tx,
-        json,
         hooks,
         spec,
     );
@@ -353,7 +353,10 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                     .filter(|a| !view.lock().expect("view").is_ready(&a.node))
                     .map(|a| a.node.to_string())
                     .collect();
-                let error = format!("the pipeline's nodes are not all ready: {}", unready.join(", "));
+                let error = format!(
+                    "the pipeline's nodes are not all ready: {}",
+                    unready.join(", ")
+                );
                 if json {
                     let line = serde_json::json!({"event": "pipeline_failed", "error": error});
                     view::println_flush(&line.to_string());
@@ -527,7 +530,9 @@ where
     if !over.load(Ordering::SeqCst) {
         let _ = running
             .tx
-            .send(core_fsm::pipeline::Input::Run(core_fsm::run::Input::Shutdown))
+            .send(core_fsm::pipeline::Input::Run(
+                core_fsm::run::Input::Shutdown,
+            ))
             .await;
         let until = tokio::time::timeout(
             RUN_STOP_BOUND,

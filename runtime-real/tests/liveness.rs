@@ -50,14 +50,23 @@ fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
     }
     let pids = node_pids(&state);
     let (victim, _) = agents[0];
-    let killed = Command::new("kill").arg("-9").arg(victim.to_string()).status().unwrap();
+    let killed = Command::new("kill")
+        .arg("-9")
+        .arg(victim.to_string())
+        .status()
+        .unwrap();
     assert!(killed.success());
-    let dead = up.wait_line(DEAD, |l| l["event"] == "liveness" && l["liveness"] == "Dead");
+    let dead = up.wait_line(DEAD, |l| {
+        l["event"] == "liveness" && l["liveness"] == "Dead"
+    });
     let id = dead["id"].as_str().unwrap().to_owned();
     let seen = status(&state);
     let row = node(&seen, &id);
     assert_eq!(row["liveness"], "Dead", "{seen}");
-    assert_eq!(row["ready"], false, "a Dead node is never shown ready: {seen}");
+    assert_eq!(
+        row["ready"], false,
+        "a Dead node is never shown ready: {seen}"
+    );
     assert!(row["heartbeat_age_ms"].as_u64().unwrap() >= 4000, "{seen}");
     let others: Vec<_> = (0..3)
         .map(|i| format!("workers-{i}"))
@@ -73,7 +82,11 @@ fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
     let after = status(&state);
     for i in 0..3 {
-        assert_eq!(node(&after, &format!("workers-{i}"))["stage"], "Destroyed", "{after}");
+        assert_eq!(
+            node(&after, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{after}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

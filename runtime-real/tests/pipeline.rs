@@ -88,13 +88,20 @@ fn reference(max_tokens: u32) -> String {
         .args(["--prompt", PROMPT, "--max-tokens", &max_tokens.to_string()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
 /// `drover prompt TEXT --max-tokens N`: (exit code, stdout).
 fn prompt(state: &Path, text: &str, max_tokens: u32) -> (i32, String) {
-    let out = drover(state, &["prompt", text, "--max-tokens", &max_tokens.to_string()]);
+    let out = drover(
+        state,
+        &["prompt", text, "--max-tokens", &max_tokens.to_string()],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}");
     (
@@ -109,7 +116,11 @@ fn fetched(up: &mut Up, stages: usize) -> Vec<(String, u64, bool)> {
         .map(|_| {
             let line = up.wait_line(SERVE, |l| l["event"] == "weights");
             let range = line["layers"].as_str().unwrap().to_owned();
-            (range, line["bytes_fetched"].as_u64().unwrap(), line["refetched"] == true)
+            (
+                range,
+                line["bytes_fetched"].as_u64().unwrap(),
+                line["refetched"] == true,
+            )
         })
         .collect();
     out.sort();
@@ -179,7 +190,10 @@ fn three_stages_fetch_only_their_slices_reuse_the_cache_and_refetch_a_corrupt_on
         let (a, b) = range.split_once("..").unwrap();
         let layers = a.parse().unwrap()..b.parse().unwrap();
         let slice = model.slice(layers).unwrap().data_bytes();
-        assert!(*bytes <= slice + model.header_len + 64 * 1024, "{range}: {bytes}");
+        assert!(
+            *bytes <= slice + model.header_len + 64 * 1024,
+            "{range}: {bytes}"
+        );
         assert!(*bytes >= slice, "{range}: {bytes} < {slice}");
     }
 
@@ -225,7 +239,10 @@ fn more_stages_than_layers_is_a_plan_error() {
     let out = drover(&state, &["up", plan.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("6 stages for a model of 5 layers"), "{stderr}");
+    assert!(
+        stderr.contains("6 stages for a model of 5 layers"),
+        "{stderr}"
+    );
     assert!(!state.join("journal.bin").exists(), "nothing is rented");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -260,12 +277,19 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
     // A request with no cap runs until the context is full; kill a worker
     // once its first text arrived.
     let addr = runtime_real::prompt::read_addr(&state).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let (first, terminal) = rt.block_on(async {
         let mut client = runtime_real::prompt::Client::connect(addr).await.unwrap();
         client.submit(1, PROMPT, None).await.unwrap();
         let first = client.next().await.unwrap().unwrap();
-        let killed = Command::new("kill").arg("-9").arg(workers[1].to_string()).status().unwrap();
+        let killed = Command::new("kill")
+            .arg("-9")
+            .arg(workers[1].to_string())
+            .status()
+            .unwrap();
         assert!(killed.success());
         let terminal = tokio::time::timeout(Duration::from_secs(30), async {
             loop {
@@ -280,9 +304,15 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
         .expect("the request ends within the bound");
         (first, terminal)
     });
-    assert!(matches!(first, runtime_real::prompt::ServerMsg::TextDelta { .. }), "{first:?}");
     assert!(
-        matches!(terminal, Some(runtime_real::prompt::ServerMsg::Fault { .. })),
+        matches!(first, runtime_real::prompt::ServerMsg::TextDelta { .. }),
+        "{first:?}"
+    );
+    assert!(
+        matches!(
+            terminal,
+            Some(runtime_real::prompt::ServerMsg::Fault { .. })
+        ),
         "{terminal:?}"
     );
     // The run fails: exit 1, every lease destroyed, no process left.
@@ -291,7 +321,11 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
     assert_eq!(running(&workers), Vec::<u32>::new(), "workers left");
     let status = status(&state);
     for i in 0..3 {
-        assert_eq!(node(&status, &format!("workers-{i}"))["stage"], "Destroyed", "{status}");
+        assert_eq!(
+            node(&status, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{status}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -303,12 +337,23 @@ fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everythin
     // A 100 MB model, so loading takes a while.
     let big = dir.join("big.gguf");
     let made = Command::new(worker())
-        .args(["make-model", "--shape", "0.5b,layers=4,vocab=512", "--type", "q8_0", "--vocab-from"])
+        .args([
+            "make-model",
+            "--shape",
+            "0.5b,layers=4,vocab=512",
+            "--type",
+            "q8_0",
+            "--vocab-from",
+        ])
         .arg(model())
         .arg(&big)
         .output()
         .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let text = std::fs::read_to_string(pipeline_plan(&dir, 2, "split = [3, 1]")).unwrap();
     let text = text.replace(&model().display().to_string(), &big.display().to_string());
     let plan = dir.join("big.toml");
@@ -325,12 +370,19 @@ fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everythin
         "{error}"
     );
     assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));
-    assert!(!up.seen.iter().any(|l| l.contains("\"serving\"")), "never served");
+    assert!(
+        !up.seen.iter().any(|l| l.contains("\"serving\"")),
+        "never served"
+    );
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
     assert_eq!(workers_of(&state), Vec::<u32>::new(), "workers left");
     let status = status(&state);
     for i in 0..2 {
-        assert_eq!(node(&status, &format!("workers-{i}"))["stage"], "Destroyed", "{status}");
+        assert_eq!(
+            node(&status, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{status}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -28,14 +28,25 @@ fn two_containers_serve_the_model_as_one_process_does_and_stop_removes_them() {
         "[model]\npath = \"{}\"\n\n[pipeline]\ngroup = \"workers\"\n\n[prompt]\nrpc_addr = \"127.0.0.1:0\"\n\n",
         model.display()
     );
-    let plan_text = docker_plan(2, "", AGENT_START).replacen("\n[[group]]", &format!("\n{sections}[[group]]"), 1);
+    let plan_text = docker_plan(2, "", AGENT_START).replacen(
+        "\n[[group]]",
+        &format!("\n{sections}[[group]]"),
+        1,
+    );
     let plan = dir.join("plan.toml");
     std::fs::write(&plan, plan_text).unwrap();
     let mut up = Up::start(&state, &plan);
     up.wait_line(SERVE, |l| l["event"] == "serving");
     assert_eq!(containers_of(&state).len(), 2);
-    let out = drover(&state, &["prompt", "Once upon a time", "--max-tokens", "48"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = drover(
+        &state,
+        &["prompt", "Once upon a time", "--max-tokens", "48"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let worker = Path::new(DROVER).with_file_name("drover-worker");
     let reference = Command::new(worker)
         .args(["generate", "--model"])

@@ -20,13 +20,23 @@ fn workspace() -> PathBuf {
 
 fn build() -> Result<PathBuf, String> {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--release", "--locked", "-p", "runtime-real", "-p", "workers"])
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--locked",
+            "-p",
+            "runtime-real",
+            "-p",
+            "workers",
+        ])
         .status()
         .map_err(|e| e.to_string())?;
     if !status.success() {
         return Err("the release build failed".into());
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), PathBuf::from);
     Ok(target.join("release"))
 }
 
@@ -155,14 +165,19 @@ fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
         .output()
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or("no bench JSON")?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or("no bench JSON")?;
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
     v["decode_tokens_per_s"]
         .as_f64()
         .ok_or_else(|| format!("no decode_tokens_per_s in {line}"))
 }
 
-const STORY: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+const STORY: &str =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
 
 /// The benchmark.
 pub fn bench_pipeline() -> Result<(), String> {
@@ -170,7 +185,10 @@ pub fn bench_pipeline() -> Result<(), String> {
     let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
     let decode = 48;
     let root = bench_dir().join("pipeline");
-    println!("model {} (0.5b shape, q8_0); {decode} decode tokens; local nodes", model.display());
+    println!(
+        "model {} (0.5b shape, q8_0); {decode} decode tokens; local nodes",
+        model.display()
+    );
     let reference = one_process(&bin, &model, decode)?;
     println!("one drover-worker process: decode {reference:.1} tokens/s");
     println!("stages  decode tok/s  vs 1 process  added per token per extra stage");
@@ -190,11 +208,17 @@ pub fn bench_pipeline() -> Result<(), String> {
                 format!("{:.0} µs", per * 1e6)
             }
         };
-        println!("{stages:<7} {rate:<13.1} {:<13} {added}", format!("{:.2}x", rate / reference));
+        println!(
+            "{stages:<7} {rate:<13.1} {:<13} {added}",
+            format!("{:.2}x", rate / reference)
+        );
         let prefill_text = STORY.repeat(32);
         if stages == 1 || stages == 4 {
             let (ttft, _, _) = prompt(&addr, &prefill_text, 1)?;
-            println!("        prefill of ~512 tokens ({stages} stage(s)): {:.0} ms to the first token", ttft.as_secs_f64() * 1e3);
+            println!(
+                "        prefill of ~512 tokens ({stages} stage(s)): {:.0} ms to the first token",
+                ttft.as_secs_f64() * 1e3
+            );
         }
         drop(up);
     }

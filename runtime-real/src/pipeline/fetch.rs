@@ -76,7 +76,10 @@ fn cached_ok(path: &Path, w: &WeightsRef) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     if digest != w.slice_sha256 {
-        return Err(format!("its tensors' sha256 is {digest}, the provision's {}", w.slice_sha256));
+        return Err(format!(
+            "its tensors' sha256 is {digest}, the provision's {}",
+            w.slice_sha256
+        ));
     }
     Ok(())
 }
@@ -138,8 +141,10 @@ pub async fn slice(
         offsets.insert(offset, at..at + len as usize);
         at += len as usize;
     }
-    let (digest, _) = slice_digest(&plan, |offset, _| Ok(data[offsets[&offset].clone()].to_vec()))
-        .map_err(|e| e.to_string())?;
+    let (digest, _) = slice_digest(&plan, |offset, _| {
+        Ok(data[offsets[&offset].clone()].to_vec())
+    })
+    .map_err(|e| e.to_string())?;
     if digest != w.slice_sha256 {
         return Err(format!(
             "the fetched tensors' sha256 is {digest}, the provision's {}",

@@ -21,6 +21,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use workers::tokenizer::Utf8Stream;
 
+/// The run's stages (node and agent, in order) and their weights.
+pub type RunParts = (Vec<(LogicalNodeId, AgentId)>, Vec<wire::WeightsRef>);
+
+/// What the live view is told of a liveness change.
+pub type LivenessHook = Box<dyn Fn(&LogicalNodeId, Liveness) + Send + Sync>;
+
 /// One client request in flight.
 struct Client {
     request_id: u64,
@@ -54,9 +60,9 @@ pub struct HostShared {
     pub status: Mutex<super::status::PipelineStatus>,
     /// The run's stages (node and agent, in order) and their weights, set
     /// when the run begins.
-    pub parts: Mutex<Option<(Vec<(LogicalNodeId, AgentId)>, Vec<wire::WeightsRef>)>>,
+    pub parts: Mutex<Option<RunParts>>,
     /// Told every liveness change (the live view).
-    pub on_liveness: Box<dyn Fn(&LogicalNodeId, Liveness) + Send + Sync>,
+    pub on_liveness: LivenessHook,
     /// Told every heartbeat (the live view's heartbeat age).
     pub on_heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
     clients: Mutex<BTreeMap<RequestId, Client>>,
@@ -97,7 +103,11 @@ impl HostShared {
     pub async fn finished(&self) -> Result<(), RunError> {
         let mut done = self.done.subscribe();
         let _ = done.wait_for(|d| *d).await;
-        self.outcome.lock().expect("outcome").clone().unwrap_or(Ok(()))
+        self.outcome
+            .lock()
+            .expect("outcome")
+            .clone()
+            .unwrap_or(Ok(()))
     }
 
     /// The model; only a plan with a pipeline begins a run.
@@ -119,7 +129,10 @@ impl HostShared {
                 readiness_id,
                 addr,
             } => {
-                self.addrs.lock().expect("addrs").insert(agent.clone(), addr);
+                self.addrs
+                    .lock()
+                    .expect("addrs")
+                    .insert(agent.clone(), addr);
                 run::Input::RuntimeReady {
                     run_id,
                     node,
@@ -190,7 +203,10 @@ impl HostShared {
                     events,
                     text: Utf8Stream::default(),
                 };
-                self.clients.lock().expect("clients").insert(request, client);
+                self.clients
+                    .lock()
+                    .expect("clients")
+                    .insert(request, client);
                 self.update(|s| s.submitted());
                 // No cap named: EOS or the context ends it.
                 let max_tokens = max_tokens.unwrap_or(0);
@@ -302,7 +318,11 @@ pub struct HostSink {
 
 impl HostSink {
     /// The sink of a host; `calls` takes the prompt service's calls.
-    pub fn new(shared: Arc<HostShared>, tx: mpsc::Sender<Input>, calls: mpsc::Sender<Call>) -> HostSink {
+    pub fn new(
+        shared: Arc<HostShared>,
+        tx: mpsc::Sender<Input>,
+        calls: mpsc::Sender<Call>,
+    ) -> HostSink {
         HostSink {
             shared,
             tx,
@@ -337,14 +357,24 @@ impl HostSink {
         let shared = self.shared.clone();
         let tx = self.tx.clone();
         let run_id = shared.run_id;
-        let (first_agent, last_agent) = (self.stages[0].1.clone(), self.stages.last().expect("a stage").1.clone());
-        let addr = shared.addrs.lock().expect("addrs").get(&first_agent).cloned();
+        let (first_agent, last_agent) = (
+            self.stages[0].1.clone(),
+            self.stages.last().expect("a stage").1.clone(),
+        );
+        let addr = shared
+            .addrs
+            .lock()
+            .expect("addrs")
+            .get(&first_agent)
+            .cloned();
         let token_in = self.token_in.clone();
         let endpoint = shared.control.endpoint().clone();
         tokio::spawn(async move {
             let fault = |reason: String| Input::Run(run::Input::EndpointFault { run_id, reason });
             let Some(addr) = addr else {
-                let _ = tx.send(fault("stage 0 reported no edge address".to_owned())).await;
+                let _ = tx
+                    .send(fault("stage 0 reported no edge address".to_owned()))
+                    .await;
                 return;
             };
             let to = match parse_addr(&addr) {
@@ -357,13 +387,18 @@ impl HostSink {
             let failed_tx = tx.clone();
             let failed = move |reason: String| {
                 tokio::spawn(async move {
-                    let _ = failed_tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+                    let _ = failed_tx
+                        .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+                        .await;
                 });
             };
             match edges::dial(&endpoint, to, run_id, 0, failed).await {
                 Ok((queue, _conn)) => {
                     *token_in.lock().expect("token in") = Some(queue);
-                    let ready = run::Input::TokenEndpointReady { run_id, endpoint: TokenEndpoint::In };
+                    let ready = run::Input::TokenEndpointReady {
+                        run_id,
+                        endpoint: TokenEndpoint::In,
+                    };
                     let _ = tx.send(Input::Run(ready)).await;
                 }
                 Err(reason) => {
@@ -374,14 +409,25 @@ impl HostSink {
         let (conns_tx, conns_rx) = mpsc::channel(4);
         self.shared.control.route(wire::EDGE_ALPN, conns_tx);
         let last_edge = self.stages.len() as u32;
-        self.token_out = Some(tokio::spawn(token_out(self.shared.clone(), self.tx.clone(), conns_rx, last_agent, last_edge)));
+        self.token_out = Some(tokio::spawn(token_out(
+            self.shared.clone(),
+            self.tx.clone(),
+            conns_rx,
+            last_agent,
+            last_edge,
+        )));
         // Every stage fetches its slice now; loading stays one at a time.
         for ((node, agent), w) in self.stages.iter().zip(&self.weights) {
             self.send(node, agent, Frame::Prefetch(Box::new(w.clone())));
         }
     }
 
-    fn provision(&self, node: &LogicalNodeId, agent: &AgentId, provision: core_fsm::stage::Provision) {
+    fn provision(
+        &self,
+        node: &LogicalNodeId,
+        agent: &AgentId,
+        provision: core_fsm::stage::Provision,
+    ) {
         let stage = provision.stage as usize;
         let downstream = match self.stages.get(stage + 1) {
             Some((_, next)) => self.shared.addrs.lock().expect("addrs").get(next).cloned(),
@@ -389,7 +435,10 @@ impl HostSink {
         };
         let Some(downstream) = downstream else {
             let reason = format!("stage {} reported no edge address", stage + 1);
-            self.input(run::Input::SendFailed { node: node.clone(), reason });
+            self.input(run::Input::SendFailed {
+                node: node.clone(),
+                reason,
+            });
             return;
         };
         let upstream = match stage {
@@ -437,7 +486,9 @@ impl HostSink {
             };
             if !sent {
                 let reason = "the token-in edge is closed".to_owned();
-                let _ = tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+                let _ = tx
+                    .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+                    .await;
             }
         });
     }
@@ -447,7 +498,8 @@ impl HostSink {
         let result = match crate::prompt::Server::bind(addr).await {
             Ok(server) => {
                 let bound = server.local_addr();
-                self.shared.update(|s| s.prompt_addr = Some(bound.to_string()));
+                self.shared
+                    .update(|s| s.prompt_addr = Some(bound.to_string()));
                 let calls = self.calls.take().expect("the prompt service opens once");
                 self.prompt = Some(server.serve(calls));
                 match crate::prompt::write_addr(&self.shared.state_dir, bound) {
@@ -485,7 +537,11 @@ impl driver::EffectSink<Effect> for HostSink {
     async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
         let effect = match effect {
             Effect::Liveness { node, liveness, .. } => {
-                self.shared.liveness.lock().expect("liveness").insert(node.clone(), liveness);
+                self.shared
+                    .liveness
+                    .lock()
+                    .expect("liveness")
+                    .insert(node.clone(), liveness);
                 (self.shared.on_liveness)(&node, liveness);
                 return;
             }
@@ -504,9 +560,20 @@ impl driver::EffectSink<Effect> for HostSink {
                 run_id,
                 readiness_id,
                 ..
-            } => self.send(&node, &agent, Frame::ReadyAck { run_id, readiness_id }),
+            } => self.send(
+                &node,
+                &agent,
+                Frame::ReadyAck {
+                    run_id,
+                    readiness_id,
+                },
+            ),
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
-            run::Effect::ProvisionStage { node, agent, provision } => {
+            run::Effect::ProvisionStage {
+                node,
+                agent,
+                provision,
+            } => {
                 self.shared.update(|s| s.loading(provision.stage));
                 let (stage, layers) = (provision.stage, provision.layers);
                 let line = if self.shared.json {
@@ -518,7 +585,11 @@ impl driver::EffectSink<Effect> for HostSink {
                 self.provision(&node, &agent, provision);
             }
             run::Effect::OpenPromptService { op } => self.open_prompt(op).await,
-            run::Effect::Inject { request, seq, tokens } => self.inject(request, seq, tokens),
+            run::Effect::Inject {
+                request,
+                seq,
+                tokens,
+            } => self.inject(request, seq, tokens),
             run::Effect::Prompt { request, event } => self.shared.tell(request, event),
             run::Effect::StopStage { node, stage } => {
                 if let Some((_, agent)) = self.stages.get(stage as usize) {
@@ -569,16 +640,30 @@ async fn token_out(
                 continue;
             }
         }
-        let ready = run::Input::TokenEndpointReady { run_id, endpoint: TokenEndpoint::Out };
+        let ready = run::Input::TokenEndpointReady {
+            run_id,
+            endpoint: TokenEndpoint::Out,
+        };
         if tx.send(Input::Run(ready)).await.is_err() {
             return;
         }
         let reason = loop {
             match edges::next(&mut recv).await {
-                Ok(Some(EdgeFrame::Token { request, seq, token, .. })) => {
+                Ok(Some(EdgeFrame::Token {
+                    request,
+                    seq,
+                    token,
+                    ..
+                })) => {
                     let eos = shared.model().tokenizer.is_eog(token);
                     let request = RequestId(request);
-                    let input = run::Input::Token { run_id, request, seq, token, eos };
+                    let input = run::Input::Token {
+                        run_id,
+                        request,
+                        seq,
+                        token,
+                        eos,
+                    };
                     if tx.send(Input::Run(input)).await.is_err() {
                         return;
                     }
@@ -588,8 +673,9 @@ async fn token_out(
                 Err(e) => break format!("token-out: {e}"),
             }
         };
-        let _ = tx.send(Input::Run(run::Input::EndpointFault { run_id, reason })).await;
+        let _ = tx
+            .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+            .await;
         return;
     }
 }
-

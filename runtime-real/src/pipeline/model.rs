@@ -47,8 +47,8 @@ impl Model {
         let label = path.display().to_string();
         let mut file = std::fs::File::open(path).map_err(|e| format!("{label}: {e}"))?;
         let size = file.metadata().map_err(|e| format!("{label}: {e}"))?.len();
-        let header = read_header(std::io::BufReader::new(&file), size, &label)
-            .map_err(|e| e.to_string())?;
+        let header =
+            read_header(std::io::BufReader::new(&file), size, &label).map_err(|e| e.to_string())?;
         let config = Config::from_header(&header, &label).map_err(|e| e.to_string())?;
         let tokenizer = Tokenizer::from_gguf(&header).map_err(|e| format!("{label}: {e}"))?;
         let header_len = header.data_offset;
@@ -177,7 +177,10 @@ impl Model {
             total += len;
         }
         if total > self.size {
-            return Err(format!("asks for {total} bytes of a {}-byte model", self.size));
+            return Err(format!(
+                "asks for {total} bytes of a {}-byte model",
+                self.size
+            ));
         }
         Ok(())
     }

@@ -74,11 +74,15 @@ impl Shared {
         fetches.insert(key, rx.clone());
         let (this, w) = (self.clone(), w.clone());
         tokio::spawn(async move {
-            let result = fetch::slice(&this.endpoint, this.orchestrator.clone(), &w, &this.cache).await;
+            let result =
+                fetch::slice(&this.endpoint, this.orchestrator.clone(), &w, &this.cache).await;
             match &result {
                 Ok(f) if f.bytes_fetched == 0 => say(
                     &this.node,
-                    &format!("weights {}..{}: the cached slice is reused (0 bytes fetched)", w.first_layer, w.end_layer),
+                    &format!(
+                        "weights {}..{}: the cached slice is reused (0 bytes fetched)",
+                        w.first_layer, w.end_layer
+                    ),
                 ),
                 Ok(f) => say(
                     &this.node,
@@ -87,7 +91,10 @@ impl Shared {
                         w.first_layer, w.end_layer, f.bytes_fetched, w.header_len, w.slice_bytes
                     ),
                 ),
-                Err(e) => warn(&this.node, &format!("weights {}..{}: {e}", w.first_layer, w.end_layer)),
+                Err(e) => warn(
+                    &this.node,
+                    &format!("weights {}..{}: {e}", w.first_layer, w.end_layer),
+                ),
             }
             if let Ok(f) = &result {
                 let _ = this.to_orch.try_send(Frame::WeightsFetched {
@@ -160,7 +167,12 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
     let (edge_tx, edge_rx) = mpsc::channel(16);
     tokio::spawn(edges::accept_loop(config.endpoint.clone(), edge_tx));
     tokio::spawn(edges::accept(config.run_id, edge_rx, rendezvous.clone()));
-    tokio::spawn(route(inbox_rx, shared.clone(), tx.clone(), orchestrator_id.clone()));
+    tokio::spawn(route(
+        inbox_rx,
+        shared.clone(),
+        tx.clone(),
+        orchestrator_id.clone(),
+    ));
     let clock = TokioClock::start();
     let machine = Machine::new(
         Config {
@@ -287,9 +299,9 @@ impl driver::EffectSink<Effect> for NodeSink {
     async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
         match effect {
             Effect::SpawnWorker { op } => {
-                let stage = Some(self.shared.stage);
+                let stage = self.shared.stage;
                 let label = self.shared.node.to_string();
-                let result = worker::spawn(op, stage.unwrap_or(0), &label, self.tx.clone());
+                let result = worker::spawn(op, stage, &label, self.tx.clone());
                 let result = result.map(|handle| {
                     *self.shared.worker.lock().expect("worker") = Some(handle);
                 });
@@ -339,7 +351,10 @@ impl NodeSink {
         // A report lost with a connection is resent (readiness) or
         // superseded by the run's timeouts.
         if self.to_orch.try_send(frame).is_err() {
-            warn(&self.shared.node, "the orchestrator's queue is full; a report was dropped");
+            warn(
+                &self.shared.node,
+                "the orchestrator's queue is full; a report was dropped",
+            );
         }
     }
 
@@ -366,12 +381,18 @@ impl NodeSink {
                     };
                     let expected = shared.order(stage).map(|o| o.upstream);
                     if expected.as_ref() != Some(&inbound.from) {
-                        let why = format!("edge {} came from {}, not the upstream stage", edge.id, inbound.from);
+                        let why = format!(
+                            "edge {} came from {}, not the upstream stage",
+                            edge.id, inbound.from
+                        );
                         inbound.conn.close(3u32.into(), b"unexpected sender");
                         let _ = tx.send(fault(why)).await;
                         return;
                     }
-                    let ready = Input::Stage { stage, input: stage::Input::InboundReady };
+                    let ready = Input::Stage {
+                        stage,
+                        input: stage::Input::InboundReady,
+                    };
                     if tx.send(ready).await.is_err() {
                         return;
                     }
@@ -380,12 +401,17 @@ impl NodeSink {
                             Ok(Some(EdgeFrame::Step(step))) => {
                                 let seq = step.step;
                                 shared.pending.lock().expect("pending").insert(seq, step);
-                                let arrived = Input::Stage { stage, input: stage::Input::StepArrived { seq } };
+                                let arrived = Input::Stage {
+                                    stage,
+                                    input: stage::Input::StepArrived { seq },
+                                };
                                 if tx.send(arrived).await.is_err() {
                                     return;
                                 }
                             }
-                            Ok(Some(other)) => break format!("edge {}: unexpected {other:?}", edge.id),
+                            Ok(Some(other)) => {
+                                break format!("edge {}: unexpected {other:?}", edge.id);
+                            }
                             Ok(None) => break format!("edge {} closed", edge.id),
                             Err(e) => break format!("edge {}: {e}", edge.id),
                         }
@@ -414,15 +440,35 @@ impl NodeSink {
             }
             stage::Effect::ExecuteStep { seq } => {
                 let step = self.shared.pending.lock().expect("pending").remove(&seq);
-                let out = self.shared.outbound.lock().expect("outbound").get(&stage).cloned();
-                let last = self.shared.order(stage).is_some_and(|o| o.provision.stage + 1 == o.provision.stage_count);
-                let jobs = self.shared.worker.lock().expect("worker").as_ref().map(|w| w.jobs.clone());
+                let out = self
+                    .shared
+                    .outbound
+                    .lock()
+                    .expect("outbound")
+                    .get(&stage)
+                    .cloned();
+                let last = self
+                    .shared
+                    .order(stage)
+                    .is_some_and(|o| o.provision.stage + 1 == o.provision.stage_count);
+                let jobs = self
+                    .shared
+                    .worker
+                    .lock()
+                    .expect("worker")
+                    .as_ref()
+                    .map(|w| w.jobs.clone());
                 match (step, out, jobs) {
                     (Some(step), Some(out), Some(jobs)) => {
                         tokio::spawn(async move {
                             if jobs.send(Job::Step { step, last, out }).await.is_err() {
                                 let reason = "the worker is gone".to_owned();
-                                let _ = tx.send(Input::Stage { stage, input: stage::Input::StepFailed { seq, reason } }).await;
+                                let _ = tx
+                                    .send(Input::Stage {
+                                        stage,
+                                        input: stage::Input::StepFailed { seq, reason },
+                                    })
+                                    .await;
                             }
                         });
                     }
@@ -433,7 +479,11 @@ impl NodeSink {
                 }
             }
             stage::Effect::StopLocalEdges => {
-                self.shared.outbound.lock().expect("outbound").remove(&stage);
+                self.shared
+                    .outbound
+                    .lock()
+                    .expect("outbound")
+                    .remove(&stage);
                 for reader in self.shared.readers.lock().expect("readers").drain(..) {
                     reader.abort();
                 }
@@ -472,7 +522,10 @@ async fn outbound(
     let order = shared.order(stage).ok_or("no provision for the stage")?;
     let to = parse_addr(&order.downstream).map_err(|e| format!("{e:#}"))?;
     let failed = move |reason: String| {
-        let input = Input::Stage { stage, input: stage::Input::EdgeFault { reason } };
+        let input = Input::Stage {
+            stage,
+            input: stage::Input::EdgeFault { reason },
+        };
         tokio::spawn(async move {
             let _ = tx.send(input).await;
         });
@@ -481,7 +534,11 @@ async fn outbound(
     if edge.kind == EdgeKind::TokenOut {
         say(&shared.node, "token-out edge to the orchestrator open");
     }
-    shared.outbound.lock().expect("outbound").insert(stage, queue);
+    shared
+        .outbound
+        .lock()
+        .expect("outbound")
+        .insert(stage, queue);
     Ok(())
 }
 
@@ -493,9 +550,17 @@ async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
         if let Some(result) = fetch.borrow_and_update().clone() {
             break result?;
         }
-        fetch.changed().await.map_err(|_| "the fetch was abandoned".to_owned())?;
+        fetch
+            .changed()
+            .await
+            .map_err(|_| "the fetch was abandoned".to_owned())?;
     };
-    let jobs = shared.worker.lock().expect("worker").as_ref().map(|w| w.jobs.clone());
+    let jobs = shared
+        .worker
+        .lock()
+        .expect("worker")
+        .as_ref()
+        .map(|w| w.jobs.clone());
     let jobs = jobs.ok_or("the worker is gone")?;
     let job = Job::Load {
         model: fetched.path,
@@ -503,7 +568,9 @@ async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
         ctx: order.ctx,
         sampling: order.sampling,
     };
-    jobs.send(job).await.map_err(|_| "the worker is gone".to_owned())
+    jobs.send(job)
+        .await
+        .map_err(|_| "the worker is gone".to_owned())
 }
 
 /// A socket bound to the unspecified address is advertised with the local
@@ -513,11 +580,15 @@ fn dialable(socket: std::net::SocketAddr, orchestrator: &EndpointAddr) -> std::n
     if !socket.ip().is_unspecified() {
         return socket;
     }
-    let route = orchestrator.ip_addrs().find(|a| a.is_ipv4() == socket.is_ipv4()).and_then(|to| {
-        let probe = std::net::UdpSocket::bind(std::net::SocketAddr::new(socket.ip(), 0)).ok()?;
-        probe.connect(to).ok()?;
-        probe.local_addr().ok()
-    });
+    let route = orchestrator
+        .ip_addrs()
+        .find(|a| a.is_ipv4() == socket.is_ipv4())
+        .and_then(|to| {
+            let probe =
+                std::net::UdpSocket::bind(std::net::SocketAddr::new(socket.ip(), 0)).ok()?;
+            probe.connect(to).ok()?;
+            probe.local_addr().ok()
+        });
     match route {
         Some(local) => std::net::SocketAddr::new(local.ip(), socket.port()),
         None => socket,

@@ -97,8 +97,12 @@ impl PipelineStatus {
         match report {
             Report::WeightsReady { stage, .. } => self.set(*stage, "loaded"),
             Report::StageReady { stage, .. } => self.set(*stage, "ready"),
-            Report::StageFault { stage: Some(stage), .. } => self.set(*stage, "failed"),
-            Report::StageStopped { stage: Some(stage), .. } => self.set(*stage, "stopped"),
+            Report::StageFault {
+                stage: Some(stage), ..
+            } => self.set(*stage, "failed"),
+            Report::StageStopped {
+                stage: Some(stage), ..
+            } => self.set(*stage, "stopped"),
             _ => {}
         }
     }
@@ -106,7 +110,11 @@ impl PipelineStatus {
     /// A stage's slice arrived.
     pub fn fetched(&mut self, first_layer: u32, bytes: u64) {
         let layers = format!("{first_layer}..");
-        if let Some(s) = self.stages.iter_mut().find(|s| s.layers.starts_with(&layers)) {
+        if let Some(s) = self
+            .stages
+            .iter_mut()
+            .find(|s| s.layers.starts_with(&layers))
+        {
             s.fetched_bytes = bytes;
         }
     }

@@ -165,7 +165,10 @@ pub enum EdgeError {
 }
 
 /// Writes one frame.
-pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, value: &T) -> Result<(), EdgeError> {
+pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(
+    w: &mut W,
+    value: &T,
+) -> Result<(), EdgeError> {
     let body = postcard::to_stdvec(value).map_err(|e| EdgeError::Malformed(e.to_string()))?;
     let len = body.len() + 1;
     if len > EDGE_FRAME_MAX {
@@ -209,7 +212,10 @@ pub async fn read<T: for<'de> Deserialize<'de>, R: AsyncRead + Unpin>(
     let (value, rest) =
         postcard::take_from_bytes(&body[1..]).map_err(|e| EdgeError::Malformed(e.to_string()))?;
     if !rest.is_empty() {
-        return Err(EdgeError::Malformed(format!("{} trailing bytes", rest.len())));
+        return Err(EdgeError::Malformed(format!(
+            "{} trailing bytes",
+            rest.len()
+        )));
     }
     Ok(value)
 }
@@ -233,11 +239,18 @@ mod tests {
         assert_eq!(back, frame);
         let mut wrong = bytes.clone();
         wrong[4] = 9;
-        let err = read::<EdgeFrame, _>(&mut wrong.as_slice()).await.unwrap_err();
+        let err = read::<EdgeFrame, _>(&mut wrong.as_slice())
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("version 9"), "{err}");
         let huge = (EDGE_FRAME_MAX as u32 + 1).to_be_bytes();
-        let err = read::<EdgeFrame, _>(&mut huge.as_slice()).await.unwrap_err();
-        assert!(err.to_string().contains("cap") || err.to_string().contains("bytes"), "{err}");
+        let err = read::<EdgeFrame, _>(&mut huge.as_slice())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("cap") || err.to_string().contains("bytes"),
+            "{err}"
+        );
         let garbage = [0, 0, 0, 2, EDGE_VERSION, 200];
         assert!(matches!(
             read::<EdgeFrame, _>(&mut garbage.as_slice()).await,

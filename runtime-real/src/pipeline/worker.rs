@@ -130,7 +130,15 @@ pub fn spawn(
         }
     });
     let (jobs, jobs_rx) = mpsc::channel(64);
-    tokio::spawn(actor(op, stage, stdin, stdout, jobs_rx, inputs, expected.clone()));
+    tokio::spawn(actor(
+        op,
+        stage,
+        stdin,
+        stdout,
+        jobs_rx,
+        inputs,
+        expected.clone(),
+    ));
     Ok(WorkerHandle {
         jobs,
         kill: Some(kill),
@@ -216,22 +224,25 @@ async fn actor(
             }
             Job::Step { step, last, out } => {
                 let seq = step.step;
-                let input = match run_step(&mut stdin, &mut stdout, &mut position, hidden, &step, last).await {
-                    Ok(frame) => {
-                        // Completed first: the next step this output causes
-                        // can only arrive after the machine has heard it.
-                        let done = stage::Input::StepCompleted { seq };
-                        let _ = inputs.send(stage_input(stage, done)).await;
-                        if out.send(frame).await.is_err() {
-                            let reason = "the outbound edge is closed".to_owned();
-                            let _ = inputs
-                                .send(stage_input(stage, stage::Input::EdgeFault { reason }))
-                                .await;
+                let input =
+                    match run_step(&mut stdin, &mut stdout, &mut position, hidden, &step, last)
+                        .await
+                    {
+                        Ok(frame) => {
+                            // Completed first: the next step this output causes
+                            // can only arrive after the machine has heard it.
+                            let done = stage::Input::StepCompleted { seq };
+                            let _ = inputs.send(stage_input(stage, done)).await;
+                            if out.send(frame).await.is_err() {
+                                let reason = "the outbound edge is closed".to_owned();
+                                let _ = inputs
+                                    .send(stage_input(stage, stage::Input::EdgeFault { reason }))
+                                    .await;
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    Err(reason) => stage::Input::StepFailed { seq, reason },
-                };
+                        Err(reason) => stage::Input::StepFailed { seq, reason },
+                    };
                 let _ = inputs.send(stage_input(stage, input)).await;
             }
             Job::Stop(done) => {

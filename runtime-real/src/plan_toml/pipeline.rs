@@ -15,7 +15,11 @@ const PROMPT: &[&str] = &["rpc_addr", "default_max_tokens"];
 const SAMPLING: &[&str] = &["temperature", "top_k", "top_p", "seed"];
 
 /// Reads the pipeline sections from the root table.
-pub(crate) fn read(doc: &mut Doc, root: &mut Table<'_, '_>, plan: &RunPlan) -> Option<PipelineSpec> {
+pub(crate) fn read(
+    doc: &mut Doc,
+    root: &mut Table<'_, '_>,
+    plan: &RunPlan,
+) -> Option<PipelineSpec> {
     let model = root.take(doc, "model");
     let pipeline = root.take(doc, "pipeline");
     let prompt = root.take(doc, "prompt");
@@ -33,7 +37,10 @@ pub(crate) fn read(doc: &mut Doc, root: &mut Table<'_, '_>, plan: &RunPlan) -> O
     if !group.is_empty() && !plan.groups.iter().any(|g| g.group_id.as_str() == group) {
         let span = pipeline.span();
         let names: Vec<&str> = plan.groups.iter().map(|g| g.group_id.as_str()).collect();
-        let reason = format!("no group `{group}` in the plan (groups: {})", names.join(", "));
+        let reason = format!(
+            "no group `{group}` in the plan (groups: {})",
+            names.join(", ")
+        );
         doc.error(span, "pipeline.group", reason);
     }
     let split = read_split(doc, &mut table);
@@ -48,13 +55,20 @@ pub(crate) fn read(doc: &mut Doc, root: &mut Table<'_, '_>, plan: &RunPlan) -> O
         && !split.is_empty()
         && split.len() != stages as usize
     {
-        let reason = format!("{} entries for the group's {stages} nodes (one stage each)", split.len());
+        let reason = format!(
+            "{} entries for the group's {stages} nodes (one stage each)",
+            split.len()
+        );
         doc.error(pipeline.span(), "pipeline.split", reason);
     }
     let model = match model {
         Some(value) => read_model(doc, value)?,
         None => {
-            doc.error(pipeline.span(), "model", "a [pipeline] needs a [model] section");
+            doc.error(
+                pipeline.span(),
+                "model",
+                "a [pipeline] needs a [model] section",
+            );
             return None;
         }
     };
@@ -82,7 +96,10 @@ fn read_split(doc: &mut Doc, table: &mut Table<'_, '_>) -> Vec<u32> {
         return Vec::new();
     };
     let DeValue::Array(items) = value.get_ref() else {
-        let reason = format!("expected an array of layer counts, found {}", type_name(value.get_ref()));
+        let reason = format!(
+            "expected an array of layer counts, found {}",
+            type_name(value.get_ref())
+        );
         doc.error(value.span(), "pipeline.split", reason);
         return Vec::new();
     };
@@ -123,11 +140,19 @@ fn read_model(doc: &mut Doc, value: &Value<'_>) -> Option<ModelSource> {
             })
         }
         (None, Some(_), None) => {
-            doc.error(value.span(), "model.sha256", "a model `url` needs its `sha256`");
+            doc.error(
+                value.span(),
+                "model.sha256",
+                "a model `url` needs its `sha256`",
+            );
             None
         }
         _ => {
-            doc.error(value.span(), "model", "give either `path`, or `url` with `sha256`");
+            doc.error(
+                value.span(),
+                "model",
+                "give either `path`, or `url` with `sha256`",
+            );
             None
         }
     }

@@ -36,7 +36,12 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: Incoming) {
         return;
     };
     if conn.alpn() != super::wire::ALPN {
-        let handler = shared.side.lock().expect("side lock").get(conn.alpn()).cloned();
+        let handler = shared
+            .side
+            .lock()
+            .expect("side lock")
+            .get(conn.alpn())
+            .cloned();
         if let Some(handler) = handler {
             let _ = handler.send(conn).await;
         } else {

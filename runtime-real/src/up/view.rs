@@ -130,7 +130,10 @@ impl LiveView {
         }
         if before.is_some_and(|b| b != liveness) || liveness != Liveness::Alive {
             let line = match self.mode {
-                Mode::Json => serde_json::json!({"event": "liveness", "id": node, "liveness": liveness}).to_string(),
+                Mode::Json => {
+                    serde_json::json!({"event": "liveness", "id": node, "liveness": liveness})
+                        .to_string()
+                }
                 _ => format!("{node}: agent {liveness:?}"),
             };
             self.message(&line);
@@ -147,7 +150,10 @@ impl LiveView {
         let Some(row) = self.nodes.get_mut(node) else {
             return;
         };
-        let stale = row.live.last_heartbeat_ms.is_none_or(|t| now.saturating_sub(t) >= 1000);
+        let stale = row
+            .live
+            .last_heartbeat_ms
+            .is_none_or(|t| now.saturating_sub(t) >= 1000);
         if stale {
             row.live.last_heartbeat_ms = Some(now);
             self.save();

@@ -44,7 +44,7 @@ impl HostSide {
 /// timeouts where the simulated world is faster).
 pub fn run_config(p: &RunProfile) -> run::Config {
     let stages = p.stages.max(1);
-    let config = run::Config {
+    run::Config {
         run_id: RUN,
         orchestrator: orchestrator_id(),
         model_id: "stand-in".to_owned(),
@@ -63,8 +63,7 @@ pub fn run_config(p: &RunProfile) -> run::Config {
         queue_max: 16,
         context: p.context,
         stop_timeout: Duration::from_secs(20),
-    };
-    config
+    }
 }
 
 impl RunWorld<'_> {

@@ -193,7 +193,10 @@ impl<'c> RunWorld<'c> {
             steps: self.step,
             end_ms: self.now.as_millis(),
             nodes_ready: self.oracle.done_requests(),
-            nodes_failed: u32::from(matches!(self.host.run().and_then(|r| r.outcome()), Some(Err(_)))),
+            nodes_failed: u32::from(matches!(
+                self.host.run().and_then(|r| r.outcome()),
+                Some(Err(_))
+            )),
             ..conformance::Stats::default()
         };
         RunOutcome {

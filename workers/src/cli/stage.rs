@@ -159,7 +159,13 @@ pub fn stage(a: &StageArgs) -> CliResult {
     let loaded = match (&a.model, &a.layers) {
         (Some(model), Some(layers)) => {
             let sampling = a.sampling.sampler_settings();
-            Some(load(&mut out, model, parse_layers(layers)?, a.ctx, sampling)?)
+            Some(load(
+                &mut out,
+                model,
+                parse_layers(layers)?,
+                a.ctx,
+                sampling,
+            )?)
         }
         _ => await_load(&mut out, &mut input)?,
     };
@@ -187,7 +193,14 @@ pub fn stage(a: &StageArgs) -> CliResult {
                 if pos == 0 {
                     loaded.sampler = Sampler::new(loaded.sampling);
                 }
-                let reply = step(&mut loaded.stage, &mut loaded.sampler, seq, pos, input, output);
+                let reply = step(
+                    &mut loaded.stage,
+                    &mut loaded.sampler,
+                    seq,
+                    pos,
+                    input,
+                    output,
+                );
                 send(&mut out, &reply)?;
             }
         }
