@@ -28,6 +28,7 @@
 //!
 //! The full shape is in `spec/control-plane.md` ("Plan files").
 
+pub mod dashboard;
 mod duration;
 mod pipeline;
 mod reader;

@@ -55,7 +55,12 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
 }
 
 /// `drover up PLAN`; returns the exit code.
-pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
+pub async fn run(
+    state_dir: &Path,
+    plan_path: &Path,
+    json: bool,
+    dashboard: crate::dashboard::Options,
+) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -102,14 +107,20 @@ pub async fn run(state_dir: &Path, plan_path: &Path, json: bool) -> i32 {
         );
         return EXIT_FAILURE;
     }
-    match wiring::up(state_dir, plan, pipeline, json).await {
+    let dashboard = match crate::dashboard::for_up(state_dir, plan_path, dashboard, json).await {
+        Ok(served) => served,
+        Err(code) => return code,
+    };
+    let code = match wiring::up(state_dir, plan, pipeline, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
             let _ = std::fs::remove_file(control::pid_file(state_dir));
             EXIT_FAILURE
         }
-    }
+    };
+    crate::dashboard::stop(dashboard).await;
+    code
 }
 
 /// Everything `up` built that the run needs, besides the machine.

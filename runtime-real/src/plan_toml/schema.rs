@@ -17,7 +17,7 @@ use core_fsm::time::Duration;
 use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
-const ROOT: &[&str] = &[
+pub(crate) const ROOT: &[&str] = &[
     "run_id",
     "replacement",
     "group",
@@ -25,6 +25,7 @@ const ROOT: &[&str] = &[
     "pipeline",
     "prompt",
     "sampling",
+    "dashboard",
 ];
 const GROUP: &[&str] = &[
     "name", "role", "count", "provider", "shape", "boot", "join", "host",
@@ -94,6 +95,7 @@ pub(crate) fn read_plan(
         replacement,
     };
     let pipeline = super::pipeline::read(doc, &mut table, &plan);
+    super::dashboard::read(doc, &mut table);
     table.finish(doc);
     (plan, pipeline)
 }
