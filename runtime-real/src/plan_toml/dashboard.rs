@@ -48,7 +48,10 @@ fn read_section(doc: &mut Doc, value: &Value<'_>) -> DashboardSpec {
     if let Some(addr) = table.string(doc, "addr", false) {
         match parse_loopback(&addr) {
             Ok(addr) => spec.addr = Some(addr),
-            Err(reason) => doc.error(value.span(), "dashboard.addr", reason),
+            Err(reason) => {
+                let span = doc.spans.get("dashboard.addr").cloned();
+                doc.error(span.unwrap_or(value.span()), "dashboard.addr", reason);
+            }
         }
     }
     if let Some(enabled) = table.boolean(doc, "enabled") {
@@ -106,9 +109,9 @@ mod tests {
 
     #[test]
     fn the_section_is_read_and_checked_with_the_plan() {
-        let base = "run_id = 1\n[[group]]\nname = \"w\"\nrole = \"worker\"\ncount = 1\nprovider = \"local\"\n[group.shape]\nimage = \"local\"\ndisk_gb = 1\n[group.boot]\nssh_user = \"drover\"\n";
+        let base = crate::plan_toml::to_string(&core_fsm::plan::RunPlan::local(1));
         let good = format!("{base}[dashboard]\naddr = \"127.0.0.1:9999\"\n");
-        assert!(crate::plan_toml::parse_str(&good, "p.toml").is_ok());
+        crate::plan_toml::parse_str(&good, "p.toml").unwrap();
         let bad = format!("{base}[dashboard]\naddr = \"0.0.0.0:1\"\ncolour = 3\n");
         let err = crate::plan_toml::parse_str(&bad, "p.toml")
             .unwrap_err()
