@@ -5,6 +5,12 @@
 
 use std::time::Duration;
 
+/// A reqwest client (plain HTTP; rustls wants its provider chosen once).
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 /// One SSE event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SseEvent {
@@ -35,7 +41,7 @@ pub struct Sse {
 impl Sse {
     /// `GET /events?token=TOKEN`, with `Last-Event-ID` when given.
     pub async fn open(base: &str, token: &str, last_event_id: Option<&str>) -> Sse {
-        let mut request = reqwest::Client::new().get(format!("{base}/events?token={token}"));
+        let mut request = http().get(format!("{base}/events?token={token}"));
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
