@@ -10,7 +10,7 @@
   const dash = {
     lastId: null, nodes: new Map(), logs: new Map(), offsets: new Map(),
     groups: [], pipeline: null, readOnly: false, upRunning: false,
-    hellos: [], gaps: [], duplicates: 0, applied: 0, latencies: [], source: null,
+    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], source: null,
   };
   window.__dash = dash;
   const q = (s) => encodeURIComponent(s);
@@ -215,6 +215,7 @@
         if (ev.lastEventId) dash.lastId = ev.lastEventId;
         handle(data);
         dash.applied += 1;
+        dash.counts[kind] = (dash.counts[kind] || 0) + 1;
         if (data.server_ms) {
           dash.latencies.push(Date.now() - data.server_ms);
           if (dash.latencies.length > 10000) dash.latencies.shift();

@@ -146,3 +146,4 @@ pub fn stages(snapshot: &serde_json::Value) -> Vec<(String, String)> {
         })
         .collect()
 }
+pub mod webdriver;
