@@ -74,7 +74,10 @@ impl Served {
         let _ = self.watcher.await;
         let _ = self.stop_server.send(());
         let mut server = self.server;
-        if tokio::time::timeout(DRAIN_BOUND, &mut server).await.is_err() {
+        if tokio::time::timeout(DRAIN_BOUND, &mut server)
+            .await
+            .is_err()
+        {
             server.abort();
         }
     }
@@ -84,7 +87,9 @@ impl Served {
 pub async fn serve(config: Config) -> std::io::Result<Served> {
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("dashboard: binding {}: {e}", config.addr)))?;
+        .map_err(|e| {
+            std::io::Error::new(e.kind(), format!("dashboard: binding {}: {e}", config.addr))
+        })?;
     let addr = listener.local_addr()?;
     let hub = hub::Hub::new(model::Model::new(config.read_only), config.ring_max);
     // The first reading is in the hub before any page can connect.
@@ -140,7 +145,8 @@ pub fn store_token(state_dir: &Path, token: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let path = StateDir::at(state_dir).dashboard_token();
-    let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     std::fs::create_dir_all(state_dir).map_err(named)?;
     let tmp = path.with_extension("token.tmp");
     let _ = std::fs::remove_file(&tmp);

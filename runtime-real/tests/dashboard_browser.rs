@@ -29,7 +29,10 @@ const DUMP: &str = "JSON.stringify({counts: window.__dash && __dash.counts, hell
 fn logs_of(state: &std::path::Path, node: &str) -> String {
     let out = drover(state, &["logs", node]);
     assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim_end_matches('\n').to_owned()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
 }
 
 /// The last 200 lines of `text` (what a card's tail keeps).

@@ -65,18 +65,27 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
         let stored = std::fs::read_to_string(state.join("dashboard.token")).unwrap();
         assert_eq!(stored, token);
         let mode = std::os::unix::fs::PermissionsExt::mode(
-            &std::fs::metadata(state.join("dashboard.token")).unwrap().permissions(),
+            &std::fs::metadata(state.join("dashboard.token"))
+                .unwrap()
+                .permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
         for path in ["/", "/events", "/api/state", "/api/logs/workers-0"] {
             let bare = http.get(format!("{base}{path}")).send().await.unwrap();
             assert_eq!(bare.status(), 401, "{path} without the token");
-            let wrong = http.get(format!("{base}{path}?token=00{}", &token[2..])).send().await.unwrap();
+            let wrong = http
+                .get(format!("{base}{path}?token=00{}", &token[2..]))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(wrong.status(), 401, "{path} with a wrong token");
         }
         let foreign = http
             .get(format!("{base}/api/state?token={token}"))
-            .header("host", format!("evil.example:{}", base.rsplit(':').next().unwrap()))
+            .header(
+                "host",
+                format!("evil.example:{}", base.rsplit(':').next().unwrap()),
+            )
             .send()
             .await
             .unwrap();
@@ -89,7 +98,11 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
             .await
             .unwrap();
         assert_eq!(cross.status(), 403, "a foreign Origin");
-        let page = http.get(format!("{base}/?token={token}")).send().await.unwrap();
+        let page = http
+            .get(format!("{base}/?token={token}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(page.status(), 200);
         let html = page.text().await.unwrap();
         assert!(html.contains("new EventSource") && !html.contains("/*SCRIPT*/"));
@@ -139,7 +152,10 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
             let e = again.next(SETTLE).await.unwrap();
             replayed.push((e.id.clone(), e.kind.clone()));
         }
-        assert_eq!(replayed, expected, "the resumed stream lost or added events");
+        assert_eq!(
+            replayed, expected,
+            "the resumed stream lost or added events"
+        );
 
         // An id this server cannot resume from: a gap, then a snapshot.
         let mut stale = Sse::open(&base, &token, Some("00000000-7")).await;
@@ -205,11 +221,17 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
 
     // The token is in no log and not in the datastream or the journal.
     let token = std::fs::read_to_string(state.join("dashboard.token")).unwrap();
-    for entry in std::fs::read_dir(state.join("datastream")).unwrap().flatten() {
+    for entry in std::fs::read_dir(state.join("datastream"))
+        .unwrap()
+        .flatten()
+    {
         let text = std::fs::read(entry.path()).unwrap();
         assert!(!contains(&text, token.as_bytes()), "{:?}", entry.path());
     }
-    assert!(!contains(&std::fs::read(state.join("journal.bin")).unwrap(), token.as_bytes()));
+    assert!(!contains(
+        &std::fs::read(state.join("journal.bin")).unwrap(),
+        token.as_bytes()
+    ));
 
     // `drover dashboard` serves the stopped run read-only, same token.
     let mut served = Served::start(&state);
@@ -277,7 +299,10 @@ impl Served {
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if tx.send(line).is_err() {
                     return;
                 }
@@ -286,11 +311,18 @@ impl Served {
         Served { child, lines }
     }
 
-    fn wait_line(&mut self, bound: Duration, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    fn wait_line(
+        &mut self,
+        bound: Duration,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = std::time::Instant::now() + bound;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let line = self.lines.recv_timeout(left).expect("drover dashboard printed no URL");
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("drover dashboard printed no URL");
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
                 && want(&v)
             {

@@ -26,9 +26,19 @@ async fn fake_prompt_service() -> (std::net::SocketAddr, tokio::task::JoinHandle
         let mut lines = tokio::io::BufReader::new(read).lines();
         let line = lines.next_line().await.unwrap().unwrap();
         for message in [
-            ServerMsg::TextDelta { request_id: 1, text: "Once".into() },
-            ServerMsg::TextDelta { request_id: 1, text: " upon".into() },
-            ServerMsg::Done { request_id: 1, tokens: 2, reason: DoneReason::MaxTokens },
+            ServerMsg::TextDelta {
+                request_id: 1,
+                text: "Once".into(),
+            },
+            ServerMsg::TextDelta {
+                request_id: 1,
+                text: " upon".into(),
+            },
+            ServerMsg::Done {
+                request_id: 1,
+                tokens: 2,
+                reason: DoneReason::MaxTokens,
+            },
         ] {
             write.write_all(message.to_line().as_bytes()).await.unwrap();
         }
@@ -57,7 +67,8 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(state.join("datastream")).unwrap();
     let (prompt_addr, service) = fake_prompt_service().await;
-    let fixture = include_str!("fixtures/pipeline.json").replace("PROMPT_ADDR", &prompt_addr.to_string());
+    let fixture =
+        include_str!("fixtures/pipeline.json").replace("PROMPT_ADDR", &prompt_addr.to_string());
     std::fs::write(state.join("pipeline.json"), &fixture).unwrap();
     let served = serve(Config {
         state_dir: state.clone(),
@@ -79,7 +90,9 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
     assert_eq!(snapshot["pipeline"]["stages"][1]["fetched_bytes"], 381552);
 
     // A rewrite of the file is one `pipeline` event with the new document.
-    let ready = fixture.replace("\"loading\"", "\"ready\"").replace("381552", "763104");
+    let ready = fixture
+        .replace("\"loading\"", "\"ready\"")
+        .replace("381552", "763104");
     let tmp = state.join("pipeline.json.tmp");
     std::fs::write(&tmp, &ready).unwrap();
     std::fs::rename(&tmp, state.join("pipeline.json")).unwrap();
@@ -99,11 +112,17 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
         .unwrap();
     assert_eq!(answer.status(), 200);
     let mut body = String::new();
-    while let Some(chunk) = tokio::time::timeout(BOUND, answer.chunk()).await.unwrap().unwrap() {
+    while let Some(chunk) = tokio::time::timeout(BOUND, answer.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+    {
         body.push_str(std::str::from_utf8(&chunk).unwrap());
     }
-    let lines: Vec<serde_json::Value> =
-        body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 3, "{body}");
     assert_eq!(lines[0]["TextDelta"]["text"], "Once");
     assert_eq!(lines[1]["TextDelta"]["text"], " upon");
@@ -119,9 +138,15 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
     let path = state.join("datastream/workers-0.ndjson");
     std::fs::write(&path, text).unwrap();
     let seen = sse.until(BOUND, |e| e.kind == "snapshot").await;
-    let gap = seen.iter().find(|e| e.kind == "gap").expect("a gap before the resync");
+    let gap = seen
+        .iter()
+        .find(|e| e.kind == "gap")
+        .expect("a gap before the resync");
     assert_eq!(gap.data["missed"], 16, "{:?}", gap.data);
-    let tail = seen.last().unwrap().data["logs"]["workers-0"].as_array().unwrap().clone();
+    let tail = seen.last().unwrap().data["logs"]["workers-0"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(tail.len(), 20);
     assert_eq!(tail[19]["line"], "workers-0 stdout #20 t=20ms | line 20");
     assert_eq!(tail[19]["offset"], std::fs::metadata(&path).unwrap().len());

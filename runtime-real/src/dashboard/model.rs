@@ -130,8 +130,11 @@ impl Model {
 
     /// Everything, for a page that starts (or resyncs).
     pub fn snapshot(&self) -> serde_json::Value {
-        let logs: BTreeMap<&String, Vec<&LogLine>> =
-            self.logs.iter().map(|(n, l)| (n, l.iter().collect())).collect();
+        let logs: BTreeMap<&String, Vec<&LogLine>> = self
+            .logs
+            .iter()
+            .map(|(n, l)| (n, l.iter().collect()))
+            .collect();
         serde_json::json!({
             "read_only": self.read_only,
             "run_id": self.run_id,
@@ -234,7 +237,11 @@ pub fn fleet(
     if let Some(plan) = plan {
         for node in core_fsm::plan::expand(plan) {
             let shape_gpu = node.shape.gpu_name.clone().map(|g| g.to_string());
-            let card = blank(node.node_id.as_str(), node.group_id.as_str(), Some(node.provider));
+            let card = blank(
+                node.node_id.as_str(),
+                node.group_id.as_str(),
+                Some(node.provider),
+            );
             let card = Card {
                 gpu: shape_gpu,
                 ..card

@@ -58,7 +58,7 @@ type Params = Query<BTreeMap<String, String>>;
 /// The page, its style and script inlined (one request; nothing external).
 async fn page(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
     if let Err(refused) = guard(&app, &headers, &q, false) {
-        return refused;
+        return *refused;
     }
     let html = PAGE
         .replace("/*STYLE*/", STYLE)
@@ -66,9 +66,10 @@ async fn page(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params)
     let mut response = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response();
     let csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
                connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-    response
-        .headers_mut()
-        .insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(csp));
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(csp),
+    );
     hardened(response)
 }
 
@@ -76,7 +77,7 @@ async fn page(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params)
 /// for a page that reconnects by itself).
 async fn events(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
     if let Err(refused) = guard(&app, &headers, &q, false) {
-        return refused;
+        return *refused;
     }
     let last = headers
         .get("last-event-id")
@@ -85,7 +86,13 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Param
         .or_else(|| q.get("last_event_id").cloned());
     let cursor = Cursor::new(last);
     let wake = app.hub.watch();
-    let start = (app.hub.clone(), cursor, wake, std::collections::VecDeque::new(), true);
+    let start = (
+        app.hub.clone(),
+        cursor,
+        wake,
+        std::collections::VecDeque::new(),
+        true,
+    );
     let stream = futures_util::stream::unfold(
         start,
         |(hub, mut cursor, mut wake, mut pending, first)| async move {
@@ -96,7 +103,10 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Param
                     if first {
                         event = event.retry(RETRY);
                     }
-                    return Some((Ok::<_, Infallible>(event), (hub, cursor, wake, pending, false)));
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (hub, cursor, wake, pending, false),
+                    ));
                 }
                 wake.borrow_and_update();
                 match hub.next(&mut cursor) {
@@ -117,7 +127,7 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Param
 
 async fn state(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
     if let Err(refused) = guard(&app, &headers, &q, false) {
-        return refused;
+        return *refused;
     }
     hardened(axum::Json(app.hub.state()).into_response())
 }
@@ -130,7 +140,7 @@ async fn logs(
     Query(q): Params,
 ) -> Response {
     if let Err(refused) = guard(&app, &headers, &q, false) {
-        return refused;
+        return *refused;
     }
     if !crate::datastream::is_safe_file_stem(&node) {
         let reason = crate::datastream::unsafe_id(&node.as_str().into()).to_string();
@@ -177,16 +187,22 @@ async fn prompt(
     body: Bytes,
 ) -> Response {
     if let Err(refused) = guard(&app, &headers, &q, true) {
-        return refused;
+        return *refused;
     }
     if app.read_only {
-        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run: no prompts");
+        return refuse(
+            StatusCode::CONFLICT,
+            "this dashboard shows a stopped run: no prompts",
+        );
     }
     if body.len() > PROMPT_BYTES_MAX {
         return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the prompt is over 64 KiB");
     }
     let Ok(request) = serde_json::from_slice::<PromptBody>(&body) else {
-        return refuse(StatusCode::BAD_REQUEST, "expected {\"text\": ..., \"max_tokens\": ...}");
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "expected {\"text\": ..., \"max_tokens\": ...}",
+        );
     };
     let addr = match prompt_addr(&app) {
         Ok(addr) => addr,
@@ -208,7 +224,8 @@ async fn prompt(
             }
             Ok(None) => None,
             Err(e) => {
-                let line = serde_json::json!({ "Fault": { "request_id": 1, "reason": e.to_string() } });
+                let line =
+                    serde_json::json!({ "Fault": { "request_id": 1, "reason": e.to_string() } });
                 Some((Ok(Bytes::from(format!("{line}\n"))), None))
             }
         }
@@ -238,19 +255,22 @@ fn guard(
     headers: &HeaderMap,
     query: &BTreeMap<String, String>,
     is_post: bool,
-) -> Result<(), Response> {
+) -> Result<(), Box<Response>> {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
     if !is_own_host(host, app.addr.port()) {
-        return Err(refuse(StatusCode::FORBIDDEN, "foreign Host header"));
+        return Err(Box::new(refuse(
+            StatusCode::FORBIDDEN,
+            "foreign Host header",
+        )));
     }
     if is_post
         && let Some(origin) = headers.get(header::ORIGIN)
         && origin.to_str().ok() != Some(format!("http://{host}").as_str())
     {
-        return Err(refuse(StatusCode::FORBIDDEN, "foreign Origin"));
+        return Err(Box::new(refuse(StatusCode::FORBIDDEN, "foreign Origin")));
     }
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -259,10 +279,10 @@ fn guard(
     let given = query.get("token").map(String::as_str).or(bearer);
     match given {
         Some(given) if same(given.as_bytes(), app.token.as_bytes()) => Ok(()),
-        _ => Err(refuse(
+        _ => Err(Box::new(refuse(
             StatusCode::UNAUTHORIZED,
             "missing or wrong dashboard token: open the URL `drover up` printed",
-        )),
+        ))),
     }
 }
 
@@ -287,8 +307,14 @@ fn refuse(status: StatusCode, reason: &str) -> Response {
 fn hardened(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     response
 }
 

@@ -111,9 +111,9 @@ impl Sources {
         reading.journal_records = self.journal_records;
         if let Some(bytes) = changed(&dir.pipeline_status(), &mut self.pipeline_bytes) {
             let doc = bytes.map(|b| {
-                serde_json::from_slice(&b).unwrap_or_else(|e| {
-                    serde_json::json!({ "error": format!("pipeline.json: {e}") })
-                })
+                serde_json::from_slice(&b).unwrap_or_else(
+                    |e| serde_json::json!({ "error": format!("pipeline.json: {e}") }),
+                )
             });
             reading.pipeline = Some(doc);
         }

@@ -36,7 +36,8 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
-        let binary = chromedriver().expect("chromedriver is not on PATH (apt-get install chromium-driver)");
+        let binary =
+            chromedriver().expect("chromedriver is not on PATH (apt-get install chromium-driver)");
         let mut driver = Command::new(binary)
             .arg(format!("--port={port}"))
             .stdout(Stdio::piped())
@@ -46,7 +47,10 @@ impl Browser {
         let stdout = driver.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if line.contains("started successfully") {
                     let _ = tx.send(());
                 }
@@ -90,13 +94,7 @@ impl Browser {
         if !body.is_null() {
             request = request.json(&body);
         }
-        let answer: Value = request
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
         answer["value"].clone()
     }
 
@@ -138,7 +136,10 @@ impl Browser {
             }
         "#;
         let v = self
-            .post("/execute/async", json!({ "script": script, "args": [condition] }))
+            .post(
+                "/execute/async",
+                json!({ "script": script, "args": [condition] }),
+            )
             .await;
         if v != json!(true) {
             let state = self.js(&format!("return {dump};")).await;
@@ -160,7 +161,13 @@ impl Browser {
     /// focused element `document.activeElement`.
     pub async fn tab_to(&self, condition: &str, max: usize) {
         for _ in 0..max {
-            if self.js(&format!("const el = document.activeElement; return !!({condition});")).await == json!(true) {
+            if self
+                .js(&format!(
+                    "const el = document.activeElement; return !!({condition});"
+                ))
+                .await
+                == json!(true)
+            {
                 return;
             }
             self.key("\u{E004}").await;
@@ -171,7 +178,9 @@ impl Browser {
     /// A PNG of the viewport, written to `path`.
     pub async fn screenshot(&self, path: &std::path::Path) {
         use base64_decode as decode;
-        let v = self.call(reqwest::Method::GET, "/screenshot", Value::Null).await;
+        let v = self
+            .call(reqwest::Method::GET, "/screenshot", Value::Null)
+            .await;
         let png = decode(v.as_str().unwrap_or_else(|| panic!("no screenshot: {v}")));
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, png).unwrap();
