@@ -19,6 +19,7 @@ pub const PARTS: &[&str] = &[
     "vastai.md",
     "worker.md",
     "docker.md",
+    "dashboard.md",
 ];
 
 /// The text `SPEC.md` must have.
