@@ -43,6 +43,13 @@ pub enum Command {
         /// `[observability] frame_log`.
         #[arg(long, value_name = "PATH")]
         frame_log: Option<PathBuf>,
+        /// Serve the dashboard at this loopback `ip:port` (over the plan's
+        /// `[dashboard] addr`; default: a free port on 127.0.0.1).
+        #[arg(long, value_name = "ADDR", value_parser = crate::plan_toml::dashboard::parse_loopback)]
+        dashboard: Option<std::net::SocketAddr>,
+        /// Serve no dashboard.
+        #[arg(long, conflicts_with = "dashboard")]
+        no_dashboard: bool,
     },
     /// Dry run: what `up` would create.
     Plan {
@@ -65,6 +72,13 @@ pub enum Command {
         /// Keep printing lines as they arrive.
         #[arg(long)]
         follow: bool,
+    },
+    /// Serve the dashboard, read-only, for the run in the state dir (one
+    /// that stopped, from its journal and datastream), until Ctrl-C.
+    Dashboard {
+        /// Where to listen, a loopback `ip:port` (default: a free port).
+        #[arg(long, value_parser = crate::plan_toml::dashboard::parse_loopback)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Destroy every lease the journal knows, whether or not `up` runs.
     Down,
@@ -136,8 +150,20 @@ pub fn main(cli: Cli) -> i32 {
     let json = cli.json;
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Up { plan, frame_log } => {
-                crate::up::run(&state_dir, &plan, frame_log.as_deref(), json).await
+            Command::Up {
+                plan,
+                frame_log,
+                dashboard,
+                no_dashboard,
+            } => {
+                let options = crate::dashboard::Options {
+                    addr: dashboard,
+                    disabled: no_dashboard,
+                };
+                crate::up::run(&state_dir, &plan, frame_log.as_deref(), json, options).await
+            }
+            Command::Dashboard { listen } => {
+                crate::dashboard::command(&state_dir, listen, json).await
             }
             Command::Plan { plan } => plan_command(&plan, json).await,
             Command::Status => status_command(&state_dir, json),

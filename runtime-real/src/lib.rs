@@ -2,6 +2,7 @@
 //! shared effect loop of `driver`, to real I/O: processes, russh, iroh, disk.
 
 pub mod cli;
+pub mod dashboard;
 pub mod datastream;
 pub mod exit;
 pub mod journal;

@@ -28,6 +28,7 @@
 //!
 //! The full shape is in `spec/control-plane.md` ("Plan files").
 
+pub mod dashboard;
 mod duration;
 pub mod observability;
 mod pipeline;

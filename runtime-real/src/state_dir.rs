@@ -13,6 +13,7 @@
 //! up.pid, live.json      a running `up` and its live view
 //! prompt.addr            the prompt RPC's address while a pipeline serves
 //! pipeline.json          the pipeline's stages and serving figures, rewritten on change
+//! dashboard.token        the dashboard's access token (0600), drawn by each `up`
 //! models/                the model a plan fetched by url (sha256-named)
 //! previous/              the journal and datastream of the run before
 //! ```
@@ -99,6 +100,11 @@ impl<'a> StateDir<'a> {
     /// The pipeline's status (stages, serving), rewritten on every change.
     pub fn pipeline_status(self) -> PathBuf {
         self.root.join("pipeline.json")
+    }
+
+    /// The dashboard's access token (mode 0600; never logged).
+    pub fn dashboard_token(self) -> PathBuf {
+        self.root.join("dashboard.token")
     }
 
     /// Models fetched by url, named by their sha256.

@@ -54,8 +54,15 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
     fn is_torn_down(&self) -> bool;
 }
 
-/// `drover up PLAN [--frame-log PATH]`; returns the exit code.
-pub async fn run(state_dir: &Path, plan_path: &Path, frame_log: Option<&Path>, json: bool) -> i32 {
+/// `drover up PLAN [--frame-log PATH] [--dashboard ADDR | --no-dashboard]`;
+/// returns the exit code.
+pub async fn run(
+    state_dir: &Path,
+    plan_path: &Path,
+    frame_log: Option<&Path>,
+    json: bool,
+    dashboard: crate::dashboard::Options,
+) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -126,14 +133,20 @@ pub async fn run(state_dir: &Path, plan_path: &Path, frame_log: Option<&Path>, j
     };
     let datastream = crate::datastream::Writer::with(state_dir, plan.run_id, archive);
     let datastream = crate::datastream::Hub::new(datastream);
-    match wiring::up(state_dir, plan, pipeline, datastream, json).await {
+    let dashboard = match crate::dashboard::for_up(state_dir, plan_path, dashboard, json).await {
+        Ok(served) => served,
+        Err(code) => return code,
+    };
+    let code = match wiring::up(state_dir, plan, pipeline, datastream, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
             let _ = std::fs::remove_file(control::pid_file(state_dir));
             EXIT_FAILURE
         }
-    }
+    };
+    crate::dashboard::stop(dashboard).await;
+    code
 }
 
 /// Everything `up` built that the run needs, besides the machine.

@@ -209,6 +209,16 @@ pub fn prerequisites() -> Vec<Prerequisite> {
             "start a Docker engine (dockerd) and let this user reach /var/run/docker.sock",
             "the docker provider's tests (runtime-real/tests/docker_*.rs, up_docker.rs) run containers on the real engine",
         ),
+        Prerequisite::apt_program(
+            "chromium",
+            "chromium",
+            "the dashboard's browser test (runtime-real/tests/dashboard_browser.rs) runs a headless Chromium",
+        ),
+        Prerequisite::apt_program(
+            "chromium-driver",
+            "chromedriver",
+            "the dashboard's browser test (runtime-real/tests/dashboard_browser.rs) drives Chromium over WebDriver",
+        ),
         Prerequisite::venv(
             VASTAI_CLI,
             "the official Vast.ai CLI, vastai==1.9.1, run against the fake Vast.ai server by the vastai crate's tests",

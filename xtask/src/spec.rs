@@ -21,6 +21,7 @@ pub const PARTS: &[&str] = &[
     "worker.md",
     "pipeline.md",
     "docker.md",
+    "dashboard.md",
 ];
 
 /// The text `SPEC.md` must have.

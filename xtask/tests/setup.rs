@@ -143,6 +143,8 @@ fn every_check_fails_on_a_bare_machine_and_passes_once_it_is_there() {
             "python3-venv",
             "busybox-static",
             "docker",
+            "chromium",
+            "chromium-driver",
             "vastai-cli-1.9.1",
         ]
     );
@@ -230,14 +232,14 @@ fn not_root_on_a_bare_machine_gets_one_command_for_everything() {
     let venv = fake.host.home.join(".cache/drover/vastai-cli-1.9.1");
     let venv = venv.display();
     let command = format!(
-        "    sudo apt-get update && sudo apt-get install -y openssh-server python3-venv busybox-static \
+        "    sudo apt-get update && sudo apt-get install -y openssh-server python3-venv busybox-static chromium chromium-driver \
          && rustup component add rustfmt clippy && python3 -m venv --clear {venv} \
          && {venv}/bin/pip install --disable-pip-version-check vastai==1.9.1"
     );
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("    ")).collect();
     assert_eq!(lines, [command.as_str()], "{out}");
     assert!(out.contains(
-        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, busybox-static, docker, vastai-cli-1.9.1\n"
+        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, busybox-static, docker, chromium, chromium-driver, vastai-cli-1.9.1\n"
     ));
 }
 

@@ -17,7 +17,7 @@ use core_fsm::time::Duration;
 use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 
-const ROOT: &[&str] = &[
+pub(crate) const ROOT: &[&str] = &[
     "run_id",
     "replacement",
     "group",
@@ -26,6 +26,7 @@ const ROOT: &[&str] = &[
     "prompt",
     "sampling",
     "observability",
+    "dashboard",
 ];
 const GROUP: &[&str] = &[
     "name", "role", "count", "provider", "shape", "boot", "join", "host",
@@ -96,6 +97,7 @@ pub(crate) fn read_plan(
     };
     let pipeline = super::pipeline::read(doc, &mut table, &plan);
     super::observability::check(doc, &mut table);
+    super::dashboard::read(doc, &mut table);
     table.finish(doc);
     (plan, pipeline)
 }

@@ -1,0 +1,286 @@
+// The dashboard page: one EventSource, every change pushed by the server.
+// Every event has an id; a reconnect resumes after the last one applied
+// (the browser's Last-Event-ID, or ?last_event_id= when the page itself
+// reconnects). `window.__dash` exposes the page's state to tests and the
+// latency benchmark.
+(function () {
+  "use strict";
+  const token = new URLSearchParams(location.search).get("token") || "";
+  const $ = (id) => document.getElementById(id);
+  const dash = {
+    lastId: null, nodes: new Map(), logs: new Map(), offsets: new Map(),
+    groups: [], pipeline: null, readOnly: false, upRunning: false,
+    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], source: null,
+  };
+  window.__dash = dash;
+  const q = (s) => encodeURIComponent(s);
+  const api = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + q(token);
+
+  // Theme: the system's preference unless the toggle chose one (kept).
+  const root = document.documentElement;
+  const saved = localStorage.getItem("drover-theme");
+  if (saved === "dark" || saved === "light") root.dataset.theme = saved;
+  function theme() {
+    if (root.dataset.theme) return root.dataset.theme;
+    return matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  }
+  function showTheme() {
+    const t = theme();
+    $("theme").textContent = t === "dark" ? "Light theme" : "Dark theme";
+    $("theme").setAttribute("aria-label", "Switch to the " + (t === "dark" ? "light" : "dark") + " theme");
+  }
+  $("theme").addEventListener("click", () => {
+    root.dataset.theme = theme() === "dark" ? "light" : "dark";
+    localStorage.setItem("drover-theme", root.dataset.theme);
+    showTheme();
+  });
+  showTheme();
+
+  function age(ms) {
+    if (ms == null) return "-";
+    let s = Math.max(0, Math.floor((Date.now() - ms) / 1000));
+    const h = Math.floor(s / 3600); s -= h * 3600;
+    const m = Math.floor(s / 60); s -= m * 60;
+    return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+  }
+  function text(el, value) { el.textContent = value == null || value === "" ? "-" : String(value); }
+
+  // Cards.
+  function card(id) {
+    let el = document.querySelector('.card[data-node="' + CSS.escape(id) + '"]');
+    if (el) return el;
+    el = document.createElement("article");
+    el.className = "card";
+    el.dataset.node = id;
+    el.tabIndex = 0;
+    el.setAttribute("role", "listitem");
+    el.innerHTML =
+      '<h3><span class="id"></span><span class="stage"></span></h3><dl>' +
+      ["group", "liveness", "provider", "lease", "endpoint", "gpu", "price", "uptime", "in stage", "failure"]
+        .map((k) => "<dt>" + k + '</dt><dd data-f="' + k + '"></dd>').join("") +
+      '</dl><pre class="tail" tabindex="-1" aria-label="log tail"></pre>' +
+      '<button type="button" class="full">Full log</button>';
+    el.querySelector(".id").textContent = id;
+    el.querySelector(".full").setAttribute("aria-label", "Full log of " + id);
+    el.querySelector(".full").addEventListener("click", (e) => { e.stopPropagation(); openLog(id); });
+    el.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && e.target === el) { e.preventDefault(); openLog(id); }
+    });
+    const fleet = $("fleet");
+    const after = [...fleet.children].find((c) => c.dataset.node > id);
+    fleet.insertBefore(el, after || null);
+    return el;
+  }
+  function field(el, name, value) { text(el.querySelector('[data-f="' + name + '"]'), value); }
+  function liveness(n) {
+    if (n.stage === "Destroyed") return "gone";
+    if (!dash.upRunning) return "unknown (run stopped)";
+    if (n.agent) return "agent joined";
+    return "no agent yet";
+  }
+  function renderCard(n) {
+    const el = card(n.id);
+    el.dataset.stage = n.stage;
+    el.dataset.ready = String(n.ready);
+    el.querySelector(".stage").textContent = n.stage + (n.ready ? " (ready)" : "");
+    field(el, "group", n.group);
+    field(el, "liveness", liveness(n));
+    field(el, "provider", n.provider);
+    field(el, "lease", n.lease);
+    field(el, "endpoint", n.endpoint);
+    field(el, "gpu", n.gpu || "none");
+    field(el, "price", n.usd_per_hour == null ? null : "$" + n.usd_per_hour.toFixed(2) + "/h");
+    field(el, "uptime", n.lease ? age(n.lease_since_ms) : null);
+    field(el, "in stage", age(n.stage_since_ms));
+    field(el, "failure", n.failed_reason);
+    el.querySelector('[data-f="failure"]').classList.toggle("reason", !!n.failed_reason);
+    el.setAttribute("aria-label", n.id + ": " + n.stage + (n.ready ? ", ready" : "") +
+      (n.failed_reason ? ", failed: " + n.failed_reason : "") + ". Enter opens the full log.");
+  }
+  function renderGroups() {
+    const ul = $("groups");
+    ul.replaceChildren(...dash.groups.map((g) => {
+      const li = document.createElement("li");
+      li.dataset.group = g.group;
+      li.dataset.full = String(g.ready >= g.desired);
+      li.innerHTML = '<span class="name"></span> <span class="count"></span>';
+      li.querySelector(".name").textContent = g.group;
+      li.querySelector(".count").textContent = g.ready + "/" + g.desired;
+      li.setAttribute("aria-label", g.group + ": " + g.ready + " of " + g.desired + " ready");
+      return li;
+    }));
+  }
+  function renderTail(node) {
+    const el = card(node);
+    const pre = el.querySelector(".tail");
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = (dash.logs.get(node) || []).join("\n");
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+  function addLog(l) {
+    const last = dash.offsets.get(l.node) || 0;
+    if (l.offset <= last) { dash.duplicates += 1; return; }
+    dash.offsets.set(l.node, l.offset);
+    const lines = dash.logs.get(l.node) || [];
+    lines.push(l.line);
+    if (lines.length > 200) lines.shift();
+    dash.logs.set(l.node, lines);
+  }
+
+  // Pipeline.
+  function bytes(n) {
+    if (n == null) return "-";
+    const units = ["B", "KiB", "MiB", "GiB"]; let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return n.toFixed(i ? 1 : 0) + " " + units[i];
+  }
+  function renderPipeline() {
+    const p = dash.pipeline;
+    $("pipeline").hidden = !p;
+    if (!p) return;
+    $("stages").replaceChildren(...(p.stages || []).map((s) => {
+      const tr = document.createElement("tr");
+      tr.dataset.stage = s.stage;
+      tr.dataset.state = s.state;
+      const cells = [s.stage, s.node, s.layers, bytes(s.fetched_bytes) + " / " + bytes(s.slice_bytes), s.state];
+      for (const c of cells) { const td = document.createElement("td"); text(td, c); tr.append(td); }
+      return tr;
+    }));
+    const sv = p.serving || {};
+    const rows = [["active", sv.active == null ? "idle" : "request " + sv.active], ["queue", sv.queue],
+      ["done", sv.requests_done], ["ttft", sv.ttft_ms == null ? null : sv.ttft_ms.toFixed(1) + " ms"],
+      ["tokens/s", sv.tokens_per_s == null ? null : sv.tokens_per_s.toFixed(1)]];
+    $("serving").replaceChildren(...rows.map(([k, v]) => {
+      const d = document.createElement("div"); d.dataset.k = k;
+      const dt = document.createElement("dt"); dt.textContent = k;
+      const dd = document.createElement("dd"); text(dd, v);
+      d.append(dt, dd); return d;
+    }));
+    const can = !dash.readOnly && !!p.prompt_addr && dash.upRunning;
+    $("prompt-send").disabled = !can;
+    $("prompt-text").disabled = !can;
+  }
+
+  function renderAll() {
+    $("run").textContent = dash.runId == null ? "no run" : "run " + dash.runId + (dash.readOnly ? " (read-only)" : "");
+    renderGroups();
+    for (const n of dash.nodes.values()) renderCard(n);
+    for (const node of dash.logs.keys()) renderTail(node);
+    renderPipeline();
+    renderConn();
+  }
+  function renderConn() {
+    const c = $("conn");
+    if (dash.connected === false) { c.dataset.state = "down"; c.textContent = "reconnecting"; }
+    else if (!dash.upRunning) { c.dataset.state = "stopped"; c.textContent = "run stopped"; }
+    else { c.dataset.state = "live"; c.textContent = "live"; }
+  }
+  function cost(v) { if (v != null) $("cost").textContent = "$" + v.toFixed(2) + "/h"; }
+
+  const handlers = {
+    hello(d) { dash.hellos.push(d); },
+    gap(d) {
+      dash.gaps.push(d);
+      $("notice").textContent = "resynced: " + d.reason + (d.missed ? " (" + d.missed + " events)" : "");
+    },
+    snapshot(d) {
+      dash.readOnly = d.read_only; dash.upRunning = d.up_running; dash.runId = d.run_id;
+      dash.groups = d.groups; dash.pipeline = d.pipeline;
+      dash.nodes = new Map(d.nodes.map((n) => [n.id, n]));
+      dash.logs = new Map(); dash.offsets = new Map();
+      for (const [node, lines] of Object.entries(d.logs || {})) for (const l of lines) addLog(l);
+      $("fleet").replaceChildren();
+      cost(d.fleet_usd_per_hour);
+      renderAll();
+    },
+    node(d) { dash.nodes.set(d.node.id, d.node); renderCard(d.node); },
+    groups(d) { dash.groups = d.groups; renderGroups(); cost(d.fleet_usd_per_hour); },
+    pipeline(d) { dash.pipeline = d.pipeline; renderPipeline(); },
+    log(d) { addLog(d); renderTail(d.node); },
+    run(d) {
+      dash.upRunning = d.up_running; renderConn(); renderPipeline();
+      for (const n of dash.nodes.values()) renderCard(n);
+    },
+  };
+
+  function connect(resumeFrom) {
+    let url = api("/events");
+    if (resumeFrom) url += "&last_event_id=" + q(resumeFrom);
+    const es = new EventSource(url);
+    dash.source = es;
+    for (const [kind, handle] of Object.entries(handlers)) {
+      es.addEventListener(kind, (ev) => {
+        if (dash.source !== es) return;
+        const data = JSON.parse(ev.data);
+        if (ev.lastEventId) dash.lastId = ev.lastEventId;
+        handle(data);
+        dash.applied += 1;
+        dash.counts[kind] = (dash.counts[kind] || 0) + 1;
+        if (data.server_ms) {
+          dash.latencies.push(Date.now() - data.server_ms);
+          if (dash.latencies.length > 10000) dash.latencies.shift();
+        }
+      });
+    }
+    es.onopen = () => { dash.connected = true; renderConn(); };
+    es.onerror = () => { dash.connected = false; renderConn(); };
+  }
+  // A reconnect by the page itself, resuming after the last id applied.
+  dash.reconnect = () => { if (dash.source) dash.source.close(); connect(dash.lastId); };
+
+  // The full log: what `drover logs NODE` prints, line for line.
+  async function openLog(node) {
+    const dialog = $("logview");
+    $("logview-h").textContent = "Log of " + node;
+    $("logtext").textContent = "loading";
+    dialog.dataset.node = node;
+    delete dialog.dataset.loaded;
+    if (!dialog.open) dialog.showModal();
+    const res = await fetch(api("/api/logs/" + q(node)));
+    $("logtext").textContent = await res.text();
+    dialog.dataset.loaded = "true";
+    $("logtext").focus();
+  }
+  $("logview-close").addEventListener("click", () => $("logview").close());
+  $("logview").addEventListener("close", () => {
+    const back = document.querySelector('.card[data-node="' + CSS.escape($("logview").dataset.node || "") + '"]');
+    if (back) back.focus();
+  });
+
+  // The prompt box: the answer streams in as the service sends it.
+  $("prompt-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const out = $("answer");
+    out.textContent = ""; out.dataset.state = "streaming";
+    const max = parseInt($("prompt-max").value, 10);
+    const body = JSON.stringify({ text: $("prompt-text").value, max_tokens: max > 0 ? max : null });
+    try {
+      const res = await fetch(api("/api/prompt"), { method: "POST", headers: { "content-type": "application/json" }, body });
+      if (!res.ok) { out.textContent = await res.text(); out.dataset.state = "failed"; return; }
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl); buf = buf.slice(nl + 1);
+          if (!line.trim()) continue;
+          const msg = JSON.parse(line);
+          if (msg.TextDelta) out.textContent += msg.TextDelta.text;
+          if (msg.Done) out.dataset.state = "done";
+          if (msg.Fault) { out.dataset.state = "failed"; out.textContent += "\n[fault: " + msg.Fault.reason + "]"; }
+        }
+      }
+      if (out.dataset.state === "streaming") out.dataset.state = "done";
+    } catch (err) {
+      out.dataset.state = "failed"; out.textContent += "\n[" + err + "]";
+    }
+  });
+
+  // Ages move on the page's own clock; nothing is fetched for them.
+  setInterval(() => { for (const n of dash.nodes.values()) renderCard(n); }, 1000);
+  connect(null);
+})();

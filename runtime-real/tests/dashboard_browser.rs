@@ -1,0 +1,151 @@
+//! The dashboard in a real browser: headless Chromium (Debian's `chromium`
+//! and `chromium-driver`) driven over WebDriver against a real `drover up`
+//! of three local nodes. The page shows the nodes ready and the counter
+//! full; a card's log tail equals `drover logs NODE`, also after a forced
+//! reconnect that resumes with the last event id (no gap, no duplicate);
+//! the full log, opened by keyboard only, equals `drover logs NODE` line
+//! for line; the theme toggles by keyboard and persists; stopping the run
+//! turns every card Destroyed through the open stream. Screenshots in
+//! light and dark go to `target/tmp/dashboard-screenshots/` for review.
+//! Every wait is on the page's DOM changing (or a line, an exit), bounded.
+
+mod dashboard_support;
+mod up_support;
+
+use dashboard_support::webdriver::Browser;
+use dashboard_support::*;
+use std::time::Duration;
+use up_support::*;
+
+const SETTLE: Duration = Duration::from_secs(90);
+const EXIT: Duration = Duration::from_secs(60);
+const PAGE: Duration = Duration::from_secs(30);
+const DUMP: &str = "JSON.stringify({counts: window.__dash && __dash.counts, hellos: window.__dash && __dash.hellos, \
+    cards: [...document.querySelectorAll('.card')].map(c => c.dataset.node + ':' + c.dataset.stage), \
+    groups: document.getElementById('groups') && document.getElementById('groups').textContent, \
+    body: document.body.innerText.slice(0, 400)})";
+
+/// The text `drover logs NODE` prints, without its last newline.
+fn logs_of(state: &std::path::Path, node: &str) -> String {
+    let out = drover(state, &["logs", node]);
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
+/// The last 200 lines of `text` (what a card's tail keeps).
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(200)..].join("\n")
+}
+
+#[test]
+fn the_page_follows_the_fleet_in_headless_chromium() {
+    let dir = scratch("dash-browser");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(3));
+    let mut up = Up::start(&state, &plan);
+    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
+    let url = line["url"].as_str().unwrap().to_owned();
+    let (base, _) = split_url(&url);
+    up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let browser = Browser::start(PAGE).await;
+        // Without the token the page is refused.
+        browser.goto(&format!("{base}/")).await;
+        let body = browser.js("return document.body.innerText;").await;
+        assert!(body.as_str().unwrap().contains("missing or wrong dashboard token"), "{body}");
+
+        browser.goto(&url).await;
+        browser
+            .wait(
+                SETTLE,
+                "document.querySelectorAll('.card[data-stage=\"Dormant\"][data-ready=\"true\"]').length === 3 \
+                 && document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '3/3'",
+                DUMP,
+            )
+            .await;
+        let card = browser
+            .js("const c = document.querySelector('.card[data-node=\"workers-0\"]'); \
+                 return [c.querySelector('[data-f=\"provider\"]').textContent, \
+                         c.querySelector('[data-f=\"lease\"]').textContent, \
+                         c.querySelector('[data-f=\"group\"]').textContent, \
+                         c.querySelector('[data-f=\"endpoint\"]').textContent];")
+            .await;
+        assert_eq!(card[0], "local", "{card}");
+        assert!(card[1].as_str().unwrap().starts_with("local:"), "{card}");
+        assert_eq!(card[2], "workers", "{card}");
+        assert!(card[3].as_str().unwrap().starts_with("127.0.0.1:"), "{card}");
+
+        // The card's tail is `drover logs`; still so after a reconnect
+        // that resumes after the last id (a replay: nothing lost, nothing
+        // twice).
+        let expected = logs_of(&state, "workers-0");
+        let tail_js = "return document.querySelector('.card[data-node=\"workers-0\"] .tail').textContent;";
+        assert_eq!(browser.js(tail_js).await, tail(&expected));
+        browser.js("__dash.reconnect(); return null;").await;
+        browser
+            .wait(
+                PAGE,
+                "__dash.hellos.length >= 2 && __dash.hellos[__dash.hellos.length - 1].mode === 'replay'",
+                DUMP,
+            )
+            .await;
+        let after = browser
+            .js("return [__dash.gaps.length, __dash.duplicates, __dash.hellos[__dash.hellos.length - 1].resumed_from === __dash.lastId || __dash.applied > 0];")
+            .await;
+        assert_eq!(after[0], 0, "no gap on a resume: {after}");
+        assert_eq!(after[1], 0, "no line twice: {after}");
+        assert_eq!(browser.js(tail_js).await, tail(&logs_of(&state, "workers-0")));
+
+        // Keyboard only: Tab to the card, Enter opens the full log, which
+        // is `drover logs NODE` line for line; Escape closes it.
+        browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
+        browser.tab_to("el.dataset && el.dataset.node === 'workers-0' && el.classList.contains('card')", 40).await;
+        browser.key("\u{E007}").await;
+        browser
+            .wait(PAGE, "document.getElementById('logview').open && document.getElementById('logview').dataset.loaded === 'true'", DUMP)
+            .await;
+        let full = browser.js("return document.getElementById('logtext').textContent;").await;
+        assert_eq!(
+            full.as_str().unwrap().trim_end_matches('\n'),
+            logs_of(&state, "workers-0")
+        );
+        browser.key("\u{E00C}").await;
+        browser.wait(PAGE, "!document.getElementById('logview').open", DUMP).await;
+
+        // The theme toggle, by keyboard; the choice persists.
+        browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
+        browser.tab_to("el.id === 'theme'", 40).await;
+        browser.js("document.documentElement.dataset.theme = 'light'; return null;").await;
+        browser.screenshot(&shots.join("light.png")).await;
+        browser.key("\u{E007}").await;
+        browser.wait(PAGE, "document.documentElement.dataset.theme === 'dark'", DUMP).await;
+        assert_eq!(browser.js("return localStorage.getItem('drover-theme');").await, "dark");
+        browser.screenshot(&shots.join("dark.png")).await;
+        assert!(std::fs::metadata(shots.join("dark.png")).unwrap().len() > 1000);
+
+        // Stop the run: the open stream turns every card Destroyed.
+        up.type_stop();
+        browser
+            .wait(
+                EXIT,
+                "document.querySelectorAll('.card[data-stage=\"Destroyed\"]').length === 3 \
+                 && document.querySelector('#groups li .count').textContent === '0/3'",
+                DUMP,
+            )
+            .await;
+        let counts = browser.js("return __dash.counts;").await;
+        assert!(counts["node"].as_u64().unwrap() >= 3, "node events reached the page: {counts}");
+        browser.quit().await;
+    });
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
