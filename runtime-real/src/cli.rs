@@ -165,7 +165,7 @@ pub fn main(cli: Cli) -> i32 {
             Command::Dashboard { listen } => {
                 crate::dashboard::command(&state_dir, listen, json).await
             }
-            Command::Plan { plan } => plan_command(&plan, json).await,
+            Command::Plan { plan } => plan_command(&plan, &state_dir, json).await,
             Command::Status => status_command(&state_dir, json),
             Command::Logs {
                 node,
@@ -230,7 +230,7 @@ pub fn main(cli: Cli) -> i32 {
     code
 }
 
-async fn plan_command(path: &Path, json: bool) -> i32 {
+async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(path) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -238,13 +238,23 @@ async fn plan_command(path: &Path, json: bool) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
+    let pipeline = match pipeline {
         None => None,
-        Some(Ok(prepared)) => Some(prepared),
-        Some(Err(e)) => {
-            eprintln!("drover: {}: {e}", path.display());
-            return EXIT_CONFIG;
-        }
+        // `plan` fetches nothing: a model by url not fetched yet has no
+        // stage table.
+        Some(spec) => match crate::pipeline::model_file(&spec, state_dir, false).await {
+            Err(e) => {
+                println!("{e}");
+                None
+            }
+            Ok(model) => match crate::pipeline::prepare(&plan, spec, &model) {
+                Ok(prepared) => Some(prepared),
+                Err(e) => {
+                    eprintln!("drover: {}: {e}", path.display());
+                    return EXIT_CONFIG;
+                }
+            },
+        },
     };
     if let Err(e) = crate::provider::check_plan(&plan).await {
         eprintln!("drover: {e}");

@@ -10,6 +10,7 @@
 //!   weights and their cache) and [`edges`] (activation and token edges);
 //! - [`wire`]: what travels on the pipeline's connections.
 
+pub mod download;
 pub mod edges;
 pub mod fetch;
 pub mod host;
@@ -90,17 +91,60 @@ impl Prepared {
     }
 }
 
-/// Opens the model and plans the stages; every problem is a plan error.
-pub fn prepare(plan: &RunPlan, spec: PipelineSpec) -> Result<Prepared, String> {
-    let path = match &spec.model {
-        ModelSource::Path(path) => path.clone(),
-        ModelSource::Url { url, .. } => {
-            return Err(format!(
-                "model url {url}: fetching a model by url is not supported yet; give `path`"
-            ));
+/// Why a pipeline could not be prepared.
+#[derive(Debug)]
+pub enum PrepareError {
+    /// The plan, the model file or its digest is wrong (exit code 2).
+    Plan(String),
+    /// The model could not be fetched; running again resumes (exit code 1).
+    Fetch(String),
+}
+
+impl std::fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrepareError::Plan(e) | PrepareError::Fetch(e) => f.write_str(e),
         }
-    };
-    let model = Arc::new(Model::open(&path)?);
+    }
+}
+
+/// The model file of `spec`: its path, or the file a url names, fetched
+/// into the state dir unless it is there (`fetch` false: only if there).
+pub async fn model_file(
+    spec: &PipelineSpec,
+    state_dir: &Path,
+    fetch: bool,
+) -> Result<std::path::PathBuf, PrepareError> {
+    match &spec.model {
+        ModelSource::Path(path) => Ok(path.clone()),
+        ModelSource::Url { url, sha256 } => {
+            let kept = crate::state_dir::StateDir::at(state_dir)
+                .models()
+                .join(format!("{sha256}.gguf"));
+            if !fetch && !kept.is_file() {
+                return Err(PrepareError::Fetch(format!(
+                    "model url {url}: not fetched yet (`drover up` fetches it into {})",
+                    kept.display()
+                )));
+            }
+            download::model(state_dir, url, sha256).await
+        }
+    }
+}
+
+/// Opens the model at `path` and plans the stages; every problem is a plan
+/// error.
+pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepared, String> {
+    let model = Arc::new(Model::open(path)?);
+    if let ModelSource::Url { sha256, .. } = &spec.model
+        && model.digest != *sha256
+    {
+        return Err(format!(
+            "{}: sha256 {}, the plan says {sha256}",
+            path.display(),
+            model.digest
+        ));
+    }
     let nodes = nodes_of(plan, &spec)?;
     let stages = nodes.len() as u32;
     let plan = run::plan_split(model.layers(), stages, &nodes, &spec.split)
@@ -301,7 +345,11 @@ impl Running {
                 state: "waiting".to_owned(),
             })
             .collect();
-        self.shared.update(|s| s.stages = stages_status);
+        let default_max_tokens = prepared.spec.default_max_tokens;
+        self.shared.update(|s| {
+            s.stages = stages_status;
+            s.default_max_tokens = default_max_tokens;
+        });
         *self.shared.parts.lock().expect("parts") =
             Some((stages.clone(), prepared.weights.clone()));
         let context = match prepared.spec.ctx {

@@ -81,13 +81,25 @@ pub async fn run(
             }
         },
     };
-    let pipeline = match pipeline.map(|spec| crate::pipeline::prepare(&plan, spec)) {
+    let pipeline = match pipeline {
         None => None,
-        Some(Ok(prepared)) => Some(prepared),
-        Some(Err(e)) => {
-            eprintln!("drover: {}: {e}", plan_path.display());
-            return EXIT_CONFIG;
-        }
+        Some(spec) => match crate::pipeline::model_file(&spec, state_dir, true).await {
+            Err(crate::pipeline::PrepareError::Fetch(e)) => {
+                eprintln!("drover: {e}");
+                return EXIT_FAILURE;
+            }
+            Err(crate::pipeline::PrepareError::Plan(e)) => {
+                eprintln!("drover: {}: {e}", plan_path.display());
+                return EXIT_CONFIG;
+            }
+            Ok(path) => match crate::pipeline::prepare(&plan, spec, &path) {
+                Ok(prepared) => Some(prepared),
+                Err(e) => {
+                    eprintln!("drover: {}: {e}", plan_path.display());
+                    return EXIT_CONFIG;
+                }
+            },
+        },
     };
     if let Err(e) = crate::provider::check_plan(&plan).await {
         eprintln!("drover: {e}");

@@ -148,7 +148,10 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
         .unwrap()
         .clone();
     assert_eq!(tail.len(), 20);
-    assert_eq!(tail[19]["line"], "workers-0 stdout #20 t=20ms | line 20");
+    assert_eq!(
+        tail[19]["line"],
+        "workers-0 bootstrap.stdout #20 t=20ms | line 20"
+    );
     assert_eq!(tail[19]["offset"], std::fs::metadata(&path).unwrap().len());
 
     served.stop().await;

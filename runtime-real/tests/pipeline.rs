@@ -386,3 +386,116 @@ fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everythin
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A one-file HTTP server on loopback: the first `short` answers stop
+/// halfway through the body (a dropped connection); later ones honour
+/// `Range: bytes=N-` with 206. Returns its url and the requests' ranges.
+fn serve_file(
+    bytes: Vec<u8>,
+    short: usize,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Option<u64>>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/stories.gguf", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for (i, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut from = None;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(rest) = lower.strip_prefix("range: bytes=") {
+                    from = rest.trim().trim_end_matches('-').parse::<u64>().ok();
+                }
+            }
+            log.lock().unwrap().push(from);
+            let start = from.unwrap_or(0) as usize;
+            let body = &bytes[start..];
+            let head = match from {
+                Some(_) => format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\nConnection: close\r\n\r\n",
+                    body.len(),
+                    bytes.len() - 1,
+                    bytes.len()
+                ),
+                None => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                ),
+            };
+            let _ = stream.write_all(head.as_bytes());
+            let cut = if i < short {
+                body.len() / 2
+            } else {
+                body.len()
+            };
+            let _ = stream.write_all(&body[..cut]);
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_model_by_url_is_fetched_once_resumed_after_a_cut_and_checked_against_its_sha256() {
+    let dir = scratch("pipeurl");
+    let state = dir.join("state");
+    let bytes = std::fs::read(model()).unwrap();
+    let sha = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let (url, seen) = serve_file(bytes, 1);
+    let path_line = format!("path = \"{}\"", model().display());
+    let text = std::fs::read_to_string(pipeline_plan(&dir, 2, "")).unwrap();
+    let good = text.replace(&path_line, &format!("url = \"{url}\"\nsha256 = \"{sha}\""));
+    let plan = dir.join("url.toml");
+    std::fs::write(&plan, good).unwrap();
+    // The first answer is cut halfway: `up` says so and rents nothing.
+    let out = drover(&state, &["up", plan.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run again to resume"), "{stderr}");
+    assert!(!state.join("journal.bin").exists(), "nothing is rented");
+    // The next `up` resumes where it stopped, checks the digest, serves.
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, is_serving);
+    let (code, answer) = prompt(&state, PROMPT, 64);
+    assert_eq!((code, answer), (0, reference(64)));
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    assert!(state.join("models").join(format!("{sha}.gguf")).is_file());
+    let ranges = seen.lock().unwrap().clone();
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert_eq!(ranges[0], None);
+    assert!(ranges[1].is_some_and(|n| n > 0), "resumed: {ranges:?}");
+    // A second `up` uses the kept file: no request.
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, is_serving);
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    // A digest that does not match is refused after the fetch.
+    let wrong = text_with_sha(&text, &path_line, &url, &"0".repeat(64));
+    let plan = dir.join("wrong.toml");
+    std::fs::write(&plan, wrong).unwrap();
+    let other = dir.join("other");
+    let out = drover(&other, &["up", plan.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the plan says 0000"), "{stderr}");
+    assert!(!other.join("journal.bin").exists(), "nothing is rented");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn text_with_sha(text: &str, path_line: &str, url: &str, sha: &str) -> String {
+    text.replace(path_line, &format!("url = \"{url}\"\nsha256 = \"{sha}\""))
+}

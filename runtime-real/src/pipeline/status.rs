@@ -50,6 +50,9 @@ pub struct PipelineStatus {
     pub serving: Serving,
     /// The prompt service's address, once open.
     pub prompt_addr: Option<String>,
+    /// What `drover prompt` and `drover chat` ask for without
+    /// `--max-tokens` (the plan's `[prompt] default_max_tokens`; 0: no cap).
+    pub default_max_tokens: u32,
     #[serde(skip)]
     path: PathBuf,
     #[serde(skip)]
@@ -65,6 +68,7 @@ impl PipelineStatus {
             stages,
             serving: Serving::default(),
             prompt_addr: None,
+            default_max_tokens: 0,
             path: crate::state_dir::StateDir::at(state_dir).pipeline_status(),
             started: None,
             submitted: 0,

@@ -13,6 +13,7 @@ use tokio::io::AsyncBufReadExt;
 /// stdout (with `--json`, each server line as received); returns 0 when it
 /// is done, 1 on a fault or a lost connection.
 pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json: bool) -> i32 {
+    let max_tokens = max_tokens.or_else(|| default_max_tokens(state_dir));
     let mut client = match connect(state_dir).await {
         Ok(client) => client,
         Err(e) => {
@@ -33,6 +34,7 @@ pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json:
 /// ...), its answer streamed like `drover prompt`'s; the end of stdin ends
 /// it. Returns 0, or 1 when a prompt failed or the connection was lost.
 pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 {
+    let max_tokens = max_tokens.or_else(|| default_max_tokens(state_dir));
     let mut client = match connect(state_dir).await {
         Ok(client) => client,
         Err(e) => {
@@ -160,4 +162,14 @@ async fn ask(
         }
         return Ok(answer);
     }
+}
+
+/// The plan's `[prompt] default_max_tokens`, as the running pipeline
+/// states it in `<state>/pipeline.json` (0 or absent: no cap).
+fn default_max_tokens(state_dir: &Path) -> Option<u32> {
+    let path = crate::state_dir::StateDir::at(state_dir).pipeline_status();
+    let text = std::fs::read(path).ok()?;
+    let status: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let n = status.get("default_max_tokens")?.as_u64()?;
+    u32::try_from(n).ok().filter(|n| *n > 0)
 }
