@@ -285,7 +285,13 @@ fn without_a_terminal_up_prints_plain_lines_and_a_summary_table() {
         !seen.contains('\x1b'),
         "no terminal escapes in a pipe:\n{seen}"
     );
-    assert!(seen.starts_with("control plane: "), "{seen}");
+    // The dashboard's URL may come first; then the control plane's address.
+    let first = up
+        .seen
+        .iter()
+        .find(|l| !l.starts_with("dashboard: "))
+        .unwrap();
+    assert!(first.starts_with("control plane: "), "{seen}");
     // One line per stage change: time, node, stage, lease.
     for node in ["workers-0", "workers-1"] {
         let stages: Vec<Vec<&str>> = up

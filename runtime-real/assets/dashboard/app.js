@@ -75,6 +75,10 @@
   function liveness(n) {
     if (n.stage === "Destroyed") return "gone";
     if (!dash.upRunning) return "unknown (run stopped)";
+    if (n.liveness) {
+      const beat = n.last_heartbeat_ms == null ? "" : ", heartbeat " + age(n.last_heartbeat_ms) + " ago";
+      return n.liveness + beat;
+    }
     if (n.agent) return "agent joined";
     return "no agent yet";
   }

@@ -52,6 +52,10 @@ pub struct Card {
     pub lease_since_ms: Option<u64>,
     /// When this server saw the current stage begin (Unix ms).
     pub stage_since_ms: Option<u64>,
+    /// What membership says of its agent while `up` runs.
+    pub liveness: Option<core_fsm::membership::Liveness>,
+    /// When its agent's last heartbeat arrived (Unix ms), while `up` runs.
+    pub last_heartbeat_ms: Option<u64>,
 }
 
 /// A group's counters.
@@ -259,6 +263,8 @@ pub fn fleet(
         if let Some(card) = cards.get_mut(node.id.as_str()) {
             card.stage = node.stage;
             card.ready = node.ready;
+            card.liveness = node.liveness;
+            card.last_heartbeat_ms = node.last_heartbeat_ms;
             if node.failed_reason.is_some() {
                 card.failed_reason = node.failed_reason.clone();
             }
@@ -297,6 +303,8 @@ fn blank(id: &str, group: &str, provider: Option<ProviderKind>) -> Card {
         usd_per_hour: None,
         lease_since_ms: None,
         stage_since_ms: None,
+        liveness: None,
+        last_heartbeat_ms: None,
     }
 }
 
