@@ -47,6 +47,8 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// Each stage controller's stop-step timeout.
     pub stop_step_timeout: Duration,
+    /// Each stage controller's inbound ring (steps that may wait).
+    pub stage_ring: u64,
 }
 
 /// The agent's own state: its worker process. Boot and the stage controllers

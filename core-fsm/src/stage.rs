@@ -31,6 +31,9 @@ pub struct Config {
     pub orchestrator: AgentId,
     /// How long one stop step may take before the stop moves on without it.
     pub stop_step_timeout: Duration,
+    /// Inbound objects that may wait, in sequence, behind the step
+    /// executing (the inbound ring); one more is an overrun. 0: none may.
+    pub ring: u64,
 }
 
 /// The readiness facts a provisioned stage waits for.
@@ -111,6 +114,8 @@ pub enum Phase {
         provision: Box<Provision>,
         /// The step executing.
         seq: u64,
+        /// Steps `seq + 1 ..= seq + queued` arrived and wait, in order.
+        queued: u64,
     },
     /// Faulted for good; executes nothing more.
     Faulted {
@@ -351,8 +356,12 @@ impl crate::Machine for Machine {
         match &self.phase {
             // ST2: readiness waits only while some fact is missing.
             Phase::AwaitingReady { facts, .. } => assert!(!facts.all()),
-            // ST3: a step executes only in sequence after the ones before it.
-            Phase::Busy { seq, .. } => assert_eq!(*seq, self.steps_completed),
+            // ST3: a step executes only in sequence after the ones before it;
+            // ST6: no more wait behind it than the ring holds.
+            Phase::Busy { seq, queued, .. } => {
+                assert_eq!(*seq, self.steps_completed);
+                assert!(*queued <= self.config.ring, "ST6: {queued} queued");
+            }
             Phase::Ready { next_seq, .. } => assert_eq!(*next_seq, self.steps_completed),
             _ => {}
         }

@@ -26,6 +26,7 @@ fn config(worker_start: boot::WorkerStartPolicy) -> Config {
         ready_reports_max: 3,
         heartbeat_interval: Duration::from_millis(2_000),
         stop_step_timeout: Duration::from_millis(500),
+        stage_ring: 0,
     }
 }
 

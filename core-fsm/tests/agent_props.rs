@@ -30,6 +30,7 @@ fn config(deferred: bool) -> Config {
         ready_reports_max: 3,
         heartbeat_interval: Duration::from_millis(2_000),
         stop_step_timeout: Duration::from_millis(500),
+        stage_ring: 0,
     }
 }
 

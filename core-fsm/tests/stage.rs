@@ -15,6 +15,7 @@ fn config() -> Config {
         node: LogicalNodeId::from("workers-1"),
         orchestrator: AgentId::from("orch"),
         stop_step_timeout: Duration::from_millis(500),
+        ring: 0,
     }
 }
 

@@ -16,6 +16,7 @@ fn config() -> Config {
         node: LogicalNodeId::from("workers-0"),
         orchestrator: AgentId::from("orch"),
         stop_step_timeout: Duration::from_millis(500),
+        ring: 0,
     }
 }
 

@@ -36,6 +36,30 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use wire::WeightsRef;
 
+/// Most steps of one prompt in flight at once: a prompt travels in at most
+/// this many chunks, so that stage `k + 1` computes chunk `i` while stage
+/// `k` computes chunk `i + 1`; each stage's inbound ring holds them.
+pub const PREFILL_IN_FLIGHT: u64 = 8;
+
+/// The smallest chunk a prompt is cut into (shorter prompts go whole).
+pub const PREFILL_CHUNK_MIN: usize = 32;
+
+/// How a prompt of `len` tokens is cut into chunks: their lengths, in order.
+pub fn prefill_chunks(len: usize) -> Vec<usize> {
+    let chunks = len
+        .div_ceil(PREFILL_CHUNK_MIN)
+        .clamp(1, PREFILL_IN_FLIGHT as usize);
+    let size = len.div_ceil(chunks).max(1);
+    let mut out = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let n = size.min(left);
+        out.push(n);
+        left -= n;
+    }
+    out
+}
+
 /// A pipeline checked against its model before anything is rented.
 pub struct Prepared {
     /// The plan's sections.
@@ -390,5 +414,22 @@ impl Running {
             };
             control.send(agent, frame);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_are_cut_into_at_most_the_chunks_in_flight() {
+        assert_eq!(prefill_chunks(5), [5]);
+        assert_eq!(prefill_chunks(32), [32]);
+        assert_eq!(prefill_chunks(33), [17, 16]);
+        assert_eq!(prefill_chunks(200).len(), 7);
+        let long = prefill_chunks(5000);
+        assert_eq!(long.len(), PREFILL_IN_FLIGHT as usize);
+        assert_eq!(long.iter().sum::<usize>(), 5000);
+        assert!(prefill_chunks(0).is_empty());
     }
 }

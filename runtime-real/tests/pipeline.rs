@@ -14,6 +14,12 @@ use up_support::*;
 const SERVE: Duration = Duration::from_secs(120);
 const EXIT: Duration = Duration::from_secs(90);
 const PROMPT: &str = "Once upon a time";
+/// A prompt of some 200 tokens: seven chunks.
+const LONG: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog. \
+    One day, she saw a big red ball under a tree. She ran to the ball and kicked it high into the sky. \
+    The dog barked and ran after it. Lily laughed and clapped her hands. Then the sun went down and it was time to go home. \
+    Her mom made soup for dinner. Lily ate it all and said thank you. After dinner, she went to bed and dreamed of the ball. \
+    The next day";
 
 /// The trained model the project reads from `../shared/models/`.
 fn model() -> PathBuf {
@@ -82,10 +88,15 @@ fn is_serving(line: &serde_json::Value) -> bool {
 
 /// What `drover-worker generate` says on the whole model.
 fn reference(max_tokens: u32) -> String {
+    reference_of(PROMPT, max_tokens)
+}
+
+/// What `drover-worker generate` says of `prompt` on the whole model.
+fn reference_of(prompt: &str, max_tokens: u32) -> String {
     let out = Command::new(worker())
         .args(["generate", "--model"])
         .arg(model())
-        .args(["--prompt", PROMPT, "--max-tokens", &max_tokens.to_string()])
+        .args(["--prompt", prompt, "--max-tokens", &max_tokens.to_string()])
         .output()
         .unwrap();
     assert!(
@@ -139,6 +150,13 @@ fn serves_like_one_process(name: &str, nodes: u32, extra: &str) {
     assert_eq!(code, 0);
     // Both end the text with one newline.
     assert_eq!(text, reference(64), "{nodes} stages, {extra}");
+    // A long prompt travels in chunks, several in flight: the same text.
+    let (code, text) = prompt(&state, LONG, 32);
+    assert_eq!(
+        (code, text),
+        (0, reference_of(LONG, 32)),
+        "{nodes} stages, long"
+    );
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     std::fs::remove_dir_all(&dir).unwrap();

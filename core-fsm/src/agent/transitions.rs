@@ -263,6 +263,7 @@ impl Machine {
                 node: self.node().clone(),
                 orchestrator: self.config.orchestrator.clone(),
                 stop_step_timeout: self.config.stop_step_timeout,
+                ring: self.config.stage_ring,
             };
             self.stages.insert(stage, stage::Machine::new(config));
         }

@@ -73,7 +73,11 @@ impl Machine {
             ) => {
                 if seq == next_seq {
                     out.push(Effect::ExecuteStep { seq });
-                    Phase::Busy { provision, seq }
+                    Phase::Busy {
+                        provision,
+                        seq,
+                        queued: 0,
+                    }
                 } else {
                     let fault = Fault::SequenceViolation {
                         expected: next_seq,
@@ -86,26 +90,53 @@ impl Machine {
                 Phase::Busy {
                     provision,
                     seq: busy,
+                    queued,
                 },
                 In(Input::StepArrived { seq }),
-            ) => self.fault(Some(provision), Fault::Overrun { busy, got: seq }, out),
-            (
-                Phase::Busy {
-                    provision,
-                    seq: busy,
-                },
-                In(Input::StepCompleted { seq }),
-            ) if seq == busy => {
-                self.steps_completed += 1;
-                Phase::Ready {
-                    provision,
-                    next_seq: busy + 1,
+            ) => {
+                let expected = busy + 1 + queued;
+                if seq != expected {
+                    let fault = Fault::SequenceViolation { expected, got: seq };
+                    self.fault(Some(provision), fault, out)
+                } else if queued >= self.config.ring {
+                    self.fault(Some(provision), Fault::Overrun { busy, got: seq }, out)
+                } else {
+                    Phase::Busy {
+                        provision,
+                        seq: busy,
+                        queued: queued + 1,
+                    }
                 }
             }
             (
                 Phase::Busy {
                     provision,
                     seq: busy,
+                    queued,
+                },
+                In(Input::StepCompleted { seq }),
+            ) if seq == busy => {
+                self.steps_completed += 1;
+                if queued > 0 {
+                    // The next waiting step goes at once, in order.
+                    out.push(Effect::ExecuteStep { seq: busy + 1 });
+                    Phase::Busy {
+                        provision,
+                        seq: busy + 1,
+                        queued: queued - 1,
+                    }
+                } else {
+                    Phase::Ready {
+                        provision,
+                        next_seq: busy + 1,
+                    }
+                }
+            }
+            (
+                Phase::Busy {
+                    provision,
+                    seq: busy,
+                    ..
                 },
                 In(Input::StepFailed { seq, reason }),
             ) if seq == busy => self.fault(Some(provision), Fault::StepFailed { seq, reason }, out),

@@ -468,22 +468,37 @@ impl HostSink {
         };
         self.positions.retain(|r, _| *r == request);
         self.positions.insert(request, pos + tokens.len() as u32);
-        let step = Step {
-            step: self.next_step,
-            request: request.0,
-            seq,
-            pos,
-            payload: Payload::Tokens(tokens),
-        };
-        self.next_step += 1;
+        // A prompt travels in chunks, several in flight, so the stages
+        // overlap; a fed-back token is one chunk.
+        let mut steps = Vec::new();
+        let mut at = 0;
+        let chunks = super::prefill_chunks(tokens.len());
+        let count = chunks.len();
+        for (i, len) in chunks.into_iter().enumerate() {
+            steps.push(Step {
+                step: self.next_step,
+                request: request.0,
+                seq,
+                pos: pos + at as u32,
+                payload: Payload::Tokens(tokens[at..at + len].to_vec()),
+                last: i + 1 == count,
+            });
+            self.next_step += 1;
+            at += len;
+        }
         let queue = self.token_in.lock().expect("token in").clone();
         let run_id = self.shared.run_id;
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let sent = match queue {
-                Some(queue) => queue.send(EdgeFrame::Step(step)).await.is_ok(),
-                None => false,
-            };
+            let mut sent = queue.is_some();
+            if let Some(queue) = queue {
+                for step in steps {
+                    if queue.send(EdgeFrame::Step(step)).await.is_err() {
+                        sent = false;
+                        break;
+                    }
+                }
+            }
             if !sent {
                 let reason = "the token-in edge is closed".to_owned();
                 let _ = tx

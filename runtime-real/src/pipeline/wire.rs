@@ -66,6 +66,8 @@ pub struct Step {
     pub pos: u32,
     /// Token ids (into stage 0) or activations (into the others).
     pub payload: Payload,
+    /// The last chunk of its batch: the last stage samples only on it.
+    pub last: bool,
 }
 
 /// A step's data.
@@ -232,6 +234,7 @@ mod tests {
             seq: 2,
             pos: 9,
             payload: Payload::Activations(vec![1.5, -2.0]),
+            last: true,
         });
         let mut bytes = Vec::new();
         write(&mut bytes, &frame).await.unwrap();

@@ -233,6 +233,11 @@ async fn actor(
                             // can only arrive after the machine has heard it.
                             let done = stage::Input::StepCompleted { seq };
                             let _ = inputs.send(stage_input(stage, done)).await;
+                            // A chunk before a prompt's last says nothing
+                            // from the last stage.
+                            let Some(frame) = frame else {
+                                continue;
+                            };
                             if out.send(frame).await.is_err() {
                                 let reason = "the outbound edge is closed".to_owned();
                                 let _ = inputs
@@ -294,7 +299,7 @@ async fn run_step(
     hidden: u32,
     step: &Step,
     last: bool,
-) -> Result<EdgeFrame, String> {
+) -> Result<Option<EdgeFrame>, String> {
     if step.pos != *position {
         write_request(stdin, &Request::Truncate { pos: step.pos }).await?;
         *position = step.pos;
@@ -303,7 +308,9 @@ async fn run_step(
         Payload::Tokens(t) => wire::Input::Tokens(t.clone()),
         Payload::Activations(a) => wire::Input::Activations(a.clone()),
     };
-    let output = if last {
+    // The last stage samples only on a batch's last chunk (a sampler draws
+    // once per token it returns, so the draws match one process's).
+    let output = if last && step.last {
         OutputKind::Token
     } else {
         OutputKind::LastLogits
@@ -323,19 +330,23 @@ async fn run_step(
     match reply {
         Reply::Activations { data, .. } => {
             *position += rows;
-            Ok(EdgeFrame::Step(Step {
+            Ok(Some(EdgeFrame::Step(Step {
                 payload: Payload::Activations(data),
                 ..step.clone()
-            }))
+            })))
         }
         Reply::Token { id, .. } => {
             *position += rows;
-            Ok(EdgeFrame::Token {
+            Ok(Some(EdgeFrame::Token {
                 step: step.step,
                 request: step.request,
                 seq: step.seq,
                 token: id,
-            })
+            }))
+        }
+        Reply::Logits { .. } if last && !step.last => {
+            *position += rows;
+            Ok(None)
         }
         Reply::Fault { reason, .. } => Err(reason),
         other => Err(format!("the worker answered a step with {other:?}")),

@@ -54,6 +54,7 @@ pub(super) fn agent_config(stage: u32) -> agent::Config {
         ready_reports_max: 60,
         heartbeat_interval: Duration::from_secs(1),
         stop_step_timeout: Duration::from_secs(10),
+        stage_ring: 0,
     }
 }
 
