@@ -116,7 +116,9 @@ pub fn stage_of_input(
         | Input::SshOutput { op, .. }
         | Input::SshExited { op, .. }
         | Input::SshClosed { op } => op_node.get(op),
-        Input::AgentJoined { node, .. } | Input::Destroy { node } => Some(node),
+        Input::AgentJoined { node, .. }
+        | Input::AgentLost { node, .. }
+        | Input::Destroy { node } => Some(node),
         Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
     };
     match node.and_then(|n| stages.get(n)) {

@@ -41,6 +41,7 @@ pub fn input_kind(input: &Input) -> &'static str {
         Input::SshExited { result: Err(_), .. } => "SshExited.err",
         Input::SshClosed { .. } => "SshClosed",
         Input::AgentJoined { .. } => "AgentJoined",
+        Input::AgentLost { .. } => "AgentLost",
     }
 }
 
@@ -134,6 +135,11 @@ pub fn input(input: &Input) -> String {
             lease_id,
             agent,
         } => format!("AgentJoined {node} {lease_id} {agent}"),
+        Input::AgentLost {
+            node,
+            agent,
+            reason,
+        } => format!("AgentLost {node} {agent} {reason:?}"),
     }
 }
 

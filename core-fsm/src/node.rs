@@ -259,6 +259,14 @@ pub enum Input {
         /// The agent's identity.
         agent: AgentId,
     },
+    /// Membership holds the handed-off node's agent Dead: the node fails,
+    /// keeping its lease (the reconciler replaces it when the policy says).
+    AgentLost {
+        /// The agent that died.
+        agent: AgentId,
+        /// Why, for people.
+        reason: String,
+    },
 }
 
 /// What a node manager asks for.

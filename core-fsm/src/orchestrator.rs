@@ -367,6 +367,16 @@ impl crate::Machine for Orchestrator {
                 lease_id,
                 agent,
             } => self.on_joined(now, node, lease_id, agent, out),
+            Input::AgentLost {
+                node,
+                agent,
+                reason,
+            } => match self.slot_of(&node) {
+                Some(slot) if self.nodes.contains_key(&slot) => {
+                    self.deliver_node(now, slot, node::Input::AgentLost { agent, reason }, out)
+                }
+                _ => self.counters.unknown_nodes += 1,
+            },
             answer => self.route_answer(now, answer, out),
         }
         // Most inputs leave no pass due: checked here, so that they skip

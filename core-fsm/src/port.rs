@@ -398,6 +398,15 @@ pub enum Input {
         /// The agent's authenticated identity.
         agent: AgentId,
     },
+    /// Membership holds `node`'s agent Dead after the handoff.
+    AgentLost {
+        /// The logical node.
+        node: LogicalNodeId,
+        /// The agent that died.
+        agent: AgentId,
+        /// Why, for people.
+        reason: String,
+    },
 }
 
 /// What the orchestrator composite asks for.

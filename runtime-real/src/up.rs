@@ -309,10 +309,26 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let (stop_tx, stop_rx) = mpsc::channel(4);
     let hooks = {
         let (a, b) = (view.clone(), view.clone());
+        let lost = tx.clone();
         crate::pipeline::ViewHooks {
             json,
             stop: stop_tx,
-            liveness: Box::new(move |node, l| a.lock().expect("view").liveness(node, l)),
+            // Membership's Dead is a fact for the composite: the node fails
+            // (and is replaced when the policy says).
+            liveness: Box::new(move |node, agent, l| {
+                a.lock().expect("view").liveness(node, l);
+                if l == core_fsm::membership::Liveness::Dead {
+                    let input = Input::AgentLost {
+                        node: node.clone(),
+                        agent: agent.clone(),
+                        reason: "its agent stopped heartbeating (membership: Dead)".to_owned(),
+                    };
+                    let lost = lost.clone();
+                    tokio::spawn(async move {
+                        let _ = lost.send(input).await;
+                    });
+                }
+            }),
             heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
         }
     };

@@ -90,3 +90,80 @@ fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn with_bounded_replacement_a_killed_node_is_replaced_and_ready_again() {
+    use core_fsm::plan::ReplacementPolicy;
+    use core_fsm::time::Duration as D;
+    let dir = scratch("liveness-bounded");
+    let state = dir.join("state");
+    let mut plan = local_plan(2);
+    plan.replacement = ReplacementPolicy::Bounded {
+        attempts_max: 3,
+        backoff_base: D::from_millis(100),
+        backoff_max: D::from_secs(1),
+        quarantine_after_failures: 10,
+    };
+    let plan = write_plan(&dir, &plan);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let before = status(&state);
+    let old_lease = node(&before, "workers-0")["lease"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Kill workers-0's agent and its node process.
+    let node_dir = processes(&state, "drover-agent")
+        .into_iter()
+        .find(|(_, cwd)| cwd.join("agent.log").is_file() && lease_dir_is(cwd, &state, &old_lease))
+        .expect("workers-0's agent");
+    let node_pids: Vec<u32> = processes(&state, "drover")
+        .into_iter()
+        .filter(|(_, cwd)| *cwd == node_dir.1)
+        .map(|(pid, _)| pid)
+        .chain([node_dir.0])
+        .collect();
+    for pid in &node_pids {
+        Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+    }
+    up.wait_line(DEAD, |l| {
+        l["event"] == "liveness" && l["id"] == "workers-0" && l["liveness"] == "Dead"
+    });
+    // Failed, then a new lease, bootstrapped, and Dormant again.
+    up.wait_line(SETTLE, |l| l["id"] == "workers-0" && l["stage"] == "Failed");
+    let back = up.wait_line(SETTLE, |l| {
+        l["id"] == "workers-0" && l["stage"] == "Dormant"
+    });
+    let after = status(&state);
+    let row = node(&after, "workers-0");
+    assert_eq!(row["ready"], true, "{after}");
+    assert_ne!(row["lease"].as_str().unwrap(), old_lease, "{back}");
+    assert_eq!(node(&after, "workers-1")["ready"], true, "{after}");
+    up.type_stop();
+    let code = up.wait_exit(EXIT);
+    // The replaced lease was destroyed exactly once: at the replacement,
+    // not again at teardown.
+    let destroying: Vec<&String> = up
+        .seen
+        .iter()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .is_ok_and(|v| v["stage"] == "Destroying" && v["lease"] == old_lease.as_str())
+        })
+        .collect();
+    assert_eq!(destroying.len(), 1, "{}", up.seen.join("\n"));
+    // A node failed during the run: exit 1, as for any node failure.
+    assert_eq!(code, 1, "{}", up.seen.join("\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Whether the node folder `cwd` is the one of `lease` (`local:N` runs in
+/// `<state>/nodes/N`).
+fn lease_dir_is(cwd: &Path, state: &Path, lease: &str) -> bool {
+    let n = lease.trim_start_matches("local:");
+    std::fs::canonicalize(state.join("nodes").join(n)).is_ok_and(|d| d == cwd)
+}

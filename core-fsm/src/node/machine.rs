@@ -344,6 +344,15 @@ impl Machine {
                 } if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
                 _ => self.ignored += 1,
             },
+            Input::AgentLost { agent, reason } => match phase {
+                Phase::Dormant { .. }
+                    if self.record.agent.as_ref().is_some_and(|a| a.agent == agent) =>
+                {
+                    self.fail(now, reason, out)
+                }
+                // Another identity, or a node not at rest after handoff.
+                _ => self.ignored += 1,
+            },
             Input::BootstrapClosed => match phase {
                 Phase::Joined { .. } => self.on_handed_off(now, out),
                 _ => self.ignored += 1,

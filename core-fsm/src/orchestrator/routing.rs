@@ -57,7 +57,8 @@ impl Orchestrator {
             | Input::Start
             | Input::Teardown
             | Input::Destroy { .. }
-            | Input::AgentJoined { .. } => {
+            | Input::AgentJoined { .. }
+            | Input::AgentLost { .. } => {
                 unreachable!("route_answer is given answers only")
             }
         }

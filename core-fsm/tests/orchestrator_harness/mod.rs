@@ -299,6 +299,7 @@ pub fn input_line(input: &Input) -> String {
         Input::Start => "start".to_owned(),
         Input::Teardown => "teardown".to_owned(),
         Input::Destroy { node } => format!("destroy {node}"),
+        Input::AgentLost { node, agent, .. } => format!("agent-lost {node} {agent}"),
         Input::LeaseCreated { op, result: Ok(g) } => {
             let ep = g
                 .endpoint

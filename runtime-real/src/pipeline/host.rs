@@ -25,7 +25,7 @@ use workers::tokenizer::Utf8Stream;
 pub type RunParts = (Vec<(LogicalNodeId, AgentId)>, Vec<wire::WeightsRef>);
 
 /// What the live view is told of a liveness change.
-pub type LivenessHook = Box<dyn Fn(&LogicalNodeId, Liveness) + Send + Sync>;
+pub type LivenessHook = Box<dyn Fn(&LogicalNodeId, &AgentId, Liveness) + Send + Sync>;
 
 /// One client request in flight.
 struct Client {
@@ -82,7 +82,7 @@ impl HostShared {
         HostShared {
             status,
             parts: Mutex::new(None),
-            on_liveness: Box::new(|_, _| {}),
+            on_liveness: Box::new(|_, _, _| {}),
             on_heartbeat: Box::new(|_| {}),
             run_id,
             control,
@@ -551,13 +551,17 @@ impl HostSink {
 impl driver::EffectSink<Effect> for HostSink {
     async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
         let effect = match effect {
-            Effect::Liveness { node, liveness, .. } => {
+            Effect::Liveness {
+                node,
+                agent,
+                liveness,
+            } => {
                 self.shared
                     .liveness
                     .lock()
                     .expect("liveness")
                     .insert(node.clone(), liveness);
-                (self.shared.on_liveness)(&node, liveness);
+                (self.shared.on_liveness)(&node, &agent, liveness);
                 return;
             }
             Effect::Run(effect) => effect,
