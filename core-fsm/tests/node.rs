@@ -1086,3 +1086,43 @@ fn restore_resumes_an_interrupted_replacement() {
     }
     insta::assert_snapshot!(log);
 }
+
+#[test]
+fn a_dormant_node_whose_agent_is_lost_fails_keeping_its_lease_and_can_be_replaced() {
+    let mut s = Script::new();
+    s.run_to_dormant();
+    assert_eq!(s.node.stage(), node::Lifecycle::Dormant);
+    // Another identity's death says nothing of this node.
+    s.at(
+        2_000,
+        Input::AgentLost {
+            agent: AgentId::from("agent-other"),
+            reason: "dead".into(),
+        },
+    );
+    assert_eq!(s.node.stage(), node::Lifecycle::Dormant);
+    let agent = s.node.record().agent.as_ref().expect("joined").agent.clone();
+    s.at(
+        2_100,
+        Input::AgentLost {
+            agent,
+            reason: "its agent stopped heartbeating".into(),
+        },
+    );
+    assert_eq!(s.node.stage(), node::Lifecycle::Failed);
+    assert!(s.log.contains("NodeFailed"), "{}", s.log);
+    assert_eq!(
+        s.node.record().lease_id().map(ToString::to_string),
+        Some("vastai:123".to_owned()),
+        "the lease is kept for teardown or replacement"
+    );
+    // A replacement destroys the held lease first.
+    s.at(
+        2_200,
+        Input::Replace {
+            attempt: 2,
+            excluded_hosts: Vec::new(),
+        },
+    );
+    assert!(s.log.contains("DestroyLease"), "{}", s.log);
+}
