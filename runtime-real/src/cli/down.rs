@@ -150,7 +150,17 @@ async fn destroy_from_journal(
     let Some(run_id) = ledger.run_id.filter(|_| !pending.is_empty()) else {
         return Ok(failures);
     };
-    let found = resolve_intents(&mut journal, &providers, run_id, &pending, &known).await?;
+    let mut found = resolve_intents(&mut journal, &providers, run_id, &pending, &known).await?;
+    let unfound = pending.len() > found.leases.len();
+    if unfound && found.list_errors.is_empty() {
+        // A create the provider accepted just before `up` died may land a
+        // moment after the list: look once more before giving an intent up.
+        tokio::time::sleep(INTENT_GRACE).await;
+        let seen: Vec<_> = known.iter().chain(&found.leases).cloned().collect();
+        let again = resolve_intents(&mut journal, &providers, run_id, &pending, &seen).await?;
+        found.leases.extend(again.leases);
+        found.list_errors.extend(again.list_errors);
+    }
     failures += destroy_all(
         state_dir,
         json,
@@ -184,6 +194,10 @@ async fn destroy_from_journal(
     }
     Ok(failures)
 }
+
+/// How long `down` waits before listing again for intents the first list
+/// did not find (a create in flight when `up` died).
+const INTENT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The leases the lists found for open intents, and the lists that failed.
 struct Found {
