@@ -1101,7 +1101,14 @@ fn a_dormant_node_whose_agent_is_lost_fails_keeping_its_lease_and_can_be_replace
         },
     );
     assert_eq!(s.node.stage(), node::Lifecycle::Dormant);
-    let agent = s.node.record().agent.as_ref().expect("joined").agent.clone();
+    let agent = s
+        .node
+        .record()
+        .agent
+        .as_ref()
+        .expect("joined")
+        .agent
+        .clone();
     s.at(
         2_100,
         Input::AgentLost {

@@ -39,18 +39,32 @@ fn a_killed_container_is_dead_then_replaced_by_a_new_ready_container() {
         .0
         .trim_start_matches('/')
         .to_owned();
-    let killed = Command::new("docker").args(["kill", &victim]).output().unwrap();
-    assert!(killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    let killed = Command::new("docker")
+        .args(["kill", &victim])
+        .output()
+        .unwrap();
+    assert!(
+        killed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
     up.wait_line(DEAD, |l| {
         l["event"] == "liveness" && l["id"] == "workers-0" && l["liveness"] == "Dead"
     });
     up.wait_line(SETTLE, |l| l["id"] == "workers-0" && l["stage"] == "Failed");
-    up.wait_line(SETTLE, |l| l["id"] == "workers-0" && l["stage"] == "Dormant");
+    up.wait_line(SETTLE, |l| {
+        l["id"] == "workers-0" && l["stage"] == "Dormant"
+    });
     let status = status(&state);
     assert_eq!(node(&status, "workers-0")["ready"], true, "{status}");
     let after = containers_of(&state);
     assert_eq!(after.len(), 2, "the killed container is removed: {after:?}");
-    assert!(after.iter().all(|(name, s)| s == "running" && !name.contains(&victim)), "{after:?}");
+    assert!(
+        after
+            .iter()
+            .all(|(name, s)| s == "running" && !name.contains(&victim)),
+        "{after:?}"
+    );
     up.type_stop();
     // A node failed during the run: exit 1; every container removed.
     assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));

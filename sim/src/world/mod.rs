@@ -59,6 +59,9 @@ enum Event {
         valid: bool,
         tries: u32,
     },
+    /// Membership's verdict on an agent that crashed after its handoff:
+    /// Dead, told to whichever incarnation runs then.
+    AgentLost { node: LogicalNodeId, agent: AgentId },
     /// The fault phase ends.
     Heal,
 }
@@ -338,6 +341,18 @@ impl<'c, S: System> World<'c, S> {
                 valid,
                 tries,
             } => self.join(binding, agent, valid, tries),
+            Event::AgentLost { node, agent } => {
+                let inc = self.inc;
+                let reason = "its agent stopped heartbeating (membership: Dead)".to_owned();
+                self.deliver(
+                    inc,
+                    Input::AgentLost {
+                        node,
+                        agent,
+                        reason,
+                    },
+                );
+            }
             Event::Heal => {
                 self.phase = Phase::Heal;
                 self.deadline = Some(self.now + plan::settle_budget(&self.case.profile));

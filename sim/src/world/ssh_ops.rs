@@ -237,6 +237,15 @@ impl<S: System> World<'_, S> {
         if crashes {
             self.injected("agent-crashes");
         }
+        if crashes && !never && !wrong {
+            // Membership holds it Dead some seconds after its handoff.
+            let dead = at + Duration::from_millis(6_000);
+            let lost = Event::AgentLost {
+                node: binding.node.clone(),
+                agent: agent.clone(),
+            };
+            self.schedule(dead, lost);
+        }
         if never {
             self.injected("agent-never-joins");
             return;
