@@ -314,6 +314,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             stop: stop_tx,
             liveness: Box::new(move |node, l| a.lock().expect("view").liveness(node, l)),
             heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
+            datastream: Some(datastream.clone()),
         }
     };
     let spec = host
