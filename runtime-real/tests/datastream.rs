@@ -191,6 +191,14 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
     while !(seen.iter().any(joined) && seen.iter().any(worker)) {
         until(&records, &mut seen, SERVE, |r| joined(r) || worker(r));
     }
+    // One request: its events on the orchestrator's `prompt` channel, its
+    // steps on the node's `worker.telemetry`.
+    let asked = drover(&state, &["prompt", "Once upon a time", "--max-tokens", "4"]);
+    assert!(
+        asked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     follower.kill().unwrap();
@@ -245,6 +253,35 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
         );
     }
     assert_numbered_without_gaps(&run);
+    let prompt: Vec<&str> = run
+        .iter()
+        .filter(|l| channel(l) == "prompt")
+        .map(|l| l["line"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompt.len(), 3, "{prompt:#?}");
+    assert!(prompt[0].starts_with("request 1 accepted: "), "{prompt:?}");
+    assert!(
+        prompt[1].starts_with("request 1 dispatched: "),
+        "{prompt:?}"
+    );
+    assert_eq!(prompt[2], "request 1 completed: 4 tokens, reason MaxTokens");
+    assert!(
+        !prompt.iter().any(|l| l.contains("Once upon")),
+        "{prompt:?}"
+    );
+    let telemetry: Vec<&Value> = lines
+        .iter()
+        .filter(|l| channel(l) == "worker.telemetry")
+        .collect();
+    // One stage: the prompt's step, then one a generated token (the last
+    // token ends the request without a step of its own).
+    assert!(telemetry.len() >= 4, "{telemetry:#?}");
+    for line in &telemetry {
+        let text = line["line"].as_str().unwrap();
+        assert!(text.starts_with("stage=0 step="), "{text}");
+        assert!(text.contains(" out=token out_bytes=4"), "{text}");
+        assert_eq!(line["source"], "worker");
+    }
 
     // The archive: every line of every file once, arrivals 1..=n.
     let text = std::fs::read_to_string(&archive).unwrap();
