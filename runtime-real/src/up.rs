@@ -207,7 +207,7 @@ pub fn prepare_state(
     )?;
     crate::provider::local::write_atomic(
         &crate::state_dir::StateDir::at(state_dir).plan(),
-        &serde_json::to_vec_pretty(plan)?,
+        &serde_json::to_vec_pretty(&crate::state_dir::plan_copy(plan))?,
     )?;
     let (journal, recovered) = Journal::open(state_dir)?;
     if recovered.tail != Tail::Clean {
