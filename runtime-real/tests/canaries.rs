@@ -386,6 +386,18 @@ fn no_canary_reaches_a_file_an_output_or_the_dashboard() {
     });
     assert!(refused.to_string().contains("auth"), "{refused}");
     up.stop(&out, "up3");
+    // The refusal is on the orchestrator's `provider` channel, the key not.
+    let (_, run3) = run_saved(
+        &dir.join("state3"),
+        &out,
+        "logs-run3",
+        &["--json", "logs", "--run", "--channel", "provider"],
+    );
+    assert!(
+        run3.lines()
+            .any(|l| l.contains("create lease failed") && l.contains("auth")),
+        "{run3}"
+    );
     drop(fake.stop());
 
     let mut canaries = vec![

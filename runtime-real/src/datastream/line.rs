@@ -41,6 +41,9 @@ pub mod channel {
     /// The stage worker's telemetry, one line per step: its time and the
     /// bytes it took in and sent on its outbound edge.
     pub const WORKER_TELEMETRY: &str = "worker.telemetry";
+    /// Provider calls (create, destroy, list leases) and their outcomes,
+    /// errors with the provider's message.
+    pub const PROVIDER: &str = "provider";
 }
 
 /// One NDJSON line of a datastream file.
