@@ -72,6 +72,10 @@ pub enum Command {
         /// Keep printing lines as they arrive.
         #[arg(long)]
         follow: bool,
+        /// Only lines numbered above SEQ (the `#seq` a line shows; per
+        /// stream), e.g. to continue after what was already read.
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
     },
     /// Serve the dashboard, read-only, for the run in the state dir (one
     /// that stopped, from its journal and datastream), until Ctrl-C.
@@ -172,12 +176,14 @@ pub fn main(cli: Cli) -> i32 {
                 run,
                 channel,
                 follow,
+                since,
             } => {
                 let query = logs::Query {
                     node,
                     run,
                     channel,
                     follow,
+                    since,
                 };
                 logs::run(&state_dir, &query, json).await
             }

@@ -49,7 +49,7 @@ pub struct Forwarded {
     /// The agent process that sent it.
     pub agent: AgentId,
     /// One of [`channel::AGENT_STDOUT`], [`channel::AGENT_STDERR`],
-    /// [`channel::WORKER_STDERR`].
+    /// [`channel::WORKER_STDERR`], [`channel::WORKER_TELEMETRY`].
     pub channel: &'static str,
     /// The agent's own number for the line (per agent process, from 1).
     pub position: u64,
@@ -111,15 +111,13 @@ impl Writer {
         if line.position <= self.last_position(&line.node, &line.agent) {
             return Ok(false);
         }
-        let stream = if line.channel == channel::AGENT_STDOUT {
-            LogStream::Stdout
-        } else {
-            LogStream::Stderr
+        let stream = match line.channel {
+            channel::AGENT_STDOUT | channel::WORKER_TELEMETRY => LogStream::Stdout,
+            _ => LogStream::Stderr,
         };
-        let source = if line.channel == channel::WORKER_STDERR {
-            "worker"
-        } else {
-            "agent"
+        let source = match line.channel {
+            channel::WORKER_STDERR | channel::WORKER_TELEMETRY => "worker",
+            _ => "agent",
         };
         let text = String::from_utf8_lossy(&line.bytes).into_owned();
         let mut out = self.line(&line.node, line.lease, source, stream, line.channel, text);
@@ -154,7 +152,8 @@ impl Writer {
     }
 
     /// Appends one of the orchestrator's own events (`channel` one of
-    /// [`channel::LIFECYCLE`], [`channel::MEMBERSHIP`], [`channel::STAGE`])
+    /// [`channel::LIFECYCLE`], [`channel::MEMBERSHIP`], [`channel::STAGE`],
+    /// [`channel::PROMPT`])
     /// to `orchestrator.ndjson`; `about` names the node it concerns.
     pub fn event(&mut self, channel: &'static str, about: Option<&LogicalNodeId>, text: String) {
         let file = LogicalNodeId::from(ORCHESTRATOR);

@@ -253,6 +253,8 @@ pub struct ViewHooks {
     pub liveness: host::LivenessHook,
     /// A node's agent heartbeated.
     pub heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
+    /// Where prompt-serving events are written (the `prompt` channel).
+    pub datastream: Option<crate::datastream::Hub>,
 }
 
 /// A running pipeline host.
@@ -286,6 +288,7 @@ pub fn start(
     let stop = views.stop;
     shared.on_liveness = views.liveness;
     shared.on_heartbeat = views.heartbeat;
+    shared.datastream = views.datastream;
     let shared = Arc::new(shared);
     let (tx, rx) = mpsc::channel(1024);
     *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));

@@ -9,7 +9,7 @@
 //! nodes/                 the local provider's nodes (next, <n>/label, ...)
 //! static/<lease>         the static provider's reservations
 //! control/               the control plane's port and admitted agents
-//! plan.json              the plan `up` runs, for `drover down`'s providers
+//! plan.json              the plan `up` runs, without its boot commands, for `drover down`'s providers
 //! up.pid, live.json      a running `up` and its live view
 //! prompt.addr            the prompt RPC's address while a pipeline serves
 //! pipeline.json          the pipeline's stages and serving figures, rewritten on change
@@ -115,5 +115,43 @@ impl<'a> StateDir<'a> {
     /// Where an ended run's journal and datastream are kept.
     pub fn previous_run(self) -> PathBuf {
         self.root.join("previous")
+    }
+}
+
+/// What `plan.json` holds in place of each boot command.
+pub const COMMAND_NOT_KEPT: &str = "[not kept: the plan file has it]";
+
+/// The copy of `plan` that `plan.json` keeps: everything its readers (the
+/// providers of `drover down`, the dashboard) need, and no boot command.
+/// A plan's commands may carry secrets (`HF_TOKEN=... drover-agent ...`);
+/// they reach the node over SSH and stay in the user's own plan file, never
+/// in the state dir.
+pub fn plan_copy(plan: &core_fsm::plan::RunPlan) -> core_fsm::plan::RunPlan {
+    let mut copy = plan.clone();
+    for group in &mut copy.groups {
+        let boot = &mut group.boot;
+        boot.start_command = COMMAND_NOT_KEPT.into();
+        for command in &mut boot.verify_commands {
+            *command = COMMAND_NOT_KEPT.into();
+        }
+    }
+    copy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_copy_keeps_no_boot_command() {
+        let mut plan = core_fsm::plan::RunPlan::local(2);
+        plan.groups[0].boot.start_command = "SECRET=s3 drover-agent ${JOIN_TOKEN}".into();
+        plan.groups[0].boot.verify_commands = vec!["echo s3".into()];
+        let copy = plan_copy(&plan);
+        let text = serde_json::to_string(&copy).unwrap();
+        assert!(!text.contains("s3"), "{text}");
+        assert_eq!(copy.groups[0].boot.verify_commands.len(), 1);
+        assert_eq!(copy.groups.len(), plan.groups.len());
+        assert_eq!(copy.groups[0].shape, plan.groups[0].shape);
     }
 }

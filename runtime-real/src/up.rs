@@ -207,7 +207,7 @@ pub fn prepare_state(
     )?;
     crate::provider::local::write_atomic(
         &crate::state_dir::StateDir::at(state_dir).plan(),
-        &serde_json::to_vec_pretty(plan)?,
+        &serde_json::to_vec_pretty(&crate::state_dir::plan_copy(plan))?,
     )?;
     let (journal, recovered) = Journal::open(state_dir)?;
     if recovered.tail != Tail::Clean {
@@ -330,6 +330,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                 }
             }),
             heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
+            datastream: Some(datastream.clone()),
         }
     };
     let spec = host

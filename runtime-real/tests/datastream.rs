@@ -191,6 +191,14 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
     while !(seen.iter().any(joined) && seen.iter().any(worker)) {
         until(&records, &mut seen, SERVE, |r| joined(r) || worker(r));
     }
+    // One request: its events on the orchestrator's `prompt` channel, its
+    // steps on the node's `worker.telemetry`.
+    let asked = drover(&state, &["prompt", "Once upon a time", "--max-tokens", "4"]);
+    assert!(
+        asked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     follower.kill().unwrap();
@@ -245,6 +253,35 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
         );
     }
     assert_numbered_without_gaps(&run);
+    let prompt: Vec<&str> = run
+        .iter()
+        .filter(|l| channel(l) == "prompt")
+        .map(|l| l["line"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompt.len(), 3, "{prompt:#?}");
+    assert!(prompt[0].starts_with("request 1 accepted: "), "{prompt:?}");
+    assert!(
+        prompt[1].starts_with("request 1 dispatched: "),
+        "{prompt:?}"
+    );
+    assert_eq!(prompt[2], "request 1 completed: 4 tokens, reason MaxTokens");
+    assert!(
+        !prompt.iter().any(|l| l.contains("Once upon")),
+        "{prompt:?}"
+    );
+    let telemetry: Vec<&Value> = lines
+        .iter()
+        .filter(|l| channel(l) == "worker.telemetry")
+        .collect();
+    // One stage: the prompt's step, then one a generated token (the last
+    // token ends the request without a step of its own).
+    assert!(telemetry.len() >= 4, "{telemetry:#?}");
+    for line in &telemetry {
+        let text = line["line"].as_str().unwrap();
+        assert!(text.starts_with("stage=0 step="), "{text}");
+        assert!(text.contains(" out=token out_bytes=4"), "{text}");
+        assert_eq!(line["source"], "worker");
+    }
 
     // The archive: every line of every file once, arrivals 1..=n.
     let text = std::fs::read_to_string(&archive).unwrap();
@@ -380,5 +417,88 @@ fn a_frame_log_that_cannot_be_opened_fails_up_with_exit_2_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("observability.frame_log"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Lines written by the datastream's own writer, as `up` writes them: two
+/// bootstrap records and two forwarded agent lines of `workers-0`, and two
+/// orchestrator events.
+fn written_lines(state: &Path) {
+    use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
+    use core_fsm::port::{LogRecord, LogStream};
+    use runtime_real::datastream::{Forwarded, Writer, channel};
+    let node = LogicalNodeId::from("workers-0");
+    let mut writer = Writer::with(state, RunId(1), None);
+    for (seq, text) in [(1, "verifying"), (2, "agent started")] {
+        let record = LogRecord {
+            run_id: RunId(1),
+            node: node.clone(),
+            lease_id: "lease-1".into(),
+            source: "ssh-bootstrap".into(),
+            stream: LogStream::Stdout,
+            seq,
+            at: core_fsm::time::Instant(seq),
+            line: text.into(),
+        };
+        writer.append(&record).unwrap();
+    }
+    for (position, text) in [(1, "joined the orchestrator"), (2, "stage 0 loaded")] {
+        let line = Forwarded {
+            node: node.clone(),
+            lease: None,
+            agent: AgentId::from("agent-a"),
+            channel: channel::AGENT_STDOUT,
+            position,
+            bytes: text.as_bytes().to_vec(),
+        };
+        assert!(writer.forwarded(line).unwrap());
+    }
+    writer.event(channel::LIFECYCLE, Some(&node), "workers-0: Ready".into());
+    writer.event(channel::PROMPT, None, "request 1 accepted".into());
+    writer.flush().unwrap();
+}
+
+#[test]
+fn logs_since_shows_the_lines_numbered_above_it_as_ndjson_and_run_the_orchestrators() {
+    let dir = scratch("ds-since");
+    let state = dir.join("state");
+    written_lines(&state);
+    let all = logs_json(&state, &["workers-0"]);
+    assert_eq!(all.len(), 4, "{all:#?}");
+    assert_numbered_without_gaps(&all);
+    // Above 2: the two forwarded lines, numbered on from the bootstrap's.
+    for args in [
+        &["workers-0", "--since", "2"][..],
+        &["workers-0", "--since", "2", "--follow"][..],
+    ] {
+        let since = logs_json(&state, args);
+        let seqs: Vec<u64> = since.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs, [3, 4], "{args:?}: {since:#?}");
+        assert!(since.iter().all(|l| channel(l) == "agent.stdout"));
+        assert_eq!(since[0]["line"], "joined the orchestrator");
+    }
+    assert!(logs_json(&state, &["workers-0", "--since", "4"]).is_empty());
+    let combined = logs_json(
+        &state,
+        &["workers-0", "--since", "1", "--channel", "bootstrap.stdout"],
+    );
+    assert_eq!(combined.len(), 1, "{combined:#?}");
+    assert_eq!(combined[0]["line"], "agent started");
+    // `--run`: the orchestrator's channels, each line the subject it is about.
+    let run = logs_json(&state, &["--run"]);
+    let channels: Vec<&str> = run.iter().map(channel).collect();
+    assert_eq!(channels, ["lifecycle", "prompt"], "{run:#?}");
+    assert_eq!(run[0]["about"], "workers-0");
+    assert_eq!(logs_json(&state, &["--run", "--since", "1"]).len(), 1);
+    // Formatted, one line each, the seq shown.
+    let out = drover(&state, &["logs", "workers-0", "--since", "3"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("workers-0 agent.stdout #4 "), "{text}");
+    // Not a number: a usage error naming the flag.
+    let bad = drover(&state, &["logs", "workers-0", "--since", "x"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--since"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

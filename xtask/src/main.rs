@@ -208,7 +208,9 @@ fn write_spec() -> bool {
 fn tidy() -> bool {
     match xtask::tidy::check(&xtask::workspace_root()) {
         Ok(findings) if findings.is_empty() => {
-            println!("tidy: core-fsm is pure (dependencies and sources)");
+            println!(
+                "tidy: core-fsm is pure (dependencies and sources); no machine feeder reads a datastream frame"
+            );
             true
         }
         Ok(findings) => {

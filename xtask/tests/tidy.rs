@@ -66,3 +66,45 @@ fn forbidden_dependencies_are_found() {
     assert!(found[0].message.contains("tokio"));
     assert!(found[1].message.contains("rand"));
 }
+
+#[test]
+fn a_machine_feeder_that_reads_a_datastream_frame_is_found() {
+    // A planted read in the pipeline host, a tail read in the sink, and a
+    // use of the archive's records; the writer API, comments and longer
+    // names are not reads.
+    let host = "let lines = crate::datastream::read(&dir, &node)?;\n\
+        hub.event(channel::PROMPT, None, text);\n\
+        // parse_line in a comment is fine\n\
+        let n = reparse_line_count;\n\
+        if let Some(l) = datastream::parse_line(&t) { input(l) }\n";
+    let found = tidy::frame_read_findings("runtime-real/src/pipeline/host.rs", host);
+    let locations: Vec<&str> = found.iter().map(|f| f.location.as_str()).collect();
+    assert_eq!(
+        locations,
+        [
+            "runtime-real/src/pipeline/host.rs:1",
+            "runtime-real/src/pipeline/host.rs:5"
+        ]
+    );
+    assert!(found[0].message.contains("`datastream::read`"), "{found:?}");
+    let sink = "let seqs = crate::up::seqs::last_seqs(&path)?;\nlet r: archive::Record = x;\n";
+    let found = tidy::frame_read_findings("runtime-real/src/up/sink.rs", sink);
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+#[test]
+fn only_the_named_frame_read_is_allowed_and_only_where_it_is_named() {
+    let text = "super::seqs::raise_from_datastream(state_dir, &mut machine);\n";
+    assert!(tidy::frame_read_findings("runtime-real/src/up/wiring.rs", text).is_empty());
+    let found = tidy::frame_read_findings("runtime-real/src/up/sink.rs", text);
+    assert_eq!(found.len(), 1, "{found:?}");
+}
+
+#[test]
+fn every_machine_feeder_exists() {
+    // A feeder renamed away would silently leave the check.
+    let root = xtask::workspace_root();
+    for feeder in tidy::MACHINE_FEEDERS {
+        assert!(root.join(feeder).exists(), "{feeder} is missing");
+    }
+}

@@ -1,8 +1,9 @@
-//! `drover logs NODE [--channel C] [--follow]` and `drover logs --run`: a
-//! node's datastream lines (bootstrap, then its agent's and worker's), or
-//! the orchestrator's own (lifecycle, membership, stage), formatted, or as
-//! they are, NDJSON, with `--json`. Following waits for the file to grow
-//! and stops when `up` is gone and the file has no more lines.
+//! `drover logs NODE [--channel C] [--since SEQ] [--follow]` and `drover
+//! logs --run`: a node's datastream lines (bootstrap, then its agent's and
+//! worker's), or the orchestrator's own (lifecycle, membership, stage,
+//! prompt), formatted, or as they are stored, one JSON object a line
+//! (NDJSON), with `--json`. Following waits for the file to grow and stops
+//! when `up` is gone and the file has no more lines.
 
 use crate::datastream;
 use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
@@ -25,6 +26,17 @@ pub struct Query {
     pub channel: Option<String>,
     /// Keep printing lines as they arrive.
     pub follow: bool,
+    /// Only lines numbered above this (`seq` is per file and stream, so a
+    /// reader that saw up to N on both streams asks for what came after).
+    pub since: Option<u64>,
+}
+
+impl Query {
+    /// Whether `line` is one this query shows.
+    pub fn wants(&self, line: &datastream::Line) -> bool {
+        self.channel.as_deref().is_none_or(|c| c == line.channel)
+            && self.since.is_none_or(|since| line.record.seq > since)
+    }
 }
 
 /// Runs `drover logs`; returns the exit code.
@@ -48,7 +60,7 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
     let path = datastream::file_of(state_dir, &node);
     let mut offset = 0u64;
     loop {
-        match print_from(&path, offset, json, query.channel.as_deref()) {
+        match print_from(&path, offset, json, query) {
             Ok(next) => offset = next,
             Err(e) => {
                 eprintln!("drover: {}: {e}", path.display());
@@ -62,9 +74,9 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
     }
 }
 
-/// Prints every whole line from `offset` (of `channel`, when given);
-/// returns the offset after them.
-fn print_from(path: &Path, offset: u64, json: bool, channel: Option<&str>) -> std::io::Result<u64> {
+/// Prints every whole line from `offset` that `query` wants; returns the
+/// offset after them.
+fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::Result<u64> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
@@ -86,7 +98,7 @@ fn print_from(path: &Path, offset: u64, json: bool, channel: Option<&str>) -> st
         let Some(record) = datastream::parse_line(text) else {
             continue;
         };
-        if channel.is_some_and(|c| c != record.channel) {
+        if !query.wants(&record) {
             continue;
         }
         if json {

@@ -34,6 +34,16 @@ pub mod channel {
     pub const MEMBERSHIP: &str = "membership";
     /// Stage runtimes ready, acknowledged, reporting; weights fetched.
     pub const STAGE: &str = "stage";
+    /// Prompt serving: a request accepted, dispatched into the pipeline,
+    /// completed (tokens and why it stopped) or faulted (why). Never the
+    /// prompt's text.
+    pub const PROMPT: &str = "prompt";
+    /// The stage worker's telemetry, one line per step: its time and the
+    /// bytes it took in and sent on its outbound edge.
+    pub const WORKER_TELEMETRY: &str = "worker.telemetry";
+    /// Provider calls (create, destroy, list leases) and their outcomes,
+    /// errors with the provider's message.
+    pub const PROVIDER: &str = "provider";
 }
 
 /// One NDJSON line of a datastream file.

@@ -65,6 +65,9 @@ pub struct HostShared {
     pub on_liveness: LivenessHook,
     /// Told every heartbeat (the live view's heartbeat age).
     pub on_heartbeat: Box<dyn Fn(&LogicalNodeId) + Send + Sync>,
+    /// Where prompt-serving events go (the orchestrator's `prompt`
+    /// channel); none: nowhere. Observational only: nothing reads it back.
+    pub datastream: Option<crate::datastream::Hub>,
     clients: Mutex<BTreeMap<RequestId, Client>>,
     next_request: Mutex<u64>,
 }
@@ -94,6 +97,7 @@ impl HostShared {
             outcome: Mutex::new(None),
             done: tokio::sync::watch::channel(false).0,
             json: false,
+            datastream: None,
             clients: Mutex::new(BTreeMap::new()),
             next_request: Mutex::new(0),
         }
@@ -208,6 +212,12 @@ impl HostShared {
                     .expect("clients")
                     .insert(request, client);
                 self.update(|s| s.submitted());
+                self.prompt_event(format!(
+                    "request {} accepted: {} prompt tokens, max_tokens {}",
+                    request.0,
+                    prompt.len(),
+                    max_tokens.map_or("none".to_owned(), |m| m.to_string())
+                ));
                 // No cap named: EOS or the context ends it.
                 let max_tokens = max_tokens.unwrap_or(0);
                 Some(Input::Run(run::Input::Submit {
@@ -229,6 +239,13 @@ impl HostShared {
         status.write();
     }
 
+    /// Writes `text` on the orchestrator's `prompt` channel.
+    fn prompt_event(&self, text: String) {
+        if let Some(hub) = &self.datastream {
+            hub.event(crate::datastream::channel::PROMPT, None, text);
+        }
+    }
+
     /// Tells a request's client what happened.
     fn tell(&self, request: RequestId, event: PromptEvent) {
         match &event {
@@ -236,8 +253,21 @@ impl HostShared {
                 let mut status = self.status.lock().expect("status");
                 status.token(request.0);
             }
-            PromptEvent::Done { .. } => self.update(|s| s.ended(request.0, true)),
-            PromptEvent::Fault(_) => self.update(|s| s.ended(request.0, false)),
+            PromptEvent::Done { tokens, reason } => {
+                self.update(|s| s.ended(request.0, true));
+                self.prompt_event(format!(
+                    "request {} completed: {tokens} tokens, reason {reason:?}",
+                    request.0
+                ));
+            }
+            PromptEvent::Fault(fault) => {
+                self.update(|s| s.ended(request.0, false));
+                self.prompt_event(format!(
+                    "request {} faulted: {}",
+                    request.0,
+                    fault_text(fault)
+                ));
+            }
         }
         let mut clients = self.clients.lock().expect("clients");
         let Some(client) = clients.get_mut(&request) else {
@@ -460,6 +490,11 @@ impl HostSink {
     fn inject(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
         if seq == 0 {
             self.shared.update(|s| s.started(request.0));
+            self.shared.prompt_event(format!(
+                "request {} dispatched: {} prompt tokens into stage 0",
+                request.0,
+                tokens.len()
+            ));
         }
         let pos = if seq == 0 {
             0

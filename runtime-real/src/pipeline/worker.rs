@@ -224,11 +224,18 @@ async fn actor(
             }
             Job::Step { step, last, out } => {
                 let seq = step.step;
+                let started = std::time::Instant::now();
                 let input =
                     match run_step(&mut stdin, &mut stdout, &mut position, hidden, &step, last)
                         .await
                     {
                         Ok(frame) => {
+                            crate::transport::agent_log::worker_telemetry(&telemetry_line(
+                                stage,
+                                &step,
+                                &frame,
+                                started.elapsed(),
+                            ));
                             // Completed first: the next step this output causes
                             // can only arrive after the machine has heard it.
                             let done = stage::Input::StepCompleted { seq };
@@ -261,6 +268,34 @@ async fn actor(
                 return;
             }
         }
+    }
+}
+
+/// The `worker.telemetry` line of one step: compact `key=value` pairs,
+/// bytes as they cross the edges (4 per token id or f32).
+fn telemetry_line(stage: u32, step: &Step, out: &EdgeFrame, took: std::time::Duration) -> String {
+    let (in_kind, in_bytes) = payload_bytes(&step.payload);
+    let (out_kind, out_bytes) = match out {
+        EdgeFrame::Step(next) => payload_bytes(&next.payload),
+        EdgeFrame::Token { .. } => ("token", 4),
+        _ => ("other", 0),
+    };
+    format!(
+        "stage={stage} step={} request={} seq={} pos={} us={} in={in_kind} in_bytes={in_bytes} \
+         out={out_kind} out_bytes={out_bytes}",
+        step.step,
+        step.request,
+        step.seq,
+        step.pos,
+        took.as_micros()
+    )
+}
+
+/// What a payload is and its size on the wire's data (4 bytes an element).
+fn payload_bytes(payload: &Payload) -> (&'static str, usize) {
+    match payload {
+        Payload::Tokens(t) => ("tokens", t.len() * 4),
+        Payload::Activations(a) => ("activations", a.len() * 4),
     }
 }
 

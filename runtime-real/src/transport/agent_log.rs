@@ -134,6 +134,13 @@ pub fn worker_line(prefix: &str, bytes: Vec<u8>) {
     push(LogChannel::WorkerStderr, bytes);
 }
 
+/// A telemetry line of the worker (one per step): the `worker.telemetry`
+/// channel only. It is not printed: `agent.log` keeps the text people
+/// read, and a busy stage writes one of these per token.
+pub fn worker_telemetry(line: &str) {
+    push(LogChannel::WorkerTelemetry, line.as_bytes().to_vec());
+}
+
 /// Sends the buffered and future lines to the orchestrator, reconnecting
 /// the log stream (with a bounded backoff) whenever it fails. Never
 /// returns: it ends when its caller drops it (the control connection ended).

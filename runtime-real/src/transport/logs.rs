@@ -44,6 +44,9 @@ pub enum LogChannel {
     AgentStderr,
     /// The stage worker's stderr.
     WorkerStderr,
+    /// The stage worker's per-step telemetry (appended: the wire's
+    /// variants are only ever appended).
+    WorkerTelemetry,
 }
 
 impl LogChannel {
@@ -53,6 +56,7 @@ impl LogChannel {
             LogChannel::AgentStdout => datastream::channel::AGENT_STDOUT,
             LogChannel::AgentStderr => datastream::channel::AGENT_STDERR,
             LogChannel::WorkerStderr => datastream::channel::WORKER_STDERR,
+            LogChannel::WorkerTelemetry => datastream::channel::WORKER_TELEMETRY,
         }
     }
 }

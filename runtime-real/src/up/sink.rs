@@ -47,6 +47,8 @@ struct Shared {
     tx: mpsc::Sender<Input>,
     sessions: Mutex<BTreeMap<SessionId, Session>>,
     leases: Arc<Leases>,
+    /// The `provider` channel's lines go here (observational only).
+    datastream: datastream::Hub,
 }
 
 /// One bootstrap session's connection (once connected) and its lease.
@@ -99,6 +101,7 @@ impl RealSink {
             tx: parts.tx,
             sessions: Mutex::new(BTreeMap::new()),
             leases: parts.leases,
+            datastream: datastream.clone(),
         };
         RealSink {
             shared: Arc::new(shared),
@@ -147,10 +150,15 @@ impl driver::EffectSink for RealSink {
         match effect {
             Effect::Persist(_) => unreachable!("the driver completes Persist itself"),
             Effect::CreateLease { op, request } => self.spawn(|s| async move {
+                let (node, kind) = (request.node.clone(), request.provider);
                 let result = match s.provider(request.provider) {
                     Ok(p) => p.create_lease(request).await,
                     Err(e) => Err(e),
                 };
+                let outcome = result
+                    .as_ref()
+                    .map(|g| format!("lease {}", g.lease.lease_id));
+                s.provider_line(kind, "create lease", Some(&node), outcome);
                 Some(Input::LeaseCreated { op, result })
             }),
             Effect::LookupEndpoint { op, lease } => self.spawn(|s| async move {
@@ -165,10 +173,16 @@ impl driver::EffectSink for RealSink {
                 if let Some(node) = s.leases.node_of(&lease_id) {
                     s.joins.stop_agent(&node).await;
                 }
+                let kind = lease.provider;
                 let result = match s.provider(lease.provider) {
                     Ok(p) => p.destroy_lease(lease).await,
                     Err(e) => Err(e),
                 };
+                let node = s.leases.node_of(&lease_id);
+                let outcome = result
+                    .as_ref()
+                    .map(|()| format!("lease {lease_id} destroyed"));
+                s.provider_line(kind, "destroy lease", node.as_ref(), outcome);
                 if matches!(
                     &result,
                     Ok(())
@@ -190,6 +204,8 @@ impl driver::EffectSink for RealSink {
                     Ok(p) => p.list_leases(run_id).await,
                     Err(e) => Err(e),
                 };
+                let outcome = result.as_ref().map(|l| format!("{} lease(s)", l.len()));
+                s.provider_line(provider, "list leases", None, outcome);
                 Some(Input::LeasesListed { op, result })
             }),
             Effect::SshConnect {
@@ -303,6 +319,25 @@ impl Shared {
 
     /// Keeps the connection for the session; a session closed meanwhile
     /// (its close raced the connect) gets the connection dropped.
+    /// One provider call's outcome on the orchestrator's `provider`
+    /// channel: `vastai create lease: lease 42` or `... failed (Transient):
+    /// HTTP 503`. The provider's own message, which names no key (the
+    /// clients keep keys out of their errors; tests/canaries.rs checks).
+    fn provider_line(
+        &self,
+        kind: ProviderKind,
+        call: &str,
+        node: Option<&LogicalNodeId>,
+        outcome: Result<String, &ProviderError>,
+    ) {
+        let text = match outcome {
+            Ok(what) => format!("{kind:?} {call}: {what}"),
+            Err(e) => format!("{kind:?} {call} failed ({:?}): {}", e.kind, e.message),
+        };
+        let channel = datastream::channel::PROVIDER;
+        self.datastream.event(channel, node, text);
+    }
+
     fn attach(&self, session: SessionId, connection: ssh::Connection) {
         let mut sessions = self.sessions.lock().expect("sessions");
         if let Some(entry) = sessions.get_mut(&session) {
