@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod host;
 pub mod model;
 pub mod node;
+pub mod shared;
 pub mod spec;
 pub mod status;
 pub mod wire;

@@ -14,6 +14,7 @@
 pub mod control;
 pub mod ports;
 pub mod seqs;
+mod serve;
 pub mod sink;
 pub mod view;
 pub mod wiring;
@@ -387,7 +388,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             None => {
                 driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
             }
-            Some(prepared) if !pipeline_ready(&view, prepared) => {
+            Some(prepared) if !serve::pipeline_ready(&view, prepared) => {
                 // A stage without its node cannot run: say so, then tear down.
                 let unready: Vec<String> = prepared
                     .plan
@@ -407,7 +408,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                 pipeline_unready = true;
             }
             Some(prepared) => {
-                let serve = ServeParts {
+                let serve = serve::ServeParts {
                     prepared,
                     running: &running,
                     stop_rx,
@@ -415,7 +416,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                     stop: &stop,
                     wake: &wake,
                 };
-                run_outcome = Some(serve_pipeline(&mut driver, serve).await?);
+                run_outcome = Some(serve::serve_pipeline(&mut driver, serve).await?);
             }
         }
     }
@@ -513,98 +514,4 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
     }
     eprintln!("drover: second stop: leaving now; `drover down` destroys what is left");
     std::process::exit(EXIT_FAILURE);
-}
-
-/// Whether every node of the pipeline's stages is ready.
-fn pipeline_ready(view: &Mutex<LiveView>, prepared: &crate::pipeline::Prepared) -> bool {
-    let view = view.lock().expect("view");
-    prepared.plan.iter().all(|a| view.is_ready(&a.node))
-}
-
-/// What serving a pipeline needs from `drive`.
-struct ServeParts<'a> {
-    prepared: &'a crate::pipeline::Prepared,
-    running: &'a crate::pipeline::Running,
-    stop_rx: mpsc::Receiver<()>,
-    run_id: core_fsm::ids::RunId,
-    stop: &'a Arc<AtomicBool>,
-    wake: &'a mpsc::Sender<Input>,
-}
-
-/// How long a stopping pipeline may take to stop its stages.
-const RUN_STOP_BOUND: Duration = Duration::from_secs(60);
-
-/// Runs the pipeline host beside the composite until the run ends (a
-/// failure) or a stop arrives (then the run is stopped in order first).
-async fn serve_pipeline<D>(
-    driver: &mut D,
-    parts: ServeParts<'_>,
-) -> anyhow::Result<Result<(), core_fsm::run::RunError>>
-where
-    D: CompositeLoop,
-{
-    let running = parts.running;
-    running.begin(parts.prepared, parts.run_id).await;
-    let mut stop_rx = parts.stop_rx;
-    // A client's `Shutdown` is a stop like Ctrl-C.
-    let (stop, wake) = (parts.stop.clone(), parts.wake.clone());
-    tokio::spawn(async move {
-        if stop_rx.recv().await.is_some() {
-            stop.store(true, Ordering::SeqCst);
-            let _ = wake.send(Input::Tick).await;
-        }
-    });
-    let over = Arc::new(AtomicBool::new(false));
-    let outcome = Arc::new(Mutex::new(None));
-    let (over2, outcome2, wake) = (over.clone(), outcome.clone(), parts.wake.clone());
-    let shared = running.shared.clone();
-    tokio::spawn(async move {
-        // The run's end is the host's `Finished`; its loop then ends.
-        let result = shared.finished().await;
-        *outcome2.lock().expect("outcome") = Some(result);
-        over2.store(true, Ordering::SeqCst);
-        let _ = wake.send(Input::Tick).await;
-    });
-    let stop = parts.stop.clone();
-    driver
-        .run_composite(&|| stop.load(Ordering::SeqCst) || over.load(Ordering::SeqCst))
-        .await?;
-    if !over.load(Ordering::SeqCst) {
-        let _ = running
-            .tx
-            .send(core_fsm::pipeline::Input::Run(
-                core_fsm::run::Input::Shutdown,
-            ))
-            .await;
-        let until = tokio::time::timeout(
-            RUN_STOP_BOUND,
-            driver.run_composite(&|| over.load(Ordering::SeqCst)),
-        )
-        .await;
-        if until.is_err() {
-            eprintln!("drover: the pipeline did not stop in {RUN_STOP_BOUND:?}; tearing down");
-        }
-    }
-    let result = outcome.lock().expect("outcome").take();
-    Ok(result.unwrap_or(Ok(())))
-}
-
-/// The composite's loop, as `serve_pipeline` runs it.
-trait CompositeLoop {
-    /// Runs until `stop()` holds.
-    async fn run_composite(&mut self, stop: &(dyn Fn() -> bool + Sync)) -> anyhow::Result<()>;
-}
-
-impl<M, C, S, D, E> CompositeLoop for Driver<M, C, S, D, E>
-where
-    M: Orchestrated,
-    C: driver::Clock,
-    S: driver::InputSource<Input>,
-    D: driver::Disk<JournalRecord>,
-    E: driver::EffectSink<core_fsm::port::Effect>,
-{
-    async fn run_composite(&mut self, stop: &(dyn Fn() -> bool + Sync)) -> anyhow::Result<()> {
-        self.run_until(|_| stop()).await?;
-        Ok(())
-    }
 }

@@ -273,12 +273,19 @@ async fn actor(
 
 /// The `worker.telemetry` line of one step: compact `key=value` pairs,
 /// bytes as they cross the edges (4 per token id or f32).
-fn telemetry_line(stage: u32, step: &Step, out: &EdgeFrame, took: std::time::Duration) -> String {
+fn telemetry_line(
+    stage: u32,
+    step: &Step,
+    out: &Option<EdgeFrame>,
+    took: std::time::Duration,
+) -> String {
     let (in_kind, in_bytes) = payload_bytes(&step.payload);
     let (out_kind, out_bytes) = match out {
-        EdgeFrame::Step(next) => payload_bytes(&next.payload),
-        EdgeFrame::Token { .. } => ("token", 4),
-        _ => ("other", 0),
+        Some(EdgeFrame::Step(next)) => payload_bytes(&next.payload),
+        Some(EdgeFrame::Token { .. }) => ("token", 4),
+        Some(_) => ("other", 0),
+        // A prompt chunk before the last, on the last stage.
+        None => ("nothing", 0),
     };
     format!(
         "stage={stage} step={} request={} seq={} pos={} us={} in={in_kind} in_bytes={in_bytes} \

@@ -1,0 +1,322 @@
+//! The agent's effects, carried out: the worker, the edges, the weights,
+//! the reports to the orchestrator.
+
+use super::{Shared, WORKER_STOP, say, warn};
+use crate::pipeline::edges::{self, Rendezvous};
+use crate::pipeline::wire::EdgeFrame;
+use crate::pipeline::worker::{self, Job};
+use crate::transport::wire::Frame;
+use crate::transport::{format_addr, parse_addr};
+use core_fsm::agent::{Effect, Input, Report};
+use core_fsm::stage::{self, EdgeKind};
+use iroh::EndpointAddr;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// The agent's effects, carried out.
+pub(super) struct NodeSink {
+    pub(super) shared: Arc<Shared>,
+    pub(super) tx: mpsc::Sender<Input>,
+    pub(super) to_orch: mpsc::Sender<Frame>,
+    pub(super) rendezvous: Rendezvous,
+}
+
+impl driver::EffectSink<Effect> for NodeSink {
+    async fn dispatch(&mut self, _now: core_fsm::Instant, effect: Effect) {
+        match effect {
+            Effect::SpawnWorker { op } => {
+                let stage = self.shared.stage;
+                let label = self.shared.node.to_string();
+                let result = worker::spawn(op, stage, &label, self.tx.clone());
+                let result = result.map(|handle| {
+                    *self.shared.worker.lock().expect("worker") = Some(handle);
+                });
+                let _ = self.tx.send(Input::WorkerSpawned { op, result }).await;
+            }
+            Effect::Boot(effect) => say(&self.shared.node, &format!("boot: {effect:?}")),
+            Effect::Report(report) => self.report(report),
+            // The control connection heartbeats on its own interval.
+            Effect::Heartbeat { .. } => {}
+            Effect::Stage { stage, effect } => self.stage(stage, effect),
+        }
+    }
+}
+
+impl NodeSink {
+    fn report(&self, report: Report) {
+        let frame = match report {
+            Report::RuntimeReady {
+                run_id,
+                stage,
+                readiness_id,
+                ..
+            } => {
+                let mut addr = EndpointAddr::new(self.shared.endpoint.id());
+                for socket in self.shared.endpoint.bound_sockets() {
+                    addr = addr.with_ip_addr(dialable(socket, &self.shared.orchestrator));
+                }
+                Frame::RuntimeReady {
+                    run_id,
+                    stage,
+                    readiness_id,
+                    addr: format_addr(&addr),
+                }
+            }
+            Report::ReadyAcked {
+                run_id,
+                stage,
+                readiness_id,
+                ..
+            } => Frame::ReadyAcked {
+                run_id,
+                stage,
+                readiness_id,
+            },
+            Report::Stage(report) => Frame::StageReport(report),
+        };
+        // A report lost with a connection is resent (readiness) or
+        // superseded by the run's timeouts.
+        if self.to_orch.try_send(frame).is_err() {
+            warn(
+                &self.shared.node,
+                "the orchestrator's queue is full; a report was dropped",
+            );
+        }
+    }
+
+    fn answer(&self, stage: u32, input: stage::Input) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(Input::Stage { stage, input }).await;
+        });
+    }
+
+    fn stage(&self, stage: u32, effect: stage::Effect) {
+        let shared = self.shared.clone();
+        let tx = self.tx.clone();
+        match effect {
+            stage::Effect::EstablishInbound(edge) => {
+                let rendezvous = self.rendezvous.clone();
+                let reader = tokio::spawn(async move {
+                    let fault = |reason: String| Input::Stage {
+                        stage,
+                        input: stage::Input::EdgeFault { reason },
+                    };
+                    let Some(mut inbound) = rendezvous.claim(edge.id).await else {
+                        return;
+                    };
+                    let expected = shared.order(stage).map(|o| o.upstream);
+                    if expected.as_ref() != Some(&inbound.from) {
+                        let why = format!(
+                            "edge {} came from {}, not the upstream stage",
+                            edge.id, inbound.from
+                        );
+                        inbound.conn.close(3u32.into(), b"unexpected sender");
+                        let _ = tx.send(fault(why)).await;
+                        return;
+                    }
+                    let ready = Input::Stage {
+                        stage,
+                        input: stage::Input::InboundReady,
+                    };
+                    if tx.send(ready).await.is_err() {
+                        return;
+                    }
+                    let why = loop {
+                        match edges::next(&mut inbound.recv).await {
+                            Ok(Some(EdgeFrame::Step(step))) => {
+                                let seq = step.step;
+                                shared.pending.lock().expect("pending").insert(seq, step);
+                                let arrived = Input::Stage {
+                                    stage,
+                                    input: stage::Input::StepArrived { seq },
+                                };
+                                if tx.send(arrived).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(Some(other)) => {
+                                break format!("edge {}: unexpected {other:?}", edge.id);
+                            }
+                            Ok(None) => break format!("edge {} closed", edge.id),
+                            Err(e) => break format!("edge {}: {e}", edge.id),
+                        }
+                    };
+                    let _ = tx.send(fault(why)).await;
+                });
+                self.shared.readers.lock().expect("readers").push(reader);
+            }
+            stage::Effect::EstablishOutbound(edge) => {
+                tokio::spawn(async move {
+                    let input = match outbound(&shared, stage, edge, tx.clone()).await {
+                        Ok(()) => stage::Input::OutboundReady,
+                        Err(reason) => stage::Input::EdgeFault { reason },
+                    };
+                    let _ = tx.send(Input::Stage { stage, input }).await;
+                });
+            }
+            stage::Effect::ConfigureWorker { .. } => self.answer(stage, stage::Input::WorkerReady),
+            stage::Effect::LoadWeights { .. } => {
+                tokio::spawn(async move {
+                    if let Err(reason) = load(&shared, stage).await {
+                        let input = stage::Input::LoadFailed { reason };
+                        let _ = tx.send(Input::Stage { stage, input }).await;
+                    }
+                });
+            }
+            stage::Effect::ExecuteStep { seq } => {
+                let step = self.shared.pending.lock().expect("pending").remove(&seq);
+                let out = self
+                    .shared
+                    .outbound
+                    .lock()
+                    .expect("outbound")
+                    .get(&stage)
+                    .cloned();
+                let last = self
+                    .shared
+                    .order(stage)
+                    .is_some_and(|o| o.provision.stage + 1 == o.provision.stage_count);
+                let jobs = self
+                    .shared
+                    .worker
+                    .lock()
+                    .expect("worker")
+                    .as_ref()
+                    .map(|w| w.jobs.clone());
+                match (step, out, jobs) {
+                    (Some(step), Some(out), Some(jobs)) => {
+                        tokio::spawn(async move {
+                            if jobs.send(Job::Step { step, last, out }).await.is_err() {
+                                let reason = "the worker is gone".to_owned();
+                                let _ = tx
+                                    .send(Input::Stage {
+                                        stage,
+                                        input: stage::Input::StepFailed { seq, reason },
+                                    })
+                                    .await;
+                            }
+                        });
+                    }
+                    _ => {
+                        let reason = format!("step {seq}: no input, outbound edge or worker");
+                        self.answer(stage, stage::Input::StepFailed { seq, reason });
+                    }
+                }
+            }
+            stage::Effect::StopLocalEdges => {
+                self.shared
+                    .outbound
+                    .lock()
+                    .expect("outbound")
+                    .remove(&stage);
+                for reader in self.shared.readers.lock().expect("readers").drain(..) {
+                    reader.abort();
+                }
+                self.answer(stage, stage::Input::LocalEdgesStopped);
+            }
+            stage::Effect::Report(report) => self.report(Report::Stage(report)),
+            stage::Effect::QuiesceRings => self.answer(stage, stage::Input::RingsQuiesced),
+            stage::Effect::ReleaseDeviceObjects => {
+                self.answer(stage, stage::Input::DeviceObjectsReleased);
+            }
+            stage::Effect::ResetWorkerRole => {
+                let worker = self.shared.worker.lock().expect("worker").take();
+                tokio::spawn(async move {
+                    if let Some(mut worker) = worker {
+                        let (done, stopped) = oneshot::channel();
+                        if worker.jobs.send(Job::Stop(done)).await.is_ok() {
+                            let _ = tokio::time::timeout(WORKER_STOP, stopped).await;
+                        }
+                        worker.kill();
+                    }
+                    let input = stage::Input::WorkerRoleReset;
+                    let _ = tx.send(Input::Stage { stage, input }).await;
+                });
+            }
+        }
+    }
+}
+
+/// Dials the stage's outbound edge and keeps its queue.
+async fn outbound(
+    shared: &Arc<Shared>,
+    stage: u32,
+    edge: stage::Edge,
+    tx: mpsc::Sender<Input>,
+) -> Result<(), String> {
+    let order = shared.order(stage).ok_or("no provision for the stage")?;
+    let to = parse_addr(&order.downstream).map_err(|e| format!("{e:#}"))?;
+    let failed = move |reason: String| {
+        let input = Input::Stage {
+            stage,
+            input: stage::Input::EdgeFault { reason },
+        };
+        tokio::spawn(async move {
+            let _ = tx.send(input).await;
+        });
+    };
+    let (queue, _conn) = edges::dial(&shared.endpoint, to, shared.run_id, edge.id, failed).await?;
+    if edge.kind == EdgeKind::TokenOut {
+        say(&shared.node, "token-out edge to the orchestrator open");
+    }
+    shared
+        .outbound
+        .lock()
+        .expect("outbound")
+        .insert(stage, queue);
+    Ok(())
+}
+
+/// Waits for the stage's slice and loads it into the worker.
+async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
+    let order = shared.order(stage).ok_or("no provision for the stage")?;
+    let mut fetch = shared.fetch(&order.weights);
+    let fetched = loop {
+        if let Some(result) = fetch.borrow_and_update().clone() {
+            break result?;
+        }
+        fetch
+            .changed()
+            .await
+            .map_err(|_| "the fetch was abandoned".to_owned())?;
+    };
+    let jobs = shared
+        .worker
+        .lock()
+        .expect("worker")
+        .as_ref()
+        .map(|w| w.jobs.clone());
+    let jobs = jobs.ok_or("the worker is gone")?;
+    let job = Job::Load {
+        model: fetched.path,
+        layers: (order.weights.first_layer, order.weights.end_layer),
+        ctx: order.ctx,
+        sampling: order.sampling,
+    };
+    jobs.send(job)
+        .await
+        .map_err(|_| "the worker is gone".to_owned())
+}
+
+/// A socket bound to the unspecified address is advertised with the local
+/// address this machine reaches the orchestrator from (a container's
+/// bridge address), which its peers on that network can dial.
+fn dialable(socket: std::net::SocketAddr, orchestrator: &EndpointAddr) -> std::net::SocketAddr {
+    if !socket.ip().is_unspecified() {
+        return socket;
+    }
+    let route = orchestrator
+        .ip_addrs()
+        .find(|a| a.is_ipv4() == socket.is_ipv4())
+        .and_then(|to| {
+            let probe =
+                std::net::UdpSocket::bind(std::net::SocketAddr::new(socket.ip(), 0)).ok()?;
+            probe.connect(to).ok()?;
+            probe.local_addr().ok()
+        });
+    match route {
+        Some(local) => std::net::SocketAddr::new(local.ip(), socket.port()),
+        None => socket,
+    }
+}
