@@ -236,33 +236,42 @@ impl HostSink {
 
     async fn open_prompt(&mut self, op: core_fsm::ids::OpId) {
         let addr = self.shared.spec().rpc_addr;
-        let result = match crate::prompt::Server::bind(addr).await {
-            Ok(server) => {
-                let bound = server.local_addr();
-                self.shared
-                    .update(|s| s.prompt_addr = Some(bound.to_string()));
-                let calls = self.calls.take().expect("the prompt service opens once");
-                self.prompt = Some(server.serve(calls));
-                match crate::prompt::write_addr(&self.shared.state_dir, bound) {
-                    Ok(()) => {
-                        let stages = self.stages.len();
-                        let line = if self.shared.json {
-                            serde_json::json!({"event": "serving", "prompt_addr": bound.to_string(), "stages": stages}).to_string()
-                        } else {
-                            format!(
-                                "ready: the model is served on {stages} stage(s); prompt service on {bound}\n  \
-                                 try: drover prompt \"Once upon a time\"   (or `drover chat`)"
-                            )
-                        };
-                        crate::up::view::println_flush(&line);
-                        Ok(())
-                    }
-                    Err(e) => Err(format!("writing the prompt address: {e}")),
-                }
+        let server = match crate::prompt::Server::bind(addr).await {
+            Ok(server) => server,
+            Err(e) => {
+                let result = Err(e.to_string());
+                return self.input(run::Input::PromptServiceOpened { op, result });
             }
-            Err(e) => Err(e.to_string()),
         };
-        self.input(run::Input::PromptServiceOpened { op, result });
+        let bound = server.local_addr();
+        if let Err(e) = crate::prompt::write_addr(&self.shared.state_dir, bound) {
+            let result = Err(format!("writing the prompt address: {e}"));
+            return self.input(run::Input::PromptServiceOpened { op, result });
+        }
+        self.shared
+            .update(|s| s.prompt_addr = Some(bound.to_string()));
+        // The run hears it is open before the first client can be heard:
+        // both go through the host's one channel, this first.
+        let opened = Input::Run(run::Input::PromptServiceOpened { op, result: Ok(()) });
+        if let Err(mpsc::error::TrySendError::Full(opened)) = self.tx.try_send(opened) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(opened).await;
+            });
+        }
+        let calls = self.calls.take().expect("the prompt service opens once");
+        self.prompt = Some(server.serve(calls));
+        let stages = self.stages.len();
+        let line = if self.shared.json {
+            serde_json::json!({"event": "serving", "prompt_addr": bound.to_string(), "stages": stages})
+                .to_string()
+        } else {
+            format!(
+                "ready: the model is served on {stages} stage(s); prompt service on {bound}\n  \
+                 try: drover prompt \"Once upon a time\"   (or `drover chat`)"
+            )
+        };
+        crate::up::view::println_flush(&line);
     }
 
     /// Closes the prompt service (at the end of the run).
