@@ -118,6 +118,15 @@ pub enum Input {
         /// The authenticated sender.
         agent: AgentId,
     },
+    /// The agent's control connection ended: it is Suspect at once (its
+    /// death still waits for `dead_after` of silence; a rejoin's heartbeat
+    /// revives it).
+    ConnectionLost {
+        /// The logical node.
+        node: LogicalNodeId,
+        /// The agent whose connection ended.
+        agent: AgentId,
+    },
     /// Stop watching the node (its lease is being torn down).
     Forget {
         /// The logical node.
@@ -291,6 +300,34 @@ impl Machine {
         }]
     }
 
+    fn on_connection_lost(&mut self, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
+        let Some(member) = self.members.get(&node) else {
+            self.ignored.unknown_node += 1;
+            return Vec::new();
+        };
+        if *member.agent() != agent {
+            self.ignored.wrong_agent += 1;
+            return Vec::new();
+        }
+        let Phase::Alive { last_heartbeat, .. } = *member else {
+            // Already Suspect or Dead: nothing new.
+            return Vec::new();
+        };
+        self.timers.remove(&TimerKind::Suspect(node.clone()));
+        self.members.insert(
+            node.clone(),
+            Phase::Suspect {
+                agent: agent.clone(),
+                last_heartbeat,
+            },
+        );
+        vec![Effect::Changed {
+            node,
+            agent,
+            liveness: Liveness::Suspect,
+        }]
+    }
+
     fn on_heartbeat(&mut self, now: Instant, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
         let Some(member) = self.members.get(&node) else {
             self.ignored.unknown_node += 1;
@@ -392,6 +429,7 @@ impl crate::Machine for Machine {
             }
             Input::Track { node, agent } => self.on_track(now, node, agent),
             Input::Heartbeat { node, agent } => self.on_heartbeat(now, node, agent),
+            Input::ConnectionLost { node, agent } => self.on_connection_lost(node, agent),
             Input::Forget { node } => {
                 if self.members.remove(&node).is_some() {
                     self.disarm(&node);

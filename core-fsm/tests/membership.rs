@@ -36,6 +36,7 @@ fn show_input(input: &Input) -> String {
         Input::Track { node, agent } => format!("Track {node} {agent}"),
         Input::Heartbeat { node, agent } => format!("Heartbeat {node} {agent}"),
         Input::Forget { node } => format!("Forget {node}"),
+        Input::ConnectionLost { node, agent } => format!("ConnectionLost {node} {agent}"),
     }
 }
 

@@ -233,6 +233,15 @@ impl Tap {
         }
     }
 
+    /// `agent`'s control connection ended: membership holds it Suspect.
+    pub async fn connection_lost(&self, agent: AgentId, node: LogicalNodeId) {
+        let target = self.inner.lock().expect("tap").clone();
+        if let Some((tx, _)) = target {
+            let input = core_fsm::membership::Input::ConnectionLost { node, agent };
+            let _ = tx.send(core_fsm::pipeline::Input::Membership(input)).await;
+        }
+    }
+
     /// A node was handed to `agent` (a join or a rejoin): membership
     /// watches it from now.
     pub async fn track(&self, agent: AgentId, node: LogicalNodeId) {

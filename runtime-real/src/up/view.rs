@@ -122,6 +122,11 @@ impl LiveView {
             return;
         };
         let before = row.live.liveness.replace(liveness);
+        // A node being torn down loses its agent on purpose.
+        if matches!(row.live.stage, Lifecycle::Destroying | Lifecycle::Destroyed) {
+            self.save();
+            return;
+        }
         if liveness == Liveness::Dead {
             row.live.ready = false;
             let reason = "its agent stopped heartbeating (Dead)".to_owned();

@@ -221,8 +221,9 @@ async fn forward_events(
             ControlEvent::Joined { binding, agent } | ControlEvent::Rejoined { binding, agent } => {
                 (binding, agent)
             }
-            ControlEvent::Disconnected { .. } => {
+            ControlEvent::Disconnected { agent, node } => {
                 joins.disconnects.send_modify(|n| *n += 1);
+                tap.connection_lost(agent, node).await;
                 continue;
             }
             ControlEvent::Rejected { peer, reason } => {
