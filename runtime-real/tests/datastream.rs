@@ -24,13 +24,6 @@ fn is_settled(line: &Value) -> bool {
     line["event"] == "settled"
 }
 
-/// The trained model the project reads from `../shared/models/`.
-fn model() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
-    assert!(path.is_file(), "{} is missing", path.display());
-    path
-}
-
 /// A plan of one local node serving the model (as `tests/pipeline.rs`).
 fn pipeline_plan(dir: &Path) -> PathBuf {
     let worker = Path::new(DROVER).with_file_name("drover-worker");
@@ -39,40 +32,7 @@ fn pipeline_plan(dir: &Path) -> PathBuf {
         "{} is missing: `cargo build -p workers`",
         worker.display()
     );
-    let text = format!(
-        r#"run_id = 1
-
-[model]
-path = "{model}"
-
-[pipeline]
-group = "workers"
-
-[prompt]
-rpc_addr = "127.0.0.1:0"
-
-[[group]]
-name = "workers"
-role = "worker"
-count = 1
-provider = "local"
-
-[group.shape]
-image = "local"
-disk_gb = 1
-
-[group.boot]
-ssh_user = "drover"
-verify_commands = ["echo verifying"]
-start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR=../../slice-cache nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' --heartbeat-ms 200 > agent.log 2>&1 &"
-
-[group.boot.timeouts]
-ssh_connect_timeout = "30s"
-ssh_retry_interval = "200ms"
-join_timeout = "30s"
-"#,
-        model = model().display()
-    );
+    let text = pipeline_plan_text(1, "echo verifying", "");
     let path = dir.join("plan.toml");
     std::fs::write(&path, text).unwrap();
     path

@@ -15,23 +15,6 @@ const EXIT: Duration = Duration::from_secs(60);
 /// Dead after 5 s of silence; the bound leaves room for a loaded machine.
 const DEAD: Duration = Duration::from_secs(15);
 
-/// Pids of the processes named `name` whose working folder is under `state`.
-fn processes(state: &Path, name: &str) -> Vec<(u32, std::path::PathBuf)> {
-    let state = std::fs::canonicalize(state).unwrap();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
-        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
-        if exe.file_name().is_some_and(|n| n == name) && cwd.starts_with(&state) {
-            found.push((pid, cwd));
-        }
-    }
-    found
-}
-
 #[test]
 fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
     let dir = scratch("liveness");

@@ -23,9 +23,7 @@ const LONG: &str = "Once upon a time, there was a little girl named Lily. She lo
 
 /// The trained model the project reads from `../shared/models/`.
 fn model() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
-    assert!(path.is_file(), "{} is missing", path.display());
-    path
+    stories()
 }
 
 /// `drover-worker`, built beside `drover` (`cargo build -p workers`).
@@ -42,43 +40,8 @@ fn worker() -> PathBuf {
 /// A plan of `nodes` local nodes serving the model, `extra` lines added to
 /// `[pipeline]`.
 fn pipeline_plan(dir: &Path, nodes: u32, extra: &str) -> PathBuf {
-    let text = format!(
-        r#"run_id = 1
-
-[model]
-path = "{model}"
-
-[pipeline]
-group = "workers"
-{extra}
-
-[prompt]
-rpc_addr = "127.0.0.1:0"
-
-[[group]]
-name = "workers"
-role = "worker"
-count = {nodes}
-provider = "local"
-
-[group.shape]
-image = "local"
-disk_gb = 1
-
-[group.boot]
-ssh_user = "drover"
-verify_commands = ["true"]
-start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR=../../slice-cache nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' --heartbeat-ms 200 > agent.log 2>&1 &"
-
-[group.boot.timeouts]
-ssh_connect_timeout = "30s"
-ssh_retry_interval = "200ms"
-join_timeout = "30s"
-"#,
-        model = model().display()
-    );
     let path = dir.join("plan.toml");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, pipeline_plan_text(nodes, "true", extra)).unwrap();
     path
 }
 
@@ -267,19 +230,10 @@ fn more_stages_than_layers_is_a_plan_error() {
 
 /// Pids of the `drover-worker` processes whose working folder is under `state`.
 fn workers_of(state: &Path) -> Vec<u32> {
-    let state = std::fs::canonicalize(state).unwrap();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
-        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
-        if exe.file_name().is_some_and(|n| n == "drover-worker") && cwd.starts_with(&state) {
-            pids.push(pid);
-        }
-    }
-    pids
+    processes(state, "drover-worker")
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 #[test]

@@ -291,11 +291,6 @@ impl driver::EffectSink<Effect> for HostSink {
                 agent,
                 liveness,
             } => {
-                self.shared
-                    .liveness
-                    .lock()
-                    .expect("liveness")
-                    .insert(node.clone(), liveness);
                 (self.shared.on_liveness)(&node, &agent, liveness);
                 return;
             }

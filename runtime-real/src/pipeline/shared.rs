@@ -45,8 +45,6 @@ pub struct HostShared {
     pub state_dir: PathBuf,
     /// Each agent's edge address, from its runtime-ready report.
     pub addrs: Mutex<BTreeMap<AgentId, String>>,
-    /// Liveness of each node as membership last said.
-    pub liveness: Mutex<BTreeMap<LogicalNodeId, Liveness>>,
     /// How the run ended, once it has.
     pub outcome: Mutex<Option<Result<(), RunError>>>,
     /// Set once the run ended.
@@ -90,7 +88,6 @@ impl HostShared {
             spec,
             state_dir,
             addrs: Mutex::new(BTreeMap::new()),
-            liveness: Mutex::new(BTreeMap::new()),
             outcome: Mutex::new(None),
             done: tokio::sync::watch::channel(false).0,
             json: false,

@@ -266,3 +266,68 @@ pub fn established_to(ports: &[u16]) -> usize {
         })
         .count()
 }
+
+/// The trained model the project reads from `../shared/models/`.
+pub fn stories() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+/// The text of a plan of `nodes` local nodes serving the trained model:
+/// `verify` is the verify command, `extra` lines go into `[pipeline]`.
+pub fn pipeline_plan_text(nodes: u32, verify: &str, extra: &str) -> String {
+    format!(
+        r#"run_id = 1
+
+[model]
+path = "{model}"
+
+[pipeline]
+group = "workers"
+{extra}
+
+[prompt]
+rpc_addr = "127.0.0.1:0"
+
+[[group]]
+name = "workers"
+role = "worker"
+count = {nodes}
+provider = "local"
+
+[group.shape]
+image = "local"
+disk_gb = 1
+
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["{verify}"]
+start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR=../../slice-cache nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' --heartbeat-ms 200 > agent.log 2>&1 &"
+
+[group.boot.timeouts]
+ssh_connect_timeout = "30s"
+ssh_retry_interval = "200ms"
+join_timeout = "30s"
+"#,
+        model = stories().display()
+    )
+}
+
+/// The processes named `name` whose working folder is under `state`:
+/// (pid, working folder).
+pub fn processes(state: &Path, name: &str) -> Vec<(u32, PathBuf)> {
+    let state = std::fs::canonicalize(state).unwrap();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == name) && cwd.starts_with(&state) {
+            found.push((pid, cwd));
+        }
+    }
+    found
+}
