@@ -31,6 +31,11 @@ pub struct Config {
     /// Most dead identities remembered; past it, new identities are refused
     /// rather than risk forgetting a death.
     pub buried_max: usize,
+    /// How late a tick may come before the lateness is the observer's: a
+    /// tick later than this past the earliest deadline means the
+    /// orchestrator itself was not listening (starved, paused), and no
+    /// member's silence counts that time (M9).
+    pub late_slack: Duration,
 }
 
 impl Default for Config {
@@ -40,6 +45,7 @@ impl Default for Config {
             dead_after: Duration::from_secs(15),
             members_max: 1024,
             buried_max: 4096,
+            late_slack: Duration::from_secs(1),
         }
     }
 }
@@ -157,6 +163,15 @@ pub enum TimerKind {
     Dead(LogicalNodeId),
 }
 
+impl TimerKind {
+    /// The member the timer belongs to.
+    pub fn node(&self) -> &LogicalNodeId {
+        match self {
+            TimerKind::Suspect(node) | TimerKind::Dead(node) => node,
+        }
+    }
+}
+
 /// Inputs that were ignored, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ignored {
@@ -198,6 +213,10 @@ pub struct Machine {
     /// A member's timers are keyed by its node, so they are a map, not a
     /// [`crate::timer::TimerTable`].
     timers: BTreeMap<TimerKind, Instant>,
+    /// Time credited to a member's current silence because the observer
+    /// was away (M9); at most `dead_after` per silence, so an observer that
+    /// is always late still declares a death, one `dead_after` later.
+    credited: BTreeMap<LogicalNodeId, Duration>,
     ignored: Ignored,
 }
 
@@ -217,6 +236,7 @@ impl Machine {
             members: BTreeMap::new(),
             buried: BTreeSet::new(),
             timers: BTreeMap::new(),
+            credited: BTreeMap::new(),
             ignored: Ignored::default(),
         }
     }
@@ -242,11 +262,46 @@ impl Machine {
             .insert(TimerKind::Suspect(node.clone()), now + suspect);
         self.timers
             .insert(TimerKind::Dead(node.clone()), now + dead);
+        self.credited.remove(node);
     }
 
     fn disarm(&mut self, node: &LogicalNodeId) {
         self.timers.remove(&TimerKind::Suspect(node.clone()));
         self.timers.remove(&TimerKind::Dead(node.clone()));
+        self.credited.remove(node);
+    }
+
+    /// M9: a tick that comes more than `late_slack` after the earliest
+    /// deadline finds the observer was away (the loop was starved or
+    /// paused, and the heartbeats that arrived meanwhile may still be
+    /// queued behind this tick). Every member's timers move out by the
+    /// lateness and the slack, within its silence's credit of `dead_after`.
+    fn credit_lateness(&mut self, now: Instant) {
+        let Some(due) = self.timers.values().min().copied() else {
+            return;
+        };
+        let late = now.saturating_since(due);
+        if late <= self.config.late_slack {
+            return;
+        }
+        let armed: BTreeSet<LogicalNodeId> =
+            self.timers.keys().map(TimerKind::node).cloned().collect();
+        for node in armed {
+            let credit = self.credited.entry(node.clone()).or_default();
+            // The time away, and the slack for what was queued behind the
+            // tick to be heard: a late tick reschedules, it does not condemn.
+            let away = late + self.config.late_slack;
+            let grant = Duration(
+                away.0
+                    .min(self.config.dead_after.0.saturating_sub(credit.0)),
+            );
+            *credit = *credit + grant;
+            for kind in [TimerKind::Suspect(node.clone()), TimerKind::Dead(node)] {
+                if let Some(at) = self.timers.get_mut(&kind) {
+                    *at += grant;
+                }
+            }
+        }
     }
 
     fn on_track(&mut self, now: Instant, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
@@ -421,6 +476,7 @@ impl crate::Machine for Machine {
     fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
         match input {
             Input::Tick => {
+                self.credit_lateness(now);
                 let mut out = Vec::new();
                 for kind in self.take_expired(now) {
                     out.extend(self.on_expired(kind));
@@ -473,5 +529,16 @@ impl crate::Machine for Machine {
             }
         }
         assert!(self.timers.len() <= 2 * self.members.len());
+        // M9: credit only for armed members, never past `dead_after`.
+        for (node, credit) in &self.credited {
+            assert!(
+                *credit <= self.config.dead_after,
+                "{node} credited past dead_after"
+            );
+            assert!(
+                self.timers.contains_key(&TimerKind::Dead(node.clone())),
+                "credit of unarmed {node}"
+            );
+        }
     }
 }

@@ -320,8 +320,10 @@ pub fn start(
     });
     let clock = crate::up::ports::TokioClock::start();
     let membership = core_fsm::membership::Config {
-        suspect_after: Duration::from_millis(2500),
-        dead_after: Duration::from_secs(5),
+        // Ten missed heartbeats: a busy machine or a redial after a lost
+        // connection is not a death (a false one tears down a paid node).
+        suspect_after: Duration::from_secs(3),
+        dead_after: Duration::from_secs(10),
         ..core_fsm::membership::Config::default()
     };
     let machine = core_fsm::pipeline::Machine::new(membership);

@@ -21,7 +21,7 @@ const SETTLE: Duration = Duration::from_secs(90);
 const EXIT: Duration = Duration::from_secs(60);
 const PAGE: Duration = Duration::from_secs(30);
 const DUMP: &str = "JSON.stringify({counts: window.__dash && __dash.counts, hellos: window.__dash && __dash.hellos, \
-    cards: [...document.querySelectorAll('.card')].map(c => c.dataset.node + ':' + c.dataset.stage), \
+    cards: [...document.querySelectorAll('.card')].map(c => c.dataset.node + ':' + c.dataset.stage + ':' + ((c.querySelector('[data-f=\"failure\"]') || {}).textContent || '')), \
     groups: document.getElementById('groups') && document.getElementById('groups').textContent, \
     body: document.body.innerText.slice(0, 400)})";
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use up_support::*;
 
 const SETTLE: Duration = Duration::from_secs(180);
-const DEAD: Duration = Duration::from_secs(20);
+const DEAD: Duration = Duration::from_secs(35);
 const EXIT: Duration = Duration::from_secs(90);
 
 #[test]

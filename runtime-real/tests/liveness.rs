@@ -13,7 +13,7 @@ use up_support::*;
 const SETTLE: Duration = Duration::from_secs(90);
 const EXIT: Duration = Duration::from_secs(60);
 /// Dead after 5 s of silence; the bound leaves room for a loaded machine.
-const DEAD: Duration = Duration::from_secs(15);
+const DEAD: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
