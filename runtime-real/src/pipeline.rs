@@ -288,6 +288,7 @@ pub fn start(
     tap: &Tap,
     views: ViewHooks,
     spec: Option<(Arc<Model>, PipelineSpec)>,
+    membership: core_fsm::membership::Config,
 ) -> Running {
     let (model, spec) = match spec {
         Some((model, spec)) => (Some(model), Some(spec)),
@@ -319,13 +320,6 @@ pub fn start(
         }
     });
     let clock = crate::up::ports::TokioClock::start();
-    let membership = core_fsm::membership::Config {
-        // Ten missed heartbeats: a busy machine or a redial after a lost
-        // connection is not a death (a false one tears down a paid node).
-        suspect_after: Duration::from_secs(3),
-        dead_after: Duration::from_secs(10),
-        ..core_fsm::membership::Config::default()
-    };
     let machine = core_fsm::pipeline::Machine::new(membership);
     let sink = HostSink::new(shared.clone(), tx.clone(), calls_tx);
     let ports = Ports {

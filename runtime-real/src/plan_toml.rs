@@ -30,6 +30,7 @@
 
 pub mod dashboard;
 mod duration;
+pub mod liveness;
 pub mod observability;
 mod pipeline;
 mod reader;

@@ -102,6 +102,13 @@ pub async fn run(
             },
         },
     };
+    let liveness = match crate::plan_toml::liveness::load(plan_path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return EXIT_CONFIG;
+        }
+    };
     if let Err(e) = crate::provider::check_plan(&plan).await {
         eprintln!("drover: {e}");
         return EXIT_CONFIG;
@@ -150,7 +157,7 @@ pub async fn run(
         Ok(served) => served,
         Err(code) => return code,
     };
-    let code = match wiring::up(state_dir, plan, pipeline, datastream, json).await {
+    let code = match wiring::up(state_dir, plan, (pipeline, liveness), datastream, json).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("drover: {e:#}");
@@ -193,6 +200,8 @@ pub struct HostParts {
     pub control: Arc<crate::transport::ControlPlane>,
     /// Where control-plane events reach the host.
     pub tap: crate::pipeline::Tap,
+    /// Membership's bounds (the plan's `[liveness]`).
+    pub liveness: core_fsm::membership::Config,
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and
@@ -345,6 +354,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         &host.tap,
         hooks,
         spec,
+        host.liveness,
     );
     if view.lock().expect("view").is_tty() {
         tokio::spawn(tick_view(view.clone()));

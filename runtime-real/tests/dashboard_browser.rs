@@ -46,6 +46,12 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
     let dir = scratch("dash-browser");
     let state = dir.join("state");
     let plan = write_plan(&dir, &local_plan(3));
+    // The page is the subject here, not liveness (tests/liveness.rs): a
+    // browser starting on a small, busy machine must not look like three
+    // agents dying.
+    let mut text = std::fs::read_to_string(&plan).unwrap();
+    text.push_str("\n[liveness]\nsuspect_after = \"10s\"\ndead_after = \"60s\"\n");
+    std::fs::write(&plan, text).unwrap();
     let mut up = Up::start(&state, &plan);
     let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
     let url = line["url"].as_str().unwrap().to_owned();

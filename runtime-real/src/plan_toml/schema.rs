@@ -27,6 +27,7 @@ pub(crate) const ROOT: &[&str] = &[
     "sampling",
     "observability",
     "dashboard",
+    "liveness",
 ];
 const GROUP: &[&str] = &[
     "name", "role", "count", "provider", "shape", "boot", "join", "host",
@@ -98,6 +99,7 @@ pub(crate) fn read_plan(
     let pipeline = super::pipeline::read(doc, &mut table, &plan);
     super::observability::check(doc, &mut table);
     super::dashboard::read(doc, &mut table);
+    super::liveness::read(doc, &mut table);
     table.finish(doc);
     (plan, pipeline)
 }

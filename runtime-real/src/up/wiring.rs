@@ -109,7 +109,10 @@ impl ControlJoins {
 pub async fn up(
     state_dir: &Path,
     plan: RunPlan,
-    pipeline: Option<crate::pipeline::Prepared>,
+    (pipeline, liveness): (
+        Option<crate::pipeline::Prepared>,
+        core_fsm::membership::Config,
+    ),
     datastream: crate::datastream::Hub,
     json: bool,
 ) -> anyhow::Result<i32> {
@@ -177,6 +180,7 @@ pub async fn up(
             prepared: pipeline,
             control: control.clone(),
             tap,
+            liveness,
         },
         datastream,
     };
