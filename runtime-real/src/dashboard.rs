@@ -118,7 +118,7 @@ pub async fn serve(config: Config) -> std::io::Result<Served> {
             .with_graceful_shutdown(shutdown)
             .await
         {
-            eprintln!("drover: dashboard: {e}");
+            crate::say::err!("drover: dashboard: {e}");
         }
     });
     Ok(Served {
@@ -190,7 +190,7 @@ pub async fn for_up(
     let spec = match crate::plan_toml::dashboard::load(plan_path) {
         Ok(spec) => spec,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             return Err(EXIT_CONFIG);
         }
     };
@@ -204,7 +204,7 @@ pub async fn for_up(
     let token = match new_token().and_then(|t| store_token(state_dir, &t).map(|()| t)) {
         Ok(token) => token,
         Err(e) => {
-            eprintln!("drover: dashboard: {e}");
+            crate::say::err!("drover: dashboard: {e}");
             return Err(EXIT_FAILURE);
         }
     };
@@ -221,7 +221,7 @@ pub async fn for_up(
             Ok(Some(served))
         }
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             Err(EXIT_FAILURE)
         }
     }
@@ -238,7 +238,7 @@ pub async fn stop(served: Option<Served>) {
 /// `state_dir` (stopped or not), until SIGINT or SIGTERM.
 pub async fn command(state_dir: &Path, addr: Option<SocketAddr>, json: bool) -> i32 {
     if !StateDir::at(state_dir).journal().exists() {
-        eprintln!(
+        crate::say::err!(
             "drover: no run in {}: {} does not exist",
             state_dir.display(),
             StateDir::at(state_dir).journal().display()
@@ -252,7 +252,7 @@ pub async fn command(state_dir: &Path, addr: Option<SocketAddr>, json: bool) -> 
     let token = match token {
         Ok(token) => token,
         Err(e) => {
-            eprintln!("drover: dashboard: {e}");
+            crate::say::err!("drover: dashboard: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -266,7 +266,7 @@ pub async fn command(state_dir: &Path, addr: Option<SocketAddr>, json: bool) -> 
     let served = match serve(config).await {
         Ok(served) => served,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -276,7 +276,7 @@ pub async fn command(state_dir: &Path, addr: Option<SocketAddr>, json: bool) -> 
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
     ) else {
-        eprintln!("drover: dashboard: cannot install signal handlers");
+        crate::say::err!("drover: dashboard: cannot install signal handlers");
         return EXIT_FAILURE;
     };
     tokio::select! {

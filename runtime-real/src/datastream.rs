@@ -157,7 +157,11 @@ impl Writer {
     /// to `orchestrator.ndjson`; `about` names the node it concerns.
     pub fn event(&mut self, channel: &'static str, about: Option<&LogicalNodeId>, text: String) {
         let file = LogicalNodeId::from(ORCHESTRATOR);
-        let mut out = self.line(&file, None, ORCHESTRATOR, LogStream::Stdout, channel, text);
+        let stream = match channel {
+            channel::ORCHESTRATOR_STDERR => LogStream::Stderr,
+            _ => LogStream::Stdout,
+        };
+        let mut out = self.line(&file, None, ORCHESTRATOR, stream, channel, text);
         out.about = about.cloned();
         let bytes = out.record.line.clone().into_bytes();
         if let Err(e) = self.write(out, &bytes) {

@@ -67,7 +67,7 @@ pub async fn run(
     let (plan, pipeline) = match crate::plan_toml::load_full(plan_path) {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             return EXIT_CONFIG;
         }
     };
@@ -77,7 +77,7 @@ pub async fn run(
         None => match crate::plan_toml::observability::frame_log(plan_path) {
             Ok(path) => path,
             Err(e) => {
-                eprintln!("drover: {e}");
+                crate::say::err!("drover: {e}");
                 return EXIT_CONFIG;
             }
         },
@@ -86,17 +86,17 @@ pub async fn run(
         None => None,
         Some(spec) => match crate::pipeline::model_file(&spec, state_dir, true).await {
             Err(crate::pipeline::PrepareError::Fetch(e)) => {
-                eprintln!("drover: {e}");
+                crate::say::err!("drover: {e}");
                 return EXIT_FAILURE;
             }
             Err(crate::pipeline::PrepareError::Plan(e)) => {
-                eprintln!("drover: {}: {e}", plan_path.display());
+                crate::say::err!("drover: {}: {e}", plan_path.display());
                 return EXIT_CONFIG;
             }
             Ok(path) => match crate::pipeline::prepare(&plan, spec, &path) {
                 Ok(prepared) => Some(prepared),
                 Err(e) => {
-                    eprintln!("drover: {}: {e}", plan_path.display());
+                    crate::say::err!("drover: {}: {e}", plan_path.display());
                     return EXIT_CONFIG;
                 }
             },
@@ -105,18 +105,18 @@ pub async fn run(
     let liveness = match crate::plan_toml::liveness::load(plan_path) {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             return EXIT_CONFIG;
         }
     };
     if let Err(e) = crate::provider::check_plan(&plan).await {
-        eprintln!("drover: {e}");
+        crate::say::err!("drover: {e}");
         return EXIT_CONFIG;
     }
     let previous = match Journal::read(state_dir) {
         Ok(recovered) => recovered,
         Err(e) => {
-            eprintln!(
+            crate::say::err!(
                 "drover: cannot read the journal in {}: {e}",
                 state_dir.display()
             );
@@ -126,7 +126,7 @@ pub async fn run(
     if let Some(JournalRecord::RunStarted { run_id }) = previous.records.first()
         && *run_id != plan.run_id
     {
-        eprintln!(
+        crate::say::err!(
             "drover: {} holds {run_id}, the plan is {}; use another --state-dir or `drover down` first",
             state_dir.display(),
             plan.run_id
@@ -134,7 +134,7 @@ pub async fn run(
         return EXIT_CONFIG;
     }
     if let Some(pid) = control::running_pid(state_dir) {
-        eprintln!(
+        crate::say::err!(
             "drover: another `drover up` (pid {pid}) runs on {}",
             state_dir.display()
         );
@@ -147,25 +147,31 @@ pub async fn run(
         None => None,
         Some(Ok(archive)) => Some(archive),
         Some(Err(e)) => {
-            eprintln!("drover: {e}");
+            crate::say::err!("drover: {e}");
             return EXIT_CONFIG;
         }
     };
     let datastream = crate::datastream::Writer::with(state_dir, plan.run_id, archive);
     let datastream = crate::datastream::Hub::new(datastream);
+    // From here, what `up` says is in the datastream too.
+    let said = crate::say::attach(datastream.clone());
     let dashboard = match crate::dashboard::for_up(state_dir, plan_path, dashboard, json).await {
         Ok(served) => served,
-        Err(code) => return code,
+        Err(code) => {
+            said.detach().await;
+            return code;
+        }
     };
     let code = match wiring::up(state_dir, plan, (pipeline, liveness), datastream, json).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("drover: {e:#}");
+            crate::say::err!("drover: {e:#}");
             let _ = std::fs::remove_file(control::pid_file(state_dir));
             EXIT_FAILURE
         }
     };
     crate::dashboard::stop(dashboard).await;
+    said.detach().await;
     code
 }
 
@@ -221,7 +227,7 @@ pub fn prepare_state(
     )?;
     let (journal, recovered) = Journal::open(state_dir)?;
     if recovered.tail != Tail::Clean {
-        eprintln!(
+        crate::say::err!(
             "drover: journal: {} (the records before it are used)",
             recovered.tail
         );
@@ -232,7 +238,7 @@ pub fn prepare_state(
         // run's journal and logs are kept aside, not resumed.
         drop(journal);
         let kept = archive_ended_run(state_dir)?;
-        eprintln!(
+        crate::say::err!(
             "drover: the previous run in this state dir ended with every lease destroyed; \
              its journal and logs are in {}; starting a new run",
             kept.display()
@@ -392,7 +398,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             .print_summary(started.elapsed().as_millis());
         let open = driver.ports().sink.open_sessions();
         if open > 0 {
-            eprintln!("drover: {open} SSH session(s) still open after settling");
+            crate::say::err!("drover: {open} SSH session(s) still open after settling");
         }
         match &host.prepared {
             None => {
@@ -414,7 +420,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
                     let line = serde_json::json!({"event": "pipeline_failed", "error": error});
                     view::println_flush(&line.to_string());
                 }
-                eprintln!("drover: {error}");
+                crate::say::err!("drover: {error}");
                 pipeline_unready = true;
             }
             Some(prepared) => {
@@ -445,7 +451,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             let line = serde_json::json!({"event": "pipeline_failed", "error": error.to_string()});
             view::println_flush(&line.to_string());
         }
-        eprintln!("drover: the pipeline failed: {error}");
+        crate::say::err!("drover: the pipeline failed: {error}");
     }
     let run_ok = !matches!(run_outcome, Some(Err(_))) && !pipeline_unready;
     let code = match torn {
@@ -453,13 +459,15 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_FAILURE,
         Ok(Ok(_)) => {
             for (node, reason) in &view.failed {
-                eprintln!("drover: {node} failed: {reason}");
+                crate::say::err!("drover: {node} failed: {reason}");
             }
             EXIT_FAILURE
         }
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => {
-            eprintln!("drover: teardown did not finish in {TEARDOWN_BOUND:?}; run `drover down`");
+            crate::say::err!(
+                "drover: teardown did not finish in {TEARDOWN_BOUND:?}; run `drover down`"
+            );
             EXIT_FAILURE
         }
     };
@@ -486,7 +494,7 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
     ) else {
-        eprintln!("drover: cannot install signal handlers; stop with `stop` on stdin");
+        crate::say::err!("drover: cannot install signal handlers; stop with `stop` on stdin");
         return;
     };
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -522,6 +530,6 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
         _ = interrupt.recv() => {},
         _ = terminate.recv() => {},
     }
-    eprintln!("drover: second stop: leaving now; `drover down` destroys what is left");
+    crate::say::err!("drover: second stop: leaving now; `drover down` destroys what is left");
     std::process::exit(EXIT_FAILURE);
 }

@@ -44,6 +44,11 @@ pub mod channel {
     /// Provider calls (create, destroy, list leases) and their outcomes,
     /// errors with the provider's message.
     pub const PROVIDER: &str = "provider";
+    /// `drover up`'s own stdout lines (its JSON or plain lines, the
+    /// messages above a terminal's table; a dashboard token masked).
+    pub const ORCHESTRATOR_STDOUT: &str = "orchestrator.stdout";
+    /// `drover up`'s own stderr lines (warnings and errors).
+    pub const ORCHESTRATOR_STDERR: &str = "orchestrator.stderr";
 }
 
 /// One NDJSON line of a datastream file.

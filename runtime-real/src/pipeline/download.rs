@@ -90,7 +90,7 @@ async fn fetch(url: &str, part: &Path) -> Result<(), String> {
     let mut done = if resumed { have } else { 0 };
     let total = response.content_length().map(|n| n + done);
     if resumed {
-        eprintln!("drover: model url {url}: resuming at byte {have}");
+        crate::say::err!("drover: model url {url}: resuming at byte {have}");
     }
     let mut shown = Instant::now();
     loop {
@@ -111,8 +111,8 @@ async fn fetch(url: &str, part: &Path) -> Result<(), String> {
         if shown.elapsed() >= PROGRESS_EVERY {
             shown = Instant::now();
             match total {
-                Some(total) => eprintln!("drover: model: {done} of {total} bytes"),
-                None => eprintln!("drover: model: {done} bytes"),
+                Some(total) => crate::say::err!("drover: model: {done} of {total} bytes"),
+                None => crate::say::err!("drover: model: {done} bytes"),
             }
         }
     }

@@ -109,7 +109,7 @@ pub async fn slice(
                 });
             }
             Err(why) => {
-                eprintln!(
+                crate::say::err!(
                     "drover-agent: cached slice {} is refused ({why}); fetching it again",
                     path.display()
                 );

@@ -131,13 +131,13 @@ impl Model {
             let request: WeightsRequest = match wire::read(&mut recv).await {
                 Ok(request) => request,
                 Err(e) => {
-                    eprintln!("drover: weights request from {}: {e}", conn.remote_id());
+                    crate::say::err!("drover: weights request from {}: {e}", conn.remote_id());
                     conn.close(2u32.into(), b"bad weights request");
                     return;
                 }
             };
             if let Err(why) = self.check(&request) {
-                eprintln!("drover: weights request from {}: {why}", conn.remote_id());
+                crate::say::err!("drover: weights request from {}: {why}", conn.remote_id());
                 // The node reads fewer bytes than it asked for and says so.
                 let _ = send.finish();
                 continue;

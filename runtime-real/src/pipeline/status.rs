@@ -81,7 +81,7 @@ impl PipelineStatus {
             return;
         };
         if let Err(e) = crate::provider::local::write_atomic(&self.path, &text) {
-            eprintln!("drover: {}: {e}", self.path.display());
+            crate::say::err!("drover: {}: {e}", self.path.display());
         }
     }
 

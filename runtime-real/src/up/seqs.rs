@@ -95,7 +95,7 @@ pub fn raise_from_datastream(state_dir: &Path, machine: &mut Orchestrator) {
         match last_seqs(&datastream::file_of(state_dir, &node)) {
             Ok(seqs) if seqs != LogSeqs::default() => machine.raise_log_seqs(&node, seqs),
             Ok(_) => {}
-            Err(e) => eprintln!("drover: datastream of {node}: reading its last seqs: {e}"),
+            Err(e) => crate::say::err!("drover: datastream of {node}: reading its last seqs: {e}"),
         }
     }
 }

@@ -78,7 +78,9 @@ where
         )
         .await;
         if until.is_err() {
-            eprintln!("drover: the pipeline did not stop in {RUN_STOP_BOUND:?}; tearing down");
+            crate::say::err!(
+                "drover: the pipeline did not stop in {RUN_STOP_BOUND:?}; tearing down"
+            );
         }
     }
     let result = outcome.lock().expect("outcome").take();

@@ -114,7 +114,7 @@ impl RealSink {
     /// Syncs the datastream files (before exit).
     pub fn flush(&mut self) {
         if let Err(e) = self.datastream.with(|w| w.flush()) {
-            eprintln!("drover: datastream flush: {e}");
+            crate::say::err!("drover: datastream flush: {e}");
         }
     }
 
@@ -259,7 +259,7 @@ impl driver::EffectSink for RealSink {
             Effect::RevokeJoin(binding) => self.shared.joins.revoke(&binding),
             Effect::Log(record) => {
                 if let Err(e) = self.datastream.with(|w| w.append(&record)) {
-                    eprintln!("drover: datastream write for {}: {e}", record.node);
+                    crate::say::err!("drover: datastream write for {}: {e}", record.node);
                 }
             }
             Effect::NodeChanged {

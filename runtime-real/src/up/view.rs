@@ -199,6 +199,7 @@ impl LiveView {
         out.push('\n');
         self.drawn = 0;
         write_flush(&out);
+        crate::say::stdout_line(line);
         self.redraw();
     }
 
@@ -221,7 +222,8 @@ impl LiveView {
             return println_flush(&doc.to_string());
         }
         let ready = self.nodes.values().filter(|n| n.live.ready).count();
-        let mut out = self.erase();
+        let erase = self.erase();
+        let mut out = String::new();
         self.drawn = 0;
         let _ = writeln!(
             out,
@@ -246,7 +248,10 @@ impl LiveView {
             );
         }
         out.push_str("running; stop with Ctrl-C, `stop` on stdin, or `drover down`\n");
-        write_flush(&out);
+        write_flush(&format!("{erase}{out}"));
+        for line in out.lines() {
+            crate::say::stdout_line(line);
+        }
     }
 
     /// The nodes.
@@ -412,6 +417,7 @@ fn cut(text: &str, max: usize) -> String {
 /// Prints a line and flushes (stdout may be a pipe a test reads).
 pub fn println_flush(line: &str) {
     write_flush(&format!("{line}\n"));
+    crate::say::stdout_line(line);
 }
 
 fn write_flush(text: &str) {

@@ -99,7 +99,7 @@ impl ControlJoins {
         }
         admitted.remove(node);
         if let Err(e) = self.control.forget(node) {
-            eprintln!("drover: control plane: forgetting {node}'s agent: {e:#}");
+            crate::say::err!("drover: control plane: forgetting {node}'s agent: {e:#}");
         }
     }
 }
@@ -234,9 +234,9 @@ async fn forward_events(
                 rejected += 1;
                 if rejected <= REJECTIONS_SHOWN {
                     let peer = peer.as_str().get(..12).unwrap_or(peer.as_str());
-                    eprintln!("drover: control plane refused {peer}..: {reason}");
+                    crate::say::err!("drover: control plane refused {peer}..: {reason}");
                 } else if rejected == REJECTIONS_SHOWN + 1 {
-                    eprintln!("drover: control plane: further refusals are not shown");
+                    crate::say::err!("drover: control plane: further refusals are not shown");
                 }
                 continue;
             }
