@@ -105,6 +105,24 @@ impl Writer {
         self.write(line, &bytes)
     }
 
+    /// Appends a line the provider itself printed for `node`'s lease (a
+    /// Docker container's output), on `provider.stdout` / `provider.stderr`.
+    pub fn provider_output(
+        &mut self,
+        node: &LogicalNodeId,
+        lease: LeaseId,
+        stream: LogStream,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let channel = match stream {
+            LogStream::Stdout => channel::PROVIDER_STDOUT,
+            LogStream::Stderr => channel::PROVIDER_STDERR,
+        };
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let out = self.line(node, Some(lease), "provider", stream, channel, text);
+        self.write(out, bytes)
+    }
+
     /// Appends a line an agent forwarded; one it already sent (a resend
     /// after a rejoin) is dropped. Returns whether it was written.
     pub fn forwarded(&mut self, line: Forwarded) -> io::Result<bool> {

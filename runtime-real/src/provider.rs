@@ -48,7 +48,17 @@ pub trait Provider: Send + Sync {
         &self,
         run_id: RunId,
     ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>>;
+
+    /// What the provider itself prints for a lease it just created (a
+    /// Docker container's output), line by line from the lease's start;
+    /// `None`: this provider has nothing to follow.
+    fn output(&self, _lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<Output>> {
+        Box::pin(async { None })
+    }
 }
+
+/// A lease's own output lines, per stream, without their line ends.
+pub type Output = tokio::sync::mpsc::Receiver<(core_fsm::port::LogStream, Vec<u8>)>;
 
 /// The providers of a run, by kind.
 pub type Providers = BTreeMap<ProviderKind, Arc<dyn Provider>>;

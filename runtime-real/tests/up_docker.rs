@@ -73,6 +73,30 @@ fn three_containers_come_up_ready_over_ssh_and_stop_removes_them_all() {
         assert_eq!(node["stage"], "Destroyed", "{after}");
     }
     no_network_or_volume_of(&state);
+    // Each container's own output (its `drover local-node`) is in its
+    // node's datastream, from the container's start.
+    for i in 0..3 {
+        let out = drover(
+            &state,
+            &[
+                "--json",
+                "logs",
+                &format!("workers-{i}"),
+                "--channel",
+                "provider.stdout",
+            ],
+        );
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        let first: serde_json::Value =
+            serde_json::from_str(text.lines().next().unwrap_or("null")).unwrap();
+        assert_eq!(first["line"], "listening 22", "workers-{i}: {text}");
+        assert_eq!(first["source"], "provider", "{first}");
+        assert!(
+            first["lease_id"].as_str().unwrap().starts_with("docker:"),
+            "{first}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -44,6 +44,11 @@ pub mod channel {
     /// Provider calls (create, destroy, list leases) and their outcomes,
     /// errors with the provider's message.
     pub const PROVIDER: &str = "provider";
+    /// What the provider itself printed for a node's lease: a Docker
+    /// container's stdout (its main process, the node's sshd).
+    pub const PROVIDER_STDOUT: &str = "provider.stdout";
+    /// A Docker container's stderr.
+    pub const PROVIDER_STDERR: &str = "provider.stderr";
     /// `drover up`'s own stdout lines (its JSON or plain lines, the
     /// messages above a terminal's table; a dashboard token masked).
     pub const ORCHESTRATOR_STDOUT: &str = "orchestrator.stdout";

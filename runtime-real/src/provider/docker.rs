@@ -24,6 +24,7 @@
 pub mod container;
 pub mod engine;
 pub mod image;
+mod output;
 
 use super::{BoxFuture, Provider, error};
 use bollard::query_parameters::{
@@ -323,6 +324,13 @@ impl Provider for DockerProvider {
 
     fn destroy_lease(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Result<(), ProviderError>> {
         Box::pin(self.destroy(lease))
+    }
+
+    fn output(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<crate::provider::Output>> {
+        Box::pin(async move {
+            let docker = self.engine.client().await.ok()?.clone();
+            Some(output::follow(docker, lease.contract_id.clone()))
+        })
     }
 
     fn list_leases(

@@ -152,7 +152,21 @@ impl driver::EffectSink for RealSink {
             Effect::CreateLease { op, request } => self.spawn(|s| async move {
                 let (node, kind) = (request.node.clone(), request.provider);
                 let result = match s.provider(request.provider) {
-                    Ok(p) => p.create_lease(request).await,
+                    Ok(p) => {
+                        let result = p.create_lease(request).await;
+                        if let Ok(granted) = &result
+                            && let Some(lines) = p.output(granted.lease.clone()).await
+                        {
+                            let lease = granted.lease.lease_id.clone();
+                            tokio::spawn(provider_output(
+                                s.datastream.clone(),
+                                node.clone(),
+                                lease,
+                                lines,
+                            ));
+                        }
+                        result
+                    }
                     Err(e) => Err(e),
                 };
                 let outcome = result
@@ -385,5 +399,22 @@ impl Shared {
             message: ssh::redact(e.message, token.as_deref()),
             ..e
         })
+    }
+}
+
+/// Writes a lease's own output into its node's file until it ends (the
+/// lease is gone) or the run stops.
+async fn provider_output(
+    hub: datastream::Hub,
+    node: LogicalNodeId,
+    lease: core_fsm::ids::LeaseId,
+    mut lines: crate::provider::Output,
+) {
+    while let Some((stream, bytes)) = lines.recv().await {
+        let written = hub.with(|w| w.provider_output(&node, lease.clone(), stream, &bytes));
+        if let Err(e) = written {
+            crate::say::err!("drover: datastream: {node}'s provider output: {e}");
+            return;
+        }
     }
 }
