@@ -331,3 +331,21 @@ fn related(a: &str, b: &str) -> bool {
     };
     inside(a, b) || inside(b, a)
 }
+
+/// One section of the plan file at `path`, read by `read` from the root
+/// table; the file is expected to have passed [`load`], whose errors name
+/// the line. The first diagnostic, if any, is the error.
+pub(crate) fn load_section<T>(
+    path: &std::path::Path,
+    read: impl FnOnce(&mut reader::Doc, &mut reader::Table<'_, '_>) -> T,
+) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let root = toml::de::DeTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut doc = reader::Doc::new();
+    let mut table = reader::Table::new("", 0..0, root.get_ref(), schema::ROOT);
+    let section = read(&mut doc, &mut table);
+    match doc.diagnostics.first() {
+        None => Ok(section),
+        Some((_, d)) => Err(format!("{}: {}: {}", path.display(), d.field, d.reason)),
+    }
+}

@@ -89,23 +89,6 @@ fn until(
     }
 }
 
-/// `drover --json logs ARGS..`, parsed.
-fn logs_json(state: &Path, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["--json", "logs"];
-    all.extend_from_slice(args);
-    let out = drover(state, &all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// Per stream, the seqs run 1, 2, 3.. in file order: increasing, no gaps.
 fn assert_numbered_without_gaps(lines: &[Value]) {
     let mut last: BTreeMap<String, u64> = BTreeMap::new();

@@ -16,17 +16,7 @@ const EXIT: Duration = Duration::from_secs(60);
 
 /// `drover --json logs --run --channel CHANNEL`, parsed.
 fn run_lines(state: &Path, channel: &str) -> Vec<Value> {
-    let out = drover(state, &["--json", "logs", "--run", "--channel", channel]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    logs_json(state, &["--run", "--channel", channel])
 }
 
 fn texts(lines: &[Value]) -> Vec<String> {

@@ -10,7 +10,6 @@
 use super::reader::{Doc, Table, Value};
 use std::net::SocketAddr;
 use std::path::Path;
-use toml::de::DeTable;
 
 const DASHBOARD: &[&str] = &["addr", "enabled"];
 
@@ -79,15 +78,7 @@ pub fn parse_loopback(text: &str) -> Result<SocketAddr, String> {
 /// The `[dashboard]` section of the plan file at `path`; the file is
 /// expected to have passed [`super::load`], whose errors name the line.
 pub fn load(path: &Path) -> Result<DashboardSpec, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let root = DeTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut doc = Doc::new();
-    let mut table = Table::new("", 0..0, root.get_ref(), super::schema::ROOT);
-    let spec = read(&mut doc, &mut table);
-    match doc.diagnostics.first() {
-        None => Ok(spec),
-        Some((_, d)) => Err(format!("{}: {}: {}", path.display(), d.field, d.reason)),
-    }
+    super::load_section(path, read)
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use super::reader::{Doc, Table, Value};
 use core_fsm::membership::Config;
 use core_fsm::time::Duration;
 use std::path::Path;
-use toml::de::DeTable;
 
 const LIVENESS: &[&str] = &["suspect_after", "dead_after"];
 
@@ -84,15 +83,7 @@ fn read_section(doc: &mut Doc, value: &Value<'_>) -> Config {
 /// The `[liveness]` section of the plan file at `path`; the file is
 /// expected to have passed [`super::load`], whose errors name the line.
 pub fn load(path: &Path) -> Result<Config, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let root = DeTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut doc = Doc::new();
-    let mut table = Table::new("", 0..0, root.get_ref(), super::schema::ROOT);
-    let config = read(&mut doc, &mut table);
-    match doc.diagnostics.first() {
-        None => Ok(config),
-        Some((_, d)) => Err(format!("{}: {}: {}", path.display(), d.field, d.reason)),
-    }
+    super::load_section(path, read)
 }
 
 #[cfg(test)]

@@ -43,6 +43,23 @@ pub fn local_plan(count: u32) -> RunPlan {
 pub const AGENT_START: &str = "DROVER_JOIN_TOKEN='${JOIN_TOKEN}' nohup drover-agent \
      --join '${ORCH_ADDR}' --node '${LOGICAL_NODE_ID}' --heartbeat-ms 200 > agent.log 2>&1 &";
 
+/// `drover --json logs ARGS..`, parsed.
+pub fn logs_json(state: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["--json", "logs"];
+    all.extend_from_slice(args);
+    let out = drover(state, &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Runs a `drover` command to completion.
 pub fn drover(state: &Path, args: &[&str]) -> Output {
     Command::new(DROVER)
