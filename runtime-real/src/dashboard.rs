@@ -9,6 +9,7 @@
 //! `<state>/dashboard.token` (mode 0600) and carried by the URL `up`
 //! prints; it is never written to a log or the datastream.
 
+pub mod controls;
 pub mod hub;
 pub mod model;
 pub mod server;
@@ -46,6 +47,8 @@ pub struct Config {
     pub ring_max: usize,
     /// The access token.
     pub token: String,
+    /// Where the page's controls reach the run (empty: none do).
+    pub controls: controls::Controls,
 }
 
 /// A running server.
@@ -107,6 +110,7 @@ pub async fn serve(config: Config) -> std::io::Result<Served> {
         addr,
         state_dir: config.state_dir.clone(),
         read_only: config.read_only,
+        controls: config.controls.clone(),
     });
     let (stop_server, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = server::router(app);
@@ -186,6 +190,7 @@ pub async fn for_up(
     plan_path: &Path,
     options: Options,
     json: bool,
+    controls: controls::Controls,
 ) -> Result<Option<Served>, i32> {
     let spec = match crate::plan_toml::dashboard::load(plan_path) {
         Ok(spec) => spec,
@@ -214,6 +219,7 @@ pub async fn for_up(
         read_only: false,
         ring_max: hub::RING_MAX,
         token,
+        controls,
     };
     match serve(config).await {
         Ok(served) => {
@@ -262,6 +268,7 @@ pub async fn command(state_dir: &Path, addr: Option<SocketAddr>, json: bool) -> 
         read_only: true,
         ring_max: hub::RING_MAX,
         token,
+        controls: controls::Controls::default(),
     };
     let served = match serve(config).await {
         Ok(served) => served,

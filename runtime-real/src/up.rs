@@ -155,14 +155,26 @@ pub async fn run(
     let datastream = crate::datastream::Hub::new(datastream);
     // From here, what `up` says is in the datastream too.
     let said = crate::say::attach(datastream.clone());
-    let dashboard = match crate::dashboard::for_up(state_dir, plan_path, dashboard, json).await {
-        Ok(served) => served,
-        Err(code) => {
-            said.detach().await;
-            return code;
-        }
-    };
-    let code = match wiring::up(state_dir, plan, (pipeline, liveness), datastream, json).await {
+    let controls = crate::dashboard::controls::Controls::default();
+    let dashboard =
+        match crate::dashboard::for_up(state_dir, plan_path, dashboard, json, controls.clone())
+            .await
+        {
+            Ok(served) => served,
+            Err(code) => {
+                said.detach().await;
+                return code;
+            }
+        };
+    let code = match wiring::up(
+        state_dir,
+        plan,
+        (pipeline, liveness),
+        (datastream, controls),
+        json,
+    )
+    .await
+    {
         Ok(code) => code,
         Err(e) => {
             crate::say::err!("drover: {e:#}");
@@ -195,6 +207,8 @@ pub struct Runtime<J> {
     /// The datastream, shared by the sink and the control plane's log
     /// streams.
     pub datastream: crate::datastream::Hub,
+    /// Where the dashboard's controls reach the loop.
+    pub controls: crate::dashboard::controls::Controls,
 }
 
 /// What the pipeline host (membership from the first join; the run of the
@@ -304,8 +318,13 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         mut control_inputs,
         host,
         datastream,
+        controls,
     } = runtime;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
+    // The dashboard's controls: its inputs join the loop's, its stop is
+    // the stop of Ctrl-C.
+    let (dashboard_stop, dashboard_stops) = mpsc::channel(1);
+    controls.connect(tx.clone(), dashboard_stop);
     let forward = tx.clone();
     tokio::spawn(async move {
         while let Some(input) = control_inputs.recv().await {
@@ -319,7 +338,12 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         state_dir.clone(),
         view::Mode::detect(json),
     )));
-    tokio::spawn(stop_requests(tx.clone(), stop.clone(), view.clone()));
+    tokio::spawn(stop_requests(
+        tx.clone(),
+        stop.clone(),
+        view.clone(),
+        dashboard_stops,
+    ));
     let wake = tx.clone();
     // The host watches every handed-off node from its join on.
     let (stop_tx, stop_rx) = mpsc::channel(4);
@@ -471,6 +495,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             EXIT_FAILURE
         }
     };
+    controls.disconnect();
     Ok(code)
 }
 
@@ -487,7 +512,12 @@ async fn tick_view(view: Arc<Mutex<LiveView>>) {
 
 /// Waits for the first stop request, delivers `Teardown`; a second one
 /// leaves at once (the journal keeps the leases for `drover down`).
-async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc<Mutex<LiveView>>) {
+async fn stop_requests(
+    tx: mpsc::Sender<Input>,
+    stop: Arc<AtomicBool>,
+    view: Arc<Mutex<LiveView>>,
+    mut dashboard: mpsc::Receiver<()>,
+) {
     use tokio::io::AsyncBufReadExt;
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut interrupt), Ok(mut terminate)) = (
@@ -506,6 +536,7 @@ async fn stop_requests(tx: mpsc::Sender<Input>, stop: Arc<AtomicBool>, view: Arc
             biased;
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
+            Some(()) = dashboard.recv() => break,
             line = stdin.next_line(), if stdin_open => match line {
                 Ok(Some(word)) => {
                     if echoed {

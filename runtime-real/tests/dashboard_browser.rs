@@ -4,8 +4,10 @@
 //! full; a card's log tail equals `drover logs NODE`, also after a forced
 //! reconnect that resumes with the last event id (no gap, no duplicate);
 //! the full log, opened by keyboard only, equals `drover logs NODE` line
-//! for line; the theme toggles by keyboard and persists; stopping the run
-//! turns every card Destroyed through the open stream. Screenshots in
+//! for line; the theme toggles by keyboard and persists; removing a node
+//! from the page, by keyboard, after its question, turns its card Destroyed
+//! and the counter to 2/3; stopping the run from the page turns every card
+//! Destroyed through the open stream and `up` exits 0. Screenshots in
 //! light and dark go to `target/tmp/dashboard-screenshots/` for review.
 //! Every wait is on the page's DOM changing (or a line, an exit), bounded.
 
@@ -138,8 +140,37 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
         browser.screenshot(&shots.join("dark.png")).await;
         assert!(std::fs::metadata(shots.join("dark.png")).unwrap().len() > 1000);
 
-        // Stop the run: the open stream turns every card Destroyed.
-        up.type_stop();
+        // Remove workers-2 by keyboard: its button, Enter, the question
+        // answered; the card goes Destroyed and the counter shows 2 of 3.
+        browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
+        browser
+            .tab_to("el.classList.contains('remove') && el.closest('.card').dataset.node === 'workers-2'", 80)
+            .await;
+        let label = browser.js("return document.activeElement.getAttribute('aria-label');").await;
+        assert_eq!(label, "Remove workers-2: destroy its lease, not replaced");
+        browser.key("\u{E007}").await;
+        let question = browser.accept_dialog().await;
+        assert!(question.starts_with("Remove workers-2?"), "{question}");
+        browser
+            .wait(
+                SETTLE,
+                "document.querySelector('.card[data-node=\"workers-2\"]').dataset.stage === 'Destroyed' \
+                 && document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '2/3'",
+                DUMP,
+            )
+            .await;
+        assert_eq!(
+            browser.js("return document.querySelectorAll('.card[data-ready=\"true\"]').length;").await,
+            2
+        );
+
+        // Stop the run from the page, by keyboard: the open stream turns
+        // every card Destroyed.
+        browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
+        browser.tab_to("el.id === 'stop'", 40).await;
+        browser.key("\u{E007}").await;
+        let question = browser.accept_dialog().await;
+        assert!(question.starts_with("Stop the run?"), "{question}");
         browser
             .wait(
                 EXIT,

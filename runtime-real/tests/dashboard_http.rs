@@ -271,6 +271,18 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
             .await
             .unwrap();
         assert_eq!(prompt.status(), 409, "a stopped run takes no prompt");
+        for control in ["/api/stop", "/api/nodes/workers-1/remove"] {
+            let refused = http
+                .post(format!("{base}{control}?token={token}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                refused.status(),
+                409,
+                "{control}: a stopped run takes no control"
+            );
+        }
         let logs = drover(&state, &["logs", "workers-1"]);
         let full = http
             .get(format!("{base}/api/logs/workers-1?token={token}"))

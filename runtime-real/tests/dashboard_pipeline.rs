@@ -76,6 +76,7 @@ async fn the_pipeline_view_the_prompt_proxy_and_a_page_that_fell_behind() {
         read_only: false,
         ring_max: 4,
         token: TOKEN.into(),
+        controls: Default::default(),
     })
     .await
     .unwrap();

@@ -11,6 +11,7 @@
     lastId: null, nodes: new Map(), logs: new Map(), offsets: new Map(),
     groups: [], pipeline: null, readOnly: false, upRunning: false,
     hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], source: null,
+    confirm: (question) => window.confirm(question),
   };
   window.__dash = dash;
   const q = (s) => encodeURIComponent(s);
@@ -59,9 +60,16 @@
       ["group", "liveness", "provider", "lease", "endpoint", "gpu", "price", "uptime", "in stage", "failure"]
         .map((k) => "<dt>" + k + '</dt><dd data-f="' + k + '"></dd>').join("") +
       '</dl><pre class="tail" tabindex="-1" aria-label="log tail"></pre>' +
-      '<button type="button" class="full">Full log</button>';
+      '<button type="button" class="full">Full log</button>' +
+      '<button type="button" class="remove">Remove</button>';
     el.querySelector(".id").textContent = id;
     el.querySelector(".full").setAttribute("aria-label", "Full log of " + id);
+    el.querySelector(".remove").setAttribute("aria-label", "Remove " + id + ": destroy its lease, not replaced");
+    el.querySelector(".remove").addEventListener("click", (e) => {
+      e.stopPropagation();
+      control("Remove " + id + "? Its lease is destroyed and it is not replaced.",
+        "/api/nodes/" + q(id) + "/remove", id + ": removal asked for");
+    });
     el.querySelector(".full").addEventListener("click", (e) => { e.stopPropagation(); openLog(id); });
     el.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && e.target === el) { e.preventDefault(); openLog(id); }
@@ -98,6 +106,9 @@
     field(el, "in stage", age(n.stage_since_ms));
     field(el, "failure", n.failed_reason);
     el.querySelector('[data-f="failure"]').classList.toggle("reason", !!n.failed_reason);
+    const remove = el.querySelector(".remove");
+    remove.hidden = dash.readOnly || !dash.upRunning;
+    remove.disabled = n.stage === "Destroying" || n.stage === "Destroyed";
     el.setAttribute("aria-label", n.id + ": " + n.stage + (n.ready ? ", ready" : "") +
       (n.failed_reason ? ", failed: " + n.failed_reason : "") + ". Enter opens the full log.");
   }
@@ -172,7 +183,22 @@
     for (const node of dash.logs.keys()) renderTail(node);
     renderPipeline();
     renderConn();
+    $("stop").hidden = dash.readOnly || !dash.upRunning;
   }
+
+  // Controls: each asks first, then goes to the run; its effect arrives on
+  // the stream like any other change.
+  async function control(question, path, done) {
+    if (!dash.confirm(question)) return;
+    try {
+      const res = await fetch(api(path), { method: "POST" });
+      $("notice").textContent = res.ok ? done : "refused: " + (await res.text()).trim();
+    } catch (err) {
+      $("notice").textContent = "failed: " + err;
+    }
+  }
+  $("stop").addEventListener("click", () =>
+    control("Stop the run? Every lease is torn down.", "/api/stop", "stopping: tearing down every lease"));
   function renderConn() {
     const c = $("conn");
     if (dash.connected === false) { c.dataset.state = "down"; c.textContent = "reconnecting"; }

@@ -40,6 +40,8 @@ pub struct App {
     pub state_dir: PathBuf,
     /// A stopped run: no prompts.
     pub read_only: bool,
+    /// Where the controls reach the run.
+    pub controls: super::controls::Controls,
 }
 
 /// The router.
@@ -50,10 +52,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/state", get(state))
         .route("/api/logs/{node}", get(logs))
         .route("/api/prompt", post(prompt))
+        .route("/api/nodes/{node}/remove", post(super::controls::remove))
+        .route("/api/stop", post(super::controls::stop))
         .with_state(app)
 }
 
-type Params = Query<BTreeMap<String, String>>;
+pub(super) type Params = Query<BTreeMap<String, String>>;
 
 /// The page, its style and script inlined (one request; nothing external).
 async fn page(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
@@ -250,7 +254,7 @@ fn prompt_addr(app: &App) -> Result<SocketAddr, String> {
 }
 
 /// Token, `Host` and (for a POST) `Origin` checks.
-fn guard(
+pub(super) fn guard(
     app: &App,
     headers: &HeaderMap,
     query: &BTreeMap<String, String>,
@@ -299,12 +303,12 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn refuse(status: StatusCode, reason: &str) -> Response {
+pub(super) fn refuse(status: StatusCode, reason: &str) -> Response {
     hardened((status, format!("{reason}\n")).into_response())
 }
 
 /// Headers every answer carries: never cached, never sent on as a referrer.
-fn hardened(mut response: Response) -> Response {
+pub(super) fn hardened(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(

@@ -113,7 +113,7 @@ pub async fn up(
         Option<crate::pipeline::Prepared>,
         core_fsm::membership::Config,
     ),
-    datastream: crate::datastream::Hub,
+    (datastream, controls): (crate::datastream::Hub, crate::dashboard::controls::Controls),
     json: bool,
 ) -> anyhow::Result<i32> {
     let (journal, records) = prepare_state(state_dir, &plan)?;
@@ -183,6 +183,7 @@ pub async fn up(
             liveness,
         },
         datastream,
+        controls,
     };
     let code = drive(runtime, machine, journal).await;
     // Agents were told to shut down before their leases went, so no

@@ -175,6 +175,18 @@ impl Browser {
         panic!("`{condition}` never had the focus after {max} tabs");
     }
 
+    /// The text of the open `confirm` dialog, which is then accepted.
+    pub async fn accept_dialog(&self) -> String {
+        let text = self
+            .call(reqwest::Method::GET, "/alert/text", Value::Null)
+            .await;
+        let v = self.post("/alert/accept", json!({})).await;
+        assert!(v.is_null(), "accepting the dialog: {v}");
+        text.as_str()
+            .unwrap_or_else(|| panic!("no dialog open: {text}"))
+            .to_owned()
+    }
+
     /// A PNG of the viewport, written to `path`.
     pub async fn screenshot(&self, path: &std::path::Path) {
         use base64_decode as decode;

@@ -1,0 +1,122 @@
+//! The page's controls (`spec/dashboard.md`, "Controls"): remove a node,
+//! stop the run. Each is a POST that passes the same checks as the prompt
+//! proxy (token, loopback `Host`, own `Origin`), and becomes what the
+//! operator's own tools would make of it: removing a node is the
+//! composite's `Destroy { node }` input (journaled by the node's lifecycle
+//! as it goes), stopping the run is the stop `up` takes from Ctrl-C. The
+//! page shows the effect through its stream, as for any other change.
+
+use super::server::{App, Params, guard, hardened, refuse};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use core_fsm::ids::LogicalNodeId;
+use core_fsm::node::Lifecycle;
+use core_fsm::port::Input;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// Where a control reaches the running composite: empty until `up`'s loop
+/// runs, and again once it ended (or for `drover dashboard`).
+#[derive(Clone, Debug, Default)]
+pub struct Controls {
+    inputs: Arc<Mutex<Option<mpsc::Sender<Input>>>>,
+    stop: Arc<Mutex<Option<mpsc::Sender<()>>>>,
+}
+
+impl Controls {
+    /// From now on, controls go to `inputs`; a stop goes to `stop`.
+    pub fn connect(&self, inputs: mpsc::Sender<Input>, stop: mpsc::Sender<()>) {
+        *self.inputs.lock().expect("controls") = Some(inputs);
+        *self.stop.lock().expect("controls") = Some(stop);
+    }
+
+    /// No loop takes controls any more.
+    pub fn disconnect(&self) {
+        self.inputs.lock().expect("controls").take();
+        self.stop.lock().expect("controls").take();
+    }
+
+    fn input(&self, input: Input) -> Result<(), &'static str> {
+        let inputs = self.inputs.lock().expect("controls");
+        let Some(tx) = inputs.as_ref() else {
+            return Err("the run does not take controls now (not started, or over)");
+        };
+        tx.try_send(input)
+            .map_err(|_| "the run is busy; try again in a moment")
+    }
+
+    fn request_stop(&self) -> Result<(), &'static str> {
+        let stop = self.stop.lock().expect("controls");
+        let Some(tx) = stop.as_ref() else {
+            return Err("the run does not take controls now (not started, or over)");
+        };
+        // A stop already asked for is the same stop.
+        match tx.try_send(()) {
+            Ok(()) | Err(mpsc::error::TrySendError::Full(())) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(())) => Err("the run is over"),
+        }
+    }
+}
+
+fn accepted(what: &str, node: Option<&str>) -> Response {
+    let body = serde_json::json!({ "accepted": what, "node": node });
+    hardened((StatusCode::ACCEPTED, body.to_string()).into_response())
+}
+
+/// `POST /api/nodes/{node}/remove`: the node's lease is destroyed and the
+/// node is not replaced (its group counts one node less).
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Params,
+    Path(node): Path<String>,
+) -> Response {
+    if let Err(refused) = guard(&app, &headers, &q, true) {
+        return *refused;
+    }
+    if app.read_only {
+        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
+    }
+    let state = app.hub.state();
+    let card = state["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|c| c["id"] == node.as_str()));
+    let Some(card) = card else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            &format!("no node `{node}` in this run"),
+        );
+    };
+    let gone = [Lifecycle::Destroying, Lifecycle::Destroyed]
+        .iter()
+        .any(|l| card["stage"] == format!("{l:?}"));
+    if gone {
+        return refuse(
+            StatusCode::CONFLICT,
+            &format!("`{node}` is already being removed"),
+        );
+    }
+    let input = Input::Destroy {
+        node: LogicalNodeId::from(node.as_str()),
+    };
+    match app.controls.input(input) {
+        Ok(()) => accepted("remove", Some(&node)),
+        Err(reason) => refuse(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
+/// `POST /api/stop`: the run stops as on Ctrl-C (the pipeline first, then
+/// every lease).
+pub async fn stop(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
+    if let Err(refused) = guard(&app, &headers, &q, true) {
+        return *refused;
+    }
+    if app.read_only {
+        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
+    }
+    match app.controls.request_stop() {
+        Ok(()) => accepted("stop", None),
+        Err(reason) => refuse(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
