@@ -48,6 +48,9 @@ fn run_battery_passes_and_hits_every_fault() {
         "stage:AwaitingReady",
         "stage:Ready",
         "stage:Busy",
+        // Prompts travel in chunks: the rings held one step, and more.
+        "stage:Busy/queued1",
+        "stage:Busy/queued2",
         "stage:Faulted",
         "stage:Stopping",
         "stage:Stopped",

@@ -54,7 +54,7 @@ pub(super) fn agent_config(stage: u32) -> agent::Config {
         ready_reports_max: 60,
         heartbeat_interval: Duration::from_secs(1),
         stop_step_timeout: Duration::from_secs(10),
-        stage_ring: 0,
+        stage_ring: PREFILL_IN_FLIGHT,
     }
 }
 
@@ -78,4 +78,30 @@ pub(super) fn debug_head<T: std::fmt::Debug>(value: &T) -> String {
 /// The names of every run fault, for coverage reports.
 pub fn fault_names() -> BTreeSet<&'static str> {
     RunFault::ALL.iter().map(|f| f.name()).collect()
+}
+
+/// Chunks of a prompt in flight at once, and each stage's inbound ring
+/// (`runtime-real/src/pipeline.rs` `PREFILL_IN_FLIGHT`).
+pub(super) const PREFILL_IN_FLIGHT: u64 = 8;
+
+/// The smallest chunk a prompt is cut into. The runtime's is 32 tokens;
+/// the world's prompts are short, so its chunks are too, and a prompt
+/// travels in several.
+pub(super) const PREFILL_CHUNK_MIN: usize = 2;
+
+/// How a prompt of `len` tokens is cut (the runtime's `prefill_chunks`,
+/// with the world's smallest chunk).
+pub(super) fn prefill_chunks(len: usize) -> Vec<usize> {
+    let chunks = len
+        .div_ceil(PREFILL_CHUNK_MIN)
+        .clamp(1, PREFILL_IN_FLIGHT as usize);
+    let size = len.div_ceil(chunks).max(1);
+    let mut out = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let n = size.min(left);
+        out.push(n);
+        left -= n;
+    }
+    out
 }

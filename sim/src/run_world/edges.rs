@@ -49,6 +49,8 @@ pub enum Frame {
         pos: u32,
         /// Token ids (into stage 0) or activation rows.
         rows: Vec<u64>,
+        /// The batch's last chunk (only it is sampled on the last stage).
+        last: bool,
     },
     /// A sampled token, to the orchestrator.
     Token {

@@ -199,18 +199,32 @@ impl RunWorld<'_> {
         };
         self.hs.positions.retain(|r, _| *r == request);
         self.hs.positions.insert(request, pos + tokens.len() as u32);
-        let frame = Frame::Step {
-            step: self.hs.next_step,
-            request: request.0,
-            seq,
-            pos,
-            rows: tokens.iter().map(|t| model::embed(*t)).collect(),
-        };
-        self.hs.next_step += 1;
-        let sent = match self.hs.token_in {
-            Some(conn) => self.send_frame(conn, frame),
-            None => false,
-        };
+        // A prompt travels in chunks, several in flight, as `host.rs` sends
+        // it; a fed-back token is one chunk.
+        let chunks = super::config::prefill_chunks(tokens.len());
+        let count = chunks.len();
+        let mut at = 0;
+        let mut sent = self.hs.token_in.is_some();
+        for (i, len) in chunks.into_iter().enumerate() {
+            let frame = Frame::Step {
+                step: self.hs.next_step,
+                request: request.0,
+                seq,
+                pos: pos + at as u32,
+                rows: tokens[at..at + len]
+                    .iter()
+                    .map(|t| model::embed(*t))
+                    .collect(),
+                last: i + 1 == count,
+            };
+            self.hs.next_step += 1;
+            at += len;
+            sent = sent
+                && self
+                    .hs
+                    .token_in
+                    .is_some_and(|conn| self.send_frame(conn, frame));
+        }
         if !sent {
             let reason = "the token-in edge is closed".to_owned();
             let fault = run::Input::EndpointFault {

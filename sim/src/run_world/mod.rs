@@ -374,6 +374,13 @@ impl<'c> RunWorld<'c> {
             for stage in n.agent.stages().values() {
                 let label = format!("stage:{}", debug_head(stage.phase()));
                 self.coverage.labels.insert(label);
+                // The inbound ring held steps behind the one executing.
+                if let core_fsm::stage::Phase::Busy { queued, .. } = stage.phase()
+                    && *queued > 0
+                {
+                    let label = format!("stage:Busy/queued{}", (*queued).min(2));
+                    self.coverage.labels.insert(label);
+                }
             }
         }
     }

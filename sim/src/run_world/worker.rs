@@ -31,8 +31,9 @@ pub enum Job {
     Step {
         /// The step.
         seq: u64,
-        /// Its output, or why it failed.
-        result: Result<Frame, String>,
+        /// Its output (none from the last stage for a chunk before a
+        /// batch's last), or why it failed.
+        result: Result<Option<Frame>, String>,
     },
     /// The worker crashed.
     Crash,
@@ -117,7 +118,10 @@ impl RunWorld<'_> {
                 },
             ),
             Job::Step { seq, result } => match result {
-                Ok(frame) => {
+                Ok(None) => {
+                    self.stage_answer(s, Duration::ZERO, stage::Input::StepCompleted { seq });
+                }
+                Ok(Some(frame)) => {
                     // Completed first: the next step this output causes can
                     // only arrive after the machine heard it (`worker.rs`).
                     self.stage_answer(s, Duration::ZERO, stage::Input::StepCompleted { seq });
@@ -150,20 +154,21 @@ impl RunWorld<'_> {
 
 /// One forward step of a stage over its cache (`worker.rs` `run_step`):
 /// truncate to the step's position, extend by its rows, and hand on rows
-/// or, on the last stage, the sampled token.
+/// or, on the last stage, the token sampled after a batch's last chunk.
 fn forward(
     worker: &mut Worker,
     step: &Frame,
     layers: stage::LayerRange,
     last: bool,
     context: u32,
-) -> Result<Frame, String> {
+) -> Result<Option<Frame>, String> {
     let Frame::Step {
         step: id,
         request,
         seq,
         pos,
         rows,
+        last: last_chunk,
     } = step
     else {
         return Err("a token record on an activation edge".to_owned());
@@ -184,20 +189,21 @@ fn forward(
         .collect();
     worker.cache.extend(&out);
     worker.position += rows.len() as u32;
-    Ok(if last {
-        Frame::Token {
+    Ok(match (last, *last_chunk) {
+        (true, true) => Some(Frame::Token {
             step: *id,
             request: *request,
             seq: *seq,
             token: model::sample(&worker.cache),
-        }
-    } else {
-        Frame::Step {
+        }),
+        (true, false) => None,
+        (false, last_chunk) => Some(Frame::Step {
             step: *id,
             request: *request,
             seq: *seq,
             pos: *pos,
             rows: out,
-        }
+            last: last_chunk,
+        }),
     })
 }
