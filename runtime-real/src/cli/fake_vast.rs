@@ -17,6 +17,7 @@
 //! `up`, `failed`, `stopped`. The API key is never printed: the fake accepts
 //! exactly the value of `$VAST_API_KEY` (or `--api-key-env NAME`).
 
+mod events;
 mod machine_log;
 
 use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
@@ -25,6 +26,7 @@ use crate::provider::local::LocalProvider;
 use core_fsm::ids::{LogicalNodeId, Nonce, RunId};
 use core_fsm::plan::{DesiredShape, ProviderKind};
 use core_fsm::port::{CreateLeaseRequest, EndpointStatus, LeaseFacts, ProviderErrorKind};
+use events::Events;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -138,32 +140,6 @@ async fn wait_for_stop() {
             eprintln!("drover fake-vast: cannot install signal handlers; stop with Ctrl-C");
             let _ = tokio::signal::ctrl_c().await;
         }
-    }
-}
-
-/// Event lines on stdout.
-#[derive(Clone, Copy, Debug)]
-struct Events {
-    json: bool,
-}
-
-impl Events {
-    fn say(&self, doc: serde_json::Value, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(out, "{doc}")
-        } else {
-            writeln!(out, "{text}")
-        };
-        let _ = out.flush();
-    }
-
-    fn instance(&self, id: u64, what: &str, detail: serde_json::Value, text: &str) {
-        let mut doc = json!({"event": "instance", "id": id, "what": what});
-        if let (Some(doc), Some(detail)) = (doc.as_object_mut(), detail.as_object()) {
-            doc.extend(detail.clone());
-        }
-        self.say(doc, &format!("fake-vast: instance {id} {what}{text}"));
     }
 }
 
