@@ -55,7 +55,19 @@ pub trait Provider: Send + Sync {
     fn output(&self, _lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<Output>> {
         Box::pin(async { None })
     }
+
+    /// The tail of what the provider kept of a lease's own output, fetched
+    /// once, just before the lease is destroyed (Vast.ai's instance log,
+    /// which cannot be followed); lines per stream, without their line
+    /// ends, secrets already masked. `None`: this provider keeps nothing to
+    /// fetch (or follows it with [`Provider::output`]).
+    fn last_output(&self, _lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<LastOutput>> {
+        Box::pin(async { None })
+    }
 }
+
+/// What [`Provider::last_output`] fetched, or why it could not.
+pub type LastOutput = Result<Vec<(core_fsm::port::LogStream, Vec<u8>)>, ProviderError>;
 
 /// A lease's own output lines, per stream, without their line ends.
 pub type Output = tokio::sync::mpsc::Receiver<(core_fsm::port::LogStream, Vec<u8>)>;

@@ -81,6 +81,22 @@ fn up_brings_every_vast_node_ready_then_stop_destroys_every_instance_and_the_key
         .map(|e| e.path())
         .collect();
     assert_eq!(left, Vec::<std::path::PathBuf>::new(), "node folders left");
+    // Each instance's log (request_logs, fetched before its destroy) is in
+    // its node's datastream: its machine starting, its sshd listening.
+    for node in ["workers-0", "workers-1", "workers-2"] {
+        assert_instance_log(&state, node);
+    }
+    let provider = drover(
+        &state,
+        &["--json", "logs", "--run", "--channel", "provider"],
+    );
+    let provider = text(&provider);
+    assert_eq!(
+        provider.matches("Vastai last output: ").count(),
+        3,
+        "one line per fetch: {provider}"
+    );
+    assert!(!provider.contains("last output failed"), "{provider}");
     let mut lines = up.transcript();
     lines.extend(fake.stop());
     for args in [
@@ -95,6 +111,95 @@ fn up_brings_every_vast_node_ready_then_stop_destroys_every_instance_and_the_key
     assert!(state.join("journal.bin").exists());
     assert!(files > 5, "the key check read the run's files ({files})");
     eprintln!("timing: 3 vast nodes ready in {to_ready:?}, teardown {teardown:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `drover --json logs NODE --channel provider.stdout` holds the lines of
+/// the node's instance log, from its lease's machine.
+fn assert_instance_log(state: &std::path::Path, node: &str) {
+    let out = drover(
+        state,
+        &["--json", "logs", node, "--channel", "provider.stdout"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!lines.is_empty(), "{node}: no instance log");
+    let lease = lines[0]["lease_id"].as_str().unwrap().to_owned();
+    let id = lease.strip_prefix("vastai:").expect("a vastai lease");
+    for line in &lines {
+        assert_eq!(line["source"], "provider", "{line}");
+        assert_eq!(line["channel"], "provider.stdout", "{line}");
+        assert_eq!(line["lease_id"], lease.as_str(), "{line}");
+    }
+    let texts: Vec<&str> = lines.iter().map(|l| l["line"].as_str().unwrap()).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with(&format!("fake-vast: machine {id} starting ("))),
+        "{node}: {texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with(&format!(
+            "fake-vast: machine {id}: sshd listening on 127.0.0.1:"
+        ))),
+        "{node}: {texts:?}"
+    );
+}
+
+#[test]
+fn an_instance_log_that_cannot_be_fetched_is_one_provider_line_and_teardown_goes_on() {
+    let dir = scratch("logs-fail");
+    let state = dir.join("state");
+    let mut fake = Fake::start(&dir);
+    let plan = write_plan(&dir, &vast_plan(&fake.url, 1));
+    let mut up = Up::start(&state, &plan);
+    up.wait_settled(SETTLE);
+    // Every request_logs answers 503 (F21): the client retries until the
+    // sink's bound (5 s) gives up on it; the destroy goes on.
+    fake.add_rule(
+        json!({"scenario": {"kind": "f21_server_error", "status": 503},
+                         "endpoint": "logs"}),
+    );
+    let stop_started = Instant::now();
+    assert_eq!(up.stop(EXIT), 0, "{}", up.transcript().join("\n"));
+    let teardown = stop_started.elapsed();
+    assert!(teardown < Duration::from_secs(20), "{teardown:?}");
+    assert_eq!(fake.live(), Vec::<serde_json::Value>::new());
+    let provider = text(&drover(
+        &state,
+        &["--json", "logs", "--run", "--channel", "provider"],
+    ));
+    assert_eq!(
+        provider
+            .matches("Vastai last output failed (Transient): ")
+            .count(),
+        1,
+        "{provider}"
+    );
+    assert!(provider.contains("destroyed"), "{provider}");
+    let out = drover(
+        &state,
+        &[
+            "--json",
+            "logs",
+            "workers-0",
+            "--channel",
+            "provider.stdout",
+        ],
+    );
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        text(&out)
+    );
+    let mut lines = up.transcript();
+    lines.extend(fake.stop());
+    assert_no_key_in_lines(&lines);
+    assert_no_key_in_files(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

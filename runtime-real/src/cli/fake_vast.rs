@@ -8,12 +8,17 @@
 //! local lease authorizing the instance's keys (and, since the local create
 //! returns once the node printed its listening line, look it up `Ready`),
 //! `stop` = destroy that lease, `add_key` = append to the node's authorized
-//! keys file. On SIGINT or SIGTERM every node it started is destroyed.
+//! keys file, `logs` = the lines the fake wrote for the machine and the
+//! node's own stderr ([`machine_log`]). On SIGINT or SIGTERM every node it
+//! started is destroyed.
 //!
 //! stdout says what happens, one line per event (`--json`: NDJSON):
 //! `listening`, then per instance `starting` (the create was committed),
 //! `up`, `failed`, `stopped`. The API key is never printed: the fake accepts
 //! exactly the value of `$VAST_API_KEY` (or `--api-key-env NAME`).
+
+mod events;
+mod machine_log;
 
 use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 use crate::provider::Provider;
@@ -21,6 +26,7 @@ use crate::provider::local::LocalProvider;
 use core_fsm::ids::{LogicalNodeId, Nonce, RunId};
 use core_fsm::plan::{DesiredShape, ProviderKind};
 use core_fsm::port::{CreateLeaseRequest, EndpointStatus, LeaseFacts, ProviderErrorKind};
+use events::Events;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -137,32 +143,6 @@ async fn wait_for_stop() {
     }
 }
 
-/// Event lines on stdout.
-#[derive(Clone, Copy, Debug)]
-struct Events {
-    json: bool,
-}
-
-impl Events {
-    fn say(&self, doc: serde_json::Value, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(out, "{doc}")
-        } else {
-            writeln!(out, "{text}")
-        };
-        let _ = out.flush();
-    }
-
-    fn instance(&self, id: u64, what: &str, detail: serde_json::Value, text: &str) {
-        let mut doc = json!({"event": "instance", "id": id, "what": what});
-        if let (Some(doc), Some(detail)) = (doc.as_object_mut(), detail.as_object()) {
-            doc.extend(detail.clone());
-        }
-        self.say(doc, &format!("fake-vast: instance {id} {what}{text}"));
-    }
-}
-
 /// The fake's instance backend: one local node per instance.
 struct LocalBackend {
     inner: Arc<Inner>,
@@ -182,6 +162,8 @@ struct State {
     /// the node that start brings up is destroyed at once.
     stopped: BTreeSet<u64>,
     closing: bool,
+    /// What each machine printed so far (the fake's part of it).
+    logs: machine_log::MachineLogs,
 }
 
 struct Node {
@@ -191,6 +173,28 @@ struct Node {
 }
 
 impl Inner {
+    /// One line of instance `id`'s machine log.
+    fn print(&self, id: u64, line: String) {
+        self.state
+            .lock()
+            .expect("fake backend state")
+            .logs
+            .push(id, line);
+    }
+
+    /// Instance `id`'s machine log as text.
+    fn logs(&self, id: u64) -> String {
+        let (own, dir) = {
+            let state = self.state.lock().expect("fake backend state");
+            let dir = state
+                .nodes
+                .get(&id)
+                .and_then(|n| n.lease.metadata.get("dir").map(PathBuf::from));
+            (state.logs.of(id), dir)
+        };
+        machine_log::text(&own, dir.as_deref())
+    }
+
     fn keys_file(&self, id: u64) -> PathBuf {
         self.dir.join("keys").join(format!("{id}.pub"))
     }
@@ -202,6 +206,10 @@ impl Inner {
             "starting",
             json!({"label": spec.label}),
             &format!(" ({})", spec.label),
+        );
+        self.print(
+            id,
+            format!("fake-vast: machine {id} starting ({})", spec.image),
         );
         let result = self.start_node(&spec).await;
         if let Err(reason) = &result {
@@ -273,6 +281,13 @@ impl Inner {
             return Err("the instance was destroyed while its machine started".to_owned());
         }
         let addr = (endpoint.host.to_string(), endpoint.port);
+        self.print(
+            id,
+            format!(
+                "fake-vast: machine {id}: sshd listening on {}:{} ({})",
+                addr.0, addr.1, lease.lease_id
+            ),
+        );
         self.events.instance(
             id,
             "up",
@@ -289,6 +304,7 @@ impl Inner {
         let node = {
             let mut state = self.state.lock().expect("fake backend state");
             state.stopped.insert(id);
+            state.logs.forget(id);
             state.nodes.remove(&id)
         };
         let Some(node) = node else { return Ok(()) };
@@ -311,7 +327,10 @@ impl Inner {
             .append(true)
             .open(&node.keys)
             .map_err(|e| format!("{}: {e}", node.keys.display()))?;
-        writeln!(file, "{key}").map_err(|e| format!("{}: {e}", node.keys.display()))
+        writeln!(file, "{key}").map_err(|e| format!("{}: {e}", node.keys.display()))?;
+        drop(state);
+        self.print(id, format!("fake-vast: machine {id}: a key was added"));
+        Ok(())
     }
 
     /// Refuses new machines and destroys every running one; returns how many.
@@ -357,5 +376,10 @@ impl InstanceBackend for LocalBackend {
     fn add_key(&self, instance_id: u64, public_key: String) -> BackendFuture<()> {
         let result = self.inner.add_key(instance_id, &public_key);
         Box::pin(async move { result })
+    }
+
+    fn logs(&self, instance_id: u64) -> BackendFuture<String> {
+        let text = self.inner.logs(instance_id);
+        Box::pin(async move { Ok(text) })
     }
 }

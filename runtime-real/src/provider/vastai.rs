@@ -16,10 +16,11 @@
 //! ([`vastai::label::LeaseLabel`]); `list_leases` keeps only instances whose
 //! label parses and names the run.
 
+pub mod logs;
 pub mod plan;
 pub mod settings;
 
-use super::{BoxFuture, Provider, error};
+use super::{BoxFuture, LastOutput, Provider, error};
 use core_fsm::ids::RunId;
 use core_fsm::plan::ProviderKind;
 use core_fsm::port::{
@@ -135,6 +136,18 @@ impl VastProvider {
             .map_err(|e| self.clean(e, ""))
     }
 
+    /// The tail of the instance's log (`request_logs`, then its result URL
+    /// polled), as stdout lines with the key and tokens masked.
+    async fn last_lines(&self, lease: Arc<LeaseFacts>) -> LastOutput {
+        self.check_origin(&lease)?;
+        let text = self
+            .client
+            .instance_logs(&lease, logs::TAIL_LINES)
+            .await
+            .map_err(|e| self.clean(e, ""))?;
+        Ok(logs::lines(&text, &self.key))
+    }
+
     async fn list(&self, run_id: RunId) -> Result<Vec<Arc<LeaseFacts>>, ProviderError> {
         let leases = self.client.list_leases(run_id).await.map_err(|e| {
             let context = format!(
@@ -178,6 +191,10 @@ impl Provider for VastProvider {
         run_id: RunId,
     ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>> {
         Box::pin(self.list(run_id))
+    }
+
+    fn last_output(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<LastOutput>> {
+        Box::pin(async move { Some(self.last_lines(lease).await) })
     }
 }
 

@@ -189,7 +189,12 @@ impl driver::EffectSink for RealSink {
                 }
                 let kind = lease.provider;
                 let result = match s.provider(lease.provider) {
-                    Ok(p) => p.destroy_lease(lease).await,
+                    Ok(p) => {
+                        if let Some(node) = s.leases.node_of(&lease_id) {
+                            last_output(&s, p.as_ref(), lease.clone(), &node).await;
+                        }
+                        p.destroy_lease(lease).await
+                    }
                     Err(e) => Err(e),
                 };
                 let node = s.leases.node_of(&lease_id);
@@ -417,4 +422,41 @@ async fn provider_output(
             return;
         }
     }
+}
+
+/// How long fetching a lease's last output may hold up its destroy.
+const LAST_OUTPUT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Fetches what the provider kept of a lease's output (a Vast.ai instance
+/// log) and writes it into the node's file, before the lease is destroyed.
+/// Observational only: a failure, or no answer within [`LAST_OUTPUT_BOUND`],
+/// is one line on the `provider` channel and the destroy goes on.
+async fn last_output(
+    s: &Shared,
+    provider: &dyn Provider,
+    lease: Arc<core_fsm::port::LeaseFacts>,
+    node: &LogicalNodeId,
+) {
+    let (kind, lease_id) = (lease.provider, lease.lease_id.clone());
+    let fetched = tokio::time::timeout(LAST_OUTPUT_BOUND, provider.last_output(lease)).await;
+    let lines = match fetched {
+        Ok(None) => return,
+        Ok(Some(result)) => result,
+        Err(_) => Err(ProviderError {
+            kind: ProviderErrorKind::Transient,
+            message: format!("no answer within {} s", LAST_OUTPUT_BOUND.as_secs()),
+        }),
+    };
+    let outcome = lines.as_ref().map(|lines| {
+        let written = s.datastream.with(|w| {
+            lines.iter().try_for_each(|(stream, bytes)| {
+                w.provider_output(node, lease_id.clone(), *stream, bytes)
+            })
+        });
+        if let Err(e) = written {
+            crate::say::err!("drover: datastream: {node}'s provider output: {e}");
+        }
+        format!("{} line(s) of lease {lease_id}", lines.len())
+    });
+    s.provider_line(kind, "last output", Some(node), outcome);
 }

@@ -62,6 +62,11 @@ pub struct ClientConfig {
     pub list_pages_max: u32,
     /// Extra environment for every instance (never a secret).
     pub extra_env: BTreeMap<String, String>,
+    /// Fetches of an instance log's result URL before giving up (it answers
+    /// non-200 until the log is uploaded, §A.9).
+    pub log_polls_max: u32,
+    /// Interval between those fetches.
+    pub log_poll_interval_ms: u64,
 }
 
 impl ClientConfig {
@@ -88,6 +93,10 @@ impl ClientConfig {
             require_direct_port: true,
             list_pages_max: 400,
             extra_env: BTreeMap::new(),
+            // The official client: 30 x 0.3 s; drover fetches logs on the
+            // way to a destroy and wants them sooner or not at all.
+            log_polls_max: 10,
+            log_poll_interval_ms: 300,
         }
     }
 

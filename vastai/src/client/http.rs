@@ -297,6 +297,35 @@ impl Transport {
         }
     }
 
+    /// One GET of an absolute URL the API handed out (an instance log's
+    /// `result_url`, on S3 in real life): no key travels with it (it is not
+    /// the API's host), and a failure names neither the URL nor the key.
+    pub(crate) async fn get_absolute(&self, url: &str) -> Result<Reply, String> {
+        let url = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("not an http(s) URL: {}", url.scheme()));
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let response = match self.http.get(url).send().await {
+            Ok(response) => response,
+            Err(error) => {
+                self.transport_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(self.describe(error).0);
+            }
+        };
+        let status = response.status().as_u16();
+        match response.text().await {
+            Ok(body) => Ok(Reply { status, body }),
+            Err(error) => {
+                self.transport_errors.fetch_add(1, Ordering::Relaxed);
+                Err(format!(
+                    "status {status}, body lost: {}",
+                    self.describe(error).0
+                ))
+            }
+        }
+    }
+
     fn url(&self, path: &str, query: &[(&str, String)]) -> Result<reqwest::Url, String> {
         let mut url = reqwest::Url::parse(&format!("{}{path}", self.base_url))
             .map_err(|e| self.redact(&format!("bad URL {}{path}: {e}", self.base_url)))?;

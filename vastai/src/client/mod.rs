@@ -13,6 +13,7 @@ mod http;
 mod instance;
 mod lease;
 mod list;
+mod logs;
 mod offers;
 mod status;
 

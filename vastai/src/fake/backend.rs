@@ -55,6 +55,12 @@ pub trait InstanceBackend: Send + Sync + 'static {
     /// Adds an authorized key to a running machine (attach-ssh, or an account
     /// key when the fake lets account keys reach existing instances).
     fn add_key(&self, instance_id: u64, public_key: String) -> BackendFuture<()>;
+    /// The machine's log as text, oldest line first: what Vast.ai's
+    /// `request_logs` hands out (the container's output). By default the
+    /// machine printed nothing.
+    fn logs(&self, _instance_id: u64) -> BackendFuture<String> {
+        Box::pin(async { Ok(String::new()) })
+    }
 }
 
 /// No machines: every instance "listens" on the same fixed endpoints.
@@ -74,6 +80,8 @@ pub struct MemoryLog {
     pub stopped: Vec<u64>,
     /// Every added key, in order.
     pub keys_added: Vec<(u64, String)>,
+    /// What each machine "printed" (its log), line by line.
+    pub lines: BTreeMap<u64, Vec<String>>,
 }
 
 impl MemoryBackend {
@@ -92,6 +100,12 @@ impl MemoryBackend {
     pub fn log(&self) -> MemoryLog {
         self.log.lock().expect("memory backend lock").clone()
     }
+
+    /// Adds a line to machine `instance_id`'s log, as if it printed it.
+    pub fn print(&self, instance_id: u64, line: impl Into<String>) {
+        let mut log = self.log.lock().expect("memory backend lock");
+        log.lines.entry(instance_id).or_default().push(line.into());
+    }
 }
 
 impl Default for MemoryBackend {
@@ -102,6 +116,10 @@ impl Default for MemoryBackend {
 
 impl InstanceBackend for MemoryBackend {
     fn start(&self, spec: MachineSpec) -> BackendFuture<MachineAddr> {
+        self.print(
+            spec.instance_id,
+            format!("machine {} started ({})", spec.instance_id, spec.image),
+        );
         self.log
             .lock()
             .expect("memory backend lock")
@@ -127,6 +145,12 @@ impl InstanceBackend for MemoryBackend {
             .keys_added
             .push((instance_id, public_key));
         Box::pin(async { Ok(()) })
+    }
+
+    fn logs(&self, instance_id: u64) -> BackendFuture<String> {
+        let log = self.log.lock().expect("memory backend lock");
+        let lines = log.lines.get(&instance_id).cloned().unwrap_or_default();
+        Box::pin(async move { Ok(lines.iter().map(|l| format!("{l}\n")).collect()) })
     }
 }
 

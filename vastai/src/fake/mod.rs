@@ -14,6 +14,7 @@ mod control;
 mod create;
 mod cut;
 mod listing;
+mod logs;
 mod query;
 mod routes;
 pub mod scenario;
@@ -108,6 +109,9 @@ pub struct FakeConfig {
     pub contract_ms: u64,
     /// Search needs a key (it historically did not).
     pub search_requires_key: bool,
+    /// Fetches of a log's `result_url` that answer 404 before the log is
+    /// there (the upload takes a moment, §A.9).
+    pub log_upload_polls: u32,
 }
 
 impl FakeConfig {
@@ -130,6 +134,7 @@ impl FakeConfig {
             create_hang_ms: 30_000,
             contract_ms: 60 * 24 * 3_600_000,
             search_requires_key: false,
+            log_upload_polls: 1,
         }
     }
 
@@ -173,10 +178,15 @@ pub(crate) struct Inner {
     pub next_key_id: u64,
     pub slots: BTreeMap<(Endpoint, String), tokio::time::Instant>,
     pub requests: BTreeMap<Endpoint, u64>,
+    /// Requested instance logs by file name (see `logs.rs`).
+    pub uploads: BTreeMap<String, logs::Upload>,
+    pub next_upload: u64,
 }
 
 pub(crate) struct Shared {
     pub config: FakeConfig,
+    /// Where the fake listens (a log's `result_url` when a request names no host).
+    pub addr: SocketAddr,
     pub backend: Arc<dyn InstanceBackend>,
     started: tokio::time::Instant,
     manual_ms: AtomicU64,
@@ -272,6 +282,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
+        addr,
         backend,
         started: tokio::time::Instant::now(),
         manual_ms: AtomicU64::new(0),
@@ -284,6 +295,8 @@ pub async fn serve(
             next_key_id: 1,
             slots: BTreeMap::new(),
             requests: BTreeMap::new(),
+            uploads: BTreeMap::new(),
+            next_upload: 0,
         }),
         config,
     });

@@ -5,7 +5,7 @@
 
 use super::scenario::Scenario;
 use super::state::fire;
-use super::{Shared, control, create, listing, search};
+use super::{Shared, control, create, listing, logs, search};
 use crate::limits::Endpoint;
 use axum::Router;
 use axum::body::Bytes;
@@ -48,7 +48,14 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         get(show).delete(destroy).put(manage),
     );
     app = both(app, "/api/v0/instances/{id}/ssh", post(listing::attach_key));
+    app = both(
+        app,
+        "/api/v0/instances/request_logs/{id}",
+        put(logs::request_logs),
+    );
     app = both(app, "/api/v1/instances", get(listing::v1_list));
+    // Where a requested log is "uploaded" (S3 in real life; no key).
+    app = app.route("/vast.ai/instance_logs/{file}", get(logs::uploaded));
     app = both(
         app,
         "/api/v0/ssh",
