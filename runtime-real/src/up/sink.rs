@@ -21,6 +21,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
+mod output;
+use output::{last_output, provider_output};
+
 /// What the sink needs of the control plane: its address, join tokens, and
 /// a way to stop a node's agent.
 pub trait Joins: Send + Sync {
@@ -338,25 +341,6 @@ impl Shared {
 
     /// Keeps the connection for the session; a session closed meanwhile
     /// (its close raced the connect) gets the connection dropped.
-    /// One provider call's outcome on the orchestrator's `provider`
-    /// channel: `vastai create lease: lease 42` or `... failed (Transient):
-    /// HTTP 503`. The provider's own message, which names no key (the
-    /// clients keep keys out of their errors; tests/canaries.rs checks).
-    fn provider_line(
-        &self,
-        kind: ProviderKind,
-        call: &str,
-        node: Option<&LogicalNodeId>,
-        outcome: Result<String, &ProviderError>,
-    ) {
-        let text = match outcome {
-            Ok(what) => format!("{kind:?} {call}: {what}"),
-            Err(e) => format!("{kind:?} {call} failed ({:?}): {}", e.kind, e.message),
-        };
-        let channel = datastream::channel::PROVIDER;
-        self.datastream.event(channel, node, text);
-    }
-
     fn attach(&self, session: SessionId, connection: ssh::Connection) {
         let mut sessions = self.sessions.lock().expect("sessions");
         if let Some(entry) = sessions.get_mut(&session) {
@@ -405,58 +389,4 @@ impl Shared {
             ..e
         })
     }
-}
-
-/// Writes a lease's own output into its node's file until it ends (the
-/// lease is gone) or the run stops.
-async fn provider_output(
-    hub: datastream::Hub,
-    node: LogicalNodeId,
-    lease: core_fsm::ids::LeaseId,
-    mut lines: crate::provider::Output,
-) {
-    while let Some((stream, bytes)) = lines.recv().await {
-        let written = hub.with(|w| w.provider_output(&node, lease.clone(), stream, &bytes));
-        if let Err(e) = written {
-            crate::say::err!("drover: datastream: {node}'s provider output: {e}");
-            return;
-        }
-    }
-}
-
-/// How long fetching a lease's last output may hold up its destroy.
-const LAST_OUTPUT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Fetches what the provider kept of a lease's output (a Vast.ai instance
-/// log) and writes it into the node's file, before the lease is destroyed.
-/// Observational only: a failure, or no answer within [`LAST_OUTPUT_BOUND`],
-/// is one line on the `provider` channel and the destroy goes on.
-async fn last_output(
-    s: &Shared,
-    provider: &dyn Provider,
-    lease: Arc<core_fsm::port::LeaseFacts>,
-    node: &LogicalNodeId,
-) {
-    let (kind, lease_id) = (lease.provider, lease.lease_id.clone());
-    let fetched = tokio::time::timeout(LAST_OUTPUT_BOUND, provider.last_output(lease)).await;
-    let lines = match fetched {
-        Ok(None) => return,
-        Ok(Some(result)) => result,
-        Err(_) => Err(ProviderError {
-            kind: ProviderErrorKind::Transient,
-            message: format!("no answer within {} s", LAST_OUTPUT_BOUND.as_secs()),
-        }),
-    };
-    let outcome = lines.as_ref().map(|lines| {
-        let written = s.datastream.with(|w| {
-            lines.iter().try_for_each(|(stream, bytes)| {
-                w.provider_output(node, lease_id.clone(), *stream, bytes)
-            })
-        });
-        if let Err(e) = written {
-            crate::say::err!("drover: datastream: {node}'s provider output: {e}");
-        }
-        format!("{} line(s) of lease {lease_id}", lines.len())
-    });
-    s.provider_line(kind, "last output", Some(node), outcome);
 }
