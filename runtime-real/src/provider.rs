@@ -49,10 +49,12 @@ pub trait Provider: Send + Sync {
         run_id: RunId,
     ) -> BoxFuture<'_, Result<Vec<Arc<LeaseFacts>>, ProviderError>>;
 
-    /// What the provider itself prints for a lease it just created (a
-    /// Docker container's output), line by line from the lease's start;
-    /// `None`: this provider has nothing to follow.
-    fn output(&self, _lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<Output>> {
+    /// What the provider itself prints for a lease (a Docker container's
+    /// output), line by line: from the lease's start when `from_start`
+    /// (a lease just created), else from now on (a lease adopted after a
+    /// restart, whose earlier lines the datastream holds). `None`: this
+    /// provider has nothing to follow.
+    fn output(&self, _lease: Arc<LeaseFacts>, _from_start: bool) -> BoxFuture<'_, Option<Output>> {
         Box::pin(async { None })
     }
 

@@ -19,6 +19,8 @@ use std::time::Duration;
 use up_support::*;
 
 const BOUND: Duration = Duration::from_secs(180);
+/// How long a followed line may take to arrive.
+const LINE: Duration = Duration::from_secs(30);
 
 /// Starts `up` and kills it -9 as soon as the engine reports the first
 /// container of the state dir created; the containers seen then.
@@ -185,6 +187,83 @@ fn kill_9_of_up_mid_create_then_up_again_adopts_and_never_creates_twice() {
             "{lease}: {after:?}"
         );
     }
+    // An adopted container's output is followed again, from the adoption
+    // on: a line its init prints now reaches its node's datastream.
+    let lease = node(&status, "workers-0")["lease"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let container = lease.strip_prefix("docker:").unwrap().to_owned();
+    let mut follow = std::process::Command::new(DROVER)
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--json",
+            "logs",
+            "workers-0",
+        ])
+        .args(["--channel", "provider.stdout", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let out = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    runtime().block_on(async {
+        use bollard::exec::{CreateExecOptions, StartExecOptions};
+        let engine = engine();
+        let docker = engine.client().await.unwrap();
+        let exec = docker
+            .create_exec(
+                &container,
+                CreateExecOptions {
+                    cmd: Some(vec![
+                        "sh",
+                        "-c",
+                        "echo output-after-adoption > /proc/1/fd/1",
+                    ]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let options = StartExecOptions {
+            detach: true,
+            ..Default::default()
+        };
+        docker.start_exec(&exec.id, Some(options)).await.unwrap();
+    });
+    let deadline = std::time::Instant::now() + LINE;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let all = drover(&state, &["--json", "logs", "workers-0"]);
+            let run = drover(
+                &state,
+                &["--json", "logs", "--run", "--channel", "provider"],
+            );
+            panic!(
+                "the adopted container's line never reached the datastream:\n{}\n{}",
+                String::from_utf8_lossy(&all.stdout),
+                String::from_utf8_lossy(&run.stdout)
+            );
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["line"] == "output-after-adoption" {
+            assert_eq!(v["source"], "provider", "{v}");
+            assert_eq!(v["lease_id"], lease.as_str(), "{v}");
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
     up.type_stop();
     assert_eq!(up.wait_exit(BOUND), 0, "{}", up.seen.join("\n"));
     assert_eq!(containers_of(&state), Vec::<(String, String)>::new());

@@ -172,6 +172,9 @@ impl DockerProvider {
     fn facts(&self, id: &str, name: &str, label: &core_fsm::ids::LeaseLabel) -> LeaseFacts {
         let mut metadata = BTreeMap::new();
         metadata.insert("name".to_owned(), name.to_owned());
+        // Whose it is, from its label (a listed lease before the journal
+        // knows it: adoption).
+        metadata.insert("node".to_owned(), label.node.to_string());
         metadata.insert("socket".to_owned(), self.engine.socket().to_owned());
         LeaseFacts {
             provider: ProviderKind::Docker,
@@ -326,10 +329,15 @@ impl Provider for DockerProvider {
         Box::pin(self.destroy(lease))
     }
 
-    fn output(&self, lease: Arc<LeaseFacts>) -> BoxFuture<'_, Option<crate::provider::Output>> {
+    fn output(
+        &self,
+        lease: Arc<LeaseFacts>,
+        from_start: bool,
+    ) -> BoxFuture<'_, Option<crate::provider::Output>> {
         Box::pin(async move {
             let docker = self.engine.client().await.ok()?.clone();
-            Some(output::follow(docker, lease.contract_id.clone()))
+            let since = (!from_start).then(output::now_unix);
+            Some(output::follow(docker, lease.contract_id.clone(), since))
         })
     }
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 mod output;
-use output::{last_output, provider_output};
+use output::last_output;
 
 /// What the sink needs of the control plane: its address, join tokens, and
 /// a way to stop a node's agent.
@@ -52,6 +52,8 @@ struct Shared {
     leases: Arc<Leases>,
     /// The `provider` channel's lines go here (observational only).
     datastream: datastream::Hub,
+    /// Leases whose own output is followed (once each).
+    followed: Mutex<std::collections::BTreeSet<LeaseId>>,
 }
 
 /// One bootstrap session's connection (once connected) and its lease.
@@ -105,6 +107,7 @@ impl RealSink {
             sessions: Mutex::new(BTreeMap::new()),
             leases: parts.leases,
             datastream: datastream.clone(),
+            followed: Mutex::new(std::collections::BTreeSet::new()),
         };
         RealSink {
             shared: Arc::new(shared),
@@ -157,16 +160,9 @@ impl driver::EffectSink for RealSink {
                 let result = match s.provider(request.provider) {
                     Ok(p) => {
                         let result = p.create_lease(request).await;
-                        if let Ok(granted) = &result
-                            && let Some(lines) = p.output(granted.lease.clone()).await
-                        {
-                            let lease = granted.lease.lease_id.clone();
-                            tokio::spawn(provider_output(
-                                s.datastream.clone(),
-                                node.clone(),
-                                lease,
-                                lines,
-                            ));
+                        if let Ok(granted) = &result {
+                            s.follow(p.as_ref(), granted.lease.clone(), &node, true)
+                                .await;
                         }
                         result
                     }
@@ -223,7 +219,22 @@ impl driver::EffectSink for RealSink {
                 provider,
             } => self.spawn(|s| async move {
                 let result = match s.provider(provider) {
-                    Ok(p) => p.list_leases(run_id).await,
+                    Ok(p) => {
+                        let result = p.list_leases(run_id).await;
+                        // Leases of this run's nodes (adopted after a
+                        // restart, named by the journal or their label):
+                        // their output is followed again, from now on.
+                        for lease in result.iter().flatten() {
+                            let labelled = lease
+                                .metadata
+                                .get("node")
+                                .map(|n| LogicalNodeId::from(n.as_str()));
+                            if let Some(node) = s.leases.node_of(&lease.lease_id).or(labelled) {
+                                s.follow(p.as_ref(), lease.clone(), &node, false).await;
+                            }
+                        }
+                        result
+                    }
                     Err(e) => Err(e),
                 };
                 let outcome = result.as_ref().map(|l| format!("{} lease(s)", l.len()));

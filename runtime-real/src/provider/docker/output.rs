@@ -12,30 +12,37 @@ use tokio::sync::mpsc;
 /// The longest line kept; the rest of a longer one is cut (and says so).
 const LINE_MAX: usize = 16 * 1024;
 
-/// Lines of container `id`'s output, in order per stream, until the
-/// container is gone or the receiver is dropped.
-pub fn follow(docker: Docker, id: String) -> mpsc::Receiver<(LogStream, Vec<u8>)> {
+/// Lines of container `id`'s output, in order per stream, from its start
+/// (or from `since`, Unix seconds), until the container is gone or the
+/// receiver is dropped. A container not running yet (adopted between its
+/// create and its start) is waited for, and one whose stream ended while
+/// it still runs is followed again.
+pub fn follow(
+    docker: Docker,
+    id: String,
+    since: Option<i32>,
+) -> mpsc::Receiver<(LogStream, Vec<u8>)> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
-        let options = LogsOptionsBuilder::new()
-            .follow(true)
-            .stdout(true)
-            .stderr(true)
-            .build();
-        let mut chunks = docker.logs(&id, Some(options));
+        let mut since = since;
         let mut lines = Lines::default();
-        while let Some(Ok(chunk)) = chunks.next().await {
-            let (stream, bytes) = match chunk {
-                LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                    (LogStream::Stdout, message)
+        let mut wait = RETRY_MIN;
+        loop {
+            if !stream_into(&docker, &id, since, &mut lines, &tx).await {
+                return;
+            }
+            match state(&docker, &id).await {
+                None => break,
+                Some(Running::Yes) => {
+                    // The stream ended under a live container: on from now.
+                    since = Some(now_unix());
+                    wait = RETRY_MIN;
                 }
-                LogOutput::StdErr { message } => (LogStream::Stderr, message),
-                LogOutput::StdIn { .. } => continue,
-            };
-            for line in lines.push(stream, &bytes) {
-                if tx.send((stream, line)).await.is_err() {
-                    return;
+                Some(Running::NotYet) => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_MAX);
                 }
+                Some(Running::Ended) => break,
             }
         }
         for (stream, line) in lines.rest() {
@@ -43,6 +50,72 @@ pub fn follow(docker: Docker, id: String) -> mpsc::Receiver<(LogStream, Vec<u8>)
         }
     });
     rx
+}
+
+/// First and longest pause before a container that does not run yet is
+/// looked at again.
+const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a container runs.
+enum Running {
+    Yes,
+    /// Created, not started.
+    NotYet,
+    /// Exited, dead or being removed.
+    Ended,
+}
+
+async fn state(docker: &Docker, id: &str) -> Option<Running> {
+    use bollard::models::ContainerStateStatusEnum as S;
+    let inspected = docker.inspect_container(id, None).await.ok()?;
+    Some(match inspected.state.and_then(|s| s.status) {
+        Some(S::RUNNING | S::RESTARTING | S::PAUSED) => Running::Yes,
+        Some(S::CREATED) => Running::NotYet,
+        _ => Running::Ended,
+    })
+}
+
+/// Streams the container's output into `tx` until the engine ends the
+/// stream; false when the receiver is gone.
+async fn stream_into(
+    docker: &Docker,
+    id: &str,
+    since: Option<i32>,
+    lines: &mut Lines,
+    tx: &mpsc::Sender<(LogStream, Vec<u8>)>,
+) -> bool {
+    let mut options = LogsOptionsBuilder::new()
+        .follow(true)
+        .stdout(true)
+        .stderr(true);
+    if let Some(since) = since {
+        options = options.since(since);
+    }
+    let mut chunks = docker.logs(id, Some(options.build()));
+    while let Some(Ok(chunk)) = chunks.next().await {
+        let (stream, bytes) = match chunk {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                (LogStream::Stdout, message)
+            }
+            LogOutput::StdErr { message } => (LogStream::Stderr, message),
+            LogOutput::StdIn { .. } => continue,
+        };
+        for line in lines.push(stream, &bytes) {
+            if tx.send((stream, line)).await.is_err() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Now, in Unix seconds (the engine's `since`).
+pub fn now_unix() -> i32 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    i32::try_from(secs).unwrap_or(i32::MAX)
 }
 
 /// The partial line of each stream.

@@ -32,9 +32,35 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Follows `lease`'s own output into `node`'s file, if its provider
+    /// has any and nobody follows it yet (a list may name a lease twice).
+    pub(super) async fn follow(
+        &self,
+        provider: &dyn Provider,
+        lease: Arc<core_fsm::port::LeaseFacts>,
+        node: &LogicalNodeId,
+        from_start: bool,
+    ) {
+        let id = lease.lease_id.clone();
+        if !self.followed.lock().expect("followed").insert(id.clone()) {
+            return;
+        }
+        match provider.output(lease, from_start).await {
+            Some(lines) => {
+                let hub = self.datastream.clone();
+                tokio::spawn(provider_output(hub, node.clone(), id, lines));
+            }
+            None => {
+                self.followed.lock().expect("followed").remove(&id);
+            }
+        }
+    }
+}
+
 /// Writes a lease's own output into its node's file until it ends (the
 /// lease is gone) or the run stops.
-pub(super) async fn provider_output(
+async fn provider_output(
     hub: datastream::Hub,
     node: LogicalNodeId,
     lease: core_fsm::ids::LeaseId,
