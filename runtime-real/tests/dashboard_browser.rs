@@ -88,6 +88,11 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
                          c.querySelector('[data-f=\"endpoint\"]').textContent];")
             .await;
         assert_eq!(card[0], "local", "{card}");
+        let header = browser
+            .js("return [document.getElementById('cost').textContent, document.getElementById('accrued').textContent];")
+            .await;
+        assert_eq!(header[0], "$0.00/h", "{header}");
+        assert_eq!(header[1], "$0.00 so far", "{header}");
         assert!(card[1].as_str().unwrap().starts_with("local:"), "{card}");
         assert_eq!(card[2], "workers", "{card}");
         assert!(card[3].as_str().unwrap().starts_with("127.0.0.1:"), "{card}");

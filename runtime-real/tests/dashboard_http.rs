@@ -212,6 +212,9 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
         assert_eq!(tail[..], lines[..tail.len().min(lines.len())]);
         assert_eq!(state_now["read_only"], false);
         assert_eq!(state_now["up_running"], true);
+        // Local nodes are free: the rate and the cost so far are $0.
+        assert_eq!(state_now["fleet_usd_per_hour"], 0.0);
+        assert_eq!(state_now["usd_accrued"], 0.0);
 
         // Stop the run: the open stream shows every card Destroyed, then
         // ends when `up` exits.

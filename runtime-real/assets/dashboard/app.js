@@ -205,7 +205,22 @@
     else if (!dash.upRunning) { c.dataset.state = "stopped"; c.textContent = "run stopped"; }
     else { c.dataset.state = "live"; c.textContent = "live"; }
   }
-  function cost(v) { if (v != null) $("cost").textContent = "$" + v.toFixed(2) + "/h"; }
+  // The fleet's rate, and what its leases cost so far: the server's figure
+  // at its `server_ms`, moved on by the rate on the page's own clock.
+  function cost(d) {
+    if (d.fleet_usd_per_hour != null) {
+      dash.rate = d.fleet_usd_per_hour;
+      $("cost").textContent = "$" + dash.rate.toFixed(2) + "/h";
+    }
+    if (d.usd_accrued != null) { dash.accrued = { usd: d.usd_accrued, at: d.server_ms }; renderAccrued(); }
+  }
+  function renderAccrued() {
+    const a = dash.accrued;
+    if (!a) return;
+    const running = dash.upRunning ? Math.max(0, Date.now() - a.at) : 0;
+    const usd = a.usd + (dash.rate || 0) * running / 3600000;
+    $("accrued").textContent = "$" + usd.toFixed(2) + " so far";
+  }
 
   const handlers = {
     hello(d) { dash.hellos.push(d); },
@@ -220,11 +235,11 @@
       dash.logs = new Map(); dash.offsets = new Map();
       for (const [node, lines] of Object.entries(d.logs || {})) for (const l of lines) addLog(l);
       $("fleet").replaceChildren();
-      cost(d.fleet_usd_per_hour);
+      cost(d);
       renderAll();
     },
-    node(d) { dash.nodes.set(d.node.id, d.node); renderCard(d.node); },
-    groups(d) { dash.groups = d.groups; renderGroups(); cost(d.fleet_usd_per_hour); },
+    node(d) { dash.nodes.set(d.node.id, d.node); renderCard(d.node); cost(d); },
+    groups(d) { dash.groups = d.groups; renderGroups(); cost(d); },
     pipeline(d) { dash.pipeline = d.pipeline; renderPipeline(); },
     log(d) { addLog(d); renderTail(d.node); },
     run(d) {
@@ -311,6 +326,6 @@
   });
 
   // Ages move on the page's own clock; nothing is fetched for them.
-  setInterval(() => { for (const n of dash.nodes.values()) renderCard(n); }, 1000);
+  setInterval(() => { for (const n of dash.nodes.values()) renderCard(n); renderAccrued(); }, 1000);
   connect(null);
 })();

@@ -47,8 +47,8 @@ pub struct Card {
     pub gpu: Option<String>,
     /// Dollars per hour, as the offer said (local, static, docker: 0).
     pub usd_per_hour: Option<f64>,
-    /// When this server first saw the current lease (Unix ms; `None`: it
-    /// was there before the server started).
+    /// When this server first saw the current lease (Unix ms; a lease
+    /// there when the server started: its start).
     pub lease_since_ms: Option<u64>,
     /// When this server saw the current stage begin (Unix ms).
     pub stage_since_ms: Option<u64>,
@@ -114,6 +114,8 @@ pub struct Model {
     up_running: bool,
     /// A reading was applied: later leases and stages are timed.
     loaded: bool,
+    /// What the leases that ended cost while this server saw them.
+    usd_closed: f64,
 }
 
 impl Model {
@@ -129,11 +131,17 @@ impl Model {
             logs: BTreeMap::new(),
             up_running: false,
             loaded: false,
+            usd_closed: 0.0,
         }
     }
 
     /// Everything, for a page that starts (or resyncs).
     pub fn snapshot(&self) -> serde_json::Value {
+        self.snapshot_at(unix_ms())
+    }
+
+    /// [`Model::snapshot`] at `now` (Unix ms).
+    pub fn snapshot_at(&self, now: u64) -> serde_json::Value {
         let logs: BTreeMap<&String, Vec<&LogLine>> = self
             .logs
             .iter()
@@ -149,8 +157,22 @@ impl Model {
             "pipeline": self.pipeline,
             "logs": logs,
             "fleet_usd_per_hour": self.fleet_usd_per_hour(),
-            "server_ms": unix_ms(),
+            "usd_accrued": self.usd_accrued(now),
+            "server_ms": now,
         })
+    }
+
+    /// What the run's leases cost so far, as far as this server saw them:
+    /// each lease's $/h over the time from when it was first seen to its
+    /// end, or to `now` while it stands. A lease already there when the
+    /// server started is counted from then (the figure is a lower bound for
+    /// `drover dashboard` on a run that is going).
+    pub fn usd_accrued(&self, now: u64) -> f64 {
+        let standing: f64 = (self.cards.values())
+            .filter(|c| c.lease.is_some())
+            .map(|c| cost(c, now))
+            .sum();
+        self.usd_closed + standing
     }
 
     /// What the fleet's standing leases cost per hour.
@@ -164,7 +186,15 @@ impl Model {
 
     /// Applies a reading; returns the events (name, data) for the pages.
     pub fn apply(&mut self, reading: Reading) -> Vec<(&'static str, serde_json::Value)> {
-        let now = unix_ms();
+        self.apply_at(reading, unix_ms())
+    }
+
+    /// [`Model::apply`] at `now` (Unix ms).
+    pub fn apply_at(
+        &mut self,
+        reading: Reading,
+        now: u64,
+    ) -> Vec<(&'static str, serde_json::Value)> {
         let mut out = Vec::new();
         if let Some(run_id) = reading.run_id {
             self.run_id = Some(run_id);
@@ -172,23 +202,33 @@ impl Model {
         self.journal_records = reading.journal_records;
         if let Some(cards) = reading.cards {
             for mut card in cards {
-                let old = self.cards.get(&card.id);
+                let old = self.cards.get(&card.id).cloned();
+                let old = old.as_ref();
                 card.lease_since_ms = match old {
                     Some(o) if o.lease == card.lease => o.lease_since_ms,
-                    _ if card.lease.is_some() && self.loaded => Some(now),
+                    _ if card.lease.is_some() => Some(now),
                     _ => None,
                 };
+                // The lease it held ended (or was replaced): its cost is in.
+                if let Some(o) = old
+                    && o.lease.is_some()
+                    && o.lease != card.lease
+                {
+                    self.usd_closed += cost(o, now);
+                }
                 card.stage_since_ms = match old {
                     Some(o) if o.stage == card.stage => o.stage_since_ms,
                     _ if self.loaded => Some(now),
                     _ => None,
                 };
                 if old != Some(&card) {
+                    self.cards.insert(card.id.clone(), card.clone());
                     let data = serde_json::json!({
                         "node": card, "journal": self.journal_records, "server_ms": now,
+                        "fleet_usd_per_hour": self.fleet_usd_per_hour(),
+                        "usd_accrued": self.usd_accrued(now),
                     });
                     out.push(("node", data));
-                    self.cards.insert(card.id.clone(), card);
                 }
             }
         }
@@ -198,7 +238,7 @@ impl Model {
             self.groups = groups;
             let data = serde_json::json!({
                 "groups": self.groups, "fleet_usd_per_hour": self.fleet_usd_per_hour(),
-                "server_ms": now,
+                "usd_accrued": self.usd_accrued(now), "server_ms": now,
             });
             out.push(("groups", data));
         }
@@ -227,6 +267,14 @@ impl Model {
         self.loaded = true;
         out
     }
+}
+
+/// What `card`'s current lease cost from when it was first seen to `now`.
+fn cost(card: &Card, now: u64) -> f64 {
+    let (Some(price), Some(since)) = (card.usd_per_hour, card.lease_since_ms) else {
+        return 0.0;
+    };
+    price * now.saturating_sub(since) as f64 / 3_600_000.0
 }
 
 /// The cards and group counters from the plan, the journal's ledger and
@@ -348,3 +396,6 @@ fn endpoint(lease: &core_fsm::port::LeaseFacts) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests;
