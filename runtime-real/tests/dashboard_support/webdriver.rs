@@ -157,6 +157,23 @@ impl Browser {
         assert!(v.is_null(), "keys: {v}");
     }
 
+    /// Types `text` on whatever has focus, a key per character.
+    pub async fn type_text(&self, text: &str) {
+        let keys: Vec<Value> = text
+            .chars()
+            .flat_map(|c| {
+                let c = c.to_string();
+                [
+                    json!({ "type": "keyDown", "value": c }),
+                    json!({ "type": "keyUp", "value": c }),
+                ]
+            })
+            .collect();
+        let actions = json!({ "actions": [{ "type": "key", "id": "keyboard", "actions": keys }]});
+        let v = self.post("/actions", actions).await;
+        assert!(v.is_null(), "typing: {v}");
+    }
+
     /// Tabs (at most `max` times) until `condition` (JS) holds of the
     /// focused element `document.activeElement`.
     pub async fn tab_to(&self, condition: &str, max: usize) {
