@@ -57,11 +57,14 @@ pub enum RunFault {
     AgentDiesMidRequest,
     /// The client of request `target` disconnects after `arg` tokens.
     ClientDisconnects,
+    /// The operator kills stage `target`'s agent (the dashboard's drill,
+    /// the pipeline host's `Kill`) at its `arg`-th step.
+    OperatorKill,
 }
 
 impl RunFault {
     /// Every run fault, in a fixed order.
-    pub const ALL: [RunFault; 18] = [
+    pub const ALL: [RunFault; 19] = [
         RunFault::WorkerCrashLoad,
         RunFault::WorkerCrashStep,
         RunFault::StepFails,
@@ -80,6 +83,7 @@ impl RunFault {
         RunFault::AgentDiesLoaded,
         RunFault::AgentDiesMidRequest,
         RunFault::ClientDisconnects,
+        RunFault::OperatorKill,
     ];
 
     /// The fault's name in traces, profiles and coverage.
@@ -103,6 +107,7 @@ impl RunFault {
             RunFault::AgentDiesLoaded => "agent-dies-loaded",
             RunFault::AgentDiesMidRequest => "agent-dies-mid-request",
             RunFault::ClientDisconnects => "client-disconnects",
+            RunFault::OperatorKill => "operator-kill",
         }
     }
 
@@ -127,6 +132,7 @@ impl RunFault {
             RunFault::AgentDiesLoaded => "agent: dies after weight loading",
             RunFault::AgentDiesMidRequest => "agent: dies mid-request",
             RunFault::ClientDisconnects => "client: disconnects mid-stream",
+            RunFault::OperatorKill => "operator: kills a stage's agent mid-request (a drill)",
         }
     }
 
@@ -151,6 +157,7 @@ impl RunFault {
                 | RunFault::AgentDiesLoading
                 | RunFault::AgentDiesLoaded
                 | RunFault::AgentDiesMidRequest
+                | RunFault::OperatorKill
         )
     }
 }

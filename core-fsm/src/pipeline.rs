@@ -28,6 +28,15 @@ pub enum Input {
     /// For the run (reports, prompts, answers, a stop); ignored and counted
     /// before `Begin`.
     Run(run::Input),
+    /// A drill: make `node`'s agent die as a crash would (the operator's
+    /// kill from the dashboard). Only a member membership holds Alive or
+    /// Suspect is killed; what follows is what follows any crash: its
+    /// silence makes it Dead, and the composite fails (and may replace)
+    /// the node.
+    Kill {
+        /// The node.
+        node: LogicalNodeId,
+    },
 }
 
 /// What the host asks for.
@@ -44,6 +53,13 @@ pub enum Effect {
     },
     /// The run's effect.
     Run(run::Effect),
+    /// Make the agent exit at once, without a goodbye (a drill).
+    KillAgent {
+        /// The node.
+        node: LogicalNodeId,
+        /// Its agent, the one membership tracks.
+        agent: AgentId,
+    },
 }
 
 /// Inputs the host ignored.
@@ -53,6 +69,8 @@ pub struct Ignored {
     pub no_run: u64,
     /// A second `Begin`.
     pub duplicate_begin: u64,
+    /// A kill of a node nobody tracks, or whose agent is Dead already.
+    pub kill_not_alive: u64,
 }
 
 /// The pipeline host.
@@ -165,6 +183,17 @@ impl crate::Machine for Machine {
             Input::Membership(input) => self.feed_membership(now, input, &mut out),
             Input::Begin(config) => self.begin(now, *config, &mut out),
             Input::Run(input) => self.feed_run(now, input, &mut out),
+            Input::Kill { node } => {
+                let alive = self
+                    .membership
+                    .member(&node)
+                    .filter(|m| m.liveness() != Liveness::Dead)
+                    .map(|m| m.agent().clone());
+                match alive {
+                    Some(agent) => out.push(Effect::KillAgent { node, agent }),
+                    None => self.ignored.kill_not_alive += 1,
+                }
+            }
         }
         out
     }

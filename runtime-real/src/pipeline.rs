@@ -233,6 +233,17 @@ impl Tap {
         }
     }
 
+    /// The operator's drill: `node`'s agent is to die as a crash would
+    /// (`core_fsm::pipeline::Input::Kill`). False when no host runs or its
+    /// queue is full.
+    pub fn kill(&self, node: LogicalNodeId) -> bool {
+        let target = self.inner.lock().expect("tap").clone();
+        target.is_some_and(|(tx, _)| {
+            tx.try_send(core_fsm::pipeline::Input::Kill { node })
+                .is_ok()
+        })
+    }
+
     /// `agent`'s control connection ended: membership holds it Suspect.
     pub async fn connection_lost(&self, agent: AgentId, node: LogicalNodeId) {
         let target = self.inner.lock().expect("tap").clone();

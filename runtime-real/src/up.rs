@@ -324,7 +324,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     // The dashboard's controls: its inputs join the loop's, its stop is
     // the stop of Ctrl-C.
     let (dashboard_stop, dashboard_stops) = mpsc::channel(1);
-    controls.connect(tx.clone(), dashboard_stop);
+    controls.connect(tx.clone(), dashboard_stop, host.tap.clone());
     let forward = tx.clone();
     tokio::spawn(async move {
         while let Some(input) = control_inputs.recv().await {

@@ -125,7 +125,7 @@ fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem>
         }
         RunFault::TokenLate => vec![item(rng.between(1, 2) as u32, rng.between(500, 12_000))],
         RunFault::ReadyWrongNode => vec![item(stage, rng.below(2))],
-        RunFault::AgentDiesMidRequest => vec![item(stage, rng.below(2))],
+        RunFault::AgentDiesMidRequest | RunFault::OperatorKill => vec![item(stage, rng.below(2))],
         RunFault::ClientDisconnects => vec![item(rng.below(u64::from(p.requests)) as u32, 1)],
         RunFault::WorkerCrashLoad
         | RunFault::ProvisionLost

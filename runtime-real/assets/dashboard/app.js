@@ -61,10 +61,18 @@
         .map((k) => "<dt>" + k + '</dt><dd data-f="' + k + '"></dd>').join("") +
       '</dl><pre class="tail" tabindex="-1" aria-label="log tail"></pre>' +
       '<button type="button" class="full">Full log</button>' +
+      '<button type="button" class="kill">Kill (drill)</button>' +
       '<button type="button" class="remove">Remove</button>';
     el.querySelector(".id").textContent = id;
     el.querySelector(".full").setAttribute("aria-label", "Full log of " + id);
     el.querySelector(".remove").setAttribute("aria-label", "Remove " + id + ": destroy its lease, not replaced");
+    el.querySelector(".kill").setAttribute("aria-label", "Kill " + id + "'s agent, as a crash would (a drill)");
+    el.querySelector(".kill").addEventListener("click", (e) => {
+      e.stopPropagation();
+      control("Kill " + id + "'s agent (a drill)? It exits as in a crash; the node fails, " +
+        "and with bounded replacement a new one takes its place.",
+        "/api/nodes/" + q(id) + "/kill", id + ": killed (a drill)");
+    });
     el.querySelector(".remove").addEventListener("click", (e) => {
       e.stopPropagation();
       control("Remove " + id + "? Its lease is destroyed and it is not replaced.",
@@ -106,6 +114,9 @@
     field(el, "in stage", age(n.stage_since_ms));
     field(el, "failure", n.failed_reason);
     el.querySelector('[data-f="failure"]').classList.toggle("reason", !!n.failed_reason);
+    const kill = el.querySelector(".kill");
+    kill.hidden = dash.readOnly || !dash.upRunning;
+    kill.disabled = n.stage !== "Dormant";
     const remove = el.querySelector(".remove");
     remove.hidden = dash.readOnly || !dash.upRunning;
     remove.disabled = n.stage === "Destroying" || n.stage === "Destroyed";

@@ -1,7 +1,8 @@
-//! The page's controls (`spec/dashboard.md`, "Controls"): remove a node,
-//! stop the run. Each is a POST that passes the same checks as the prompt
+//! The page's controls (`spec/dashboard.md`, "Controls"): kill a node (a
+//! drill), remove a node, stop the run. Each is a POST that passes the same checks as the prompt
 //! proxy (token, loopback `Host`, own `Origin`), and becomes what the
-//! operator's own tools would make of it: removing a node is the
+//! operator's own tools would make of it: a kill is the pipeline host's
+//! `Kill { node }` input (its agent dies as in a crash), removing a node is the
 //! composite's `Destroy { node }` input (journaled by the node's lifecycle
 //! as it goes), stopping the run is the stop `up` takes from Ctrl-C. The
 //! page shows the effect through its stream, as for any other change.
@@ -18,23 +19,51 @@ use tokio::sync::mpsc;
 
 /// Where a control reaches the running composite: empty until `up`'s loop
 /// runs, and again once it ended (or for `drover dashboard`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Controls {
     inputs: Arc<Mutex<Option<mpsc::Sender<Input>>>>,
     stop: Arc<Mutex<Option<mpsc::Sender<()>>>>,
+    host: Arc<Mutex<Option<crate::pipeline::Tap>>>,
+}
+
+impl std::fmt::Debug for Controls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let connected = self.inputs.lock().expect("controls").is_some();
+        f.debug_struct("Controls")
+            .field("connected", &connected)
+            .finish()
+    }
 }
 
 impl Controls {
-    /// From now on, controls go to `inputs`; a stop goes to `stop`.
-    pub fn connect(&self, inputs: mpsc::Sender<Input>, stop: mpsc::Sender<()>) {
+    /// From now on, controls go to `inputs` (the composite) and `host` (the
+    /// pipeline host: a kill); a stop goes to `stop`.
+    pub fn connect(
+        &self,
+        inputs: mpsc::Sender<Input>,
+        stop: mpsc::Sender<()>,
+        host: crate::pipeline::Tap,
+    ) {
         *self.inputs.lock().expect("controls") = Some(inputs);
         *self.stop.lock().expect("controls") = Some(stop);
+        *self.host.lock().expect("controls") = Some(host);
     }
 
     /// No loop takes controls any more.
     pub fn disconnect(&self) {
         self.inputs.lock().expect("controls").take();
         self.stop.lock().expect("controls").take();
+        self.host.lock().expect("controls").take();
+    }
+
+    fn kill(&self, node: LogicalNodeId) -> Result<(), &'static str> {
+        let host = self.host.lock().expect("controls");
+        let Some(tap) = host.as_ref() else {
+            return Err("the run does not take controls now (not started, or over)");
+        };
+        tap.kill(node)
+            .then_some(())
+            .ok_or("the run is busy; try again in a moment")
     }
 
     fn input(&self, input: Input) -> Result<(), &'static str> {
@@ -102,6 +131,41 @@ pub async fn remove(
     };
     match app.controls.input(input) {
         Ok(()) => accepted("remove", Some(&node)),
+        Err(reason) => refuse(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
+/// `POST /api/nodes/{node}/kill`: a drill. The node's agent is made to
+/// exit as a crash would; its silence makes it Dead, and the node fails
+/// (and, under `replacement = "bounded"`, is replaced) as after any crash.
+pub async fn kill(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Params,
+    Path(node): Path<String>,
+) -> Response {
+    if let Err(refused) = guard(&app, &headers, &q, true) {
+        return *refused;
+    }
+    if app.read_only {
+        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
+    }
+    let state = app.hub.state();
+    let card = state["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|c| c["id"] == node.as_str()));
+    let Some(card) = card else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            &format!("no node `{node}` in this run"),
+        );
+    };
+    if card["stage"] != "Dormant" {
+        let reason = format!("`{node}` has no agent to kill (it is {})", card["stage"]);
+        return refuse(StatusCode::CONFLICT, &reason);
+    }
+    match app.controls.kill(LogicalNodeId::from(node.as_str())) {
+        Ok(()) => accepted("kill", Some(&node)),
         Err(reason) => refuse(StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }

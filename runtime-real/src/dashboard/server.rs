@@ -53,6 +53,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/logs/{node}", get(logs))
         .route("/api/prompt", post(prompt))
         .route("/api/nodes/{node}/remove", post(super::controls::remove))
+        .route("/api/nodes/{node}/kill", post(super::controls::kill))
         .route("/api/stop", post(super::controls::stop))
         .with_state(app)
 }

@@ -294,6 +294,17 @@ impl driver::EffectSink<Effect> for HostSink {
                 (self.shared.on_liveness)(&node, &agent, liveness);
                 return;
             }
+            Effect::KillAgent { node, agent } => {
+                let sent = self.shared.control.send(&agent, Frame::Crash);
+                let text = match sent {
+                    true => format!("{node}: its agent is killed by the operator (a drill)"),
+                    false => format!(
+                        "{node}: the drill's kill could not be sent (its agent is not connected)"
+                    ),
+                };
+                self.shared.membership_event(&node, text);
+                return;
+            }
             Effect::Run(effect) => effect,
         };
         if self.stages.is_empty()

@@ -240,6 +240,14 @@ impl HostShared {
         }
     }
 
+    /// Writes `text` on the orchestrator's `membership` channel, about
+    /// `node`.
+    pub(super) fn membership_event(&self, node: &LogicalNodeId, text: String) {
+        if let Some(hub) = &self.datastream {
+            hub.event(crate::datastream::channel::MEMBERSHIP, Some(node), text);
+        }
+    }
+
     /// Tells a request's client what happened.
     pub(super) fn tell(&self, request: RequestId, event: PromptEvent) {
         match &event {

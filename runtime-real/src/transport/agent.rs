@@ -388,6 +388,15 @@ async fn read_control(
                     "a pipeline frame before the Pipeline frame is ignored",
                 ),
             },
+            Ok(Some(Frame::Crash)) => {
+                // A drill: the orchestrator wants this node to look crashed.
+                // No goodbye, no cleanup: the process ends as if killed.
+                warn(
+                    node,
+                    "killed by the orchestrator (a drill); exiting at once",
+                );
+                std::process::exit(137);
+            }
             Ok(Some(Frame::Shutdown)) => {
                 say(node, "shutdown received; exiting");
                 conn.close(CLOSE_DONE, b"shutdown");

@@ -354,6 +354,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::StopStage { .. } => "StopStage",
         Frame::StageReport(_) => "StageReport",
         Frame::WeightsFetched { .. } => "WeightsFetched",
+        Frame::Crash => "Crash",
     }
 }
 

@@ -153,6 +153,9 @@ pub enum Frame {
         /// Whether a cached slice was refused and fetched again.
         refetched: bool,
     },
+    /// Orchestrator -> agent: exit at once, without a goodbye, as a crash
+    /// would (the operator's drill; only the orchestrator is obeyed).
+    Crash,
 }
 
 /// Why a frame could not be read.

@@ -70,6 +70,16 @@ impl RunWorld<'_> {
     pub(super) fn host_effect(&mut self, effect: Effect) {
         let effect = match effect {
             Effect::Liveness { .. } => return,
+            // The drill: the agent exits at once, as `transport/agent.rs`
+            // does on the orchestrator's `Crash`.
+            Effect::KillAgent { node, .. } => {
+                if let Some(s) = (0..self.nodes.len() as u32).find(|s| node_id(*s) == node)
+                    && self.nodes[s as usize].alive
+                {
+                    self.die(s);
+                }
+                return;
+            }
             Effect::Run(effect) => effect,
         };
         match effect {

@@ -63,6 +63,16 @@ impl RunWorld<'_> {
             self.die(s);
             return;
         }
+        if self.planned(RunFault::OperatorKill, s) == Some(kth) {
+            // The drill goes through the host, which kills the agent it
+            // tracks (`host_effect`, `KillAgent`); the step never runs.
+            self.inject(RunFault::OperatorKill);
+            let kill = core_fsm::pipeline::Input::Kill {
+                node: super::config::node_id(s),
+            };
+            self.at(Duration::ZERO, Ev::Host(kill));
+            return;
+        }
         let stages = self.case.profile.stages.max(1);
         let context = self.case.profile.context;
         let layers = self.nodes[s as usize].order.as_ref().map(|o| o.layers);
