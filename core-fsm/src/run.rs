@@ -20,7 +20,7 @@ mod transitions;
 mod types;
 
 pub use errors::{PhaseName, RunError, exit_code};
-pub use planning::{PlanningError, StageAssignment, plan_split, plan_stages};
+pub use planning::{PlanningError, StageAssignment, plan_split, plan_stages, prefill_chunks};
 pub use types::{
     Acks, Active, Barrier, DoneReason, Ignored, Input, PromptEvent, PromptFault, Queued, RequestId,
     Serving, StageProgress, Teardown, TimerKind, TokenEndpoint, Worker,

@@ -9,7 +9,7 @@
 
 use core_fsm::plan::RunPlan;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,11 @@ const SIZES: [u32; 3] = [1, 4, 16];
 const AGENT_START: &str = "nohup drover-agent --join '${ORCH_ADDR}' --node '${LOGICAL_NODE_ID}' \
      --token '${JOIN_TOKEN}' > agent.log 2>&1 &";
 
+#[path = "common/mod.rs"]
+mod common;
+
 fn main() {
-    let drover = build_binaries();
+    let drover = common::build_binaries("bench_up");
     let args: Vec<String> = std::env::args().collect();
     let docker = match args.iter().position(|a| a == "--provider") {
         Some(i) => match args.get(i + 1).map(String::as_str) {
@@ -52,25 +55,6 @@ fn main() {
             }
         }
     }
-}
-
-/// Builds the binaries next to this example's profile; returns `drover`.
-fn build_binaries() -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples/bench_up");
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "--quiet", "-p", "runtime-real", "--bins"]);
-    if release {
-        build.arg("--release");
-    }
-    let status = build.status().expect("cargo runs");
-    assert!(status.success(), "building drover and drover-agent failed");
-    profile_dir.join("drover")
 }
 
 /// The node image: built from nothing (its tag removed first), then found.

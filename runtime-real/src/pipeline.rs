@@ -45,20 +45,10 @@ pub const PREFILL_IN_FLIGHT: u64 = 8;
 /// The smallest chunk a prompt is cut into (shorter prompts go whole).
 pub const PREFILL_CHUNK_MIN: usize = 32;
 
-/// How a prompt of `len` tokens is cut into chunks: their lengths, in order.
+/// How a prompt of `len` tokens is cut into chunks: their lengths, in order
+/// (`core_fsm::run::prefill_chunks` with this runtime's sizes).
 pub fn prefill_chunks(len: usize) -> Vec<usize> {
-    let chunks = len
-        .div_ceil(PREFILL_CHUNK_MIN)
-        .clamp(1, PREFILL_IN_FLIGHT as usize);
-    let size = len.div_ceil(chunks).max(1);
-    let mut out = Vec::new();
-    let mut left = len;
-    while left > 0 {
-        let n = size.min(left);
-        out.push(n);
-        left -= n;
-    }
-    out
+    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
 }
 
 /// A pipeline checked against its model before anything is rented.

@@ -9,8 +9,6 @@
 mod dashboard_support;
 mod up_support;
 
-use core_fsm::plan::ReplacementPolicy;
-use core_fsm::time::Duration as D;
 use dashboard_support::webdriver::Browser;
 use dashboard_support::*;
 use std::time::Duration;
@@ -31,13 +29,7 @@ const COUNT: &str =
 fn a_node_killed_from_the_page_dies_dips_the_counter_and_is_replaced() {
     let dir = scratch("dash-kill");
     let state = dir.join("state");
-    let mut plan = local_plan(3);
-    plan.replacement = ReplacementPolicy::Bounded {
-        attempts_max: 3,
-        backoff_base: D::from_millis(100),
-        backoff_max: D::from_secs(1),
-        quarantine_after_failures: 10,
-    };
+    let plan = bounded(local_plan(3));
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);
     let url = up.wait_line(SETTLE, |l| l["event"] == "dashboard")["url"]

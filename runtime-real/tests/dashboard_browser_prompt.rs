@@ -9,8 +9,6 @@ mod dashboard_support;
 mod up_support;
 
 use dashboard_support::webdriver::Browser;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 use up_support::*;
 
@@ -22,23 +20,6 @@ const DUMP: &str = "JSON.stringify({answer: document.getElementById('answer').te
     state: document.getElementById('answer').dataset.state, \
     send: document.getElementById('prompt-send').disabled, \
     notice: document.getElementById('notice').textContent})";
-
-/// What `drover-worker generate` prints of `prompt` on the whole model.
-fn reference(prompt: &str, max_tokens: u32) -> String {
-    let worker = Path::new(DROVER).with_file_name("drover-worker");
-    let out = Command::new(worker)
-        .args(["generate", "--model"])
-        .arg(stories())
-        .args(["--prompt", prompt, "--max-tokens", &max_tokens.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 #[test]
 fn a_prompt_typed_into_the_page_streams_the_models_answer() {
@@ -93,7 +74,7 @@ fn a_prompt_typed_into_the_page_streams_the_models_answer() {
     // `generate` ends its text with one newline; the stream has none.
     assert_eq!(
         answer,
-        reference("Once upon a time", 24).trim_end_matches('\n')
+        generated("Once upon a time", 24).trim_end_matches('\n')
     );
     assert!(answer.len() > 20, "{answer}");
     up.type_stop();

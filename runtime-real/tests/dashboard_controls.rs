@@ -21,23 +21,6 @@ fn stage_of(cards: &BTreeMap<String, String>, node: &str) -> String {
     cards.get(node).cloned().unwrap_or_default()
 }
 
-fn fold(cards: &mut BTreeMap<String, String>, event: &SseEvent) {
-    match event.kind.as_str() {
-        "snapshot" => {
-            cards.clear();
-            cards.extend(stages(&event.data));
-        }
-        "node" => {
-            let node = &event.data["node"];
-            cards.insert(
-                node["id"].as_str().unwrap().to_owned(),
-                node["stage"].as_str().unwrap().to_owned(),
-            );
-        }
-        _ => {}
-    }
-}
-
 #[test]
 fn remove_and_stop_from_the_page_go_through_the_run_and_refusals_change_nothing() {
     let dir = scratch("dash-controls");

@@ -28,24 +28,6 @@ fn all_at(cards: &BTreeMap<String, String>, count: usize, stage: &str) -> bool {
     cards.len() == count && cards.values().all(|s| s == stage)
 }
 
-/// Folds an event into the cards' stages.
-fn fold(cards: &mut BTreeMap<String, String>, event: &SseEvent) {
-    match event.kind.as_str() {
-        "snapshot" => {
-            cards.clear();
-            cards.extend(stages(&event.data));
-        }
-        "node" => {
-            let node = &event.data["node"];
-            cards.insert(
-                node["id"].as_str().unwrap().to_owned(),
-                node["stage"].as_str().unwrap().to_owned(),
-            );
-        }
-        _ => {}
-    }
-}
-
 #[test]
 fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
     let dir = scratch("dash-http");

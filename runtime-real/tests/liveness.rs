@@ -76,17 +76,9 @@ fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
 
 #[test]
 fn with_bounded_replacement_a_killed_node_is_replaced_and_ready_again() {
-    use core_fsm::plan::ReplacementPolicy;
-    use core_fsm::time::Duration as D;
     let dir = scratch("liveness-bounded");
     let state = dir.join("state");
-    let mut plan = local_plan(2);
-    plan.replacement = ReplacementPolicy::Bounded {
-        attempts_max: 3,
-        backoff_base: D::from_millis(100),
-        backoff_max: D::from_secs(1),
-        quarantine_after_failures: 10,
-    };
+    let plan = bounded(local_plan(2));
     let plan = write_plan(&dir, &plan);
     let mut up = Up::start(&state, &plan);
     up.wait_line(SETTLE, |l| l["event"] == "settled");

@@ -56,18 +56,7 @@ fn reference(max_tokens: u32) -> String {
 
 /// What `drover-worker generate` says of `prompt` on the whole model.
 fn reference_of(prompt: &str, max_tokens: u32) -> String {
-    let out = Command::new(worker())
-        .args(["generate", "--model"])
-        .arg(model())
-        .args(["--prompt", prompt, "--max-tokens", &max_tokens.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    generated(prompt, max_tokens)
 }
 
 /// `drover prompt TEXT --max-tokens N`: (exit code, stdout).

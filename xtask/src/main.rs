@@ -361,8 +361,22 @@ fn bench(what: &str, provider: &str) -> bool {
                 provider,
             ]),
         ),
+        "dashboard" => step(
+            "bench dashboard",
+            cargo(&[
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "runtime-real",
+                "--example",
+                "bench_dashboard",
+            ]),
+        ),
         other => {
-            eprintln!("xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline)");
+            eprintln!(
+                "xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline, dashboard)"
+            );
             false
         }
     }

@@ -170,3 +170,20 @@ pub fn plan_split(
     );
     Ok(plan)
 }
+
+/// How a prompt of `len` tokens is cut for the pipeline: into at most
+/// `in_flight` chunks of at least `min` tokens (a shorter prompt goes
+/// whole), as even as they come, in order; their lengths. Several chunks
+/// in flight let the stages overlap a long prefill.
+pub fn prefill_chunks(len: usize, min: usize, in_flight: usize) -> Vec<usize> {
+    let chunks = len.div_ceil(min.max(1)).clamp(1, in_flight.max(1));
+    let size = len.div_ceil(chunks).max(1);
+    let mut out = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let n = size.min(left);
+        out.push(n);
+        left -= n;
+    }
+    out
+}

@@ -10,7 +10,7 @@
   const dash = {
     lastId: null, nodes: new Map(), logs: new Map(), offsets: new Map(),
     groups: [], pipeline: null, readOnly: false, upRunning: false,
-    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], source: null,
+    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], transitions: [], source: null,
     confirm: (question) => window.confirm(question),
   };
   window.__dash = dash;
@@ -273,8 +273,11 @@
         dash.applied += 1;
         dash.counts[kind] = (dash.counts[kind] || 0) + 1;
         if (data.server_ms) {
-          dash.latencies.push(Date.now() - data.server_ms);
+          const ms = Date.now() - data.server_ms;
+          dash.latencies.push(ms);
           if (dash.latencies.length > 10000) dash.latencies.shift();
+          // A node's state change, now on screen (the benchmark's figure).
+          if (kind === "node" && dash.transitions.length < 10000) dash.transitions.push(ms);
         }
       });
     }

@@ -88,6 +88,37 @@ impl Controls {
     }
 }
 
+/// The checks every control makes (token, Host, Origin; a live run), and
+/// for a node's control the node's card, or the refusal to answer.
+fn admit(
+    app: &App,
+    headers: &HeaderMap,
+    q: &std::collections::BTreeMap<String, String>,
+    node: Option<&str>,
+) -> Result<Option<serde_json::Value>, Response> {
+    guard(app, headers, q, true).map_err(|refused| *refused)?;
+    if app.read_only {
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            "this dashboard shows a stopped run",
+        ));
+    }
+    let Some(node) = node else {
+        return Ok(None);
+    };
+    let state = app.hub.state();
+    let card = (state["nodes"].as_array())
+        .and_then(|nodes| nodes.iter().find(|c| c["id"] == node))
+        .cloned();
+    match card {
+        Some(card) => Ok(Some(card)),
+        None => Err(refuse(
+            StatusCode::NOT_FOUND,
+            &format!("no node `{node}` in this run"),
+        )),
+    }
+}
+
 fn accepted(what: &str, node: Option<&str>) -> Response {
     let body = serde_json::json!({ "accepted": what, "node": node });
     hardened((StatusCode::ACCEPTED, body.to_string()).into_response())
@@ -101,21 +132,9 @@ pub async fn remove(
     Query(q): Params,
     Path(node): Path<String>,
 ) -> Response {
-    if let Err(refused) = guard(&app, &headers, &q, true) {
-        return *refused;
-    }
-    if app.read_only {
-        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
-    }
-    let state = app.hub.state();
-    let card = state["nodes"]
-        .as_array()
-        .and_then(|nodes| nodes.iter().find(|c| c["id"] == node.as_str()));
-    let Some(card) = card else {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            &format!("no node `{node}` in this run"),
-        );
+    let card = match admit(&app, &headers, &q, Some(&node)) {
+        Ok(card) => card.unwrap_or_default(),
+        Err(refused) => return refused,
     };
     let gone = [Lifecycle::Destroying, Lifecycle::Destroyed]
         .iter()
@@ -144,21 +163,9 @@ pub async fn kill(
     Query(q): Params,
     Path(node): Path<String>,
 ) -> Response {
-    if let Err(refused) = guard(&app, &headers, &q, true) {
-        return *refused;
-    }
-    if app.read_only {
-        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
-    }
-    let state = app.hub.state();
-    let card = state["nodes"]
-        .as_array()
-        .and_then(|nodes| nodes.iter().find(|c| c["id"] == node.as_str()));
-    let Some(card) = card else {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            &format!("no node `{node}` in this run"),
-        );
+    let card = match admit(&app, &headers, &q, Some(&node)) {
+        Ok(card) => card.unwrap_or_default(),
+        Err(refused) => return refused,
     };
     if card["stage"] != "Dormant" {
         let reason = format!("`{node}` has no agent to kill (it is {})", card["stage"]);
@@ -173,11 +180,8 @@ pub async fn kill(
 /// `POST /api/stop`: the run stops as on Ctrl-C (the pipeline first, then
 /// every lease).
 pub async fn stop(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
-    if let Err(refused) = guard(&app, &headers, &q, true) {
-        return *refused;
-    }
-    if app.read_only {
-        return refuse(StatusCode::CONFLICT, "this dashboard shows a stopped run");
+    if let Err(refused) = admit(&app, &headers, &q, None) {
+        return refused;
     }
     match app.controls.request_stop() {
         Ok(()) => accepted("stop", None),

@@ -147,3 +147,21 @@ pub fn stages(snapshot: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 pub mod webdriver;
+
+/// Folds an event into the cards' stages (a snapshot replaces them).
+pub fn fold(cards: &mut std::collections::BTreeMap<String, String>, event: &SseEvent) {
+    match event.kind.as_str() {
+        "snapshot" => {
+            cards.clear();
+            cards.extend(stages(&event.data));
+        }
+        "node" => {
+            let node = &event.data["node"];
+            cards.insert(
+                node["id"].as_str().unwrap().to_owned(),
+                node["stage"].as_str().unwrap().to_owned(),
+            );
+        }
+        _ => {}
+    }
+}

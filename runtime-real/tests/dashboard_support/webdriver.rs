@@ -204,6 +204,35 @@ impl Browser {
             .to_owned()
     }
 
+    /// Opens a new window on `url` and makes it the current one.
+    pub async fn open_window(&self, url: &str) {
+        let v = self.post("/window/new", json!({ "type": "window" })).await;
+        let handle = v["handle"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no new window: {v}"))
+            .to_owned();
+        self.switch_to(&handle).await;
+        self.goto(url).await;
+    }
+
+    /// Every window's handle, in the order WebDriver gives them.
+    pub async fn windows(&self) -> Vec<String> {
+        let v = self
+            .call(reqwest::Method::GET, "/window/handles", Value::Null)
+            .await;
+        (v.as_array()
+            .unwrap_or_else(|| panic!("no handles: {v}"))
+            .iter())
+        .filter_map(|h| h.as_str().map(str::to_owned))
+        .collect()
+    }
+
+    /// Makes window `handle` the current one.
+    pub async fn switch_to(&self, handle: &str) {
+        let v = self.post("/window", json!({ "handle": handle })).await;
+        assert!(v.is_null(), "switching windows: {v}");
+    }
+
     /// A PNG of the viewport, written to `path`.
     pub async fn screenshot(&self, path: &std::path::Path) {
         use base64_decode as decode;

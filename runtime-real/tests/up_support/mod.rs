@@ -348,3 +348,38 @@ pub fn processes(state: &Path, name: &str) -> Vec<(u32, PathBuf)> {
     }
     found
 }
+
+/// What `drover-worker generate` (built beside `drover`) prints of
+/// `prompt` on the whole trained model, greedy.
+pub fn generated(prompt: &str, max_tokens: u32) -> String {
+    let worker = Path::new(DROVER).with_file_name("drover-worker");
+    assert!(
+        worker.is_file(),
+        "{} is missing: build it with `cargo build -p workers`",
+        worker.display()
+    );
+    let out = Command::new(worker)
+        .args(["generate", "--model"])
+        .arg(stories())
+        .args(["--prompt", prompt, "--max-tokens", &max_tokens.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `plan` with bounded replacement: 3 attempts, backoff 100 ms to 1 s.
+pub fn bounded(mut plan: RunPlan) -> RunPlan {
+    use core_fsm::time::Duration as D;
+    plan.replacement = core_fsm::plan::ReplacementPolicy::Bounded {
+        attempts_max: 3,
+        backoff_base: D::from_millis(100),
+        backoff_max: D::from_secs(1),
+        quarantine_after_failures: 10,
+    };
+    plan
+}

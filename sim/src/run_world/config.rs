@@ -89,19 +89,8 @@ pub(super) const PREFILL_IN_FLIGHT: u64 = 8;
 /// travels in several.
 pub(super) const PREFILL_CHUNK_MIN: usize = 2;
 
-/// How a prompt of `len` tokens is cut (the runtime's `prefill_chunks`,
-/// with the world's smallest chunk).
+/// How a prompt of `len` tokens is cut (the runtime's rule, with the
+/// world's smallest chunk).
 pub(super) fn prefill_chunks(len: usize) -> Vec<usize> {
-    let chunks = len
-        .div_ceil(PREFILL_CHUNK_MIN)
-        .clamp(1, PREFILL_IN_FLIGHT as usize);
-    let size = len.div_ceil(chunks).max(1);
-    let mut out = Vec::new();
-    let mut left = len;
-    while left > 0 {
-        let n = size.min(left);
-        out.push(n);
-        left -= n;
-    }
-    out
+    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
 }
