@@ -95,13 +95,11 @@ fn admit(
     headers: &HeaderMap,
     q: &std::collections::BTreeMap<String, String>,
     node: Option<&str>,
-) -> Result<Option<serde_json::Value>, Response> {
-    guard(app, headers, q, true).map_err(|refused| *refused)?;
+) -> Result<Option<serde_json::Value>, Box<Response>> {
+    guard(app, headers, q, true)?;
     if app.read_only {
-        return Err(refuse(
-            StatusCode::CONFLICT,
-            "this dashboard shows a stopped run",
-        ));
+        let reason = "this dashboard shows a stopped run";
+        return Err(Box::new(refuse(StatusCode::CONFLICT, reason)));
     }
     let Some(node) = node else {
         return Ok(None);
@@ -112,10 +110,10 @@ fn admit(
         .cloned();
     match card {
         Some(card) => Ok(Some(card)),
-        None => Err(refuse(
-            StatusCode::NOT_FOUND,
-            &format!("no node `{node}` in this run"),
-        )),
+        None => {
+            let reason = format!("no node `{node}` in this run");
+            Err(Box::new(refuse(StatusCode::NOT_FOUND, &reason)))
+        }
     }
 }
 
@@ -134,7 +132,7 @@ pub async fn remove(
 ) -> Response {
     let card = match admit(&app, &headers, &q, Some(&node)) {
         Ok(card) => card.unwrap_or_default(),
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let gone = [Lifecycle::Destroying, Lifecycle::Destroyed]
         .iter()
@@ -165,7 +163,7 @@ pub async fn kill(
 ) -> Response {
     let card = match admit(&app, &headers, &q, Some(&node)) {
         Ok(card) => card.unwrap_or_default(),
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     if card["stage"] != "Dormant" {
         let reason = format!("`{node}` has no agent to kill (it is {})", card["stage"]);
@@ -181,7 +179,7 @@ pub async fn kill(
 /// every lease).
 pub async fn stop(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
     if let Err(refused) = admit(&app, &headers, &q, None) {
-        return refused;
+        return *refused;
     }
     match app.controls.request_stop() {
         Ok(()) => accepted("stop", None),
