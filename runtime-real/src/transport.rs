@@ -43,6 +43,9 @@ pub const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(3);
 pub const CLOSE_GOING_AWAY: VarInt = VarInt::from_u32(4);
 /// QUIC close code: a newer connection of the same agent replaced this one.
 pub const CLOSE_SUPERSEDED: VarInt = VarInt::from_u32(5);
+/// The orchestrator's membership holds the agent Dead: its connection is
+/// closed (a process that was killed never closes its own).
+pub const CLOSE_DEAD: VarInt = VarInt::from_u32(6);
 
 /// What the control plane reports to the orchestrator.
 #[derive(Clone, Debug, PartialEq)]

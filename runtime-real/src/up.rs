@@ -350,6 +350,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let hooks = {
         let (a, b) = (view.clone(), view.clone());
         let lost = tx.clone();
+        let control = host.control.clone();
         crate::pipeline::ViewHooks {
             json,
             stop: stop_tx,
@@ -358,6 +359,8 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             liveness: Box::new(move |node, agent, l| {
                 a.lock().expect("view").liveness(node, l);
                 if l == core_fsm::membership::Liveness::Dead {
+                    // Its connection would linger until it timed out.
+                    control.close_dead(agent);
                     let input = Input::AgentLost {
                         node: node.clone(),
                         agent: agent.clone(),

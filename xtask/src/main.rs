@@ -361,6 +361,18 @@ fn bench(what: &str, provider: &str) -> bool {
                 provider,
             ]),
         ),
+        "repair" => step(
+            "bench repair",
+            cargo(&[
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "runtime-real",
+                "--example",
+                "bench_repair",
+            ]),
+        ),
         "dashboard" => step(
             "bench dashboard",
             cargo(&[
@@ -375,7 +387,7 @@ fn bench(what: &str, provider: &str) -> bool {
         ),
         other => {
             eprintln!(
-                "xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline, dashboard)"
+                "xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline, dashboard, repair)"
             );
             false
         }

@@ -191,6 +191,20 @@ impl ControlPlane {
             .is_some_and(|live| live.outbox.try_send(Frame::Shutdown).is_ok())
     }
 
+    /// Closes the connection of an agent membership holds Dead: a killed
+    /// process never closes its own, and until it times out the agent
+    /// would look connected (a destroy of its lease would wait for it to
+    /// say goodbye). False when it is not connected.
+    pub fn close_dead(&self, agent: &AgentId) -> bool {
+        let state = self.lock();
+        let Some(live) = state.live.get(agent) else {
+            return false;
+        };
+        live.conn
+            .close(super::CLOSE_DEAD, b"membership holds this agent Dead");
+        true
+    }
+
     /// Queues `frame` for a connected agent. False when the agent is not
     /// connected or its outbox is full.
     pub fn send(&self, agent: &AgentId, frame: Frame) -> bool {
