@@ -322,6 +322,25 @@ fn seeds_per_core(text: &str) -> Option<f64> {
     })
 }
 
+/// `cargo run --release -p runtime-real --example NAME -- ARGS`: the
+/// benchmarks that drive real binaries (built by the example itself).
+fn release_example(name: &str, args: &[&str]) -> Command {
+    let mut all = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "runtime-real",
+        "--example",
+        name,
+    ];
+    if !args.is_empty() {
+        all.push("--");
+        all.extend_from_slice(args);
+    }
+    cargo(&all)
+}
+
 fn bench(what: &str, provider: &str) -> bool {
     match what {
         // An example, not a `cargo bench` target: cargo builds bench
@@ -348,43 +367,10 @@ fn bench(what: &str, provider: &str) -> bool {
             .is_ok(),
         "up" => step(
             "bench up",
-            cargo(&[
-                "run",
-                "--quiet",
-                "--release",
-                "-p",
-                "runtime-real",
-                "--example",
-                "bench_up",
-                "--",
-                "--provider",
-                provider,
-            ]),
+            release_example("bench_up", &["--provider", provider]),
         ),
-        "repair" => step(
-            "bench repair",
-            cargo(&[
-                "run",
-                "--quiet",
-                "--release",
-                "-p",
-                "runtime-real",
-                "--example",
-                "bench_repair",
-            ]),
-        ),
-        "dashboard" => step(
-            "bench dashboard",
-            cargo(&[
-                "run",
-                "--quiet",
-                "--release",
-                "-p",
-                "runtime-real",
-                "--example",
-                "bench_dashboard",
-            ]),
-        ),
+        "repair" => step("bench repair", release_example("bench_repair", &[])),
+        "dashboard" => step("bench dashboard", release_example("bench_dashboard", &[])),
         other => {
             eprintln!(
                 "xtask bench: unknown benchmark `{other}` (fsm, sim, up, worker, pipeline, dashboard, repair)"

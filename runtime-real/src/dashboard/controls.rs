@@ -88,33 +88,37 @@ impl Controls {
     }
 }
 
-/// The checks every control makes (token, Host, Origin; a live run), and
-/// for a node's control the node's card, or the refusal to answer.
+/// The checks every control makes: the token, `Host` and `Origin`, and a
+/// live run (not a read-only server).
 fn admit(
     app: &App,
     headers: &HeaderMap,
     q: &std::collections::BTreeMap<String, String>,
-    node: Option<&str>,
-) -> Result<Option<serde_json::Value>, Box<Response>> {
+) -> Result<(), Box<Response>> {
     guard(app, headers, q, true)?;
     if app.read_only {
         let reason = "this dashboard shows a stopped run";
         return Err(Box::new(refuse(StatusCode::CONFLICT, reason)));
     }
-    let Some(node) = node else {
-        return Ok(None);
-    };
+    Ok(())
+}
+
+/// [`admit`], then the card of `node` (404 when the run has none).
+fn admit_node(
+    app: &App,
+    headers: &HeaderMap,
+    q: &std::collections::BTreeMap<String, String>,
+    node: &str,
+) -> Result<serde_json::Value, Box<Response>> {
+    admit(app, headers, q)?;
     let state = app.hub.state();
-    let card = (state["nodes"].as_array())
+    (state["nodes"].as_array())
         .and_then(|nodes| nodes.iter().find(|c| c["id"] == node))
-        .cloned();
-    match card {
-        Some(card) => Ok(Some(card)),
-        None => {
+        .cloned()
+        .ok_or_else(|| {
             let reason = format!("no node `{node}` in this run");
-            Err(Box::new(refuse(StatusCode::NOT_FOUND, &reason)))
-        }
-    }
+            Box::new(refuse(StatusCode::NOT_FOUND, &reason))
+        })
 }
 
 fn accepted(what: &str, node: Option<&str>) -> Response {
@@ -130,8 +134,8 @@ pub async fn remove(
     Query(q): Params,
     Path(node): Path<String>,
 ) -> Response {
-    let card = match admit(&app, &headers, &q, Some(&node)) {
-        Ok(card) => card.unwrap_or_default(),
+    let card = match admit_node(&app, &headers, &q, &node) {
+        Ok(card) => card,
         Err(refused) => return *refused,
     };
     let gone = [Lifecycle::Destroying, Lifecycle::Destroyed]
@@ -161,8 +165,8 @@ pub async fn kill(
     Query(q): Params,
     Path(node): Path<String>,
 ) -> Response {
-    let card = match admit(&app, &headers, &q, Some(&node)) {
-        Ok(card) => card.unwrap_or_default(),
+    let card = match admit_node(&app, &headers, &q, &node) {
+        Ok(card) => card,
         Err(refused) => return *refused,
     };
     if card["stage"] != "Dormant" {
@@ -178,7 +182,7 @@ pub async fn kill(
 /// `POST /api/stop`: the run stops as on Ctrl-C (the pipeline first, then
 /// every lease).
 pub async fn stop(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
-    if let Err(refused) = admit(&app, &headers, &q, None) {
+    if let Err(refused) = admit(&app, &headers, &q) {
         return *refused;
     }
     match app.controls.request_stop() {
