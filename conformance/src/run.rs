@@ -141,9 +141,15 @@ impl RunFault {
         RunFault::ALL.into_iter().find(|f| f.name() == text)
     }
 
-    /// Whether the fault, once injected, ends the run (the pipeline has no
-    /// repair yet, so a lost stage fails it). At most one per case, so
-    /// every fault a case enables is reached.
+    /// Whether a run that may repair, with its dead nodes replaced,
+    /// survives the fault: an agent's death while serving.
+    pub fn is_repaired(self) -> bool {
+        matches!(self, RunFault::AgentDiesMidRequest | RunFault::OperatorKill)
+    }
+
+    /// Whether the fault, once injected, ends a run that does not repair
+    /// (a lost stage fails it). At most one per case, so every fault a
+    /// case enables is reached.
     pub fn is_fatal(self) -> bool {
         matches!(
             self,
@@ -206,6 +212,11 @@ pub struct RunProfile {
     pub submit_gap_ms: u64,
     /// When the fault phase ends: the operator stops the run, in ms.
     pub heal_at_ms: u64,
+    /// Repairs the run may make (0: a lost stage fails it, policy `none`).
+    pub repairs: u32,
+    /// How long after an agent's death its node's replacement agent starts,
+    /// in ms (0: nothing replaces a dead node).
+    pub replace_ms: u64,
     /// The generator's rates by fault name, per mille (for people and hit
     /// rates; the items are what the world acts on).
     pub rates: Vec<(String, u32)>,

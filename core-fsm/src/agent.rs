@@ -13,7 +13,9 @@
 //! runtime as ready to the orchestrator (resent, bounded, until
 //! acknowledged), answers every acknowledgement, heartbeats for the
 //! membership, and routes provisions, stage facts and stops to the stage
-//! controllers, creating one per provisioned stage index (bounded).
+//! controllers, creating one per provisioned stage index (bounded). A
+//! provision for a stage whose controller has stopped (a repair rebuilds
+//! the pipeline) starts a new controller life on the same worker.
 
 mod transitions;
 
@@ -271,6 +273,8 @@ pub struct Machine {
     next_id: crate::ids::Counter,
     /// Worker processes asked for; never more than one (no restarts).
     spawns: u32,
+    /// Stopped stages provisioned again (a repair rebuilds the pipeline).
+    reprovisions: u64,
 }
 
 impl Machine {
@@ -296,6 +300,7 @@ impl Machine {
             ignored: Ignored::default(),
             next_id: crate::ids::Counter::starting_at(1),
             spawns: 0,
+            reprovisions: 0,
         }
     }
 
@@ -317,6 +322,11 @@ impl Machine {
     /// The readiness report's state.
     pub fn readiness(&self) -> Readiness {
         self.readiness
+    }
+
+    /// Stopped stages provisioned again so far.
+    pub fn reprovisions(&self) -> u64 {
+        self.reprovisions
     }
 
     /// Inputs the agent itself ignored.

@@ -12,7 +12,9 @@
 //! stage is stopped and awaited, bounded by a stop timeout.
 
 mod errors;
+mod invariants;
 mod planning;
+mod repair;
 mod serving;
 mod startup;
 mod teardown;
@@ -22,8 +24,8 @@ mod types;
 pub use errors::{PhaseName, RunError, exit_code};
 pub use planning::{PlanningError, StageAssignment, plan_split, plan_stages, prefill_chunks};
 pub use types::{
-    Acks, Active, Barrier, DoneReason, Ignored, Input, PromptEvent, PromptFault, Queued, RequestId,
-    Serving, StageProgress, Teardown, TimerKind, TokenEndpoint, Worker,
+    Acks, Active, Barrier, Carry, DoneReason, Ignored, Input, PromptEvent, PromptFault, Queued,
+    Repair, RequestId, Serving, StageProgress, Teardown, TimerKind, TokenEndpoint, Worker,
 };
 
 use crate::ids::{AgentId, LogicalNodeId, OpId, RunId};
@@ -74,6 +76,16 @@ pub struct Config {
     pub context: u32,
     /// How long teardown may wait for stop facts.
     pub stop_timeout: Duration,
+    /// Repairs the run may make: a stage lost while serving (its node dead
+    /// or replaced, a stage or token endpoint faulted) rebuilds the
+    /// pipeline on the nodes' current agents and resumes the active
+    /// request. 0: a loss fails the run (replacement policy `none`).
+    #[serde(default)]
+    pub repairs_max: u32,
+    /// How long one repair may wait for the stops and for every lost
+    /// stage's replacement to report ready.
+    #[serde(default)]
+    pub repair_timeout: Duration,
 }
 
 /// The run's state (SPEC.md "The run, OrchestratorRun" logical states).
@@ -101,6 +113,10 @@ pub enum Phase {
     },
     /// Serving requests, one at a time.
     Serving(Serving),
+    /// A stage was lost while serving: stopping what is left and waiting
+    /// for replacements; the startup phases follow and serving resumes
+    /// (the request and the queue are in the machine's carry meanwhile).
+    Repairing(Repair),
     /// Stopping every stage and the token endpoints.
     TearingDown(Teardown),
     /// Ended by a controlled stop; every stop fact arrived.
@@ -153,10 +169,40 @@ pub enum Effect {
     Inject {
         /// The request.
         request: RequestId,
-        /// 0 for the prompt, `k + 1` for generated token `k` fed back.
+        /// The sequence number of the token this input produces: 0 for the
+        /// prompt, `k + 1` for generated token `k` fed back, `k` for a
+        /// resume (the prompt and the `k` tokens generated before it).
         seq: u64,
+        /// The position of the first token (0 for a prompt or a resume).
+        pos: u32,
         /// The tokens.
         tokens: Vec<u32>,
+    },
+    /// Tell a node's new agent (a replacement) which stage it runs, so that
+    /// it reports its runtime ready for this run.
+    Enlist {
+        /// The node.
+        node: LogicalNodeId,
+        /// Its new agent.
+        agent: AgentId,
+        /// The node's stage.
+        stage: StageIndex,
+    },
+    /// A repair began (observational: the operator is told why).
+    Repairing {
+        /// What was lost.
+        cause: RunError,
+        /// This repair's number, from 1.
+        repair: u32,
+        /// The request that will resume, if one was active.
+        request: Option<RequestId>,
+    },
+    /// The pipeline is rebuilt and serving again (observational).
+    Repaired {
+        /// The repair's number.
+        repair: u32,
+        /// The request resumed, and the sequence number of its next token.
+        resumed: Option<(RequestId, u64)>,
     },
     /// Tell the request's client.
     Prompt {
@@ -195,6 +241,11 @@ pub struct Machine {
     /// The highest request id seen; ids must increase.
     last_request: Option<RequestId>,
     next_op: crate::ids::Counter,
+    /// Repairs begun so far (at most `repairs_max`).
+    repairs: u32,
+    /// What a repair carries to the serving after it: `Some` from a
+    /// repair's start until serving resumes (RN19).
+    carry: Option<Carry>,
 }
 
 impl Machine {
@@ -219,6 +270,8 @@ impl Machine {
             provisioned: BTreeSet::new(),
             last_request: None,
             next_op: crate::ids::Counter::starting_at(1),
+            repairs: 0,
+            carry: None,
         })
     }
 
@@ -244,6 +297,11 @@ impl Machine {
             Phase::Failed(error) => Some(Err(error)),
             _ => None,
         }
+    }
+
+    /// Repairs begun so far.
+    pub fn repairs(&self) -> u32 {
+        self.repairs
     }
 
     /// What membership last said of `node`: its agent and liveness.
@@ -283,6 +341,6 @@ impl crate::Machine for Machine {
     }
 
     fn check_invariants(&self) {
-        transitions::check(self);
+        invariants::check(self);
     }
 }

@@ -14,6 +14,7 @@ pub mod download;
 pub mod edges;
 pub mod fetch;
 pub mod host;
+pub mod lives;
 pub mod model;
 pub mod node;
 pub mod shared;
@@ -61,6 +62,9 @@ pub struct Prepared {
     pub plan: Vec<StageAssignment>,
     /// Each stage's weights.
     pub weights: Vec<WeightsRef>,
+    /// Repairs the run may make (the plan's replacements: 0 with policy
+    /// `none`, `attempts_max - 1` per stage's node with `bounded`).
+    pub repairs_max: u32,
 }
 
 impl Prepared {
@@ -162,6 +166,12 @@ pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepar
     }
     let nodes = nodes_of(plan, &spec)?;
     let stages = nodes.len() as u32;
+    let repairs_max = match plan.replacement {
+        core_fsm::plan::ReplacementPolicy::None => 0,
+        core_fsm::plan::ReplacementPolicy::Bounded { attempts_max, .. } => {
+            attempts_max.saturating_sub(1).saturating_mul(stages)
+        }
+    };
     let plan = run::plan_split(model.layers(), stages, &nodes, &spec.split)
         .map_err(|e| format!("pipeline: {e}"))?;
     let weights = plan
@@ -173,6 +183,7 @@ pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepar
         model,
         plan,
         weights,
+        repairs_max,
     })
 }
 
@@ -409,6 +420,10 @@ impl Running {
             queue_max: 16,
             context,
             stop_timeout: Duration::from_secs(20),
+            repairs_max: prepared.repairs_max,
+            // A replacement is found Dead (5 s by default), leased,
+            // bootstrapped and joined: minutes on a rented host.
+            repair_timeout: Duration::from_secs(600),
         };
         let (conns_tx, conns_rx) = mpsc::channel(16);
         control.route(wire::WEIGHTS_ALPN, conns_tx);

@@ -1,4 +1,4 @@
-//! The run-phase battery (tier 1): both run scenarios, many seeds, each run
+//! The run-phase battery (tier 1): every run scenario, many seeds, each run
 //! twice. A failure is shrunk, its trace written to `traces/run/`, and its
 //! one reproduce line printed. Every fault of the run alphabet must be hit
 //! in at least 95% of the profiles that enable it.
@@ -15,7 +15,7 @@ fn run_battery_passes_and_hits_every_fault() {
     println!("{}", report.summary());
     let labels: Vec<&str> = report.coverage.labels.iter().map(String::as_str).collect();
     println!("labels: {}", labels.join(" "));
-    assert_eq!(report.cases, SEEDS * 2);
+    assert_eq!(report.cases, SEEDS * RunScenario::ALL.len() as u64);
     assert!(
         report.failures.is_empty(),
         "{} failures (see above)",
@@ -45,6 +45,11 @@ fn run_battery_passes_and_hits_every_fault() {
         "run:Failed/NodeDead",
         "run:Failed/StageFault",
         "run:Failed/WeightLoadTimeout",
+        // Repairs: a replacement told its stage, the pipeline rebuilt, and
+        // a request resumed from the middle of its stream.
+        "run:Repairing",
+        "run:enlist/current",
+        "run:resumed/mid-request",
         "stage:AwaitingReady",
         "stage:Ready",
         "stage:Busy",

@@ -1,9 +1,10 @@
 //! The run phase's seeded swarm generator: a seed draws a profile (the
 //! pipeline's shape, timings, and which faults are on), then the items.
 //!
-//! The pipeline has no repair yet, so a fatal fault ends the run: a case
-//! holds at most one, and only faults that act before it besides, so every
-//! fault a profile enables is reached (the battery measures it).
+//! A fatal fault ends a run that does not repair: such a case holds at most
+//! one, and only faults that act before it besides, so every fault a
+//! profile enables is reached (the battery measures it). A repairing case
+//! (`run-repair`) holds agent deaths while serving, which it survives.
 
 use super::{RunCase, RunFault, RunItem, RunProfile};
 use core_fsm::rng::DetRng;
@@ -17,17 +18,26 @@ pub enum RunScenario {
     /// Exactly one fatal fault (uniformly drawn), plus the readiness
     /// faults, which act before it.
     Fatal,
+    /// A run that repairs: one or two agents die while serving, each dead
+    /// node's replacement starts a little later, and every other non-fatal
+    /// fault is on for half the seeds. Every request must be served whole.
+    Repair,
 }
 
 impl RunScenario {
     /// Every run scenario.
-    pub const ALL: [RunScenario; 2] = [RunScenario::Serving, RunScenario::Fatal];
+    pub const ALL: [RunScenario; 3] = [
+        RunScenario::Serving,
+        RunScenario::Fatal,
+        RunScenario::Repair,
+    ];
 
     /// The scenario's name.
     pub fn name(self) -> &'static str {
         match self {
             RunScenario::Serving => "run-serving",
             RunScenario::Fatal => "run-fatal",
+            RunScenario::Repair => "run-repair",
         }
     }
 
@@ -63,8 +73,18 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
         conn_loss_ms: rng.between(300, 4_000),
         submit_gap_ms: rng.between(0, 2_000),
         heal_at_ms: rng.between(60_000, 120_000),
+        repairs: 0,
+        replace_ms: 0,
         rates: Vec::new(),
     };
+    let mut profile = profile;
+    if scenario == RunScenario::Repair {
+        // Drawn from a stream of its own: the other scenarios' cases stay
+        // as they were.
+        let mut r = root.derive(3);
+        profile.repairs = 3;
+        profile.replace_ms = r.between(200, 6_000);
+    }
     let mut rng = root.derive(2);
     let on: Vec<RunFault> = match scenario {
         RunScenario::Serving => RunFault::ALL
@@ -79,12 +99,24 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
             on.push(pick);
             on
         }
+        RunScenario::Repair => {
+            let mut on: Vec<RunFault> = RunFault::ALL
+                .into_iter()
+                .filter(|f| !f.is_fatal() && rng.ratio(1, 2))
+                .collect();
+            let deaths = [RunFault::AgentDiesMidRequest, RunFault::OperatorKill];
+            let picked: Vec<RunFault> = deaths.into_iter().filter(|_| rng.ratio(1, 2)).collect();
+            match picked.is_empty() {
+                true => on.push(deaths[rng.below(2) as usize]),
+                false => on.extend(picked),
+            }
+            on
+        }
     };
     let mut items = Vec::new();
     for fault in &on {
         items.extend(draw_items(*fault, &profile, &mut rng));
     }
-    let mut profile = profile;
     profile.rates = on.iter().map(|f| (f.name().to_owned(), 1000)).collect();
     profile.rates.sort();
     RunCase {
@@ -157,6 +189,16 @@ mod tests {
             assert_eq!(kinds.len(), 1, "seed {seed}: {:?}", fatal.items);
             let serving = generate_run(RunScenario::Serving, seed);
             assert!(serving.items.iter().all(|i| !i.fault.is_fatal()));
+            // A repairing case has a death it survives and nothing else fatal.
+            let repair = generate_run(RunScenario::Repair, seed);
+            assert!(repair.profile.repairs > 0 && repair.profile.replace_ms > 0);
+            assert!(repair.items.iter().any(|i| i.fault.is_repaired()));
+            assert!(
+                repair
+                    .items
+                    .iter()
+                    .all(|i| !i.fault.is_fatal() || i.fault.is_repaired())
+            );
         }
     }
 }

@@ -30,7 +30,7 @@ pub fn write_run(case: &RunCase) -> String {
         out,
         "profile stages={} layers={} requests={} prompt-seed={} prompt-max={} \
          max-tokens-max={} context={} latency={} spawn={} fetch={} load={} step={} \
-         conn-loss={} submit-gap={} heal={}",
+         conn-loss={} submit-gap={} heal={} repairs={} replace={}",
         p.stages,
         p.layers,
         p.requests,
@@ -45,7 +45,9 @@ pub fn write_run(case: &RunCase) -> String {
         p.step_ms,
         p.conn_loss_ms,
         p.submit_gap_ms,
-        p.heal_at_ms
+        p.heal_at_ms,
+        p.repairs,
+        p.replace_ms
     );
     let rates: Vec<String> = p.rates.iter().map(|(n, r)| format!("{n}={r}")).collect();
     let _ = writeln!(out, "rates {}", rates.join(" "));
@@ -150,6 +152,9 @@ fn parse_profile(text: &str) -> Result<RunProfile, String> {
         conn_loss_ms: get("conn-loss")?,
         submit_gap_ms: get("submit-gap")?,
         heal_at_ms: get("heal")?,
+        // Traces written before repairs existed hold neither.
+        repairs: get("repairs").unwrap_or(0) as u32,
+        replace_ms: get("replace").unwrap_or(0),
         rates: Vec::new(),
     })
 }

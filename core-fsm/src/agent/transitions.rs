@@ -253,6 +253,16 @@ impl Machine {
             return;
         }
         let stage = provision.stage;
+        // A stage stopped by a repair is provisioned again: a new
+        // controller life (its old one only ever stops).
+        if self
+            .stages
+            .get(&stage)
+            .is_some_and(|c| matches!(c.phase(), stage::Phase::Stopped))
+        {
+            self.stages.remove(&stage);
+            self.reprovisions += 1;
+        }
         if !self.stages.contains_key(&stage) {
             if self.stages.len() >= self.config.stages_max {
                 self.ignored.over_capacity += 1;

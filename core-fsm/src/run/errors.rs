@@ -22,6 +22,8 @@ pub enum PhaseName {
     PromptStartup,
     /// Serving requests.
     Serving,
+    /// Repairing the pipeline while serving.
+    Repair,
 }
 
 /// Why a run failed. The first failure is kept; teardown never replaces it.
@@ -113,6 +115,14 @@ pub enum RunError {
         expected: u64,
         /// The sequence that arrived.
         got: u64,
+    },
+    /// A repair ran out of time: lost stages not replaced, or stops not
+    /// confirmed.
+    RepairTimeout {
+        /// What interrupted the run.
+        cause: Box<RunError>,
+        /// Stages without a ready agent, or whose stop was not confirmed.
+        missing: Vec<StageIndex>,
     },
     /// Teardown ran out of time before every stop fact arrived.
     StopTimeout {

@@ -29,24 +29,41 @@ impl Machine {
             request,
             event: PromptEvent::Fault(fault),
         };
-        let Phase::Serving(mut serving) = phase else {
-            out.push(fault(PromptFault::NotServing));
-            return phase;
-        };
         let queued = Queued {
             request,
             prompt,
             max_tokens,
         };
         let context = self.config.context as usize;
-        if queued.prompt.is_empty() {
-            let reason = "the prompt holds no token".to_owned();
-            out.push(fault(PromptFault::Invalid { reason }));
+        let invalid = if queued.prompt.is_empty() {
+            Some("the prompt holds no token".to_owned())
         } else if context > 0 && queued.prompt.len() >= context {
-            let reason = format!(
+            Some(format!(
                 "the prompt's {} tokens fill the context of {context}",
                 queued.prompt.len()
-            );
+            ))
+        } else {
+            None
+        };
+        let phase = match phase {
+            Phase::Serving(serving) => serving,
+            // A request while a repair rebuilds the pipeline waits for it.
+            phase => {
+                let event = match (invalid, self.carry.as_mut()) {
+                    (_, None) => PromptFault::NotServing,
+                    (Some(reason), Some(_)) => PromptFault::Invalid { reason },
+                    (None, Some(carry)) if carry.queue.len() < self.config.queue_max => {
+                        carry.queue.push_back(queued);
+                        return phase;
+                    }
+                    (None, Some(_)) => PromptFault::QueueFull,
+                };
+                out.push(fault(event));
+                return phase;
+            }
+        };
+        let mut serving = phase;
+        if let Some(reason) = invalid {
             out.push(fault(PromptFault::Invalid { reason }));
         } else if serving.active.is_none() {
             self.start(now, &mut serving, queued, out);
@@ -58,7 +75,7 @@ impl Machine {
         Phase::Serving(serving)
     }
 
-    fn start(
+    pub(super) fn start(
         &mut self,
         now: Instant,
         serving: &mut Serving,
@@ -70,13 +87,16 @@ impl Machine {
         out.push(Effect::Inject {
             request: queued.request,
             seq: 0,
-            tokens: queued.prompt,
+            pos: 0,
+            tokens: queued.prompt.clone(),
         });
         serving.active = Some(Active {
             request: queued.request,
             max_tokens: queued.max_tokens,
             prompt_len,
             next_seq: 0,
+            prompt: queued.prompt,
+            generated: Vec::new(),
         });
         self.timers
             .set(TimerKind::TokenGap, now + self.config.token_timeout);
@@ -144,7 +164,12 @@ impl Machine {
             return self.fail_from(now, Phase::Serving(serving), error, out);
         }
         active.next_seq += 1;
+        active.generated.push(token);
         let produced = active.next_seq;
+        // Token `seq` fed back runs position `prompt_len + seq`.
+        let pos = active
+            .prompt_len
+            .saturating_add(u32::try_from(seq).unwrap_or(u32::MAX));
         let capped = active.max_tokens > 0 && produced >= u64::from(active.max_tokens);
         // Feeding token `k` back runs position `prompt_len + k`, which must
         // be inside the context.
@@ -173,6 +198,7 @@ impl Machine {
         out.push(Effect::Inject {
             request,
             seq: seq + 1,
+            pos,
             tokens: vec![token],
         });
         self.timers

@@ -210,6 +210,10 @@ impl Machine {
         if !(all && progress.token_in && progress.token_out) {
             return Phase::AwaitingStageReady(progress);
         }
+        // After a repair the prompt service is open already.
+        if let Some(carry) = self.carry.take() {
+            return self.resume(now, carry, out);
+        }
         self.timers.clear();
         let op = crate::ids::OpId(self.next_op.next());
         self.timers

@@ -46,7 +46,7 @@ impl Machine {
 
     /// Whether the stage's agent can still confirm a stop: the one that
     /// passed the barrier, and not dead.
-    fn can_answer(&self, stage: crate::stage::StageIndex) -> bool {
+    pub(super) fn can_answer(&self, stage: crate::stage::StageIndex) -> bool {
         let node = &self.plan[stage as usize].node;
         match (self.workers.get(&stage), self.members.get(node)) {
             (Some(worker), Some((agent, liveness))) => {

@@ -123,6 +123,11 @@ impl Machine {
                 self.on_token_timeout(now, serving, out)
             }
 
+            (Phase::Repairing(repair), In(input)) => self.on_repair_input(now, repair, input, out),
+            (Phase::Repairing(repair), Fire(TimerKind::Repair)) => {
+                self.on_repair_timeout(now, repair, out)
+            }
+
             (Phase::TearingDown(teardown), In(input)) => {
                 self.on_teardown_input(teardown, input, out)
             }
@@ -142,11 +147,12 @@ impl Machine {
                     Phase::Serving(_) => RunError::StageFault { stage, fault },
                     _ => RunError::StageProvisionFailed { stage, fault },
                 };
-                self.fail_from(now, phase, error, out)
+                self.repair_or_fail(now, phase, error, out)
             }
             (phase, In(Input::EndpointFault { reason, .. })) if !phase.is_terminal() => {
                 let during = phase_name(&phase);
-                self.fail_from(now, phase, RunError::EndpointFault { during, reason }, out)
+                let error = RunError::EndpointFault { during, reason };
+                self.repair_or_fail(now, phase, error, out)
             }
             (phase, In(Input::SendFailed { node, reason })) if !phase.is_terminal() => {
                 let during = phase_name(&phase);
@@ -155,7 +161,7 @@ impl Machine {
                     during,
                     reason,
                 };
-                self.fail_from(now, phase, error, out)
+                self.repair_or_fail(now, phase, error, out)
             }
             (phase, In(Input::Shutdown)) if !phase.is_terminal() => self.shutdown(now, phase, out),
 
@@ -232,12 +238,36 @@ impl Machine {
         self.fail(now, error, out)
     }
 
-    /// Moves to teardown with `error`; the phase held no request.
+    /// A loss: repaired while repairs remain, else the end of the run.
+    fn repair_or_fail(
+        &mut self,
+        now: Instant,
+        phase: Phase,
+        error: RunError,
+        out: &mut Vec<Effect>,
+    ) -> Phase {
+        if self.may_repair(&phase) {
+            self.begin_repair(now, phase, error, out)
+        } else {
+            self.fail_from(now, phase, error, out)
+        }
+    }
+
+    /// Moves to teardown with `error`; the phase held no request (a
+    /// repair's carried requests fail with it).
     pub(super) fn fail(&mut self, now: Instant, error: RunError, out: &mut Vec<Effect>) -> Phase {
+        if let Some(carry) = self.carry.take() {
+            self.fault_carry(carry, PromptFault::RunFailed, out);
+        }
         self.begin_teardown(now, Err(error), out)
     }
 
     fn shutdown(&mut self, now: Instant, phase: Phase, out: &mut Vec<Effect>) -> Phase {
+        if let Some(carry) = self.carry.take() {
+            // A stop while rebuilding after a repair ends the run in order.
+            self.fault_carry(carry, PromptFault::Shutdown, out);
+            return self.begin_teardown(now, Ok(()), out);
+        }
         match phase {
             // A stop while serving is the controlled end of the run.
             Phase::Serving(serving) => {
@@ -270,6 +300,12 @@ impl Machine {
             || self.workers.get(&stage).is_some_and(|w| w.agent != agent);
         match phase {
             Phase::AwaitingReadiness(barrier) if !lost => self.check_barrier(now, barrier, out),
+            // A lost stage is not waited for; a replacement's agent that is
+            // Alive is told its stage, and its report may complete the
+            // barrier.
+            Phase::Repairing(repair) => {
+                self.on_repair_liveness(now, repair, stage, (&node, &agent, liveness), lost, out)
+            }
             Phase::TearingDown(mut teardown) => {
                 if lost {
                     // A dead stage cannot confirm its stop; do not wait for it.
@@ -279,7 +315,7 @@ impl Machine {
             }
             phase if lost && !phase.is_terminal() => {
                 let during = phase_name(&phase);
-                self.fail_from(now, phase, RunError::NodeDead { node, during }, out)
+                self.repair_or_fail(now, phase, RunError::NodeDead { node, during }, out)
             }
             phase => phase,
         }
@@ -331,59 +367,9 @@ pub(super) fn phase_name(phase: &Phase) -> PhaseName {
         Phase::LoadingWeights { .. } => PhaseName::WeightLoading,
         Phase::AwaitingStageReady(_) => PhaseName::StageReadiness,
         Phase::OpeningPrompt { .. } => PhaseName::PromptStartup,
+        Phase::Repairing(_) => PhaseName::Repair,
         Phase::Serving(_) | Phase::TearingDown(_) | Phase::Stopped | Phase::Failed(_) => {
             PhaseName::Serving
         }
-    }
-}
-
-/// The run's invariants, checked after every step by tests and the oracle.
-pub(super) fn check(m: &Machine) {
-    let armed = |k| m.timers.is_set(&k);
-    // RN1: each phase owns its timers; none outlives it.
-    let expected: &[TimerKind] = match &m.phase {
-        Phase::AwaitingReadiness(_) => &[TimerKind::Readiness],
-        Phase::Acknowledging(_) => &[TimerKind::AckDeadline],
-        Phase::LoadingWeights { .. } => &[TimerKind::WeightLoad],
-        Phase::AwaitingStageReady(_) => &[TimerKind::StageReady],
-        Phase::OpeningPrompt { .. } => &[TimerKind::PromptOpen],
-        Phase::Serving(_) => &[],
-        Phase::TearingDown(_) => &[TimerKind::Stop],
-        Phase::Stopped | Phase::Failed(_) => &[],
-    };
-    for kind in expected {
-        assert!(armed(*kind), "run: {kind:?} not armed in {:?}", m.phase);
-    }
-    let extra = usize::from(
-        matches!(m.phase, Phase::Acknowledging(_)) && armed(TimerKind::AckRetry)
-            || matches!(&m.phase, Phase::Serving(s) if s.active.is_some()),
-    );
-    assert_eq!(m.timers.len(), expected.len() + extra, "run: stray timers");
-    match &m.phase {
-        Phase::Serving(serving) => {
-            // RN2: the queue is bounded and waits only behind an active request.
-            assert!(serving.queue.len() <= m.config.queue_max);
-            assert!(serving.active.is_some() || serving.queue.is_empty());
-            // RN3: the token-gap timer runs exactly while a request is active.
-            assert_eq!(armed(TimerKind::TokenGap), serving.active.is_some());
-        }
-        Phase::LoadingWeights { stage, .. } => {
-            // RN4: stages are provisioned one at a time, in order.
-            assert!(m.provisioned.iter().copied().eq(0..=*stage));
-        }
-        Phase::AwaitingReadiness(_) => assert!(m.workers.is_empty()),
-        _ => {}
-    }
-    // RN5: past the barrier, every stage has the agent that passed it.
-    let past_barrier = matches!(
-        m.phase,
-        Phase::Acknowledging(_)
-            | Phase::LoadingWeights { .. }
-            | Phase::AwaitingStageReady(_)
-            | Phase::OpeningPrompt { .. }
-            | Phase::Serving(_)
-    );
-    if past_barrier {
-        assert_eq!(m.workers.len(), m.config.stages as usize);
     }
 }

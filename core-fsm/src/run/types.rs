@@ -66,6 +66,11 @@ pub struct Active {
     pub prompt_len: u32,
     /// The sequence number the next token record must carry.
     pub next_seq: u64,
+    /// The prompt, kept so that a repair can run it again.
+    pub prompt: Vec<u32>,
+    /// The tokens generated so far, in order (`next_seq` of them): a
+    /// resume feeds them after the prompt.
+    pub generated: Vec<u32>,
 }
 
 /// A request waiting for its turn.
@@ -85,6 +90,33 @@ pub struct Serving {
     /// The request being generated, if any.
     pub active: Option<Active>,
     /// Requests waiting, oldest first; never longer than `queue_max`.
+    pub queue: VecDeque<Queued>,
+}
+
+/// A repair in progress (SPEC.md "The run, OrchestratorRun" "Repair"):
+/// every stage still provisioned is stopped, the token endpoints closed,
+/// and each lost stage waits for its node's replacement to report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repair {
+    /// What interrupted the run (the first loss of this repair).
+    pub cause: RunError,
+    /// Stages asked to stop that have not confirmed yet.
+    pub waiting: BTreeSet<StageIndex>,
+    /// Whether the token endpoints confirmed they are closed.
+    pub endpoints_closed: bool,
+    /// Runtime-ready reports for the rebuilt pipeline: the surviving
+    /// agents' (already acknowledged once) and the replacements' as they
+    /// arrive.
+    pub barrier: Barrier,
+}
+
+/// What a repair carries from the serving it interrupted to the serving
+/// that follows it: the active request, to resume, and the queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carry {
+    /// The request that was being generated, with its tokens so far.
+    pub active: Option<Active>,
+    /// Requests waiting, oldest first (new ones join while repairing).
     pub queue: VecDeque<Queued>,
 }
 
@@ -309,9 +341,11 @@ pub enum TimerKind {
     TokenGap,
     /// Teardown's deadline.
     Stop,
+    /// The deadline of a repair's stops and replacements.
+    Repair,
 }
 
-crate::timer::timer_kinds!(TimerKind: Readiness, AckRetry, AckDeadline, WeightLoad, StageReady, PromptOpen, TokenGap, Stop);
+crate::timer::timer_kinds!(TimerKind: Readiness, AckRetry, AckDeadline, WeightLoad, StageReady, PromptOpen, TokenGap, Stop, Repair);
 
 /// Inputs that were ignored, by reason (SPEC.md "The run, OrchestratorRun").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -41,6 +41,8 @@ pub fn config() -> Config {
         queue_max: 2,
         context: 0,
         stop_timeout: Duration::from_secs(10),
+        repairs_max: 0,
+        repair_timeout: Duration::from_secs(30),
     }
 }
 
@@ -203,8 +205,9 @@ pub fn effect(e: &Effect) -> String {
         Effect::Inject {
             request,
             seq,
+            pos,
             tokens,
-        } => format!("inject {request} seq={seq} tokens={tokens:?}"),
+        } => format!("inject {request} seq={seq} pos={pos} tokens={tokens:?}"),
         Effect::Prompt { request, event } => format!("prompt {request} {event:?}"),
         Effect::StopStage { node, stage } => format!("stop stage={stage} node={node}"),
         Effect::Finished(outcome) => {

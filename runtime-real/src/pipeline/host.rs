@@ -1,20 +1,23 @@
 //! The pipeline on the orchestrator: `core_fsm::pipeline` (the run and the
 //! membership of its nodes) driven by the shared effect loop; this file is
 //! its effect side: control frames to agents, the token edges, the prompt
-//! service. [`super::shared`] holds what it shares.
+//! service. [`super::shared`] holds what it shares; `host/tokens.rs` the
+//! token-out edge and `host/repair.rs` the repair's lines.
+
+mod repair;
+mod tokens;
 
 pub use super::shared::{HostShared, LivenessHook, RunParts};
+use tokens::token_out;
 
 use super::edges;
 use super::wire::{self, EdgeFrame, Payload, StageOrder, Step};
 use crate::prompt::Call;
+use crate::transport::parse_addr;
 use crate::transport::wire::Frame;
-use crate::transport::{agent_id_of, parse_addr};
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::pipeline::{Effect, Input};
 use core_fsm::run::{self, RequestId, TokenEndpoint};
-use iroh::endpoint::Connection;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -33,7 +36,8 @@ pub struct HostSink {
     token_out: Option<tokio::task::JoinHandle<()>>,
     prompt: Option<tokio::task::JoinHandle<()>>,
     calls: Option<mpsc::Sender<Call>>,
-    positions: BTreeMap<RequestId, u32>,
+    /// The step number of the next chunk into stage 0; every (re)built
+    /// pipeline's stages count their steps from 0.
     next_step: u64,
 }
 
@@ -53,7 +57,6 @@ impl HostSink {
             token_out: None,
             prompt: None,
             calls: Some(calls),
-            positions: BTreeMap::new(),
             next_step: 0,
         }
     }
@@ -75,6 +78,7 @@ impl HostSink {
 
     /// Dials stage 0 for token-in; listens for the last stage's token-out.
     fn open_token_endpoints(&mut self) {
+        self.next_step = 0;
         let shared = self.shared.clone();
         let tx = self.tx.clone();
         let run_id = shared.run_id;
@@ -178,7 +182,7 @@ impl HostSink {
         self.send(node, agent, Frame::Provision(Box::new(order)));
     }
 
-    fn inject(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
+    fn inject(&mut self, request: RequestId, seq: u64, pos: u32, tokens: Vec<u32>) {
         if seq == 0 {
             self.shared.update(|s| s.started(request.0));
             self.shared.prompt_event(format!(
@@ -186,14 +190,12 @@ impl HostSink {
                 request.0,
                 tokens.len()
             ));
+        } else if pos == 0 {
+            self.shared.prompt_event(format!(
+                "request {} resumed: its prompt and {seq} generated tokens into stage 0",
+                request.0,
+            ));
         }
-        let pos = if seq == 0 {
-            0
-        } else {
-            self.positions.get(&request).copied().unwrap_or(0)
-        };
-        self.positions.retain(|r, _| *r == request);
-        self.positions.insert(request, pos + tokens.len() as u32);
         // A prompt travels in chunks, several in flight, so the stages
         // overlap; a fed-back token is one chunk.
         let mut steps = Vec::new();
@@ -318,16 +320,37 @@ impl driver::EffectSink<Effect> for HostSink {
                 node,
                 agent,
                 run_id,
+                stage,
                 readiness_id,
-                ..
-            } => self.send(
-                &node,
-                &agent,
-                Frame::ReadyAck {
-                    run_id,
-                    readiness_id,
-                },
-            ),
+            } => {
+                // The agents acknowledged are the pipeline's, also after a
+                // repair replaced one.
+                if let Some(slot) = self.stages.get_mut(stage as usize) {
+                    *slot = (node.clone(), agent.clone());
+                }
+                self.send(
+                    &node,
+                    &agent,
+                    Frame::ReadyAck {
+                        run_id,
+                        readiness_id,
+                    },
+                );
+            }
+            run::Effect::Enlist { node, agent, stage } => {
+                let run_id = self.shared.run_id;
+                self.shared.membership_event(
+                    &node,
+                    format!("{node}: its new agent {agent} is enlisted for stage {stage}"),
+                );
+                self.send(&node, &agent, Frame::Pipeline { run_id, stage });
+            }
+            run::Effect::Repairing {
+                cause,
+                repair,
+                request,
+            } => self.repairing(&cause, repair, request),
+            run::Effect::Repaired { repair, resumed } => self.repaired(repair, resumed),
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
             run::Effect::ProvisionStage {
                 node,
@@ -348,8 +371,9 @@ impl driver::EffectSink<Effect> for HostSink {
             run::Effect::Inject {
                 request,
                 seq,
+                pos,
                 tokens,
-            } => self.inject(request, seq, tokens),
+            } => self.inject(request, seq, pos, tokens),
             run::Effect::Prompt { request, event } => self.shared.tell(request, event),
             run::Effect::StopStage { node, stage } => {
                 if let Some((_, agent)) = self.stages.get(stage as usize) {
@@ -371,71 +395,5 @@ impl driver::EffectSink<Effect> for HostSink {
                 self.close();
             }
         }
-    }
-}
-
-/// Accepts the last stage's token-out edge and turns its tokens into the
-/// run's inputs.
-async fn token_out(
-    shared: Arc<HostShared>,
-    tx: mpsc::Sender<Input>,
-    mut conns: mpsc::Receiver<Connection>,
-    last: AgentId,
-    edge: u32,
-) {
-    let run_id = shared.run_id;
-    while let Some(conn) = conns.recv().await {
-        let from = agent_id_of(conn.remote_id());
-        if from != last {
-            conn.close(3u32.into(), b"not the last stage");
-            continue;
-        }
-        let Ok(mut recv) = conn.accept_uni().await else {
-            continue;
-        };
-        match wire::read::<EdgeFrame, _>(&mut recv).await {
-            Ok(EdgeFrame::Hello { run_id: r, edge: e }) if r == run_id && e == edge => {}
-            _ => {
-                conn.close(2u32.into(), b"expected the token-out hello");
-                continue;
-            }
-        }
-        let ready = run::Input::TokenEndpointReady {
-            run_id,
-            endpoint: TokenEndpoint::Out,
-        };
-        if tx.send(Input::Run(ready)).await.is_err() {
-            return;
-        }
-        let reason = loop {
-            match edges::next(&mut recv).await {
-                Ok(Some(EdgeFrame::Token {
-                    request,
-                    seq,
-                    token,
-                    ..
-                })) => {
-                    let eos = shared.model().tokenizer.is_eog(token);
-                    let request = RequestId(request);
-                    let input = run::Input::Token {
-                        run_id,
-                        request,
-                        seq,
-                        token,
-                        eos,
-                    };
-                    if tx.send(Input::Run(input)).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(Some(other)) => break format!("token-out: unexpected {other:?}"),
-                Ok(None) => break "the token-out edge closed".to_owned(),
-                Err(e) => break format!("token-out: {e}"),
-            }
-        };
-        let _ = tx
-            .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
-            .await;
-        return;
     }
 }

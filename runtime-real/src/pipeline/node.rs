@@ -8,7 +8,7 @@ mod sink;
 use super::edges::{self, Rendezvous};
 use super::fetch::{self, Fetched};
 use super::wire::{EdgeFrame, StageOrder, Step, WeightsRef};
-use super::worker::{Job, WorkerHandle};
+use super::worker::{Job, Lives, WorkerHandle};
 use crate::transport::agent_id_of;
 use crate::transport::wire::Frame;
 use crate::up::ports::{ChannelSource, TokioClock};
@@ -61,6 +61,7 @@ struct Shared {
     outbound: Mutex<BTreeMap<u32, mpsc::Sender<EdgeFrame>>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
     worker: Mutex<Option<WorkerHandle>>,
+    lives: Lives,
 }
 
 impl Shared {
@@ -161,6 +162,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
         outbound: Mutex::new(BTreeMap::new()),
         readers: Mutex::new(Vec::new()),
         worker: Mutex::new(None),
+        lives: Lives::default(),
     });
     let (tx, rx) = mpsc::channel(1024);
     let (inbox, inbox_rx) = mpsc::channel(64);
@@ -262,6 +264,9 @@ async fn route(
             }
             Frame::Provision(order) => {
                 let provision = order.provision.clone();
+                // Each provision is a new life of its stage's controller
+                // (a repair provisions a stopped stage again).
+                shared.lives.begin(provision.stage);
                 shared.fetch(&order.weights);
                 shared
                     .orders

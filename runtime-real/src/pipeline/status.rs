@@ -37,6 +37,10 @@ pub struct Serving {
     pub requests_faulted: u64,
     /// Time to first token of the last request, in milliseconds.
     pub ttft_ms: Option<f64>,
+    /// Repairs begun (a stage lost while serving, the pipeline rebuilt).
+    pub repairs: u32,
+    /// Whether a repair is rebuilding the pipeline now.
+    pub repairing: bool,
     /// Decode speed of the last request (tokens after the first, per second).
     pub tokens_per_s: Option<f64>,
 }
@@ -121,6 +125,17 @@ impl PipelineStatus {
         {
             s.fetched_bytes = bytes;
         }
+    }
+
+    /// Repair `repair` began.
+    pub fn repairing(&mut self, repair: u32) {
+        self.serving.repairs = repair;
+        self.serving.repairing = true;
+    }
+
+    /// The repair ended: serving again.
+    pub fn repaired(&mut self) {
+        self.serving.repairing = false;
     }
 
     /// A request was accepted.

@@ -16,6 +16,8 @@ use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 use workers::wire::{self, OutputKind, Reply, Request};
 
+pub use super::lives::{Life, Lives};
+
 /// What the agent asks of its worker.
 pub enum Job {
     /// Load the stage; answered with `WeightsReady` or `LoadFailed`.
@@ -28,6 +30,8 @@ pub enum Job {
         ctx: u32,
         /// The last stage's sampler.
         sampling: SamplingSpec,
+        /// The stage life that asked.
+        life: Life,
     },
     /// Run one step and send its output on `out`.
     Step {
@@ -37,6 +41,8 @@ pub enum Job {
         last: bool,
         /// The outbound edge.
         out: mpsc::Sender<EdgeFrame>,
+        /// The stage life that asked.
+        life: Life,
     },
     /// Stop the worker (it exits 0); answered on the channel.
     Stop(oneshot::Sender<()>),
@@ -177,10 +183,6 @@ async fn write_request(stdin: &mut ChildStdin, request: &Request) -> Result<(), 
         .map_err(|e| format!("the worker's stdin: {e}"))
 }
 
-fn stage_input(stage: u32, input: stage::Input) -> Input {
-    Input::Stage { stage, input }
-}
-
 /// Does the jobs in order; every answer goes back as an input.
 async fn actor(
     op: OpId,
@@ -204,25 +206,38 @@ async fn actor(
     let mut position: u32 = 0;
     // The activation row width, known once loaded.
     let mut hidden: u32 = 1;
+    // The layers loaded: a stage provisioned again after a repair loads
+    // the same slice, which the worker holds already.
+    let mut loaded: Option<(u32, u32)> = None;
     while let Some(job) = jobs.recv().await {
         match job {
+            Job::Load { layers, life, .. } if loaded == Some(layers) => {
+                life.send(&inputs, stage::Input::WeightsReady).await;
+            }
             Job::Load {
                 model,
                 layers,
                 ctx,
                 sampling,
+                life,
             } => {
                 let result = load(&mut stdin, &mut stdout, &model, layers, ctx, sampling).await;
                 let input = match result {
                     Ok(width) => {
                         hidden = width.max(1);
+                        loaded = Some(layers);
                         stage::Input::WeightsReady
                     }
                     Err(reason) => stage::Input::LoadFailed { reason },
                 };
-                let _ = inputs.send(stage_input(stage, input)).await;
+                life.send(&inputs, input).await;
             }
-            Job::Step { step, last, out } => {
+            Job::Step {
+                step,
+                last,
+                out,
+                life,
+            } => {
                 let seq = step.step;
                 let started = std::time::Instant::now();
                 let input =
@@ -238,8 +253,8 @@ async fn actor(
                             ));
                             // Completed first: the next step this output causes
                             // can only arrive after the machine has heard it.
-                            let done = stage::Input::StepCompleted { seq };
-                            let _ = inputs.send(stage_input(stage, done)).await;
+                            life.send(&inputs, stage::Input::StepCompleted { seq })
+                                .await;
                             // A chunk before a prompt's last says nothing
                             // from the last stage.
                             let Some(frame) = frame else {
@@ -247,15 +262,13 @@ async fn actor(
                             };
                             if out.send(frame).await.is_err() {
                                 let reason = "the outbound edge is closed".to_owned();
-                                let _ = inputs
-                                    .send(stage_input(stage, stage::Input::EdgeFault { reason }))
-                                    .await;
+                                life.send(&inputs, stage::Input::EdgeFault { reason }).await;
                             }
                             continue;
                         }
                         Err(reason) => stage::Input::StepFailed { seq, reason },
                     };
-                let _ = inputs.send(stage_input(stage, input)).await;
+                life.send(&inputs, input).await;
             }
             Job::Stop(done) => {
                 expected.store(true, Ordering::SeqCst);

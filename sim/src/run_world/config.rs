@@ -19,6 +19,15 @@ pub fn agent_id(stage: u32) -> AgentId {
     AgentId::new(format!("agent-{stage}"))
 }
 
+/// The identity of node `stage`'s agent of generation `generation`: 0 is
+/// the first; each replacement's is new.
+pub fn agent_id_of(stage: u32, generation: u32) -> AgentId {
+    match generation {
+        0 => agent_id(stage),
+        g => AgentId::new(format!("agent-{stage}-r{g}")),
+    }
+}
+
 /// The orchestrator's identity.
 pub fn orchestrator_id() -> AgentId {
     AgentId::new("orchestrator")
@@ -38,7 +47,7 @@ pub(super) fn membership_config() -> core_fsm::membership::Config {
 }
 
 /// An agent's config, as `runtime-real/src/pipeline/node.rs` sets it.
-pub(super) fn agent_config(stage: u32) -> agent::Config {
+pub(super) fn agent_config(stage: u32, generation: u32) -> agent::Config {
     agent::Config {
         boot: core_fsm::boot::Config {
             node: node_id(stage),
@@ -46,7 +55,7 @@ pub(super) fn agent_config(stage: u32) -> agent::Config {
             boot_timeout: Duration::from_secs(60),
         },
         run_id: RUN,
-        agent: agent_id(stage),
+        agent: agent_id_of(stage, generation),
         orchestrator: orchestrator_id(),
         stage,
         stages_max: 1,
@@ -93,4 +102,14 @@ pub(super) const PREFILL_CHUNK_MIN: usize = 2;
 /// world's smallest chunk).
 pub(super) fn prefill_chunks(len: usize) -> Vec<usize> {
     core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
+}
+
+/// Whether a fault of `case` ends its run: a fatal one, unless the run
+/// repairs and its dead nodes are replaced.
+pub(super) fn fatal(case: &conformance::run::RunCase) -> bool {
+    let p = &case.profile;
+    let repairs = p.repairs > 0 && p.replace_ms > 0;
+    case.items
+        .iter()
+        .any(|i| i.fault.is_fatal() && !(repairs && i.fault.is_repaired()))
 }

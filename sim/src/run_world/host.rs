@@ -4,13 +4,12 @@
 //! edges, the prompt service and the clients' calls.
 
 use super::edges::{End, Frame};
-use super::{Ev, RUN, RunWorld, model, node_id, orchestrator_id, run_input};
+use super::{Ev, RUN, RunWorld, agent_id_of, model, node_id, orchestrator_id, run_input};
 use conformance::run::{RunFault, RunProfile};
 use core_fsm::agent;
 use core_fsm::pipeline::Effect;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use core_fsm::time::Duration;
-use std::collections::BTreeMap;
 
 /// The host sink's own state.
 pub struct HostSide {
@@ -19,8 +18,10 @@ pub struct HostSide {
     pub token_out_open: bool,
     /// The accepted token-out connection.
     pub token_out: Option<u32>,
-    positions: BTreeMap<RequestId, u32>,
     next_step: u64,
+    /// The agent of each stage, from the acknowledgements (as `host.rs`
+    /// keeps them): control frames go to that identity only.
+    agents: std::collections::BTreeMap<u32, core_fsm::ids::AgentId>,
     submitted: u32,
     shutdown_sent: bool,
 }
@@ -32,8 +33,8 @@ impl HostSide {
             token_in: None,
             token_out_open: false,
             token_out: None,
-            positions: BTreeMap::new(),
             next_step: 0,
+            agents: std::collections::BTreeMap::new(),
             submitted: 0,
             shutdown_sent: false,
         }
@@ -63,6 +64,8 @@ pub fn run_config(p: &RunProfile) -> run::Config {
         queue_max: 16,
         context: p.context,
         stop_timeout: Duration::from_secs(20),
+        repairs_max: p.repairs,
+        repair_timeout: Duration::from_secs(30),
     }
 }
 
@@ -85,21 +88,25 @@ impl RunWorld<'_> {
         match effect {
             run::Effect::SendReadyAck {
                 node,
+                agent,
                 run_id,
+                stage,
                 readiness_id,
-                ..
             } => {
+                self.hs.agents.insert(stage, agent.clone());
                 let from = orchestrator_id();
                 let ack = agent::Input::ReadyAck {
                     from,
                     run_id,
                     readiness_id,
                 };
-                self.send(&node, ack);
+                self.send(&node, Some(&agent), ack);
             }
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
             run::Effect::ProvisionStage {
-                node, provision, ..
+                node,
+                agent,
+                provision,
             } => {
                 let s = provision.stage;
                 if self.planned(RunFault::ProvisionLost, s).is_some() {
@@ -112,9 +119,9 @@ impl RunWorld<'_> {
                 };
                 if self.planned(RunFault::ProvisionDuplicated, s).is_some() {
                     self.inject(RunFault::ProvisionDuplicated);
-                    self.send(&node, order.clone());
+                    self.send(&node, Some(&agent), order.clone());
                 }
-                self.send(&node, order);
+                self.send(&node, Some(&agent), order);
             }
             run::Effect::OpenPromptService { op } => {
                 let opened = run::Input::PromptServiceOpened { op, result: Ok(()) };
@@ -129,8 +136,20 @@ impl RunWorld<'_> {
             run::Effect::Inject {
                 request,
                 seq,
+                pos,
                 tokens,
-            } => self.inject_tokens(request, seq, tokens),
+            } => self.inject_tokens(request, seq, pos, tokens),
+            run::Effect::Enlist { node, agent, stage } => self.enlist(&node, &agent, stage),
+            // Observational: the oracle saw them.
+            run::Effect::Repairing { .. } => {}
+            run::Effect::Repaired { resumed, .. } => {
+                let label = match resumed {
+                    Some((_, 0)) => "run:resumed/prompt",
+                    Some(_) => "run:resumed/mid-request",
+                    None => "run:repaired/idle",
+                };
+                self.coverage.labels.insert(label.to_owned());
+            }
             // The oracle saw it; a disconnected client's events go nowhere.
             run::Effect::Prompt { .. } | run::Effect::Finished(_) => {}
             run::Effect::StopStage { node, stage } => {
@@ -140,7 +159,8 @@ impl RunWorld<'_> {
                     run_id: RUN,
                     stage,
                 };
-                self.send(&node, stop);
+                let to = self.hs.agents.get(&stage).cloned();
+                self.send(&node, to.as_ref(), stop);
             }
             run::Effect::CloseTokenEndpoints => {
                 if let Some(conn) = self.hs.token_in.take() {
@@ -156,13 +176,21 @@ impl RunWorld<'_> {
         }
     }
 
-    /// A control frame to `node`'s agent, in order; a send to an agent whose
-    /// connection is gone fails at once.
-    fn send(&mut self, node: &core_fsm::ids::LogicalNodeId, input: agent::Input) {
+    /// A control frame to `node`'s agent `to` (its current one when `None`),
+    /// in order; a send to an agent whose connection is gone (dead, or
+    /// replaced by a new identity) fails at once.
+    fn send(
+        &mut self,
+        node: &core_fsm::ids::LogicalNodeId,
+        to: Option<&core_fsm::ids::AgentId>,
+        input: agent::Input,
+    ) {
         let Some(s) = (0..self.nodes.len() as u32).find(|s| node_id(*s) == *node) else {
             return;
         };
-        if self.nodes[s as usize].lost {
+        let n = &self.nodes[s as usize];
+        let replaced = to.is_some_and(|a| *a != agent_id_of(s, n.generation));
+        if n.lost || replaced {
             let reason = "the agent is not connected (or its queue is full)".to_owned();
             let failed = run::Input::SendFailed {
                 node: node.clone(),
@@ -179,6 +207,8 @@ impl RunWorld<'_> {
     /// Dials stage 0 for token-in, accepts the last stage's token-out, and
     /// sends every stage its prefetch hint.
     fn open_token_endpoints(&mut self) {
+        // A (re)built pipeline's stages count their steps from 0.
+        self.hs.next_step = 0;
         self.hs.token_out_open = true;
         let answer = match self.dial(0, End::Orch, End::Node(0)) {
             Some(conn) => {
@@ -201,14 +231,7 @@ impl RunWorld<'_> {
         }
     }
 
-    fn inject_tokens(&mut self, request: RequestId, seq: u64, tokens: Vec<u32>) {
-        let pos = if seq == 0 {
-            0
-        } else {
-            self.hs.positions.get(&request).copied().unwrap_or(0)
-        };
-        self.hs.positions.retain(|r, _| *r == request);
-        self.hs.positions.insert(request, pos + tokens.len() as u32);
+    fn inject_tokens(&mut self, request: RequestId, seq: u64, pos: u32, tokens: Vec<u32>) {
         // A prompt travels in chunks, several in flight, as `host.rs` sends
         // it; a fed-back token is one chunk.
         let chunks = super::config::prefill_chunks(tokens.len());
@@ -243,6 +266,25 @@ impl RunWorld<'_> {
             };
             self.at(Duration::ZERO, Ev::Host(run_input(fault)));
         }
+    }
+
+    /// A replacement's agent is told its stage. The world's replacement
+    /// agents boot and report at once (their pipeline side starts with
+    /// them), so the word only reaches a live, current agent.
+    fn enlist(
+        &mut self,
+        node: &core_fsm::ids::LogicalNodeId,
+        agent: &core_fsm::ids::AgentId,
+        stage: u32,
+    ) {
+        let current = self.nodes.get(stage as usize).is_some_and(|n| {
+            n.alive && *node == node_id(stage) && *agent == agent_id_of(stage, n.generation)
+        });
+        self.coverage.labels.insert(format!(
+            "run:enlist/{}",
+            if current { "current" } else { "stale" }
+        ));
+        self.note(&format!("world: {agent} enlisted for stage {stage}"));
     }
 
     /// The client of request `index` submits (the prompt service numbers

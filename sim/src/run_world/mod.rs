@@ -18,10 +18,11 @@ mod host;
 pub mod model;
 mod node;
 mod oracle;
+mod replace;
 mod worker;
 
-use config::{agent_config, debug_head, membership_config, phase_label, run_input};
-pub use config::{agent_id, fault_names, node_id, orchestrator_id};
+use config::{agent_config, debug_head, fatal, membership_config, phase_label, run_input};
+pub use config::{agent_id, agent_id_of, fault_names, node_id, orchestrator_id};
 use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault};
 use conformance::{RunOptions, RunOutcome, Violation};
@@ -69,6 +70,8 @@ enum Ev {
     Submit(u32),
     /// A dead agent's connections are noticed gone.
     ConnectionsLost(u32),
+    /// A dead node's replacement agent starts (a new identity).
+    Replace(u32),
     /// The fault phase ends: the operator stops the run.
     Heal,
 }
@@ -89,6 +92,8 @@ pub struct RunWorld<'c> {
     steps_executed: u32,
     frames_sent: u32,
     tokens_sent: u32,
+    /// Faults that strike once and have struck.
+    fired: std::collections::BTreeSet<RunFault>,
     /// A token record held back until the next one passes (reordering).
     held: Option<(u32, Frame, u64)>,
     ended_at: Option<Instant>,
@@ -114,7 +119,7 @@ impl<'c> RunWorld<'c> {
         }
         let stages = p.stages.max(1);
         let nodes: Vec<Node> = (0..stages)
-            .map(|s| Node::new(s, agent_config(s), Instant::ZERO))
+            .map(|s| Node::new(s, agent_config(s, 0), Instant::ZERO))
             .collect();
         let host = pipeline::Machine::new(membership_config());
         let mut world = RunWorld {
@@ -127,10 +132,11 @@ impl<'c> RunWorld<'c> {
             hs: HostSide::new(stages),
             nodes,
             conns: Vec::new(),
-            oracle: RunOracle::new(p, case.items.iter().any(|i| i.fault.is_fatal())),
+            oracle: RunOracle::new(p, fatal(case)),
             steps_executed: 0,
             frames_sent: 0,
             tokens_sent: 0,
+            fired: std::collections::BTreeSet::new(),
             held: None,
             ended_at: None,
             healed: false,
@@ -256,6 +262,7 @@ impl<'c> RunWorld<'c> {
             Ev::Broken { conn } => self.broken(conn),
             Ev::Submit(index) => self.submit(index),
             Ev::ConnectionsLost(node) => self.connections_lost(node),
+            Ev::Replace(node) => self.replace(node),
             Ev::Heal => {
                 self.healed = true;
                 self.release_held();
@@ -335,9 +342,11 @@ impl<'c> RunWorld<'c> {
         }));
         match result {
             Ok(effects) => {
+                let n = &self.nodes[node as usize];
+                let life = (node, n.generation, n.agent.reprovisions());
                 for effect in effects {
                     self.record(&format!("agent {node} ->"), &effect);
-                    if let Err(v) = self.oracle.agent_effect(node, &effect) {
+                    if let Err(v) = self.oracle.agent_effect(life, &effect) {
                         self.violate(v.0, v.1);
                         return;
                     }

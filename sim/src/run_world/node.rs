@@ -19,6 +19,8 @@ const DIAL_FOR: Duration = Duration::from_secs(30);
 pub struct Node {
     /// Its stage (node `i` runs stage `i`).
     pub stage: u32,
+    /// 0 for the node's first agent, then one more per replacement.
+    pub generation: u32,
     /// The agent composite.
     pub agent: agent::Machine,
     /// Whether the agent runs.
@@ -56,6 +58,7 @@ impl Node {
     pub fn new(stage: u32, config: agent::Config, now: Instant) -> Node {
         Node {
             stage,
+            generation: 0,
             agent: agent::Machine::new(config, now),
             alive: true,
             lost: false,
@@ -107,6 +110,7 @@ impl RunWorld<'_> {
                     free_at: self.now,
                     position: 0,
                     cache: Vec::new(),
+                    loaded: false,
                 });
                 let spawned = Input::WorkerSpawned { op, result: Ok(()) };
                 self.at(
@@ -153,7 +157,8 @@ impl RunWorld<'_> {
                 agent,
                 readiness_id,
             } => {
-                if !std::mem::replace(&mut self.nodes[s as usize].reported, true) {
+                let first = !std::mem::replace(&mut self.nodes[s as usize].reported, true);
+                if first && self.nodes[s as usize].generation == 0 {
                     self.stray_reports(s, readiness_id);
                 }
                 core_fsm::run::Input::RuntimeReady {
@@ -310,7 +315,15 @@ impl RunWorld<'_> {
                     return;
                 }
                 let start = self.nodes[s as usize].fetched_at.unwrap_or(self.now);
-                if self.planned(RunFault::WorkerCrashLoad, s).is_some() {
+                let loaded = self.nodes[s as usize]
+                    .worker
+                    .as_ref()
+                    .is_some_and(|w| w.loaded);
+                if loaded {
+                    // Provisioned again after a repair: the worker holds
+                    // the slice already.
+                    self.job(s, self.now, 0, Job::Loaded);
+                } else if self.planned(RunFault::WorkerCrashLoad, s).is_some() {
                     self.inject(RunFault::WorkerCrashLoad);
                     self.job(s, start, load_ms / 2, Job::Crash);
                 } else {
@@ -332,6 +345,8 @@ impl RunWorld<'_> {
                     // An aborted reader: the sender fails at its next write.
                     self.conns[reader as usize].open = false;
                 }
+                // Steps of the old edges are never executed.
+                self.nodes[s as usize].pending.clear();
                 self.stage_answer(s, Duration::ZERO, stage::Input::LocalEdgesStopped);
             }
             stage::Effect::QuiesceRings => {
@@ -341,11 +356,9 @@ impl RunWorld<'_> {
                 self.stage_answer(s, Duration::ZERO, stage::Input::DeviceObjectsReleased);
             }
             stage::Effect::ResetWorkerRole => {
-                // The worker is stopped and killed, an exit the agent asked for.
-                let node = &mut self.nodes[s as usize];
-                node.worker = None;
-                node.life += 1;
-                let life = node.life;
+                // The worker keeps its process and its slice: a repair
+                // provisions the stage again on it (`node/sink.rs`).
+                let life = self.nodes[s as usize].life;
                 self.at(
                     Duration::from_millis(10),
                     Ev::Worker {
@@ -355,31 +368,6 @@ impl RunWorld<'_> {
                     },
                 );
             }
-        }
-    }
-
-    /// Node `s`'s agent (and its worker) dies; its connections are noticed
-    /// gone after `conn_loss_ms`.
-    pub(super) fn die(&mut self, s: u32) {
-        let node = &mut self.nodes[s as usize];
-        node.alive = false;
-        node.worker = None;
-        node.life += 1;
-        node.pending.clear();
-        let loss = Duration::from_millis(self.case.profile.conn_loss_ms);
-        self.at(loss, Ev::ConnectionsLost(s));
-    }
-
-    pub(super) fn connections_lost(&mut self, s: u32) {
-        self.nodes[s as usize].lost = true;
-        let touching: Vec<u32> = (0..self.conns.len() as u32)
-            .filter(|c| {
-                let c = &self.conns[*c as usize];
-                c.open && (c.from == End::Node(s) || c.to == End::Node(s))
-            })
-            .collect();
-        for conn in touching {
-            self.close_conn(conn);
         }
     }
 }

@@ -38,7 +38,9 @@ pub struct RunOracle {
     stage_ready: BTreeSet<u32>,
     endpoints: BTreeSet<TokenEndpoint>,
     provisioned: Vec<u32>,
-    executed: BTreeMap<u32, u64>,
+    /// Steps executed by each stage controller life: (node, agent
+    /// generation, controller life) and the stage.
+    executed: BTreeMap<((u32, u32, u64), u32), u64>,
     finished: Vec<Result<(), run::RunError>>,
 }
 
@@ -150,6 +152,14 @@ impl RunOracle {
                 }
             }
             run::Effect::Prompt { request, event } => return self.prompt(*request, event),
+            run::Effect::Repairing { .. } => {
+                // The pipeline is built again: RW4 and RW6 judge the
+                // rebuild from its start.
+                self.provisioned.clear();
+                self.weights_ready.clear();
+                self.stage_ready.clear();
+                self.endpoints.clear();
+            }
             run::Effect::Finished(outcome) => {
                 self.finished.push(outcome.clone());
                 if self.finished.len() > 1 {
@@ -203,14 +213,20 @@ impl RunOracle {
     }
 
     /// An effect of node `s`'s agent, judged before it is carried out.
-    pub fn agent_effect(&mut self, s: u32, effect: &agent::Effect) -> Result<(), Broken> {
+    pub fn agent_effect(
+        &mut self,
+        life: (u32, u32, u64),
+        effect: &agent::Effect,
+    ) -> Result<(), Broken> {
+        let s = life.0;
         if let agent::Effect::Stage {
             stage,
             effect: stage::Effect::ExecuteStep { seq },
         } = effect
         {
-            // RW5: a stage executes its steps in sequence, each once.
-            let next = self.executed.entry(*stage).or_insert(0);
+            // RW5: a stage controller executes its steps in sequence, each
+            // once (a repair's rebuilt controller counts from 0 again).
+            let next = self.executed.entry((life, *stage)).or_insert(0);
             if *seq != *next {
                 let what = format!("node {s} stage {stage} executes step {seq}, {next} was due");
                 return Err(("RW5", what));

@@ -18,6 +18,8 @@ pub struct Worker {
     pub(super) free_at: Instant,
     pub(super) position: u32,
     pub(super) cache: Vec<u64>,
+    /// Whether its stage's slice is loaded.
+    pub(super) loaded: bool,
 }
 
 /// A worker job's end.
@@ -58,12 +60,17 @@ impl RunWorld<'_> {
         self.steps_executed += 1;
         let kth = self.nodes[s as usize].stage_steps;
         self.nodes[s as usize].stage_steps += 1;
-        if self.planned(RunFault::AgentDiesMidRequest, s) == Some(kth) {
+        // A death keyed on a stage's steps strikes once (a replacement
+        // counts its steps from 0).
+        let once = |w: &Self, f: RunFault| !w.fired.contains(&f) && w.planned(f, s) == Some(kth);
+        if once(self, RunFault::AgentDiesMidRequest) {
+            self.fired.insert(RunFault::AgentDiesMidRequest);
             self.inject(RunFault::AgentDiesMidRequest);
             self.die(s);
             return;
         }
-        if self.planned(RunFault::OperatorKill, s) == Some(kth) {
+        if once(self, RunFault::OperatorKill) {
+            self.fired.insert(RunFault::OperatorKill);
             // The drill goes through the host, which kills the agent it
             // tracks (`host_effect`, `KillAgent`); the step never runs.
             self.inject(RunFault::OperatorKill);
@@ -120,13 +127,18 @@ impl RunWorld<'_> {
                     self.feed_agent(s, Input::WorkerReady { op });
                 }
             }
-            Job::Loaded => self.feed_agent(
-                s,
-                Input::Stage {
-                    stage: s,
-                    input: stage::Input::WeightsReady,
-                },
-            ),
+            Job::Loaded => {
+                if let Some(w) = self.nodes[s as usize].worker.as_mut() {
+                    w.loaded = true;
+                }
+                self.feed_agent(
+                    s,
+                    Input::Stage {
+                        stage: s,
+                        input: stage::Input::WeightsReady,
+                    },
+                )
+            }
             Job::Step { seq, result } => match result {
                 Ok(None) => {
                     self.stage_answer(s, Duration::ZERO, stage::Input::StepCompleted { seq });

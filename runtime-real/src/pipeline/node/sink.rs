@@ -1,17 +1,17 @@
 //! The agent's effects, carried out: the worker, the edges, the weights,
 //! the reports to the orchestrator.
 
-use super::{Shared, WORKER_STOP, say, warn};
+use super::{Shared, say, warn};
 use crate::pipeline::edges::{self, Rendezvous};
 use crate::pipeline::wire::EdgeFrame;
-use crate::pipeline::worker::{self, Job};
+use crate::pipeline::worker::{self, Job, Life};
 use crate::transport::wire::Frame;
 use crate::transport::{format_addr, parse_addr};
 use core_fsm::agent::{Effect, Input, Report};
 use core_fsm::stage::{self, EdgeKind};
 use iroh::EndpointAddr;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// The agent's effects, carried out.
 pub(super) struct NodeSink {
@@ -85,23 +85,21 @@ impl NodeSink {
     }
 
     fn answer(&self, stage: u32, input: stage::Input) {
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            let _ = tx.send(Input::Stage { stage, input }).await;
-        });
+        let (tx, life) = (self.tx.clone(), self.shared.lives.of(stage));
+        tokio::spawn(async move { life.send(&tx, input).await });
     }
 
     fn stage(&self, stage: u32, effect: stage::Effect) {
         let shared = self.shared.clone();
         let tx = self.tx.clone();
+        // What this effect's tasks answer is for the controller life that
+        // asked; a later provision of the stage voids it.
+        let life = self.shared.lives.of(stage);
         match effect {
             stage::Effect::EstablishInbound(edge) => {
                 let rendezvous = self.rendezvous.clone();
                 let reader = tokio::spawn(async move {
-                    let fault = |reason: String| Input::Stage {
-                        stage,
-                        input: stage::Input::EdgeFault { reason },
-                    };
+                    let fault = |reason: String| stage::Input::EdgeFault { reason };
                     let Some(mut inbound) = rendezvous.claim(edge.id).await else {
                         return;
                     };
@@ -112,28 +110,22 @@ impl NodeSink {
                             edge.id, inbound.from
                         );
                         inbound.conn.close(3u32.into(), b"unexpected sender");
-                        let _ = tx.send(fault(why)).await;
+                        life.send(&tx, fault(why)).await;
                         return;
                     }
-                    let ready = Input::Stage {
-                        stage,
-                        input: stage::Input::InboundReady,
-                    };
-                    if tx.send(ready).await.is_err() {
+                    if !life.current() {
                         return;
                     }
+                    life.send(&tx, stage::Input::InboundReady).await;
                     let why = loop {
                         match edges::next(&mut inbound.recv).await {
                             Ok(Some(EdgeFrame::Step(step))) => {
                                 let seq = step.step;
-                                shared.pending.lock().expect("pending").insert(seq, step);
-                                let arrived = Input::Stage {
-                                    stage,
-                                    input: stage::Input::StepArrived { seq },
-                                };
-                                if tx.send(arrived).await.is_err() {
+                                if !life.current() {
                                     return;
                                 }
+                                shared.pending.lock().expect("pending").insert(seq, step);
+                                life.send(&tx, stage::Input::StepArrived { seq }).await;
                             }
                             Ok(Some(other)) => {
                                 break format!("edge {}: unexpected {other:?}", edge.id);
@@ -142,25 +134,24 @@ impl NodeSink {
                             Err(e) => break format!("edge {}: {e}", edge.id),
                         }
                     };
-                    let _ = tx.send(fault(why)).await;
+                    life.send(&tx, fault(why)).await;
                 });
                 self.shared.readers.lock().expect("readers").push(reader);
             }
             stage::Effect::EstablishOutbound(edge) => {
                 tokio::spawn(async move {
-                    let input = match outbound(&shared, stage, edge, tx.clone()).await {
+                    let input = match outbound(&shared, edge, tx.clone(), life.clone()).await {
                         Ok(()) => stage::Input::OutboundReady,
                         Err(reason) => stage::Input::EdgeFault { reason },
                     };
-                    let _ = tx.send(Input::Stage { stage, input }).await;
+                    life.send(&tx, input).await;
                 });
             }
             stage::Effect::ConfigureWorker { .. } => self.answer(stage, stage::Input::WorkerReady),
             stage::Effect::LoadWeights { .. } => {
                 tokio::spawn(async move {
-                    if let Err(reason) = load(&shared, stage).await {
-                        let input = stage::Input::LoadFailed { reason };
-                        let _ = tx.send(Input::Stage { stage, input }).await;
+                    if let Err(reason) = load(&shared, stage, life.clone()).await {
+                        life.send(&tx, stage::Input::LoadFailed { reason }).await;
                     }
                 });
             }
@@ -187,13 +178,15 @@ impl NodeSink {
                 match (step, out, jobs) {
                     (Some(step), Some(out), Some(jobs)) => {
                         tokio::spawn(async move {
-                            if jobs.send(Job::Step { step, last, out }).await.is_err() {
+                            let job = Job::Step {
+                                step,
+                                last,
+                                out,
+                                life: life.clone(),
+                            };
+                            if jobs.send(job).await.is_err() {
                                 let reason = "the worker is gone".to_owned();
-                                let _ = tx
-                                    .send(Input::Stage {
-                                        stage,
-                                        input: stage::Input::StepFailed { seq, reason },
-                                    })
+                                life.send(&tx, stage::Input::StepFailed { seq, reason })
                                     .await;
                             }
                         });
@@ -213,6 +206,9 @@ impl NodeSink {
                 for reader in self.shared.readers.lock().expect("readers").drain(..) {
                     reader.abort();
                 }
+                // Steps of the old edges are never executed: a rebuilt
+                // stage counts its steps from 0 again.
+                self.shared.pending.lock().expect("pending").clear();
                 self.answer(stage, stage::Input::LocalEdgesStopped);
             }
             stage::Effect::Report(report) => self.report(Report::Stage(report)),
@@ -220,20 +216,11 @@ impl NodeSink {
             stage::Effect::ReleaseDeviceObjects => {
                 self.answer(stage, stage::Input::DeviceObjectsReleased);
             }
-            stage::Effect::ResetWorkerRole => {
-                let worker = self.shared.worker.lock().expect("worker").take();
-                tokio::spawn(async move {
-                    if let Some(mut worker) = worker {
-                        let (done, stopped) = oneshot::channel();
-                        if worker.jobs.send(Job::Stop(done)).await.is_ok() {
-                            let _ = tokio::time::timeout(WORKER_STOP, stopped).await;
-                        }
-                        worker.kill();
-                    }
-                    let input = stage::Input::WorkerRoleReset;
-                    let _ = tx.send(Input::Stage { stage, input }).await;
-                });
-            }
+            // The worker keeps its process and its loaded slice: a repair
+            // provisions the stage again on the same worker (a request
+            // starts at position 0, which truncates its cache). It stops
+            // with the agent (`NodeHandle::shutdown`).
+            stage::Effect::ResetWorkerRole => self.answer(stage, stage::Input::WorkerRoleReset),
         }
     }
 }
@@ -241,19 +228,16 @@ impl NodeSink {
 /// Dials the stage's outbound edge and keeps its queue.
 async fn outbound(
     shared: &Arc<Shared>,
-    stage: u32,
     edge: stage::Edge,
     tx: mpsc::Sender<Input>,
+    life: Life,
 ) -> Result<(), String> {
+    let stage = life.stage();
     let order = shared.order(stage).ok_or("no provision for the stage")?;
     let to = parse_addr(&order.downstream).map_err(|e| format!("{e:#}"))?;
     let failed = move |reason: String| {
-        let input = Input::Stage {
-            stage,
-            input: stage::Input::EdgeFault { reason },
-        };
         tokio::spawn(async move {
-            let _ = tx.send(input).await;
+            life.send(&tx, stage::Input::EdgeFault { reason }).await;
         });
     };
     let (queue, _conn) = edges::dial(&shared.endpoint, to, shared.run_id, edge.id, failed).await?;
@@ -269,7 +253,7 @@ async fn outbound(
 }
 
 /// Waits for the stage's slice and loads it into the worker.
-async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
+async fn load(shared: &Arc<Shared>, stage: u32, life: Life) -> Result<(), String> {
     let order = shared.order(stage).ok_or("no provision for the stage")?;
     let mut fetch = shared.fetch(&order.weights);
     let fetched = loop {
@@ -293,6 +277,7 @@ async fn load(shared: &Arc<Shared>, stage: u32) -> Result<(), String> {
         layers: (order.weights.first_layer, order.weights.end_layer),
         ctx: order.ctx,
         sampling: order.sampling,
+        life,
     };
     jobs.send(job)
         .await

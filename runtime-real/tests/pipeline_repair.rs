@@ -1,0 +1,130 @@
+//! A request that survives a stage's death: `drover up` serves the real
+//! model on three local nodes with `bounded` replacement; while a 64-token
+//! request streams, stage 1's node (its agent, its worker and its node
+//! process) is killed with SIGKILL. Membership finds it Dead, the
+//! reconciler replaces it, the run rebuilds the pipeline and resumes the
+//! request from its next token: the client's text is the undisturbed
+//! run's, with nothing repeated and nothing missing. Real processes, real
+//! SSH, real iroh; every wait is on an event with a bound.
+
+mod up_support;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use up_support::*;
+
+const SERVE: Duration = Duration::from_secs(120);
+const REPAIR: Duration = Duration::from_secs(90);
+const EXIT: Duration = Duration::from_secs(90);
+const PROMPT: &str = "Once upon a time";
+
+fn repair_plan(dir: &Path) -> std::path::PathBuf {
+    let text = format!(
+        "{}\n[replacement]\npolicy = \"bounded\"\nattempts_max = 3\nbackoff_base = \"100ms\"\n\
+         backoff_max = \"1s\"\nquarantine_after_failures = 10\n",
+        pipeline_plan_text(3, "true", "")
+    );
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The processes of the local node whose lease is `lease` (`local:N` runs
+/// in `<state>/nodes/N`): its agent, its node process, its worker.
+fn node_processes(state: &Path, lease: &str) -> Vec<u32> {
+    let n = lease.trim_start_matches("local:");
+    let folder = std::fs::canonicalize(state.join("nodes").join(n)).unwrap();
+    ["drover-agent", "drover", "drover-worker"]
+        .into_iter()
+        .flat_map(|name| processes(state, name))
+        .filter(|(_, cwd)| *cwd == folder)
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[test]
+fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_text() {
+    let dir = scratch("pipe-repair");
+    let state = dir.join("state");
+    let plan = repair_plan(&dir);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, |l| l["event"] == "serving");
+    let old_lease = node(&status(&state), "workers-1")["lease"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let victims = node_processes(&state, &old_lease);
+    assert!(victims.len() >= 2, "workers-1's processes: {victims:?}");
+
+    // The client streams; at its first bytes, stage 1's node is killed.
+    let mut client = Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["prompt", PROMPT, "--max-tokens", "64"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = client.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    for pid in &victims {
+        Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+    }
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let code = client.wait().unwrap().code();
+    let mut text = first.to_vec();
+    text.extend(rest);
+    let text = String::from_utf8(text).unwrap();
+
+    // The story in up's lines: a repair that carried the request, the
+    // node Dead and replaced on a new lease, and the request resumed at a
+    // token in the middle.
+    let repairing = up.wait_line(REPAIR, |l| l["event"] == "repairing");
+    assert_eq!(repairing["repair"], 1, "{repairing}");
+    assert!(repairing["request"].is_u64(), "{repairing}");
+    let repaired = up.wait_line(REPAIR, |l| l["event"] == "repaired");
+    let next = repaired["next_token"].as_u64().expect("a resumed request");
+    assert!((1..64).contains(&next), "{repaired}");
+    assert_eq!(code, Some(0), "the client's exit; text {text:?}");
+    assert_eq!(text, generated(PROMPT, 64), "the resumed text");
+
+    let after = status(&state);
+    let row = node(&after, "workers-1");
+    assert_ne!(row["lease"].as_str().unwrap(), old_lease, "{after}");
+    assert_eq!(row["ready"], true, "{after}");
+    assert_eq!(row["liveness"], "Alive", "{after}");
+    let pipeline: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("pipeline.json")).unwrap()).unwrap();
+    assert_eq!(pipeline["serving"]["repairs"], 1, "{pipeline}");
+    assert_eq!(pipeline["serving"]["repairing"], false, "{pipeline}");
+
+    // The repaired pipeline serves the next request whole.
+    let out = drover(&state, &["prompt", PROMPT, "--max-tokens", "40"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        generated(PROMPT, 40)
+    );
+
+    up.type_stop();
+    let code = up.wait_exit(EXIT);
+    // The replaced lease was destroyed once, at the replacement.
+    let destroying = up
+        .seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["stage"] == "Destroying" && v["lease"] == old_lease.as_str())
+        .count();
+    assert_eq!(destroying, 1, "{}", up.seen.join("\n"));
+    // A node failed during the run: exit 1, as for any node failure.
+    assert_eq!(code, 1, "{}", up.seen.join("\n"));
+    assert_eq!(running(&victims), Vec::<u32>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
