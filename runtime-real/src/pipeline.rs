@@ -428,17 +428,12 @@ impl Running {
         let (conns_tx, conns_rx) = mpsc::channel(16);
         control.route(wire::WEIGHTS_ALPN, conns_tx);
         tokio::spawn(prepared.model.clone().serve(conns_rx));
+        // The run tells each node's agent its stage (`Enlist`) once
+        // membership holds it Alive.
         let _ = self
             .tx
             .send(core_fsm::pipeline::Input::Begin(Box::new(config)))
             .await;
-        for (stage, (_, agent)) in stages.iter().enumerate() {
-            let frame = crate::transport::wire::Frame::Pipeline {
-                run_id,
-                stage: stage as u32,
-            };
-            control.send(agent, frame);
-        }
     }
 }
 

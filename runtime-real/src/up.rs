@@ -53,6 +53,9 @@ pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> 
     /// After `Teardown`: every known lease is destroyed (or its destroy
     /// failed for good).
     fn is_torn_down(&self) -> bool;
+    /// Every node as its ledger says now (a restored run's view starts
+    /// from it).
+    fn node_rows(&self) -> Vec<control::LiveNode>;
 }
 
 /// `drover up PLAN [--frame-log PATH] [--dashboard ADDR | --no-dashboard]`;
@@ -391,6 +394,12 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     );
     if view.lock().expect("view").is_tty() {
         tokio::spawn(tick_view(view.clone()));
+    }
+    // A restarted `up` shows the nodes it restored (and adopts) at once:
+    // their ledger says where they are before any of them changes.
+    for row in machine.node_rows() {
+        let lease = leases.lease_of(&row.id);
+        view.lock().expect("view").changed(row, lease);
     }
     let key = identity::load_or_create(&state_dir)?;
     let sink = RealSink::new(SinkParts {

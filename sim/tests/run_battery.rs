@@ -48,7 +48,8 @@ fn run_battery_passes_and_hits_every_fault() {
         // Repairs: a replacement told its stage, the pipeline rebuilt, and
         // a request resumed from the middle of its stream.
         "run:Repairing",
-        "run:enlist/current",
+        "run:enlist/first",
+        "run:enlist/replacement",
         "run:resumed/mid-request",
         "stage:AwaitingReady",
         "stage:Ready",

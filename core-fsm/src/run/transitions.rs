@@ -299,7 +299,19 @@ impl Machine {
         let lost = liveness == Liveness::Dead
             || self.workers.get(&stage).is_some_and(|w| w.agent != agent);
         match phase {
-            Phase::AwaitingReadiness(barrier) if !lost => self.check_barrier(now, barrier, out),
+            Phase::AwaitingReadiness(barrier) if !lost => {
+                // Each node's agent is told its stage once membership
+                // holds it Alive (at the start, or when it rejoins a
+                // restarted orchestrator), until it has reported.
+                let reported = barrier
+                    .reports
+                    .get(&stage)
+                    .is_some_and(|r| r.agent == agent);
+                if liveness == Liveness::Alive && !reported {
+                    out.push(Effect::Enlist { node, agent, stage });
+                }
+                self.check_barrier(now, barrier, out)
+            }
             // A lost stage is not waited for; a replacement's agent that is
             // Alive is told its stage, and its report may complete the
             // barrier.

@@ -341,7 +341,7 @@ impl driver::EffectSink<Effect> for HostSink {
                 let run_id = self.shared.run_id;
                 self.shared.membership_event(
                     &node,
-                    format!("{node}: its new agent {agent} is enlisted for stage {stage}"),
+                    format!("{node}: its agent {agent} is told to run stage {stage}"),
                 );
                 self.send(&node, &agent, Frame::Pipeline { run_id, stage });
             }

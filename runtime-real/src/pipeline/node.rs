@@ -121,6 +121,8 @@ pub struct NodeHandle {
     inbox: mpsc::Sender<Frame>,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    /// The edge acceptors and the frame router.
+    helpers: Vec<JoinHandle<()>>,
 }
 
 impl NodeHandle {
@@ -140,6 +142,12 @@ impl NodeHandle {
             worker.kill();
         }
         self.task.abort();
+        for helper in self.helpers {
+            helper.abort();
+        }
+        for reader in self.shared.readers.lock().expect("readers").drain(..) {
+            reader.abort();
+        }
     }
 }
 
@@ -168,14 +176,16 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
     let (inbox, inbox_rx) = mpsc::channel(64);
     let rendezvous = Rendezvous::default();
     let (edge_tx, edge_rx) = mpsc::channel(16);
-    tokio::spawn(edges::accept_loop(config.endpoint.clone(), edge_tx));
-    tokio::spawn(edges::accept(config.run_id, edge_rx, rendezvous.clone()));
-    tokio::spawn(route(
-        inbox_rx,
-        shared.clone(),
-        tx.clone(),
-        orchestrator_id.clone(),
-    ));
+    let helpers = vec![
+        tokio::spawn(edges::accept_loop(config.endpoint.clone(), edge_tx)),
+        tokio::spawn(edges::accept(config.run_id, edge_rx, rendezvous.clone())),
+        tokio::spawn(route(
+            inbox_rx,
+            shared.clone(),
+            tx.clone(),
+            orchestrator_id.clone(),
+        )),
+    ];
     let clock = TokioClock::start();
     let machine = Machine::new(
         Config {
@@ -238,6 +248,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
         inbox,
         shared,
         task,
+        helpers,
     }
 }
 

@@ -357,12 +357,24 @@ async fn read_control(
     node: &LogicalNodeId,
     pipeline: PipelineSide<'_>,
 ) -> Attempt {
+    // The first Pipeline frame on a connection starts the pipeline side
+    // afresh: a side left running by an earlier connection belonged to an
+    // orchestrator that restarted (its run begins again). Later ones on the
+    // same connection are duplicates.
+    let mut told = false;
     loop {
         match read_frame(recv).await {
             Ok(Some(Frame::Pipeline { run_id, stage })) => {
-                if pipeline.handle.is_some() {
+                if std::mem::replace(&mut told, true) {
                     warn(node, "a second Pipeline frame is ignored");
                     continue;
+                }
+                if let Some(old) = pipeline.handle.take() {
+                    say(
+                        node,
+                        "the orchestrator begins its run again: restarting the stage",
+                    );
+                    old.shutdown().await;
                 }
                 say(node, &format!("running stage {stage} of {run_id}"));
                 let config = crate::pipeline::node::NodeConfig {

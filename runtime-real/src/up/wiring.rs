@@ -25,6 +25,20 @@ impl Orchestrated for Orchestrator {
     fn is_torn_down(&self) -> bool {
         Orchestrator::is_torn_down(self)
     }
+
+    fn node_rows(&self) -> Vec<super::control::LiveNode> {
+        self.nodes()
+            .filter(|r| r.stage != core_fsm::node::Lifecycle::New)
+            .map(|r| super::control::LiveNode {
+                id: r.desired.node_id.clone(),
+                stage: r.stage,
+                ready: r.ready,
+                failed_reason: r.failed_reason.clone(),
+                liveness: None,
+                last_heartbeat_ms: None,
+            })
+            .collect()
+    }
 }
 
 /// How long an agent told to shut down may take to close its connection

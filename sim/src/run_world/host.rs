@@ -268,22 +268,29 @@ impl RunWorld<'_> {
         }
     }
 
-    /// A replacement's agent is told its stage. The world's replacement
-    /// agents boot and report at once (their pipeline side starts with
-    /// them), so the word only reaches a live, current agent.
+    /// An agent is told its stage. The world's agents boot and report at
+    /// once (their pipeline side starts with them), so the word is only
+    /// counted: for a first agent, a replacement, or one gone already.
     fn enlist(
         &mut self,
         node: &core_fsm::ids::LogicalNodeId,
         agent: &core_fsm::ids::AgentId,
         stage: u32,
     ) {
-        let current = self.nodes.get(stage as usize).is_some_and(|n| {
-            n.alive && *node == node_id(stage) && *agent == agent_id_of(stage, n.generation)
-        });
-        self.coverage.labels.insert(format!(
-            "run:enlist/{}",
-            if current { "current" } else { "stale" }
-        ));
+        let label = match self.nodes.get(stage as usize) {
+            Some(n)
+                if n.alive
+                    && *node == node_id(stage)
+                    && *agent == agent_id_of(stage, n.generation) =>
+            {
+                match n.generation {
+                    0 => "run:enlist/first",
+                    _ => "run:enlist/replacement",
+                }
+            }
+            _ => "run:enlist/stale",
+        };
+        self.coverage.labels.insert(label.to_owned());
         self.note(&format!("world: {agent} enlisted for stage {stage}"));
     }
 

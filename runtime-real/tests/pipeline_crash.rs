@@ -1,0 +1,81 @@
+//! The orchestrator itself crashes while serving: `drover up` is killed
+//! with SIGKILL while a request streams. Its client sees the connection
+//! close; a restarted `drover up` on the same state dir adopts the live
+//! nodes, provisions the stages again and serves the same text; nothing is
+//! created twice and nothing is left when it stops. Real processes, real
+//! SSH, real iroh; every wait is on an event with a bound.
+
+mod up_support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use up_support::*;
+
+const SERVE: Duration = Duration::from_secs(120);
+const EXIT: Duration = Duration::from_secs(90);
+const PROMPT: &str = "Once upon a time";
+
+/// Leases the journal says were created.
+fn leases_known(state: &std::path::Path) -> usize {
+    let journal = runtime_real::journal::Journal::read(state).unwrap();
+    journal
+        .records
+        .iter()
+        .filter(|r| matches!(r, core_fsm::port::JournalRecord::LeaseKnown { .. }))
+        .count()
+}
+
+#[test]
+fn a_restarted_up_adopts_the_nodes_and_serves_again_after_a_crash_while_serving() {
+    let dir = scratch("pipe-crash");
+    let state = dir.join("state");
+    let plan = dir.join("plan.toml");
+    std::fs::write(&plan, pipeline_plan_text(3, "true", "")).unwrap();
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, |l| l["event"] == "serving");
+    let pids = node_pids(&state);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+
+    // A request streams; at its first bytes the orchestrator is killed.
+    let mut client = Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["prompt", PROMPT, "--max-tokens", "64"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = client.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let lost = client.wait_with_output().unwrap();
+    // The crashed process's request is lost: its client says so.
+    assert_ne!(lost.status.code(), Some(0), "the lost request's client");
+    let said = String::from_utf8_lossy(&lost.stderr).to_string();
+    assert!(!said.trim().is_empty(), "the client names the failure");
+    // The nodes outlive it.
+    assert_eq!(running(&pids), pids, "the nodes died with the orchestrator");
+
+    // A restarted `up` adopts them and serves again.
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, |l| l["event"] == "serving");
+    let out = drover(&state, &["prompt", PROMPT, "--max-tokens", "64"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        generated(PROMPT, 64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(leases_known(&state), 3, "nothing is created twice");
+    assert_eq!(node_pids(&state), pids, "the same nodes");
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
