@@ -7,8 +7,8 @@
 //! clock runs from the kill to membership's `Dead`, and from `Dead` to the
 //! replacement's `Dormant` (ready, on a new lease). Printed: each kill,
 //! then p50/max of both against the targets (Dead <= 5 s, the replacement
-//! ready <= 1 s after Dead). There is no pipeline here: the stream's resume
-//! after a repair does not exist yet.
+//! ready <= 1 s after Dead). There is no pipeline here: `bench_resume`
+//! times a request's resume after a stage's death.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -16,7 +16,6 @@ mod common;
 use core_fsm::plan::{ReplacementPolicy, RunPlan};
 use core_fsm::time::Duration as D;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -71,7 +70,9 @@ fn main() {
         }
     };
     wait("settled line", &|v| v["event"] == "settled");
-    let mut leases: Vec<String> = (0..NODES).map(|i| lease_of(&drover, &state, i)).collect();
+    let mut leases: Vec<String> = (0..NODES)
+        .map(|i| common::lease_of(&drover, &state, &format!("workers-{i}")))
+        .collect();
     let mut seed = 0x5eed_u64;
     let (mut to_dead, mut to_ready) = (Vec::new(), Vec::new());
     println!(
@@ -86,7 +87,7 @@ fn main() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         std::thread::sleep(Duration::from_millis((seed >> 33) % 1000));
-        let pids = node_pids(&state, &leases[i as usize]);
+        let pids = common::node_pids(&state, &leases[i as usize]);
         assert!(
             !pids.is_empty(),
             "{node}: no processes for {}",
@@ -132,41 +133,4 @@ fn main() {
         if met { "met" } else { "NOT met" }
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Node `i`'s lease, from `drover status --json`.
-fn lease_of(drover: &Path, state: &Path, i: u32) -> String {
-    let out = Command::new(drover)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["--json", "status"])
-        .output()
-        .expect("status runs");
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-    let node = format!("workers-{i}");
-    (status["nodes"].as_array().expect("nodes").iter())
-        .find(|n| n["id"] == node.as_str())
-        .and_then(|n| n["lease"].as_str())
-        .expect("a lease")
-        .to_owned()
-}
-
-/// The processes (node server, agent) working in the lease's node folder
-/// (`local:N` runs in `<state>/nodes/N`).
-fn node_pids(state: &Path, lease: &str) -> Vec<u32> {
-    let folder: PathBuf = state.join("nodes").join(lease.trim_start_matches("local:"));
-    let Ok(folder) = std::fs::canonicalize(folder) else {
-        return Vec::new();
-    };
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
-        if cwd == folder {
-            pids.push(pid);
-        }
-    }
-    pids
 }

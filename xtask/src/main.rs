@@ -369,7 +369,14 @@ fn bench(what: &str, provider: &str) -> bool {
             "bench up",
             release_example("bench_up", &["--provider", provider]),
         ),
-        "repair" => step("bench repair", release_example("bench_repair", &[])),
+        // Replacement alone on 20 nodes, then a pipeline's resume.
+        "repair" => {
+            step("bench repair", release_example("bench_repair", &[]))
+                && step(
+                    "bench repair (resume)",
+                    release_example("bench_resume", &[]),
+                )
+        }
         "dashboard" => step("bench dashboard", release_example("bench_dashboard", &[])),
         other => {
             eprintln!(
