@@ -68,6 +68,11 @@ fn a_prompt_typed_into_the_page_streams_the_models_answer() {
         let answer = browser
             .js("return document.getElementById('answer').textContent;")
             .await;
+        // The serving panel counts the pipeline's repairs: none here.
+        let repairs = browser
+            .js("return document.querySelector('#serving [data-k=\"repairs\"] dd').textContent;")
+            .await;
+        assert_eq!(repairs, "0", "the serving panel's repairs");
         browser.quit().await;
         answer.as_str().unwrap().to_owned()
     });

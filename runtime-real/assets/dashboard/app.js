@@ -175,7 +175,8 @@
     const sv = p.serving || {};
     const rows = [["active", sv.active == null ? "idle" : "request " + sv.active], ["queue", sv.queue],
       ["done", sv.requests_done], ["ttft", sv.ttft_ms == null ? null : sv.ttft_ms.toFixed(1) + " ms"],
-      ["tokens/s", sv.tokens_per_s == null ? null : sv.tokens_per_s.toFixed(1)]];
+      ["tokens/s", sv.tokens_per_s == null ? null : sv.tokens_per_s.toFixed(1)],
+      ["repairs", sv.repairs == null ? null : sv.repairs + (sv.repairing ? " (repairing)" : "")]];
     $("serving").replaceChildren(...rows.map(([k, v]) => {
       const d = document.createElement("div"); d.dataset.k = k;
       const dt = document.createElement("dt"); dt.textContent = k;
