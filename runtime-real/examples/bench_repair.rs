@@ -15,9 +15,7 @@ mod common;
 
 use core_fsm::plan::{ReplacementPolicy, RunPlan};
 use core_fsm::time::Duration as D;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NODES: u32 = 20;
@@ -42,33 +40,8 @@ fn main() {
     };
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan)).expect("plan");
-    let mut up = Command::new(&drover)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--json", "up", "--no-dashboard"])
-        .arg(&plan_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("drover up runs");
-    let (tx, lines) = mpsc::channel::<(Instant, serde_json::Value)>();
-    let stdout = up.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line)
-                && tx.send((Instant::now(), v)).is_err()
-            {
-                return;
-            }
-        }
-    });
-    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| loop {
-        match lines.recv_timeout(BOUND) {
-            Ok((at, v)) if want(&v) => return (at, v),
-            Ok(_) => {}
-            Err(_) => panic!("bench_repair: no {what} within {BOUND:?}"),
-        }
-    };
+    let up = common::UpLines::start(&drover, &state, &plan_path, "bench_repair", BOUND);
+    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| up.wait(what, want);
     wait("settled line", &|v| v["event"] == "settled");
     let mut leases: Vec<String> = (0..NODES)
         .map(|i| common::lease_of(&drover, &state, &format!("workers-{i}")))
@@ -115,9 +88,7 @@ fn main() {
         to_dead.push(d.as_millis());
         to_ready.push(r.as_millis());
     }
-    let mut stdin = up.stdin.take().expect("piped");
-    writeln!(stdin, "stop").expect("stop");
-    let _ = up.wait();
+    up.stop();
     to_dead.sort_unstable();
     to_ready.sort_unstable();
     let p50 = |v: &[u128]| v[v.len() / 2];

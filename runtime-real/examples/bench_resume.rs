@@ -16,7 +16,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -40,33 +40,8 @@ fn main() {
     let state = dir.join("state");
     let plan = dir.join("plan.toml");
     std::fs::write(&plan, plan_text(&model)).expect("plan");
-    let mut up = Command::new(&drover)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--json", "up", "--no-dashboard"])
-        .arg(&plan)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("drover up runs");
-    let (tx, lines) = mpsc::channel::<(Instant, serde_json::Value)>();
-    let stdout = up.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line)
-                && tx.send((Instant::now(), v)).is_err()
-            {
-                return;
-            }
-        }
-    });
-    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| loop {
-        match lines.recv_timeout(BOUND) {
-            Ok((at, v)) if want(&v) => return (at, v),
-            Ok(_) => {}
-            Err(_) => panic!("bench_resume: no {what} within {BOUND:?}"),
-        }
-    };
+    let up = common::UpLines::start(&drover, &state, &plan, "bench_resume", BOUND);
+    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| up.wait(what, want);
     wait("serving line", &|v| v["event"] == "serving");
     let mut seed = 0x5eed_u64;
     let (mut to_dead, mut to_ready, mut to_resumed) = (Vec::new(), Vec::new(), Vec::new());
@@ -130,9 +105,7 @@ fn main() {
             if ok { "same" } else { "DIFFERS" }
         );
     }
-    let mut stdin = up.stdin.take().expect("piped");
-    writeln!(stdin, "stop").expect("stop");
-    let _ = up.wait();
+    up.stop();
     for v in [&mut to_dead, &mut to_ready, &mut to_resumed] {
         v.sort_unstable();
     }

@@ -8,7 +8,6 @@
 mod up_support;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use up_support::*;
 
@@ -38,18 +37,7 @@ fn a_restarted_up_adopts_the_nodes_and_serves_again_after_a_crash_while_serving(
     assert_eq!(pids.len(), 3, "{pids:?}");
 
     // A request streams; at its first bytes the orchestrator is killed.
-    let mut client = Command::new(DROVER)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["prompt", PROMPT, "--max-tokens", "64"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = client.stdout.take().unwrap();
-    let mut first = [0u8; 1];
-    stdout.read_exact(&mut first).unwrap();
+    let (client, mut stdout, _) = streaming_prompt(&state, PROMPT, 64);
     up.child.kill().unwrap();
     up.child.wait().unwrap();
     let mut rest = Vec::new();

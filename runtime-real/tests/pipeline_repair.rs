@@ -11,7 +11,7 @@ mod up_support;
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use up_support::*;
 
@@ -59,17 +59,7 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
     assert!(victims.len() >= 2, "workers-1's processes: {victims:?}");
 
     // The client streams; at its first bytes, stage 1's node is killed.
-    let mut client = Command::new(DROVER)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["prompt", PROMPT, "--max-tokens", "64"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = client.stdout.take().unwrap();
-    let mut first = [0u8; 1];
-    stdout.read_exact(&mut first).unwrap();
+    let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
     for pid in &victims {
         Command::new("kill")
             .arg("-9")
@@ -79,8 +69,8 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
     }
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
-    let code = client.wait().unwrap().code();
-    let mut text = first.to_vec();
+    let code = client.wait_with_output().unwrap().status.code();
+    let mut text = vec![first];
     text.extend(rest);
     let text = String::from_utf8(text).unwrap();
 

@@ -2,8 +2,11 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Builds the binaries next to this example's profile; returns `drover`.
 pub fn build_binaries(example: &str) -> PathBuf {
@@ -58,4 +61,73 @@ pub fn node_pids(state: &Path, lease: &str) -> Vec<u32> {
         }
     }
     pids
+}
+
+/// `drover --json up --no-dashboard PLAN`, its stdout lines read as they
+/// come, each stamped with when it was read.
+pub struct UpLines {
+    child: Child,
+    lines: mpsc::Receiver<(Instant, serde_json::Value)>,
+    bench: &'static str,
+    bound: Duration,
+}
+
+impl UpLines {
+    /// Starts `up`; a wait gives up after `bound` (naming `bench`).
+    pub fn start(
+        drover: &Path,
+        state: &Path,
+        plan: &Path,
+        bench: &'static str,
+        bound: Duration,
+    ) -> UpLines {
+        let mut child = Command::new(drover)
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--json", "up", "--no-dashboard"])
+            .arg(plan)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("drover up runs");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line)
+                    && tx.send((Instant::now(), v)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        UpLines {
+            child,
+            lines,
+            bench,
+            bound,
+        }
+    }
+
+    /// The next line `want` accepts, and when it was read.
+    pub fn wait(
+        &self,
+        what: &str,
+        want: &dyn Fn(&serde_json::Value) -> bool,
+    ) -> (Instant, serde_json::Value) {
+        loop {
+            match self.lines.recv_timeout(self.bound) {
+                Ok((at, v)) if want(&v) => return (at, v),
+                Ok(_) => {}
+                Err(_) => panic!("{}: no {what} within {:?}", self.bench, self.bound),
+            }
+        }
+    }
+
+    /// Types `stop` and waits for `up` to exit.
+    pub fn stop(mut self) {
+        let mut stdin = self.child.stdin.take().expect("piped");
+        writeln!(stdin, "stop").expect("stop");
+        let _ = self.child.wait();
+    }
 }

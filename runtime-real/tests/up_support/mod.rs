@@ -383,3 +383,27 @@ pub fn bounded(mut plan: RunPlan) -> RunPlan {
     };
     plan
 }
+
+/// `drover prompt TEXT --max-tokens N` in the background, once its first
+/// byte of text arrived: the child (its stderr piped), its stdout, and that
+/// byte.
+pub fn streaming_prompt(
+    state: &Path,
+    text: &str,
+    max_tokens: u32,
+) -> (Child, std::process::ChildStdout, u8) {
+    use std::io::Read;
+    let mut client = Command::new(DROVER)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["prompt", text, "--max-tokens", &max_tokens.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = client.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    (client, stdout, first[0])
+}
