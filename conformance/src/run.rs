@@ -60,11 +60,16 @@ pub enum RunFault {
     /// The operator kills stage `target`'s agent (the dashboard's drill,
     /// the pipeline host's `Kill`) at its `arg`-th step.
     OperatorKill,
+    /// The orchestrator crashes, and `drover up` is started again, when the
+    /// run first reaches phase `target` (0 readiness, 1 acknowledgement,
+    /// 2 weight loading, 3 stage readiness, 4 prompt opening, 5 serving a
+    /// request).
+    OrchestratorCrash,
 }
 
 impl RunFault {
     /// Every run fault, in a fixed order.
-    pub const ALL: [RunFault; 19] = [
+    pub const ALL: [RunFault; 20] = [
         RunFault::WorkerCrashLoad,
         RunFault::WorkerCrashStep,
         RunFault::StepFails,
@@ -84,6 +89,7 @@ impl RunFault {
         RunFault::AgentDiesMidRequest,
         RunFault::ClientDisconnects,
         RunFault::OperatorKill,
+        RunFault::OrchestratorCrash,
     ];
 
     /// The fault's name in traces, profiles and coverage.
@@ -108,6 +114,7 @@ impl RunFault {
             RunFault::AgentDiesMidRequest => "agent-dies-mid-request",
             RunFault::ClientDisconnects => "client-disconnects",
             RunFault::OperatorKill => "operator-kill",
+            RunFault::OrchestratorCrash => "orchestrator-crash",
         }
     }
 
@@ -133,6 +140,7 @@ impl RunFault {
             RunFault::AgentDiesMidRequest => "agent: dies mid-request",
             RunFault::ClientDisconnects => "client: disconnects mid-stream",
             RunFault::OperatorKill => "operator: kills a stage's agent mid-request (a drill)",
+            RunFault::OrchestratorCrash => "orchestrator: crashes in a run phase and restarts",
         }
     }
 

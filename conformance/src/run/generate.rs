@@ -102,7 +102,7 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
         RunScenario::Repair => {
             let mut on: Vec<RunFault> = RunFault::ALL
                 .into_iter()
-                .filter(|f| !f.is_fatal() && rng.ratio(1, 2))
+                .filter(|f| !f.is_fatal() && *f != RunFault::OrchestratorCrash && rng.ratio(1, 2))
                 .collect();
             let deaths = [RunFault::AgentDiesMidRequest, RunFault::OperatorKill];
             let picked: Vec<RunFault> = deaths.into_iter().filter(|_| rng.ratio(1, 2)).collect();
@@ -116,6 +116,16 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
     let mut items = Vec::new();
     for fault in &on {
         items.extend(draw_items(*fault, &profile, &mut rng));
+    }
+    // A crash while serving loses the requests in flight, and with them a
+    // disconnect planned on one: beside a disconnect it strikes in startup.
+    if on.contains(&RunFault::ClientDisconnects) {
+        for item in items
+            .iter_mut()
+            .filter(|i| i.fault == RunFault::OrchestratorCrash)
+        {
+            item.target %= 5;
+        }
     }
     profile.rates = on.iter().map(|f| (f.name().to_owned(), 1000)).collect();
     profile.rates.sort();
@@ -159,6 +169,7 @@ fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem>
         RunFault::ReadyWrongNode => vec![item(stage, rng.below(2))],
         RunFault::AgentDiesMidRequest | RunFault::OperatorKill => vec![item(stage, rng.below(2))],
         RunFault::ClientDisconnects => vec![item(rng.below(u64::from(p.requests)) as u32, 1)],
+        RunFault::OrchestratorCrash => vec![item(rng.below(6) as u32, 0)],
         RunFault::WorkerCrashLoad
         | RunFault::ProvisionLost
         | RunFault::ProvisionDuplicated

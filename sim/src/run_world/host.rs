@@ -69,6 +69,17 @@ pub fn run_config(p: &RunProfile) -> run::Config {
     }
 }
 
+impl HostSide {
+    /// The host side of a restarted orchestrator: nothing open; the
+    /// clients that had not submitted yet still will.
+    pub fn resumed(stages: u32, before: &HostSide) -> HostSide {
+        HostSide {
+            submitted: before.submitted,
+            ..HostSide::new(stages)
+        }
+    }
+}
+
 impl RunWorld<'_> {
     pub(super) fn host_effect(&mut self, effect: Effect) {
         let effect = match effect {
@@ -128,7 +139,7 @@ impl RunWorld<'_> {
                 self.at(Duration::from_millis(1), Ev::Host(run_input(opened)));
                 // Clients can reach the service once it is bound.
                 let gap = self.case.profile.submit_gap_ms;
-                for r in 0..self.case.profile.requests {
+                for r in self.hs.submitted..self.case.profile.requests {
                     let delay = 2 + self.case.profile.latency_ms + u64::from(r) * gap;
                     self.at(Duration::from_millis(delay), Ev::Submit(r));
                 }
@@ -321,7 +332,17 @@ impl RunWorld<'_> {
     /// The operator stops the run once every client has its answer.
     pub(super) fn maybe_shutdown(&mut self) {
         let all = self.hs.submitted == self.case.profile.requests;
-        if all && !self.hs.shutdown_sent && self.oracle.all_answered() && self.ended_at.is_none() {
+        // A restarted orchestrator serves before it is stopped.
+        let serving = self
+            .host
+            .run()
+            .is_some_and(|r| matches!(r.phase(), run::Phase::Serving(_)));
+        if all
+            && serving
+            && !self.hs.shutdown_sent
+            && self.oracle.all_answered()
+            && self.ended_at.is_none()
+        {
             self.hs.shutdown_sent = true;
             self.note("world: every client has its answer; the operator stops the run");
             let stop = run::Input::Shutdown;

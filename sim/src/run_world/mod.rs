@@ -343,7 +343,7 @@ impl<'c> RunWorld<'c> {
         match result {
             Ok(effects) => {
                 let n = &self.nodes[node as usize];
-                let life = (node, n.generation, n.agent.reprovisions());
+                let life = (node, n.generation, n.incarnation, n.agent.reprovisions());
                 for effect in effects {
                     self.record(&format!("agent {node} ->"), &effect);
                     if let Err(v) = self.oracle.agent_effect(life, &effect) {
@@ -368,6 +368,7 @@ impl<'c> RunWorld<'c> {
         if self.ended_at.is_none() && self.host.run().is_some_and(|r| r.phase().is_terminal()) {
             self.ended_at = Some(self.now);
         }
+        self.maybe_crash();
         self.maybe_shutdown();
     }
 

@@ -21,6 +21,9 @@ pub struct Node {
     pub stage: u32,
     /// 0 for the node's first agent, then one more per replacement.
     pub generation: u32,
+    /// The agent's pipeline side, started again once per orchestrator
+    /// restart.
+    pub incarnation: u32,
     /// The agent composite.
     pub agent: agent::Machine,
     /// Whether the agent runs.
@@ -59,6 +62,7 @@ impl Node {
         Node {
             stage,
             generation: 0,
+            incarnation: 0,
             agent: agent::Machine::new(config, now),
             alive: true,
             lost: false,

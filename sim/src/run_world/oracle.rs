@@ -15,6 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A broken world invariant: its id and what was seen.
 pub type Broken = (&'static str, String);
 
+/// One stage controller life: the node, its agent's generation, the
+/// agent's incarnation (orchestrator restarts), the controller life.
+pub type Life = (u32, u32, u32, u64);
+
 /// What one request's client saw.
 #[derive(Clone, Debug)]
 struct Request {
@@ -23,6 +27,9 @@ struct Request {
     records: Vec<u32>,
     terminal: Option<PromptEvent>,
     disconnect_after: Option<u64>,
+    /// Pending when the orchestrator crashed: its client saw the
+    /// connection close, and nothing more is said of it.
+    lost: bool,
 }
 
 /// The run world's oracle.
@@ -38,9 +45,8 @@ pub struct RunOracle {
     stage_ready: BTreeSet<u32>,
     endpoints: BTreeSet<TokenEndpoint>,
     provisioned: Vec<u32>,
-    /// Steps executed by each stage controller life: (node, agent
-    /// generation, controller life) and the stage.
-    executed: BTreeMap<((u32, u32, u64), u32), u64>,
+    /// Steps executed by each stage controller life, and by its stage.
+    executed: BTreeMap<(Life, u32), u64>,
     finished: Vec<Result<(), run::RunError>>,
 }
 
@@ -78,13 +84,31 @@ impl RunOracle {
             records: Vec::new(),
             terminal: None,
             disconnect_after,
+            lost: false,
         };
         self.requests.insert(request, r);
     }
 
-    /// Whether every submitted request has its terminal event.
+    /// Whether every submitted request has its terminal event (or was lost
+    /// with a crashed orchestrator).
     pub fn all_answered(&self) -> bool {
-        self.requests.values().all(|r| r.terminal.is_some())
+        self.requests
+            .values()
+            .all(|r| r.terminal.is_some() || r.lost)
+    }
+
+    /// The orchestrator crashed: its pending requests are lost, and the
+    /// restarted one's startup is judged from its start (RW4, RW6).
+    pub fn orchestrator_crashed(&mut self) {
+        for r in self.requests.values_mut() {
+            if r.terminal.is_none() {
+                r.lost = true;
+            }
+        }
+        self.provisioned.clear();
+        self.weights_ready.clear();
+        self.stage_ready.clear();
+        self.endpoints.clear();
     }
 
     /// Requests that ended Done.
@@ -175,6 +199,10 @@ impl RunOracle {
         let Some(r) = self.requests.get_mut(&request) else {
             return Err(("RW1", format!("{request} was never submitted: {event:?}")));
         };
+        if r.lost {
+            let what = format!("{request} was lost with the crashed orchestrator, then {event:?}");
+            return Err(("RW1", what));
+        }
         // RW1: one terminal event, nothing after it.
         if let Some(terminal) = &r.terminal {
             let what = format!("{request} ended with {terminal:?}, then {event:?}");
@@ -213,11 +241,7 @@ impl RunOracle {
     }
 
     /// An effect of node `s`'s agent, judged before it is carried out.
-    pub fn agent_effect(
-        &mut self,
-        life: (u32, u32, u64),
-        effect: &agent::Effect,
-    ) -> Result<(), Broken> {
+    pub fn agent_effect(&mut self, life: Life, effect: &agent::Effect) -> Result<(), Broken> {
         let s = life.0;
         if let agent::Effect::Stage {
             stage,
@@ -241,7 +265,7 @@ impl RunOracle {
     /// (RW10).
     pub fn check_end(&self, nodes: &[Node], host: &pipeline::Machine) -> Result<(), Broken> {
         for (request, r) in &self.requests {
-            if r.terminal.is_none() {
+            if r.terminal.is_none() && !r.lost {
                 return Err(("RW1", format!("{request} never got a terminal event")));
             }
         }
@@ -271,7 +295,7 @@ impl RunOracle {
             }
             let late =
                 self.injected.contains("token-late") || self.injected.contains("token-reordered");
-            for (request, r) in &self.requests {
+            for (request, r) in self.requests.iter().filter(|(_, r)| !r.lost) {
                 let ok = match &r.terminal {
                     Some(PromptEvent::Done { .. }) => true,
                     Some(PromptEvent::Fault(PromptFault::Timeout)) => late,

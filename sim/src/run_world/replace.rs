@@ -66,4 +66,96 @@ impl RunWorld<'_> {
             self.close_conn(conn);
         }
     }
+
+    /// The orchestrator crashes when the run first reaches a planned phase.
+    pub(super) fn maybe_crash(&mut self) {
+        use conformance::run::RunFault;
+        let phase = match self.host.run().map(|r| r.phase()) {
+            Some(core_fsm::run::Phase::AwaitingReadiness(_)) => 0,
+            Some(core_fsm::run::Phase::Acknowledging(_)) => 1,
+            Some(core_fsm::run::Phase::LoadingWeights { .. }) => 2,
+            Some(core_fsm::run::Phase::AwaitingStageReady(_)) => 3,
+            Some(core_fsm::run::Phase::OpeningPrompt { .. }) => 4,
+            Some(core_fsm::run::Phase::Serving(s)) if s.active.is_some() => 5,
+            _ => return,
+        };
+        let fault = RunFault::OrchestratorCrash;
+        if self.fired.contains(&fault) || self.planned(fault, phase).is_none() {
+            return;
+        }
+        self.fired.insert(fault);
+        self.inject(fault);
+        self.crash_orchestrator();
+    }
+
+    /// `drover up` is killed and started again on the same state dir: what
+    /// was on its way to it and its clients' connections are lost; every
+    /// live agent's control connection breaks, and each rejoins the new
+    /// process, which tracks it and begins the run again; the agent's first
+    /// Pipeline frame on its new connection restarts its pipeline side
+    /// (`transport/agent.rs`), so each starts afresh under its identity.
+    fn crash_orchestrator(&mut self) {
+        const REJOIN: Duration = Duration::from_secs(1);
+        self.oracle.orchestrator_crashed();
+        self.queue
+            .retain(|_, ev| !matches!(ev, Ev::Host(_) | Ev::Submit(_)));
+        let orch: Vec<u32> = (0..self.conns.len() as u32)
+            .filter(|c| {
+                let c = &self.conns[*c as usize];
+                c.open && (c.from == End::Orch || c.to == End::Orch)
+            })
+            .collect();
+        for conn in orch {
+            self.close_conn(conn);
+        }
+        let stages = self.nodes.len() as u32;
+        self.host = core_fsm::pipeline::Machine::new(super::config::membership_config());
+        self.hs = super::host::HostSide::resumed(stages, &self.hs);
+        let mut tracked = Vec::new();
+        for s in 0..stages {
+            if !self.nodes[s as usize].alive {
+                continue;
+            }
+            let touching: Vec<u32> = (0..self.conns.len() as u32)
+                .filter(|c| {
+                    let c = &self.conns[*c as usize];
+                    c.open && (c.from == End::Node(s) || c.to == End::Node(s))
+                })
+                .collect();
+            for conn in touching {
+                self.close_conn(conn);
+            }
+            self.queue.retain(|_, ev| match ev {
+                Ev::Agent { node, .. } | Ev::Worker { node, .. } => *node != s,
+                _ => true,
+            });
+            let old = &self.nodes[s as usize];
+            let (generation, incarnation) = (old.generation, old.incarnation + 1);
+            let config = super::config::agent_config(s, generation);
+            let mut node = Node::new(s, config, self.now + REJOIN);
+            node.generation = generation;
+            node.incarnation = incarnation;
+            self.nodes[s as usize] = node;
+            tracked.push((s, super::agent_id_of(s, generation)));
+        }
+        self.note("world: the orchestrator restarts; the live agents rejoin it");
+        for (s, agent) in &tracked {
+            let track = core_fsm::membership::Input::Track {
+                node: super::node_id(*s),
+                agent: agent.clone(),
+            };
+            self.at(
+                REJOIN,
+                Ev::Host(core_fsm::pipeline::Input::Membership(track)),
+            );
+        }
+        let begin =
+            core_fsm::pipeline::Input::Begin(Box::new(super::host::run_config(&self.case.profile)));
+        self.at(REJOIN, Ev::Host(begin));
+        for (s, _) in tracked {
+            for input in boot_inputs(s) {
+                self.at(REJOIN, Ev::Agent { node: s, input });
+            }
+        }
+    }
 }
