@@ -266,3 +266,28 @@ fn a_stop_while_repairing_ends_the_run_in_order() {
     assert!(matches!(m.phase(), Phase::Stopped), "{:?}", m.phase());
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn a_fault_of_a_stage_the_run_has_not_provisioned_is_another_lifes_and_ignored() {
+    // A restarted orchestrator begins the run again with the same run id;
+    // an agent's old pipeline side may report a fault of its old stage
+    // before it is told to start afresh.
+    let mut m = Machine::new(repairing_config(0), Instant(0)).expect("plannable");
+    let mut script = vec![(0, alive(0)), (0, alive(1)), (0, alive(2))];
+    script.push((5, stage_fault(1, "edge 1: connection lost")));
+    drive(&mut m, script);
+    assert!(
+        matches!(m.phase(), Phase::AwaitingReadiness(_)),
+        "{:?}",
+        m.phase()
+    );
+    assert_eq!(m.ignored().unexpected, 1);
+    // Once the stage is provisioned, its fault is the run's.
+    drive(&mut m, to_serving(10));
+    drive(&mut m, vec![(100, stage_fault(1, "cuda error"))]);
+    assert!(
+        matches!(m.phase(), Phase::TearingDown(_)),
+        "{:?}",
+        m.phase()
+    );
+}

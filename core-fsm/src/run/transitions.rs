@@ -135,9 +135,12 @@ impl Machine {
                 self.on_stop_timeout(teardown, out)
             }
 
-            // Failures that end any phase before teardown.
+            // Failures that end any phase before teardown. A fault of a
+            // stage this run has not provisioned is another life's (a
+            // crashed orchestrator's pipeline, torn down since) and falls
+            // through as unexpected.
             (phase, In(Input::Stage(Report::StageFault { stage, fault, .. })))
-                if !phase.is_terminal() =>
+                if !phase.is_terminal() && stage.is_some_and(|s| self.provisioned.contains(&s)) =>
             {
                 let stage = stage.expect("admitted stage reports carry a stage");
                 let error = match &phase {
