@@ -17,9 +17,6 @@ mod dashboard_support;
 
 use core_fsm::plan::RunPlan;
 use dashboard_support::webdriver::Browser;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const NODES: u32 = 20;
@@ -51,33 +48,15 @@ fn main() {
     plan.groups[0].boot.verify_commands = vec!["sleep 4".into()];
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan)).expect("plan");
-    let mut up = Command::new(&drover)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(["--json", "up"])
-        .arg(&plan_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("drover up runs");
-    let (tx, lines) = mpsc::channel::<serde_json::Value>();
-    let stdout = up.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line)
-                && tx.send(v).is_err()
-            {
-                return;
-            }
-        }
-    });
-    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| loop {
-        match lines.recv_timeout(BOUND) {
-            Ok(v) if want(&v) => return v,
-            Ok(_) => {}
-            Err(_) => panic!("bench_dashboard: no {what} from drover up within {BOUND:?}"),
-        }
-    };
+    let mut up = common::UpLines::start(
+        &drover,
+        &dir.join("state"),
+        &plan_path,
+        &[],
+        "bench_dashboard",
+        BOUND,
+    );
+    let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| up.wait(what, want).1;
     let url = wait("dashboard line", &|v| v["event"] == "dashboard")["url"]
         .as_str()
         .expect("a url")
@@ -95,8 +74,7 @@ fn main() {
     eprintln!("bench_dashboard: windows open; waiting for the fleet to settle");
     wait("settled line", &|v| v["event"] == "settled");
     eprintln!("bench_dashboard: settled; stopping the run");
-    let mut stdin = up.stdin.take().expect("piped");
-    writeln!(stdin, "stop").expect("stop");
+    up.type_stop();
     let all_destroyed =
         format!("document.querySelectorAll('.card[data-stage=\"Destroyed\"]').length === {NODES}");
     let mut all = Vec::new();
@@ -134,7 +112,7 @@ fn main() {
         }
         browser.quit().await;
     });
-    let _ = up.wait();
+    up.wait_exit();
     all.sort_unstable();
     let (p50, p95, max) = quantiles(&all);
     let met = all.len() >= 50 && p95 <= 250 && max <= 1000;

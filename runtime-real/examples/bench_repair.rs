@@ -40,7 +40,14 @@ fn main() {
     };
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, runtime_real::plan_toml::to_string(&plan)).expect("plan");
-    let up = common::UpLines::start(&drover, &state, &plan_path, "bench_repair", BOUND);
+    let up = common::UpLines::start(
+        &drover,
+        &state,
+        &plan_path,
+        &["--no-dashboard"],
+        "bench_repair",
+        BOUND,
+    );
     let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| up.wait(what, want);
     wait("settled line", &|v| v["event"] == "settled");
     let mut leases: Vec<String> = (0..NODES)

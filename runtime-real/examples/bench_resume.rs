@@ -40,7 +40,14 @@ fn main() {
     let state = dir.join("state");
     let plan = dir.join("plan.toml");
     std::fs::write(&plan, plan_text(&model)).expect("plan");
-    let up = common::UpLines::start(&drover, &state, &plan, "bench_resume", BOUND);
+    let up = common::UpLines::start(
+        &drover,
+        &state,
+        &plan,
+        &["--no-dashboard"],
+        "bench_resume",
+        BOUND,
+    );
     let wait = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| up.wait(what, want);
     wait("serving line", &|v| v["event"] == "serving");
     let mut seed = 0x5eed_u64;

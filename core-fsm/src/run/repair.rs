@@ -12,7 +12,7 @@
 use super::types::Active;
 use super::{
     Barrier, Carry, Effect, Input, Machine, Phase, PromptEvent, PromptFault, Repair, RunError,
-    Serving, TimerKind, Worker,
+    Serving, TimerKind,
 };
 use crate::membership::Liveness;
 use crate::stage::Report;
@@ -162,25 +162,7 @@ impl Machine {
                 readiness_id,
                 ..
             } => {
-                let report = Worker {
-                    agent,
-                    readiness_id,
-                };
-                // A report from a node's new agent may come before
-                // membership says it is Alive (the barrier checks that);
-                // one from another identity while the member lives speaks
-                // for nobody.
-                let other = self
-                    .members
-                    .get(&node)
-                    .is_some_and(|(a, liveness)| *a != report.agent && *liveness != Liveness::Dead);
-                if other {
-                    self.ignored.wrong_agent += 1;
-                } else if repair.barrier.reports.get(&stage) == Some(&report) {
-                    self.ignored.duplicate += 1;
-                } else {
-                    repair.barrier.reports.insert(stage, report);
-                }
+                self.keep_report(&mut repair.barrier, &node, stage, agent, readiness_id);
             }
             Input::Shutdown => {
                 let carry = self.carry.take().expect("a repair carries");

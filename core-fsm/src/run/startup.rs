@@ -27,21 +27,43 @@ impl Machine {
         else {
             unreachable!("matched RuntimeReady");
         };
-        // A report from anyone but the node's member speaks for nobody.
-        if self.members.get(&node).is_some_and(|(a, _)| *a != agent) {
-            self.ignored.wrong_agent += 1;
+        if !self.keep_report(&mut barrier, &node, stage, agent, readiness_id) {
             return Phase::AwaitingReadiness(barrier);
         }
+        self.check_barrier(now, barrier, out)
+    }
+
+    /// Keeps a runtime-ready report in `barrier`; false (and counted) when
+    /// it is a duplicate, or speaks for a node whose living member is
+    /// another identity. A report may come before its agent is a member,
+    /// or while the member it replaces is Dead: the barrier only counts it
+    /// once membership holds its agent Alive (RN6).
+    pub(super) fn keep_report(
+        &mut self,
+        barrier: &mut Barrier,
+        node: &crate::ids::LogicalNodeId,
+        stage: StageIndex,
+        agent: crate::ids::AgentId,
+        readiness_id: u64,
+    ) -> bool {
+        let other = self
+            .members
+            .get(node)
+            .is_some_and(|(a, liveness)| *a != agent && *liveness != Liveness::Dead);
         let report = Worker {
             agent,
             readiness_id,
         };
-        if barrier.reports.get(&stage) == Some(&report) {
+        if other {
+            self.ignored.wrong_agent += 1;
+            false
+        } else if barrier.reports.get(&stage) == Some(&report) {
             self.ignored.duplicate += 1;
-            return Phase::AwaitingReadiness(barrier);
+            false
+        } else {
+            barrier.reports.insert(stage, report);
+            true
         }
-        barrier.reports.insert(stage, report);
-        self.check_barrier(now, barrier, out)
     }
 
     /// Whether `stage`'s node passes the barrier: a report for this run from

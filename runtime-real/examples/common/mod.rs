@@ -63,8 +63,8 @@ pub fn node_pids(state: &Path, lease: &str) -> Vec<u32> {
     pids
 }
 
-/// `drover --json up --no-dashboard PLAN`, its stdout lines read as they
-/// come, each stamped with when it was read.
+/// `drover --json up PLAN`, its stdout lines read as they come, each
+/// stamped with when it was read.
 pub struct UpLines {
     child: Child,
     lines: mpsc::Receiver<(Instant, serde_json::Value)>,
@@ -73,18 +73,21 @@ pub struct UpLines {
 }
 
 impl UpLines {
-    /// Starts `up`; a wait gives up after `bound` (naming `bench`).
+    /// Starts `drover --json up ARGS.. PLAN`; a wait gives up after
+    /// `bound` (naming `bench`).
     pub fn start(
         drover: &Path,
         state: &Path,
         plan: &Path,
+        args: &[&str],
         bench: &'static str,
         bound: Duration,
     ) -> UpLines {
         let mut child = Command::new(drover)
             .arg("--state-dir")
             .arg(state)
-            .args(["--json", "up", "--no-dashboard"])
+            .args(["--json", "up"])
+            .args(args)
             .arg(plan)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -124,10 +127,21 @@ impl UpLines {
         }
     }
 
+    /// Types `stop` on its stdin.
+    pub fn type_stop(&mut self) {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            writeln!(stdin, "stop").expect("stop");
+        }
+    }
+
+    /// Waits for `up` to exit.
+    pub fn wait_exit(mut self) {
+        let _ = self.child.wait();
+    }
+
     /// Types `stop` and waits for `up` to exit.
     pub fn stop(mut self) {
-        let mut stdin = self.child.stdin.take().expect("piped");
-        writeln!(stdin, "stop").expect("stop");
-        let _ = self.child.wait();
+        self.type_stop();
+        self.wait_exit();
     }
 }

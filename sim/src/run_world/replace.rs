@@ -31,11 +31,9 @@ impl RunWorld<'_> {
         if !self.nodes[s as usize].lost {
             self.connections_lost(s);
         }
-        self.queue.retain(|_, ev| match ev {
-            Ev::Agent { node, .. } | Ev::Worker { node, .. } => *node != s,
-            Ev::ConnectionsLost(node) => *node != s,
-            _ => true,
-        });
+        self.forget_agent(s);
+        self.queue
+            .retain(|_, ev| !matches!(ev, Ev::ConnectionsLost(node) if *node == s));
         let generation = self.nodes[s as usize].generation + 1;
         let mut node = Node::new(s, super::config::agent_config(s, generation), self.now);
         node.generation = generation;
@@ -56,15 +54,29 @@ impl RunWorld<'_> {
 
     pub(super) fn connections_lost(&mut self, s: u32) {
         self.nodes[s as usize].lost = true;
+        self.close_conns_of(End::Node(s));
+    }
+
+    /// Closes every open connection that `end` dialed or receives.
+    fn close_conns_of(&mut self, end: End) {
         let touching: Vec<u32> = (0..self.conns.len() as u32)
             .filter(|c| {
                 let c = &self.conns[*c as usize];
-                c.open && (c.from == End::Node(s) || c.to == End::Node(s))
+                c.open && (c.from == end || c.to == end)
             })
             .collect();
         for conn in touching {
             self.close_conn(conn);
         }
+    }
+
+    /// Drops what was on its way to node `s`'s agent and worker: they are
+    /// gone, and what comes next is for their successors.
+    fn forget_agent(&mut self, s: u32) {
+        self.queue.retain(|_, ev| match ev {
+            Ev::Agent { node, .. } | Ev::Worker { node, .. } => *node != s,
+            _ => true,
+        });
     }
 
     /// The orchestrator crashes when the run first reaches a planned phase.
@@ -99,15 +111,7 @@ impl RunWorld<'_> {
         self.oracle.orchestrator_crashed();
         self.queue
             .retain(|_, ev| !matches!(ev, Ev::Host(_) | Ev::Submit(_)));
-        let orch: Vec<u32> = (0..self.conns.len() as u32)
-            .filter(|c| {
-                let c = &self.conns[*c as usize];
-                c.open && (c.from == End::Orch || c.to == End::Orch)
-            })
-            .collect();
-        for conn in orch {
-            self.close_conn(conn);
-        }
+        self.close_conns_of(End::Orch);
         let stages = self.nodes.len() as u32;
         self.host = core_fsm::pipeline::Machine::new(super::config::membership_config());
         self.hs = super::host::HostSide::resumed(stages, &self.hs);
@@ -116,19 +120,8 @@ impl RunWorld<'_> {
             if !self.nodes[s as usize].alive {
                 continue;
             }
-            let touching: Vec<u32> = (0..self.conns.len() as u32)
-                .filter(|c| {
-                    let c = &self.conns[*c as usize];
-                    c.open && (c.from == End::Node(s) || c.to == End::Node(s))
-                })
-                .collect();
-            for conn in touching {
-                self.close_conn(conn);
-            }
-            self.queue.retain(|_, ev| match ev {
-                Ev::Agent { node, .. } | Ev::Worker { node, .. } => *node != s,
-                _ => true,
-            });
+            self.close_conns_of(End::Node(s));
+            self.forget_agent(s);
             let old = &self.nodes[s as usize];
             let (generation, incarnation) = (old.generation, old.incarnation + 1);
             let config = super::config::agent_config(s, generation);

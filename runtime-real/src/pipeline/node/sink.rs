@@ -113,9 +113,6 @@ impl NodeSink {
                         life.send(&tx, fault(why)).await;
                         return;
                     }
-                    if !life.current() {
-                        return;
-                    }
                     life.send(&tx, stage::Input::InboundReady).await;
                     let why = loop {
                         match edges::next(&mut inbound.recv).await {
