@@ -44,6 +44,8 @@ mod orch;
 #[cfg(madsim)]
 mod provider;
 #[cfg(madsim)]
+pub mod run;
+#[cfg(madsim)]
 mod ssh;
 #[cfg(madsim)]
 pub mod world;

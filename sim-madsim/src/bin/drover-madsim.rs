@@ -47,6 +47,8 @@ mod cli {
         compare: bool,
         trace: Option<String>,
         bench: bool,
+        /// The run phase's scenario (`--scenario pipeline`, or `all`).
+        pipeline: bool,
     }
 
     fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -61,6 +63,7 @@ mod cli {
             compare: false,
             trace: None,
             bench: false,
+            pipeline: false,
         };
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
@@ -69,8 +72,11 @@ mod cli {
             match flag.as_str() {
                 "--scenario" => {
                     let name = value()?;
+                    parsed.pipeline = name == "all" || name == sim_madsim::run::SCENARIO;
                     parsed.scenarios = if name == "all" {
                         Scenario::ALL.to_vec()
+                    } else if name == sim_madsim::run::SCENARIO {
+                        Vec::new()
                     } else {
                         vec![Scenario::parse(&name).ok_or(format!("unknown scenario {name}"))?]
                     };
@@ -102,7 +108,15 @@ mod cli {
             let seeds = if args.seeds == 200 { 500 } else { args.seeds };
             println!("{}", backend::bench_line(&backend::bench(seeds, 1)));
             println!("{}", backend::bench_line(&backend::bench(seeds, args.jobs)));
-            return 0;
+            let seeds = (seeds / 5).max(1);
+            let report = sim_madsim::run::battery(0..seeds, 1);
+            let runs = 2 * report.verdicts.len();
+            println!(
+                "pipeline: {runs} runs on 1 thread in {:.1}s: {:.1} seeds/s per core",
+                report.elapsed.as_secs_f64(),
+                runs as f64 / report.elapsed.as_secs_f64().max(1e-9)
+            );
+            return i32::from(report.failures().next().is_some());
         }
         let real = TierTwo::<sim::system::Composite>::new(args.level);
         if let Some(path) = &args.trace {
@@ -122,6 +136,9 @@ mod cli {
             };
         }
         let mut failed = false;
+        if args.pipeline {
+            failed |= pipeline(&args);
+        }
         for scenario in &args.scenarios {
             if let Some(seed) = args.one {
                 failed |= one(&real, *scenario, seed, args.transcript);
@@ -138,6 +155,46 @@ mod cli {
             }
         }
         i32::from(failed)
+    }
+
+    /// The run phase's scenario: one seed (with its transcript if asked),
+    /// or a battery.
+    fn pipeline(args: &Args) -> bool {
+        use sim_madsim::run;
+        let Some(seed) = args.one else {
+            let report = run::battery(args.first..args.first + args.seeds, args.jobs);
+            print!("{}", report.summary());
+            return report.failures().next().is_some();
+        };
+        let case = run::generate(seed);
+        let (outcome, failure) = run::check(&case);
+        if args.transcript {
+            let options = conformance::RunOptions { transcript: true };
+            for line in run::run_case(&case, options).transcript {
+                println!("{line}");
+            }
+        }
+        let stats = &outcome.stats;
+        println!(
+            "madsim {} seed {seed} ({}): {} steps, {} ms simulated, {} orchestrator restarts, {} requests done, digest {}",
+            run::SCENARIO,
+            case.scenario,
+            stats.steps,
+            stats.end_ms,
+            stats.restarts,
+            stats.nodes_ready,
+            outcome.digest
+        );
+        match failure {
+            Some(f) => {
+                println!("FAIL: {f}\n  reproduce: {}", run::reproduce_line(seed));
+                true
+            }
+            None => {
+                println!("pass");
+                false
+            }
+        }
     }
 
     fn one(

@@ -33,12 +33,13 @@ pub fn orchestrator_id() -> AgentId {
     AgentId::new("orchestrator")
 }
 
-pub(super) fn run_input(input: core_fsm::run::Input) -> pipeline::Input {
+/// A run input, as the pipeline host takes it.
+pub fn run_input(input: core_fsm::run::Input) -> pipeline::Input {
     pipeline::Input::Run(input)
 }
 
 /// The membership's thresholds, as `drover up` sets them.
-pub(super) fn membership_config() -> core_fsm::membership::Config {
+pub fn membership_config() -> core_fsm::membership::Config {
     core_fsm::membership::Config {
         suspect_after: Duration::from_millis(2_500),
         dead_after: Duration::from_secs(5),
@@ -47,7 +48,7 @@ pub(super) fn membership_config() -> core_fsm::membership::Config {
 }
 
 /// An agent's config, as `runtime-real/src/pipeline/node.rs` sets it.
-pub(super) fn agent_config(stage: u32, generation: u32) -> agent::Config {
+pub fn agent_config(stage: u32, generation: u32) -> agent::Config {
     agent::Config {
         boot: core_fsm::boot::Config {
             node: node_id(stage),
@@ -67,7 +68,8 @@ pub(super) fn agent_config(stage: u32, generation: u32) -> agent::Config {
     }
 }
 
-pub(super) fn phase_label(phase: &core_fsm::run::Phase) -> String {
+/// A coverage label of a run phase (`Serving/active` while a request is).
+pub fn phase_label(phase: &core_fsm::run::Phase) -> String {
     match phase {
         core_fsm::run::Phase::Failed(error) => format!("Failed/{}", debug_head(error)),
         core_fsm::run::Phase::Serving(s) if s.active.is_some() => "Serving/active".to_owned(),
@@ -76,7 +78,7 @@ pub(super) fn phase_label(phase: &core_fsm::run::Phase) -> String {
 }
 
 /// The variant name of a value's `Debug` text.
-pub(super) fn debug_head<T: std::fmt::Debug>(value: &T) -> String {
+pub fn debug_head<T: std::fmt::Debug>(value: &T) -> String {
     let text = format!("{value:?}");
     let end = text
         .find(|c: char| !c.is_alphanumeric() && c != '_')
@@ -91,7 +93,7 @@ pub fn fault_names() -> BTreeSet<&'static str> {
 
 /// Chunks of a prompt in flight at once, and each stage's inbound ring
 /// (`runtime-real/src/pipeline.rs` `PREFILL_IN_FLIGHT`).
-pub(super) const PREFILL_IN_FLIGHT: u64 = 8;
+pub const PREFILL_IN_FLIGHT: u64 = 8;
 
 /// The smallest chunk a prompt is cut into. The runtime's is 32 tokens;
 /// the world's prompts are short, so its chunks are too, and a prompt
@@ -100,13 +102,13 @@ pub(super) const PREFILL_CHUNK_MIN: usize = 2;
 
 /// How a prompt of `len` tokens is cut (the runtime's rule, with the
 /// world's smallest chunk).
-pub(super) fn prefill_chunks(len: usize) -> Vec<usize> {
+pub fn prefill_chunks(len: usize) -> Vec<usize> {
     core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
 }
 
 /// Whether a fault of `case` ends its run: a fatal one, unless the run
 /// repairs and its dead nodes are replaced.
-pub(super) fn fatal(case: &conformance::run::RunCase) -> bool {
+pub fn fatal(case: &conformance::run::RunCase) -> bool {
     let p = &case.profile;
     let repairs = p.repairs > 0 && p.replace_ms > 0;
     case.items

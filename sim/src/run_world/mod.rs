@@ -21,6 +21,21 @@ mod oracle;
 mod replace;
 mod worker;
 
+/// What the madsim tier's run world shares with this one: the ids and
+/// configs, the stand-in model's forward step, the edge frames and the
+/// oracle, so both tiers judge by the same rules.
+pub mod kit {
+    pub use super::config::{
+        PREFILL_IN_FLIGHT, agent_config, debug_head, fatal, membership_config, phase_label,
+        prefill_chunks, run_input,
+    };
+    pub use super::edges::Frame;
+    pub use super::host::run_config;
+    pub use super::node::boot_inputs;
+    pub use super::oracle::{Broken, Life, RunOracle};
+    pub use super::worker::forward;
+}
+
 use config::{agent_config, debug_head, fatal, membership_config, phase_label, run_input};
 pub use config::{agent_id, agent_id_of, fault_names, node_id, orchestrator_id};
 use conformance::coverage::Coverage;
@@ -397,7 +412,10 @@ impl<'c> RunWorld<'c> {
 
     /// After the run ended and the world drained: RW1 and RW7.
     fn final_checks(&mut self) {
-        if let Err(v) = self.oracle.check_end(&self.nodes, &self.host) {
+        if let Err(v) = self.oracle.check_end(
+            self.nodes.iter().filter(|n| n.alive).map(|n| &n.agent),
+            &self.host,
+        ) {
             self.violate(v.0, v.1);
         }
         for label in self.oracle.end_labels(&self.host) {

@@ -112,7 +112,6 @@ impl RunWorld<'_> {
                 n.worker = Some(Worker {
                     op,
                     free_at: self.now,
-                    position: 0,
                     cache: Vec::new(),
                     loaded: false,
                 });

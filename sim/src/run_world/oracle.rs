@@ -4,7 +4,6 @@
 //! invariants are listed in `spec/simulation.md`.
 
 use super::model;
-use super::node::Node;
 use conformance::run::RunProfile;
 use core_fsm::agent;
 use core_fsm::pipeline;
@@ -263,7 +262,11 @@ impl RunOracle {
     /// At the end: every request answered (RW1), every stage stopped or
     /// dead (RW7), and a run without a fatal fault served and stopped
     /// (RW10).
-    pub fn check_end(&self, nodes: &[Node], host: &pipeline::Machine) -> Result<(), Broken> {
+    pub fn check_end<'a>(
+        &self,
+        live_agents: impl IntoIterator<Item = &'a agent::Machine>,
+        host: &pipeline::Machine,
+    ) -> Result<(), Broken> {
         for (request, r) in &self.requests {
             if r.terminal.is_none() && !r.lost {
                 return Err(("RW1", format!("{request} never got a terminal event")));
@@ -275,8 +278,8 @@ impl RunOracle {
         if self.finished.len() != 1 {
             return Err(("RW7", "the run ended without Finished".to_owned()));
         }
-        for node in nodes.iter().filter(|n| n.alive) {
-            for (stage, controller) in node.agent.stages() {
+        for agent in live_agents {
+            for (stage, controller) in agent.stages() {
                 if !controller.is_stopped() {
                     let what = format!(
                         "the run ended {outcome:?}; stage {stage} on a live node is {:?}",

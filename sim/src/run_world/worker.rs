@@ -16,7 +16,6 @@ use core_fsm::time::{Duration, Instant};
 pub struct Worker {
     pub(super) op: OpId,
     pub(super) free_at: Instant,
-    pub(super) position: u32,
     pub(super) cache: Vec<u64>,
     /// Whether its stage's slice is loaded.
     pub(super) loaded: bool,
@@ -96,7 +95,7 @@ impl RunWorld<'_> {
             return;
         };
         let last = s + 1 == stages;
-        let mut result = forward(worker, &step, layers, last, context);
+        let mut result = forward(&mut worker.cache, &step, layers, last, context);
         let mut ms = step_ms;
         if let Some(slow) = self.planned(RunFault::SlowStage, s) {
             self.inject(RunFault::SlowStage);
@@ -177,8 +176,8 @@ impl RunWorld<'_> {
 /// One forward step of a stage over its cache (`worker.rs` `run_step`):
 /// truncate to the step's position, extend by its rows, and hand on rows
 /// or, on the last stage, the token sampled after a batch's last chunk.
-fn forward(
-    worker: &mut Worker,
+pub fn forward(
+    cache: &mut Vec<u64>,
     step: &Frame,
     layers: stage::LayerRange,
     last: bool,
@@ -195,13 +194,10 @@ fn forward(
     else {
         return Err("a token record on an activation edge".to_owned());
     };
-    if *pos != worker.position {
-        if *pos as usize > worker.cache.len() {
-            return Err(format!("position {pos} is past the cache"));
-        }
-        worker.cache.truncate(*pos as usize);
-        worker.position = *pos;
+    if *pos as usize > cache.len() {
+        return Err(format!("position {pos} is past the cache"));
     }
+    cache.truncate(*pos as usize);
     if context > 0 && *pos as usize + rows.len() > context as usize {
         return Err(format!("positions past the context of {context}"));
     }
@@ -209,14 +205,13 @@ fn forward(
         .iter()
         .map(|r| model::layers(*r, layers.start, layers.end_exclusive))
         .collect();
-    worker.cache.extend(&out);
-    worker.position += rows.len() as u32;
+    cache.extend(&out);
     Ok(match (last, *last_chunk) {
         (true, true) => Some(Frame::Token {
             step: *id,
             request: *request,
             seq: *seq,
-            token: model::sample(&worker.cache),
+            token: model::sample(cache),
         }),
         (true, false) => None,
         (false, last_chunk) => Some(Frame::Step {
