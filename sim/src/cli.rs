@@ -297,3 +297,19 @@ pub fn bench(seeds: u64, threads_requested: usize) -> Bench {
         threads(threads_requested),
     )
 }
+
+/// Runs `seeds` run-phase cases (the three run scenarios in turn), each
+/// once, on this thread: (cases, seconds, violations).
+pub fn bench_run(seeds: u64) -> (u64, f64, u64) {
+    use conformance::run::{RunScenario, generate_run};
+    let started = std::time::Instant::now();
+    let mut violations = 0;
+    for seed in 0..seeds {
+        let scenario = RunScenario::ALL[(seed % 3) as usize];
+        let case = generate_run(scenario, seed);
+        let outcome =
+            crate::run_world::battery::run_case(&case, conformance::RunOptions::default());
+        violations += u64::from(outcome.violation.is_some());
+    }
+    (seeds, started.elapsed().as_secs_f64(), violations)
+}

@@ -299,7 +299,11 @@ fn bench_sim() -> bool {
     if let (Some(a), Some(b)) = (rate1, rate2) {
         println!("ratio tier1/madsim   {:.2}x", a / b);
     }
-    rate1.is_some() && rate2.is_some()
+    let (pipe1, pipe2) = (pipeline_per_core(&one), pipeline_per_core(&two));
+    println!("pipeline scenario    seeds/s per core");
+    println!("property-trace (1)   {} (target 1000)", show(pipe1));
+    println!("madsim (2)           {}", show(pipe2));
+    rate1.is_some() && rate2.is_some() && pipe1.is_some() && pipe2.is_some()
 }
 
 /// Runs `cmd`, echoes its output, and returns its stdout if it succeeded.
@@ -313,6 +317,13 @@ fn captured(name: &str, mut cmd: Command) -> Option<String> {
 }
 
 /// The number in front of "seeds per second per core" or "seeds/s per core".
+/// The run-phase (pipeline) scenario's figure of a bench's output.
+fn pipeline_per_core(text: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with("pipeline"))
+        .find_map(seeds_per_core)
+}
+
 fn seeds_per_core(text: &str) -> Option<f64> {
     text.lines().find_map(|line| {
         let at = line

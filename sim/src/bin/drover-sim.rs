@@ -109,7 +109,12 @@ fn run(args: &[String]) -> Result<bool, String> {
                 "{:.0} seeds per second per core",
                 b.seeds_per_second_per_core()
             );
-            Ok(true)
+            let (cases, secs, violations) = cli::bench_run((seeds / 5).max(1));
+            println!(
+                "pipeline: {cases} run-phase seeds on 1 thread in {secs:.2}s, {violations} violations: {:.0} seeds/s per core",
+                cases as f64 / secs.max(1e-9)
+            );
+            Ok(violations == 0)
         }
         "run" => run_phase(rest),
         "run-replay" => {

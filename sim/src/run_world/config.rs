@@ -79,11 +79,27 @@ pub fn phase_label(phase: &core_fsm::run::Phase) -> String {
 
 /// The variant name of a value's `Debug` text.
 pub fn debug_head<T: std::fmt::Debug>(value: &T) -> String {
-    let text = format!("{value:?}");
-    let end = text
-        .find(|c: char| !c.is_alphanumeric() && c != '_')
-        .unwrap_or(text.len());
-    text[..end].to_owned()
+    /// Keeps the text up to its first other character, then stops the
+    /// formatting (a phase's whole `Debug` text is long; this runs after
+    /// every step).
+    struct Head(String);
+    impl std::fmt::Write for Head {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            match s.find(|c: char| !c.is_alphanumeric() && c != '_') {
+                Some(end) => {
+                    self.0.push_str(&s[..end]);
+                    Err(std::fmt::Error)
+                }
+                None => {
+                    self.0.push_str(s);
+                    Ok(())
+                }
+            }
+        }
+    }
+    let mut head = Head(String::new());
+    let _ = std::fmt::write(&mut head, format_args!("{value:?}"));
+    head.0
 }
 
 /// The names of every run fault, for coverage reports.

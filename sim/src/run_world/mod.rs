@@ -340,7 +340,7 @@ impl<'c> RunWorld<'c> {
                     }
                     self.host_effect(effect);
                 }
-                self.after_step();
+                self.after_step(None);
             }
             Err(panic) => self.violate("RW0", conformance::backend::panic_text(&*panic)),
         }
@@ -370,16 +370,17 @@ impl<'c> RunWorld<'c> {
                     }
                     self.agent_effect(node, effect);
                 }
-                self.after_step();
+                self.after_step(Some(node));
             }
             Err(panic) => self.violate("RW0", conformance::backend::panic_text(&*panic)),
         }
     }
 
-    fn after_step(&mut self) {
+    /// After a step of the host (`None`) or of node `stepped`'s agent.
+    fn after_step(&mut self, stepped: Option<u32>) {
         self.step += 1;
         self.step_digests.push(self.digest.0);
-        self.probe();
+        self.probe(stepped);
         if self.ended_at.is_none() && self.host.run().is_some_and(|r| r.phase().is_terminal()) {
             self.ended_at = Some(self.now);
         }
@@ -387,25 +388,30 @@ impl<'c> RunWorld<'c> {
         self.maybe_shutdown();
     }
 
-    fn probe(&mut self) {
-        let label = match self.host.run() {
-            Some(run) => format!("run:{}", phase_label(run.phase())),
-            None => "run:none".to_owned(),
+    /// Coverage labels of the machine that stepped (only it changed).
+    fn probe(&mut self, stepped: Option<u32>) {
+        let labels = &mut self.coverage.labels;
+        let mut add = |label: String| {
+            if !labels.contains(&label) {
+                labels.insert(label);
+            }
         };
-        self.coverage.labels.insert(label);
-        for n in &self.nodes {
-            let label = format!("agent:{}", debug_head(n.agent.phase()));
-            self.coverage.labels.insert(label);
-            for stage in n.agent.stages().values() {
-                let label = format!("stage:{}", debug_head(stage.phase()));
-                self.coverage.labels.insert(label);
-                // The inbound ring held steps behind the one executing.
-                if let core_fsm::stage::Phase::Busy { queued, .. } = stage.phase()
-                    && *queued > 0
-                {
-                    let label = format!("stage:Busy/queued{}", (*queued).min(2));
-                    self.coverage.labels.insert(label);
-                }
+        let Some(s) = stepped else {
+            add(match self.host.run() {
+                Some(run) => format!("run:{}", phase_label(run.phase())),
+                None => "run:none".to_owned(),
+            });
+            return;
+        };
+        let n = &self.nodes[s as usize];
+        add(format!("agent:{}", debug_head(n.agent.phase())));
+        for stage in n.agent.stages().values() {
+            add(format!("stage:{}", debug_head(stage.phase())));
+            // The inbound ring held steps behind the one executing.
+            if let core_fsm::stage::Phase::Busy { queued, .. } = stage.phase()
+                && *queued > 0
+            {
+                add(format!("stage:Busy/queued{}", (*queued).min(2)));
             }
         }
     }
