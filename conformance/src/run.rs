@@ -150,9 +150,17 @@ impl RunFault {
     }
 
     /// Whether a run that may repair, with its dead nodes replaced,
-    /// survives the fault: an agent's death while serving.
+    /// survives the fault: an agent's death while serving, or a stage's
+    /// worker crashing or failing a step (the stage is rebuilt on the same
+    /// node, with a new worker after a crash).
     pub fn is_repaired(self) -> bool {
-        matches!(self, RunFault::AgentDiesMidRequest | RunFault::OperatorKill)
+        matches!(
+            self,
+            RunFault::AgentDiesMidRequest
+                | RunFault::OperatorKill
+                | RunFault::WorkerCrashStep
+                | RunFault::StepFails
+        )
     }
 
     /// Whether the fault, once injected, ends a run that does not repair

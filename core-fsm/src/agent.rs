@@ -74,7 +74,8 @@ pub enum Phase {
         /// The spawn operation.
         op: OpId,
     },
-    /// The worker process failed to start or crashed; it is never restarted.
+    /// The worker process failed to start or crashed. Only a repair's new
+    /// provision of a stopped stage starts another.
     Gone {
         /// Why, as the supervisor saw it.
         reason: String,
@@ -271,8 +272,12 @@ pub struct Machine {
     timers: Timers,
     ignored: Ignored,
     next_id: crate::ids::Counter,
-    /// Worker processes asked for; never more than one (no restarts).
+    /// Worker processes asked for: the first, then one per respawn.
     spawns: u32,
+    /// Workers started again after a crash, each for a repair's new
+    /// provision of a stopped stage.
+    #[serde(default)]
+    respawns: u32,
     /// Stopped stages provisioned again (a repair rebuilds the pipeline).
     reprovisions: u64,
 }
@@ -300,6 +305,7 @@ impl Machine {
             ignored: Ignored::default(),
             next_id: crate::ids::Counter::starting_at(1),
             spawns: 0,
+            respawns: 0,
             reprovisions: 0,
         }
     }
@@ -322,6 +328,11 @@ impl Machine {
     /// The readiness report's state.
     pub fn readiness(&self) -> Readiness {
         self.readiness
+    }
+
+    /// Workers started again after a crash so far.
+    pub fn respawns(&self) -> u32 {
+        self.respawns
     }
 
     /// Stopped stages provisioned again so far.

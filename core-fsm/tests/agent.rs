@@ -232,6 +232,72 @@ fn worker_crash_faults_every_stage_and_is_never_restarted() {
 }
 
 #[test]
+fn a_repairs_provision_after_a_crash_starts_a_new_worker() {
+    let mut script = started();
+    script.extend([
+        (100, ack(2)),
+        (200, provision(1)),
+        (
+            300,
+            Input::WorkerExited {
+                op: OpId(1),
+                reason: "killed by signal 9".into(),
+            },
+        ),
+        // Not stopped yet: no new worker.
+        (310, provision(1)),
+        (330, stop(1)),
+        (340, fact(1, stage::Input::LocalEdgesStopped)),
+        (350, fact(1, stage::Input::RingsQuiesced)),
+        (360, fact(1, stage::Input::DeviceObjectsReleased)),
+        (370, fact(1, stage::Input::WorkerRoleReset)),
+        // The repair's rebuild: a new worker for the new controller life.
+        (400, provision(1)),
+        (
+            410,
+            Input::WorkerExited {
+                op: OpId(1),
+                reason: "a late word of the old worker".into(),
+            },
+        ),
+        (
+            420,
+            Input::WorkerSpawned {
+                op: OpId(3),
+                result: Ok(()),
+            },
+        ),
+        (430, fact(1, stage::Input::WorkerReady)),
+        (440, Input::WorkerReady { op: OpId(3) }),
+        (450, fact(1, stage::Input::WeightsReady)),
+        (460, fact(1, stage::Input::InboundReady)),
+        (470, fact(1, stage::Input::OutboundReady)),
+        (480, fact(1, stage::Input::StepArrived { seq: 0 })),
+        (485, fact(1, stage::Input::StepCompleted { seq: 0 })),
+        // A later repair provisions the stage again on the new worker.
+        (486, stop(1)),
+        (487, fact(1, stage::Input::LocalEdgesStopped)),
+        (487, fact(1, stage::Input::RingsQuiesced)),
+        (487, fact(1, stage::Input::DeviceObjectsReleased)),
+        (487, fact(1, stage::Input::WorkerRoleReset)),
+        (488, provision(1)),
+        (489, fact(1, stage::Input::StepArrived { seq: 0 })),
+        // It crashes too: the stage faults again, nothing restarts it.
+        (
+            490,
+            Input::WorkerExited {
+                op: OpId(3),
+                reason: "killed by signal 9".into(),
+            },
+        ),
+        (500, provision(1)),
+    ]);
+    let text = transcript(boot::WorkerStartPolicy::Required, script);
+    assert_eq!(text.matches("=> SpawnWorker").count(), 2, "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
 fn worker_that_never_starts_faults_the_boot() {
     let failed = {
         let mut s = vec![(0, Input::Start)];

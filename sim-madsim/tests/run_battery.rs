@@ -16,7 +16,8 @@ fn seeds() -> u64 {
 
 /// Every phase the run passes through, and the repairs and resumes the
 /// faults must cause.
-const LABELS: [&str; 16] = [
+const LABELS: [&str; 17] = [
+    "agent:respawned",
     "run:AwaitingReadiness",
     "run:Acknowledging",
     "run:LoadingWeights",

@@ -51,6 +51,9 @@ fn run_battery_passes_and_hits_every_fault() {
         "run:enlist/first",
         "run:enlist/replacement",
         "run:resumed/mid-request",
+        // A worker crash while serving, repaired on its own node with a
+        // new worker.
+        "agent:respawned",
         "stage:AwaitingReady",
         "stage:Ready",
         "stage:Busy",

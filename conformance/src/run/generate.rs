@@ -19,8 +19,10 @@ pub enum RunScenario {
     /// faults, which act before it.
     Fatal,
     /// A run that repairs: one or two agents die while serving, each dead
-    /// node's replacement starts a little later, and every other non-fatal
-    /// fault is on for half the seeds. Every request must be served whole.
+    /// node's replacement starts a little later; a worker crash and a
+    /// failed step (each on for half the seeds) are repaired on their own
+    /// node; every other non-fatal fault is on for half the seeds. Every
+    /// request must be served whole.
     Repair,
 }
 
@@ -82,7 +84,7 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
         // Drawn from a stream of its own: the other scenarios' cases stay
         // as they were.
         let mut r = root.derive(3);
-        profile.repairs = 3;
+        profile.repairs = 5;
         profile.replace_ms = r.between(200, 6_000);
     }
     let mut rng = root.derive(2);
@@ -110,6 +112,11 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
                 true => on.push(deaths[rng.below(2) as usize]),
                 false => on.extend(picked),
             }
+            // Stage faults repaired on the same node, from a stream of
+            // their own (the other draws stay as they were).
+            let mut r = root.derive(4);
+            let stage_faults = [RunFault::WorkerCrashStep, RunFault::StepFails];
+            on.extend(stage_faults.into_iter().filter(|_| r.ratio(1, 2)));
             on
         }
     };

@@ -73,6 +73,18 @@ impl Machine {
                 self.on_ready_ack(from, run_id, readiness_id, out);
                 phase
             }
+            // A repair provisions again the stage whose worker crashed:
+            // a new worker for its new controller life.
+            (Phase::Gone { .. }, Input::Provision { from, provision })
+                if self.may_respawn(&from, &provision) =>
+            {
+                let op = OpId(self.next_id.next());
+                self.spawns += 1;
+                self.respawns += 1;
+                out.push(Effect::SpawnWorker { op });
+                self.admit_provision(now, from, provision, out);
+                Phase::Spawning { op }
+            }
             (phase, Input::Provision { from, provision }) => {
                 self.on_provision(now, from, provision, out);
                 phase
@@ -101,7 +113,8 @@ impl Machine {
     }
 
     /// The worker failed to start or crashed: boot hears of it and every
-    /// stage controller faults. Nothing restarts it.
+    /// stage controller faults. Only a repair's new provision restarts it
+    /// (`may_respawn`).
     fn worker_gone(&mut self, now: Instant, reason: String, out: &mut Vec<Effect>) -> Phase {
         let failed = boot::Input::WorkerFailed {
             reason: reason.clone(),
@@ -247,11 +260,40 @@ impl Machine {
         provision: stage::Provision,
         out: &mut Vec<Effect>,
     ) {
-        // Provisioning never races ahead of availability (SPEC.md "Node boot readiness").
-        if !self.boot.may_accept_provisioning() {
+        // Provisioning never races ahead of availability (SPEC.md "Node
+        // boot readiness"). Boot's word on the worker is its first one's: a
+        // worker a repair started again (not gone since) serves as well.
+        let respawned = self.respawns > 0
+            && self.boot.is_available()
+            && !matches!(self.phase, Phase::Gone { .. });
+        if !self.boot.may_accept_provisioning() && !respawned {
             self.ignored.not_ready += 1;
             return;
         }
+        self.admit_provision(now, from, provision, out);
+    }
+
+    /// Whether a provision, with the worker gone, starts a new one: the
+    /// node booted, the orchestrator of this run sent it, and its stage's
+    /// controller has stopped (a repair's rebuild; a first provision after
+    /// a crash is not one).
+    fn may_respawn(&self, from: &crate::ids::AgentId, provision: &stage::Provision) -> bool {
+        *from == self.config.orchestrator
+            && provision.run_id == self.config.run_id
+            && self.boot.is_available()
+            && self
+                .stages
+                .get(&provision.stage)
+                .is_some_and(|c| matches!(c.phase(), stage::Phase::Stopped))
+    }
+
+    fn admit_provision(
+        &mut self,
+        now: Instant,
+        from: crate::ids::AgentId,
+        provision: stage::Provision,
+        out: &mut Vec<Effect>,
+    ) {
         let stage = provision.stage;
         // A stage stopped by a repair is provisioned again: a new
         // controller life (its old one only ever stops).
@@ -327,8 +369,9 @@ pub(super) fn check(m: &Machine) {
     for controller in m.stages.values() {
         controller.check_invariants();
     }
-    // AG1: one worker process per agent life; a crash is never restarted.
-    assert!(m.spawns <= 1, "agent: worker restarted");
+    // AG1: one worker process at a time: the first, then one per respawn,
+    // and a respawn only from Gone (the old one is dead).
+    assert!(m.spawns <= 1 + m.respawns, "agent: worker restarted");
     // AG2: readiness is reported only once boot allowed provisioning.
     if !matches!(m.readiness, Readiness::Unreported) {
         assert!(m.boot.is_available(), "agent: ready before available");

@@ -383,7 +383,7 @@ impl Side {
             stage::Effect::QuiesceRings => self.answer(stage::Input::RingsQuiesced),
             stage::Effect::ReleaseDeviceObjects => self.answer(stage::Input::DeviceObjectsReleased),
             // The worker keeps its process and its slice (`node/sink.rs`).
-            stage::Effect::ResetWorkerRole => worker::submit(self, Job::Reset),
+            stage::Effect::ResetWorkerRole => self.answer(stage::Input::WorkerRoleReset),
         }
     }
 

@@ -144,6 +144,9 @@ impl Machine for AgentSeen {
         }
         let label = format!("agent:{}", debug_head(self.machine.phase()));
         w.coverage.labels.insert(label);
+        if self.machine.respawns() > 0 {
+            w.coverage.labels.insert("agent:respawned".to_owned());
+        }
         for stage in self.machine.stages().values() {
             let label = format!("stage:{}", debug_head(stage.phase()));
             w.coverage.labels.insert(label);

@@ -1,6 +1,6 @@
 //! A node's worker child, as `runtime-real/src/pipeline/worker.rs` runs
 //! it: a task of its own that says hello, then runs its jobs one at a
-//! time, in order (the load, the steps, a reset), over a cache of the
+//! time, in order (the load, the steps), over a cache of the
 //! stand-in model's rows. Its crash ends the task and is reported once.
 
 use super::agent::Side;
@@ -21,8 +21,6 @@ pub(super) enum Job {
     Load,
     /// Run one step.
     Step(Step),
-    /// Drop the stage role, keep the process and the slice.
-    Reset,
 }
 
 /// One step, as the agent hands it over.
@@ -101,14 +99,6 @@ pub(super) fn execute(side: &Rc<Side>, seq: u64) {
         w.inject(RunFault::SlowStage);
         ms += slow;
     }
-    let crash = w.planned(RunFault::WorkerCrashStep, nth).is_some();
-    let fail = !crash && w.planned(RunFault::StepFails, nth).is_some();
-    if crash {
-        w.inject(RunFault::WorkerCrashStep);
-    } else if fail {
-        w.inject(RunFault::StepFails);
-    }
-    drop(w);
     let mut st = side.st.borrow_mut();
     let frame = st.pending.remove(&seq);
     let layers = st.order.as_ref().map(|o| o.layers);
@@ -118,6 +108,14 @@ pub(super) fn execute(side: &Rc<Side>, seq: u64) {
         let reason = format!("step {seq}: no input, outbound edge or worker");
         return side.answer(stage::Input::StepFailed { seq, reason });
     };
+    let crash = w.due_once(RunFault::WorkerCrashStep, nth);
+    let fail = !crash && w.due_once(RunFault::StepFails, nth);
+    if crash {
+        w.inject(RunFault::WorkerCrashStep);
+    } else if fail {
+        w.inject(RunFault::StepFails);
+    }
+    drop(w);
     let step = Step {
         seq,
         frame,
@@ -189,10 +187,6 @@ async fn run(side: Rc<Side>, op: OpId, mut jobs: UnboundedReceiver<Job>) {
                     }
                     Err(reason) => side.answer(stage::Input::StepFailed { seq, reason }),
                 }
-            }
-            Job::Reset => {
-                madsim::time::sleep(Duration::from_millis(10)).await;
-                side.answer(stage::Input::WorkerRoleReset);
             }
         }
     }

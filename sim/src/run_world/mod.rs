@@ -405,6 +405,9 @@ impl<'c> RunWorld<'c> {
         };
         let n = &self.nodes[s as usize];
         add(format!("agent:{}", debug_head(n.agent.phase())));
+        if n.agent.respawns() > 0 {
+            add("agent:respawned".to_owned());
+        }
         for stage in n.agent.stages().values() {
             add(format!("stage:{}", debug_head(stage.phase())));
             // The inbound ring held steps behind the one executing.

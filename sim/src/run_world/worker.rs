@@ -101,16 +101,31 @@ impl RunWorld<'_> {
             self.inject(RunFault::SlowStage);
             ms += slow;
         }
-        if self.planned(RunFault::WorkerCrashStep, nth).is_some() {
+        if self.due_once(RunFault::WorkerCrashStep, nth) {
             self.inject(RunFault::WorkerCrashStep);
             self.job(s, self.now, ms / 2, Job::Crash);
             return;
         }
-        if self.planned(RunFault::StepFails, nth).is_some() {
+        if self.due_once(RunFault::StepFails, nth) {
             self.inject(RunFault::StepFails);
             result = Err(format!("step {seq}: the worker faulted (injected)"));
         }
         self.job(s, self.now, ms, Job::Step { seq, result });
+    }
+
+    /// Whether a fault keyed on the run's step count strikes at step `nth`:
+    /// once, at the first step from its target on (a death or another
+    /// step fault may take the target step itself).
+    pub(super) fn due_once(&mut self, fault: RunFault, nth: u32) -> bool {
+        let due = !self.fired.contains(&fault)
+            && self
+                .faults
+                .get(&fault)
+                .is_some_and(|items| items.iter().any(|(t, _)| *t <= nth));
+        if due {
+            self.fired.insert(fault);
+        }
+        due
     }
 
     /// A worker job of node `s` ended.
