@@ -34,10 +34,16 @@ fn repair_plan(dir: &Path) -> std::path::PathBuf {
 /// The processes of the local node whose lease is `lease` (`local:N` runs
 /// in `<state>/nodes/N`): its agent, its node process, its worker.
 fn node_processes(state: &Path, lease: &str) -> Vec<u32> {
+    processes_named(state, lease, &["drover-agent", "drover", "drover-worker"])
+}
+
+/// The processes called one of `names` of the local node of `lease`.
+fn processes_named(state: &Path, lease: &str, names: &[&str]) -> Vec<u32> {
     let n = lease.trim_start_matches("local:");
     let folder = std::fs::canonicalize(state.join("nodes").join(n)).unwrap();
-    ["drover-agent", "drover", "drover-worker"]
-        .into_iter()
+    names
+        .iter()
+        .copied()
         .flat_map(|name| processes(state, name))
         .filter(|(_, cwd)| *cwd == folder)
         .map(|(pid, _)| pid)
@@ -116,5 +122,78 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
     // A node failed during the run: exit 1, as for any node failure.
     assert_eq!(code, 1, "{}", up.seen.join("\n"));
     assert_eq!(running(&victims), Vec::<u32>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes() {
+    let dir = scratch("pipe-worker");
+    let state = dir.join("state");
+    let plan = repair_plan(&dir);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(SERVE, |l| l["event"] == "serving");
+    let lease = node(&status(&state), "workers-1")["lease"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let worker = processes_named(&state, &lease, &["drover-worker"]);
+    assert_eq!(worker.len(), 1, "workers-1's worker: {worker:?}");
+
+    // At the client's first bytes, only stage 1's worker is killed: its
+    // agent and node live on.
+    let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
+    Command::new("kill")
+        .arg("-9")
+        .arg(worker[0].to_string())
+        .status()
+        .unwrap();
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let code = client.wait_with_output().unwrap().status.code();
+    let mut text = vec![first];
+    text.extend(rest);
+    let text = String::from_utf8(text).unwrap();
+
+    // The first word of the crash is the stage's: its step's pipe broke,
+    // or the worker's exit.
+    let repairing = up.wait_line(REPAIR, |l| l["event"] == "repairing");
+    assert!(
+        repairing["cause"].as_str().unwrap().contains("stage: 1"),
+        "{repairing}"
+    );
+    let repaired = up.wait_line(REPAIR, |l| l["event"] == "repaired");
+    let next = repaired["next_token"].as_u64().expect("a resumed request");
+    assert!((1..64).contains(&next), "{repaired}");
+    assert_eq!(code, Some(0), "the client's exit; text {text:?}");
+    assert_eq!(text, generated(PROMPT, 64), "the resumed text");
+
+    // The same node, the same lease, a new worker.
+    let after = status(&state);
+    let row = node(&after, "workers-1");
+    assert_eq!(row["lease"].as_str().unwrap(), lease, "{after}");
+    assert_eq!(row["ready"], true, "{after}");
+    let now = processes_named(&state, &lease, &["drover-worker"]);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, worker, "a new worker process");
+    let out = drover(&state, &["prompt", PROMPT, "--max-tokens", "40"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        generated(PROMPT, 40)
+    );
+
+    up.type_stop();
+    let code = up.wait_exit(EXIT);
+    // No node failed and nothing was replaced: a clean stop.
+    let replaced = up
+        .seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| {
+            v["stage"] == "Destroying"
+                && v["lease"] == lease.as_str()
+                && v["replacement"].is_string()
+        });
+    assert!(!replaced, "{}", up.seen.join("\n"));
+    assert_eq!(code, 0, "{}", up.seen.join("\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
