@@ -261,6 +261,41 @@ pub struct Ignored {
     pub duplicate_start: u64,
 }
 
+/// A report as the run machine takes it.
+impl From<Report> for crate::run::Input {
+    fn from(report: Report) -> crate::run::Input {
+        match report {
+            Report::RuntimeReady {
+                run_id,
+                node,
+                stage,
+                agent,
+                readiness_id,
+            } => crate::run::Input::RuntimeReady {
+                run_id,
+                node,
+                stage,
+                agent,
+                readiness_id,
+            },
+            Report::ReadyAcked {
+                run_id,
+                node,
+                stage,
+                agent,
+                readiness_id,
+            } => crate::run::Input::ReadyAcked {
+                run_id,
+                node,
+                stage,
+                agent,
+                readiness_id,
+            },
+            Report::Stage(report) => crate::run::Input::Stage(report),
+        }
+    }
+}
+
 /// The agent composite.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {

@@ -23,7 +23,7 @@ mod shared;
 mod supervisor;
 mod worker;
 
-use conformance::battery::{Failure, first_divergence};
+use conformance::battery::Failure;
 use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault, RunScenario, generate_run};
 use conformance::{RunOptions, RunOutcome};
@@ -168,19 +168,9 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
 }
 
 /// Runs `case` twice and judges it: the oracle silent, the digests of
-/// every step equal.
+/// every step equal (tier 1's rule).
 pub fn check(case: &RunCase) -> (RunOutcome, Option<Failure>) {
-    let first = run_case(case, RunOptions::default());
-    if let Some(v) = &first.violation {
-        return (first.clone(), Some(Failure::Violation(v.clone())));
-    }
-    let second = run_case(case, RunOptions::default());
-    let failure =
-        first_divergence(&first.step_digests, &second.step_digests).map(|step| Failure::Diverged {
-            step,
-            steps: (first.step_digests.len(), second.step_digests.len()),
-        });
-    (first, failure)
+    sim::run_world::battery::check_twice(case, run_case)
 }
 
 /// One seed's verdict.

@@ -298,47 +298,15 @@ impl EffectSink<Effect> for AgentSink {
 
 impl Side {
     fn report(&self, report: Report) {
-        let input = match report {
-            Report::RuntimeReady {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            } => core_fsm::run::Input::RuntimeReady {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            },
-            Report::ReadyAcked {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            } => core_fsm::run::Input::ReadyAcked {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            },
-            Report::Stage(report) => {
-                let loaded = matches!(report, stage::Report::WeightsReady { .. });
-                self.to_host(run_input(core_fsm::run::Input::Stage(report)));
-                let dies = self
-                    .shared
-                    .lock()
-                    .planned(RunFault::AgentDiesLoaded, self.stage);
-                if loaded && dies.is_some() {
-                    self.die(RunFault::AgentDiesLoaded);
-                }
-                return;
-            }
-        };
-        self.to_host(run_input(input));
+        let loaded = matches!(report, Report::Stage(stage::Report::WeightsReady { .. }));
+        self.to_host(run_input(report.into()));
+        let dies = self
+            .shared
+            .lock()
+            .planned(RunFault::AgentDiesLoaded, self.stage);
+        if loaded && dies.is_some() {
+            self.die(RunFault::AgentDiesLoaded);
+        }
     }
 
     fn stage_effect(self: &Rc<Self>, effect: stage::Effect) {

@@ -130,18 +130,10 @@ impl State {
             .map(|(_, a)| *a)
     }
 
-    /// Whether a fault keyed on the run's step count strikes at step `nth`:
-    /// once, at the first step from its target on (as tier 1).
+    /// Whether a fault keyed on the run's step count strikes at step `nth`
+    /// (tier 1's rule, `kit::due_once`).
     pub fn due_once(&mut self, fault: RunFault, nth: u32) -> bool {
-        let due = !self.fired.contains(&fault)
-            && self
-                .faults
-                .get(&fault)
-                .is_some_and(|items| items.iter().any(|(t, _)| *t <= nth));
-        if due {
-            self.fired.insert(fault);
-        }
-        due
+        sim::run_world::kit::due_once(&self.faults, &mut self.fired, fault, nth)
     }
 
     /// `fault` strikes: the oracle and the transcript hear of it.

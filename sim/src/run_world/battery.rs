@@ -18,11 +18,20 @@ pub fn run_case(case: &RunCase, options: RunOptions) -> RunOutcome {
 
 /// Runs `case` twice and judges it.
 pub fn check_run_case(case: &RunCase) -> (RunOutcome, Option<Failure>) {
-    let first = run_case(case, RunOptions::default());
+    check_twice(case, run_case)
+}
+
+/// Runs `case` twice with `run` (either tier's world) and judges it: the
+/// oracle silent, the step digests of both runs equal (D1).
+pub fn check_twice(
+    case: &RunCase,
+    run: impl Fn(&RunCase, RunOptions) -> RunOutcome,
+) -> (RunOutcome, Option<Failure>) {
+    let first = run(case, RunOptions::default());
     if let Some(v) = &first.violation {
         return (first.clone(), Some(Failure::Violation(v.clone())));
     }
-    let second = run_case(case, RunOptions::default());
+    let second = run(case, RunOptions::default());
     let failure =
         first_divergence(&first.step_digests, &second.step_digests).map(|step| Failure::Diverged {
             step,

@@ -131,3 +131,22 @@ pub fn fatal(case: &conformance::run::RunCase) -> bool {
         .iter()
         .any(|i| i.fault.is_fatal() && !(repairs && i.fault.is_repaired()))
 }
+
+/// Whether a fault keyed on the run's step count strikes at step `nth`:
+/// once, at the first step from its target on (a death or another step
+/// fault may take the target step itself). Marks it fired.
+pub fn due_once(
+    faults: &std::collections::BTreeMap<RunFault, Vec<(u32, u64)>>,
+    fired: &mut BTreeSet<RunFault>,
+    fault: RunFault,
+    nth: u32,
+) -> bool {
+    let due = !fired.contains(&fault)
+        && faults
+            .get(&fault)
+            .is_some_and(|items| items.iter().any(|(t, _)| *t <= nth));
+    if due {
+        fired.insert(fault);
+    }
+    due
+}

@@ -26,8 +26,8 @@ mod worker;
 /// oracle, so both tiers judge by the same rules.
 pub mod kit {
     pub use super::config::{
-        PREFILL_IN_FLIGHT, agent_config, debug_head, fatal, membership_config, phase_label,
-        prefill_chunks, run_input,
+        PREFILL_IN_FLIGHT, agent_config, debug_head, due_once, fatal, membership_config,
+        phase_label, prefill_chunks, run_input,
     };
     pub use super::edges::Frame;
     pub use super::host::run_config;

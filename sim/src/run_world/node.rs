@@ -152,50 +152,18 @@ impl RunWorld<'_> {
     }
 
     fn report(&mut self, s: u32, report: Report) {
-        let input = match report {
-            Report::RuntimeReady {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            } => {
-                let first = !std::mem::replace(&mut self.nodes[s as usize].reported, true);
-                if first && self.nodes[s as usize].generation == 0 {
-                    self.stray_reports(s, readiness_id);
-                }
-                core_fsm::run::Input::RuntimeReady {
-                    run_id,
-                    node,
-                    stage,
-                    agent,
-                    readiness_id,
-                }
+        if let Report::RuntimeReady { readiness_id, .. } = &report {
+            let first = !std::mem::replace(&mut self.nodes[s as usize].reported, true);
+            if first && self.nodes[s as usize].generation == 0 {
+                self.stray_reports(s, *readiness_id);
             }
-            Report::ReadyAcked {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            } => core_fsm::run::Input::ReadyAcked {
-                run_id,
-                node,
-                stage,
-                agent,
-                readiness_id,
-            },
-            Report::Stage(report) => {
-                let loaded = matches!(report, stage::Report::WeightsReady { .. });
-                self.send_to_host(s, super::run_input(core_fsm::run::Input::Stage(report)));
-                if loaded && self.planned(RunFault::AgentDiesLoaded, s).is_some() {
-                    self.inject(RunFault::AgentDiesLoaded);
-                    self.die(s);
-                }
-                return;
-            }
-        };
-        self.send_to_host(s, super::run_input(input));
+        }
+        let loaded = matches!(report, Report::Stage(stage::Report::WeightsReady { .. }));
+        self.send_to_host(s, super::run_input(report.into()));
+        if loaded && self.planned(RunFault::AgentDiesLoaded, s).is_some() {
+            self.inject(RunFault::AgentDiesLoaded);
+            self.die(s);
+        }
     }
 
     /// Runtime-ready reports from the wrong node or for the wrong run,

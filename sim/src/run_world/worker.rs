@@ -113,19 +113,8 @@ impl RunWorld<'_> {
         self.job(s, self.now, ms, Job::Step { seq, result });
     }
 
-    /// Whether a fault keyed on the run's step count strikes at step `nth`:
-    /// once, at the first step from its target on (a death or another
-    /// step fault may take the target step itself).
-    pub(super) fn due_once(&mut self, fault: RunFault, nth: u32) -> bool {
-        let due = !self.fired.contains(&fault)
-            && self
-                .faults
-                .get(&fault)
-                .is_some_and(|items| items.iter().any(|(t, _)| *t <= nth));
-        if due {
-            self.fired.insert(fault);
-        }
-        due
+    fn due_once(&mut self, fault: RunFault, nth: u32) -> bool {
+        super::config::due_once(&self.faults, &mut self.fired, fault, nth)
     }
 
     /// A worker job of node `s` ended.
