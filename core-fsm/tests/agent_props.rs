@@ -100,12 +100,21 @@ fn input() -> impl Strategy<Value = Input> {
 }
 
 fn run(deferred: bool, steps: &[(u64, Input)]) -> Vec<Vec<Effect>> {
+    run_seen(deferred, steps)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
+/// Each step's effects, with whether the worker was gone before it.
+fn run_seen(deferred: bool, steps: &[(u64, Input)]) -> Vec<(bool, Vec<Effect>)> {
     let mut m = Machine::new(config(deferred), Instant(0));
     let mut now = 0;
     let mut log = Vec::new();
     for (dt, input) in steps {
         now += dt;
-        log.push(m.handle(Instant(now), input.clone()));
+        let gone = matches!(m.phase(), core_fsm::agent::Phase::Gone { .. });
+        log.push((gone, m.handle(Instant(now), input.clone())));
         m.check_invariants();
     }
     log
@@ -123,8 +132,19 @@ proptest! {
         let b = run(deferred, &steps);
         prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
         let effects: Vec<&Effect> = a.iter().flatten().collect();
-        let spawns = effects.iter().filter(|e| matches!(e, Effect::SpawnWorker { .. })).count();
-        prop_assert!(spawns <= 1, "worker spawned {spawns} times");
+        // A worker is asked for at the start, and again only when a
+        // provision finds the last one gone (a repair's respawn, AG1).
+        let spawn = |e: &Vec<Effect>| e.iter().filter(|e| matches!(e, Effect::SpawnWorker { .. })).count();
+        for (i, (gone, effects)) in run_seen(deferred, &steps).iter().enumerate() {
+            let n = spawn(effects);
+            match &steps[i].1 {
+                Input::Start => prop_assert!(n <= 1),
+                Input::Provision { .. } => prop_assert!(n == 0 || (*gone && n == 1), "step {i}: respawn while the worker was not gone"),
+                _ => prop_assert_eq!(n, 0, "step {}: a worker spawned", i),
+            }
+        }
+        let starts = a.iter().zip(&steps).filter(|(e, (_, i))| matches!(i, Input::Start) && spawn(e) > 0).count();
+        prop_assert!(starts <= 1, "Start spawned {starts} workers");
         let ready_at = effects.iter().position(|e| matches!(e, Effect::Report(Report::RuntimeReady { .. })));
         let allowed_at = effects.iter().position(|e| matches!(e, Effect::Boot(boot::Effect::ProvisioningReady { .. })));
         if let Some(ready) = ready_at {
