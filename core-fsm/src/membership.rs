@@ -190,18 +190,6 @@ pub struct Ignored {
     pub over_capacity: u64,
 }
 
-impl Ignored {
-    /// All ignored inputs together.
-    pub fn total(&self) -> u64 {
-        self.unknown_node
-            + self.wrong_agent
-            + self.after_death
-            + self.duplicate_track
-            + self.identity_in_use
-            + self.over_capacity
-    }
-}
-
 /// The membership machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {

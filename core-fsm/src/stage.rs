@@ -268,13 +268,6 @@ pub struct Ignored {
     pub wrong_step: u64,
 }
 
-impl Ignored {
-    /// All ignored inputs together.
-    pub fn total(&self) -> u64 {
-        self.unexpected + self.duplicate + self.wrong_run + self.after_fault + self.wrong_step
-    }
-}
-
 mod transitions;
 
 /// The stage controller.

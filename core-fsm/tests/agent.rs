@@ -292,6 +292,11 @@ fn a_repairs_provision_after_a_crash_starts_a_new_worker() {
         ),
         (500, provision(1)),
     ]);
+    let mut m = Machine::new(config(boot::WorkerStartPolicy::Required), Instant(0));
+    for (t, input) in script.clone() {
+        m.handle(Instant(t), input);
+    }
+    assert_eq!(m.respawns(), 1, "one respawn, for the first repair");
     let text = transcript(boot::WorkerStartPolicy::Required, script);
     assert_eq!(text.matches("=> SpawnWorker").count(), 2, "{text}");
     insta::assert_snapshot!(text);

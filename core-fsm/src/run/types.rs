@@ -367,17 +367,3 @@ pub struct Ignored {
     /// Valid, but not expected in the current phase (late or early).
     pub unexpected: u64,
 }
-
-impl Ignored {
-    /// All ignored inputs together.
-    pub fn total(&self) -> u64 {
-        self.wrong_run
-            + self.unknown_node
-            + self.wrong_stage
-            + self.wrong_agent
-            + self.wrong_request
-            + self.stale_request
-            + self.duplicate
-            + self.unexpected
-    }
-}
