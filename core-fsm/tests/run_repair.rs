@@ -291,3 +291,23 @@ fn a_fault_of_a_stage_the_run_has_not_provisioned_is_another_lifes_and_ignored()
         m.phase()
     );
 }
+
+#[test]
+fn a_repairs_repeated_stop_and_close_reports_are_ignored_and_counted() {
+    let mut m = serving(2);
+    let before = m.ignored().duplicate;
+    drive(
+        &mut m,
+        vec![
+            (100, submit(1, 5)),
+            (101, token(1, 0, false)),
+            (103, stage_fault(2, "edge 2 closed")),
+            (105, stopped(0)),
+            (106, stopped(0)),
+            (107, closed()),
+            (108, closed()),
+        ],
+    );
+    assert!(matches!(m.phase(), Phase::Repairing(_)), "{:?}", m.phase());
+    assert_eq!(m.ignored().duplicate, before + 2);
+}
