@@ -147,10 +147,33 @@ pub fn battery(
     seeds: impl IntoIterator<Item = u64>,
     jobs: usize,
 ) -> Report {
-    let seeds: Vec<u64> = seeds.into_iter().collect();
     let started = Instant::now();
+    let verdicts = on_threads(seeds, jobs, |seed| {
+        let case = conformance::generate(scenario, seed);
+        let (outcome, failure) = check_case(backend, &case);
+        Verdict {
+            seed,
+            outcome,
+            failure,
+        }
+    });
+    Report {
+        scenario,
+        verdicts,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Runs `each` for every seed on `jobs` threads (each takes the next seed
+/// as it finishes one); the results come back in seed order.
+pub fn on_threads<T: Send>(
+    seeds: impl IntoIterator<Item = u64>,
+    jobs: usize,
+    each: impl Fn(u64) -> T + Sync,
+) -> Vec<T> {
+    let seeds: Vec<u64> = seeds.into_iter().collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut verdicts: Vec<Verdict> = std::thread::scope(|scope| {
+    let mut done: Vec<(u64, T)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..jobs.max(1))
             .map(|_| {
                 scope.spawn(|| {
@@ -158,13 +181,7 @@ pub fn battery(
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&seed) = seeds.get(i) else { break };
-                        let case = conformance::generate(scenario, seed);
-                        let (outcome, failure) = check_case(backend, &case);
-                        done.push(Verdict {
-                            seed,
-                            outcome,
-                            failure,
-                        });
+                        done.push((seed, each(seed)));
                     }
                     done
                 })
@@ -175,12 +192,8 @@ pub fn battery(
             .flat_map(|w| w.join().expect("a battery worker panicked"))
             .collect()
     });
-    verdicts.sort_by_key(|v| v.seed);
-    Report {
-        scenario,
-        verdicts,
-        elapsed: started.elapsed(),
-    }
+    done.sort_by_key(|(seed, _)| *seed);
+    done.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Worker threads for a battery: the machine's cores.

@@ -28,7 +28,7 @@ use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault, RunScenario, generate_run};
 use conformance::{RunOptions, RunOutcome};
 use shared::{Shared, Slot, State};
-use sim::run_world::kit::{RunOracle, fatal};
+use sim::run_world::kit::{RunOracle, fatal, fault_index};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,7 +105,7 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
     };
     let state = State {
         case: case.clone(),
-        faults,
+        faults: fault_index(case),
         fired: Default::default(),
         oracle: RunOracle::new(p, fatal(case)),
         digest: Default::default(),
@@ -125,7 +125,6 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         ended_at: None,
         healed: false,
         control: None,
-        stats: Default::default(),
     };
     let shared = Arc::new(Shared::new(state));
     let runtime = madsim::runtime::Runtime::with_seed_and_config(case.seed, config);
@@ -155,7 +154,7 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         nodes_ready: w.oracle.done_requests(),
         nodes_failed: u32::from(matches!(outcome, Some(Err(_)))),
         restarts: w.inc.saturating_sub(1),
-        ..w.stats.clone()
+        ..conformance::Stats::default()
     };
     RunOutcome {
         violation: w.violation.clone(),
@@ -267,36 +266,17 @@ impl Report {
 
 /// Runs `seeds` on `jobs` threads, each seed twice.
 pub fn battery(seeds: impl IntoIterator<Item = u64>, jobs: usize) -> Report {
-    let seeds: Vec<u64> = seeds.into_iter().collect();
     let started = std::time::Instant::now();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut verdicts: Vec<Verdict> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..jobs.max(1))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&seed) = seeds.get(i) else { break };
-                        let case = generate(seed);
-                        let (outcome, failure) = check(&case);
-                        done.push(Verdict {
-                            seed,
-                            case,
-                            outcome,
-                            failure,
-                        });
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().expect("a battery worker panicked"))
-            .collect()
+    let verdicts = crate::backend::on_threads(seeds, jobs, |seed| {
+        let case = generate(seed);
+        let (outcome, failure) = check(&case);
+        Verdict {
+            seed,
+            case,
+            outcome,
+            failure,
+        }
     });
-    verdicts.sort_by_key(|v| v.seed);
     Report {
         verdicts,
         elapsed: started.elapsed(),

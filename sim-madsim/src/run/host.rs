@@ -236,11 +236,7 @@ impl EffectSink<Effect> for HostSink {
                 w.coverage.labels.insert(label.to_owned());
             }
             run::Effect::Repaired { resumed, .. } => {
-                let label = match resumed {
-                    Some((_, 0)) => "run:resumed/prompt",
-                    Some(_) => "run:resumed/mid-request",
-                    None => "run:repaired/idle",
-                };
+                let label = sim::run_world::kit::repaired_label(resumed);
                 self.shared.lock().coverage.labels.insert(label.to_owned());
             }
             // Observational: the oracle saw them.

@@ -2,9 +2,9 @@
 //! and survives their deaths (the oracle, the digest, the coverage, each
 //! stage's slot), behind one lock that is never held across an `await`.
 
+use conformance::Violation;
 use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault};
-use conformance::{Stats, Violation};
 use core_fsm::agent;
 use core_fsm::digest::Digest;
 use core_fsm::pipeline;
@@ -116,8 +116,6 @@ pub struct State {
     pub healed: bool,
     /// The supervisor's channel.
     pub control: Option<UnboundedSender<Control>>,
-    /// Counters for the outcome.
-    pub stats: Stats,
 }
 
 impl State {

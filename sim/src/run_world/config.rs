@@ -150,3 +150,26 @@ pub fn due_once(
     }
     due
 }
+
+/// A case's faults by kind: (target, argument) of each item.
+pub fn fault_index(
+    case: &conformance::run::RunCase,
+) -> std::collections::BTreeMap<RunFault, Vec<(u32, u64)>> {
+    let mut faults: std::collections::BTreeMap<RunFault, Vec<(u32, u64)>> = Default::default();
+    for item in &case.items {
+        faults
+            .entry(item.fault)
+            .or_default()
+            .push((item.target, item.arg));
+    }
+    faults
+}
+
+/// The coverage label of a finished repair: what it resumed.
+pub fn repaired_label(resumed: Option<(core_fsm::run::RequestId, u64)>) -> &'static str {
+    match resumed {
+        Some((_, 0)) => "run:resumed/prompt",
+        Some(_) => "run:resumed/mid-request",
+        None => "run:repaired/idle",
+    }
+}

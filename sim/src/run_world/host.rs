@@ -154,11 +154,7 @@ impl RunWorld<'_> {
             // Observational: the oracle saw them.
             run::Effect::Repairing { .. } => {}
             run::Effect::Repaired { resumed, .. } => {
-                let label = match resumed {
-                    Some((_, 0)) => "run:resumed/prompt",
-                    Some(_) => "run:resumed/mid-request",
-                    None => "run:repaired/idle",
-                };
+                let label = super::config::repaired_label(resumed);
                 self.coverage.labels.insert(label.to_owned());
             }
             // The oracle saw it; a disconnected client's events go nowhere.

@@ -26,8 +26,8 @@ mod worker;
 /// oracle, so both tiers judge by the same rules.
 pub mod kit {
     pub use super::config::{
-        PREFILL_IN_FLIGHT, agent_config, debug_head, due_once, fatal, membership_config,
-        phase_label, prefill_chunks, run_input,
+        PREFILL_IN_FLIGHT, agent_config, debug_head, due_once, fatal, fault_index,
+        membership_config, phase_label, prefill_chunks, repaired_label, run_input,
     };
     pub use super::edges::Frame;
     pub use super::host::run_config;
@@ -125,13 +125,7 @@ impl<'c> RunWorld<'c> {
     /// A world for `case`: every node handed off, its agent about to start.
     pub fn new(case: &'c RunCase, options: RunOptions) -> RunWorld<'c> {
         let p = &case.profile;
-        let mut faults: BTreeMap<RunFault, Vec<(u32, u64)>> = BTreeMap::new();
-        for item in &case.items {
-            faults
-                .entry(item.fault)
-                .or_default()
-                .push((item.target, item.arg));
-        }
+        let faults = config::fault_index(case);
         let stages = p.stages.max(1);
         let nodes: Vec<Node> = (0..stages)
             .map(|s| Node::new(s, agent_config(s, 0), Instant::ZERO))
