@@ -69,6 +69,11 @@ pub struct Config {
     pub prompt_open_timeout: Duration,
     /// Longest wait for the next token of the active request.
     pub token_timeout: Duration,
+    /// More time the first token of an injection may take, per token
+    /// injected: a long prompt's prefill (or a resume's) is work in
+    /// proportion to its length, and a slow machine is not a stuck one.
+    #[serde(default)]
+    pub prefill_per_token: Duration,
     /// Most requests waiting behind the active one.
     pub queue_max: usize,
     /// The model's context in positions; a request ends when its next token

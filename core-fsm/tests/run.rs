@@ -420,3 +420,34 @@ fn planning_balances_layers_and_rejects_impossible_pipelines() {
     }
     insta::assert_snapshot!(text);
 }
+
+/// Whether `effects` end `request` with a token timeout.
+fn timed_out(effects: &[core_fsm::run::Effect], request: u64) -> bool {
+    use core_fsm::run::{Effect, PromptEvent, PromptFault};
+    effects.iter().any(|e| {
+        matches!(e, Effect::Prompt { request: r, event: PromptEvent::Fault(PromptFault::Timeout) }
+            if *r == RequestId(request))
+    })
+}
+
+#[test]
+fn a_prefill_gets_time_in_proportion_to_its_tokens_and_later_tokens_do_not() {
+    use core_fsm::Machine as _;
+    use core_fsm::run::Machine;
+    use core_fsm::time::{Duration, Instant};
+    let mut config = config();
+    config.prefill_per_token = Duration::from_millis(100);
+    let mut m = Machine::new(config, Instant(0)).expect("plannable");
+    drive(&mut m, to_serving(0));
+    // A prompt of 3 tokens: its first token is due 2 s + 3 x 100 ms on.
+    assert!(!timed_out(&m.handle(Instant(100), submit(1, 8)), 1));
+    assert!(!timed_out(&m.handle(Instant(101), submit(2, 8)), 1));
+    assert!(!timed_out(&m.handle(Instant(2_399), Input::Tick), 1));
+    assert!(timed_out(&m.handle(Instant(2_400), Input::Tick), 1));
+    m.check_invariants();
+    // Request 2 starts at once; after its first token, the plain gap.
+    assert!(!timed_out(&m.handle(Instant(2_500), token(2, 0, false)), 2));
+    assert!(!timed_out(&m.handle(Instant(4_499), Input::Tick), 2));
+    assert!(timed_out(&m.handle(Instant(4_500), Input::Tick), 2));
+    m.check_invariants();
+}

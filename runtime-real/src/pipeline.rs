@@ -417,6 +417,10 @@ impl Running {
             stage_ready_timeout: Duration::from_secs(60),
             prompt_open_timeout: Duration::from_secs(10),
             token_timeout: Duration::from_secs(120),
+            // A prefill of 512 tokens may take 4 more minutes: a CPU stage
+            // of a big model, or one sharing its cores, is slow, not stuck
+            // (a dead node is found by its heartbeats, not by this).
+            prefill_per_token: Duration::from_millis(500),
             queue_max: 16,
             context,
             stop_timeout: Duration::from_secs(20),

@@ -179,27 +179,31 @@ fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
 const STORY: &str =
     "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
 
-/// The benchmark.
-pub fn bench_pipeline() -> Result<(), String> {
-    let bin = build()?;
-    let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
-    let decode = 48;
-    let root = bench_dir().join("pipeline");
-    println!(
-        "model {} (0.5b shape, q8_0); {decode} decode tokens; local nodes",
-        model.display()
-    );
-    let reference = one_process(&bin, &model, decode)?;
-    println!("one drover-worker process: decode {reference:.1} tokens/s");
-    println!("stages  decode tok/s  vs 1 process  added per token per extra stage");
+/// Decode tokens/s on 1 to 4 stages (the best of `repeats` requests of
+/// `decode` tokens each), with the time each extra stage adds per token;
+/// `prefill` also times a ~512-token prompt on 1 and 4 stages.
+fn stage_rates(
+    bin: &Path,
+    model: &Path,
+    name: &str,
+    decode: u32,
+    repeats: u32,
+    prefill: bool,
+    reference: Option<f64>,
+) -> Result<(), String> {
+    let root = bench_dir().join("pipeline").join(name);
+    println!("stages  decode tok/s  ms/token  vs 1 process  added per token per extra stage");
     let mut rates = Vec::new();
     for stages in 1..=4u32 {
         let state = root.join(format!("s{stages}"));
-        let (up, _) = Up::start(&bin, &plan(&model, stages, &state), &state)?;
+        let (up, _) = Up::start(bin, &plan(model, stages, &state), &state)?;
         let addr = up.addr()?;
         // A warm-up request first: the slices are mapped and paged in.
         prompt(&addr, "Once upon a time", 4)?;
-        let (_, rate, _) = prompt(&addr, "Once upon a time", decode)?;
+        let mut rate: f64 = 0.0;
+        for _ in 0..repeats {
+            rate = rate.max(prompt(&addr, "Once upon a time", decode)?.1);
+        }
         rates.push(rate);
         let added = match stages {
             1 => "-".to_owned(),
@@ -208,12 +212,13 @@ pub fn bench_pipeline() -> Result<(), String> {
                 format!("{:.0} µs", per * 1e6)
             }
         };
+        let ratio = reference.map_or("-".to_owned(), |r| format!("{:.2}x", rate / r));
         println!(
-            "{stages:<7} {rate:<13.1} {:<13} {added}",
-            format!("{:.2}x", rate / reference)
+            "{stages:<7} {rate:<13.1} {:<9.3} {ratio:<13} {added}",
+            1e3 / rate
         );
-        let prefill_text = STORY.repeat(32);
-        if stages == 1 || stages == 4 {
+        if prefill && (stages == 1 || stages == 4) {
+            let prefill_text = STORY.repeat(32);
             let (ttft, _, _) = prompt(&addr, &prefill_text, 1)?;
             println!(
                 "        prefill of ~512 tokens ({stages} stage(s)): {:.0} ms to the first token",
@@ -222,8 +227,31 @@ pub fn bench_pipeline() -> Result<(), String> {
         }
         drop(up);
     }
+    Ok(())
+}
+
+/// The benchmark.
+pub fn bench_pipeline() -> Result<(), String> {
+    let bin = build()?;
+    let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
+    let decode = 48;
+    println!(
+        "model {} (0.5b shape, q8_0); {decode} decode tokens, the best of 2; local nodes",
+        model.display()
+    );
+    let reference = one_process(&bin, &model, decode)?;
+    println!("one drover-worker process: decode {reference:.1} tokens/s");
+    stage_rates(&bin, &model, "q8_0", decode, 2, true, Some(reference))?;
+    // The hop alone: a model whose compute is a few microseconds a token,
+    // so what each extra stage adds is its edge (worker, agent, iroh, the
+    // next agent and worker), not the arithmetic.
+    println!(
+        "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 3",
+        stories().display()
+    );
+    stage_rates(&bin, &stories(), "stories", 200, 3, false, None)?;
     // The README's example, from `up` to the first token.
-    let state = root.join("example");
+    let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");
     let (up, served) = Up::start(&bin, &example, &state)?;
     let (ttft, _, _) = prompt(&up.addr()?, "Once upon a time", 8)?;

@@ -240,6 +240,7 @@ impl Machine {
     ) {
         let mut tokens = active.prompt.clone();
         tokens.extend_from_slice(&active.generated);
+        let injected = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
         out.push(Effect::Inject {
             request: active.request,
             seq: active.next_seq,
@@ -248,7 +249,7 @@ impl Machine {
         });
         serving.active = Some(active);
         self.timers
-            .set(TimerKind::TokenGap, now + self.config.token_timeout);
+            .set(TimerKind::TokenGap, self.first_token_due(now, injected));
     }
 
     /// Ends every request a repair carried with `fault`.

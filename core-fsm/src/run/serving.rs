@@ -99,7 +99,17 @@ impl Machine {
             generated: Vec::new(),
         });
         self.timers
-            .set(TimerKind::TokenGap, now + self.config.token_timeout);
+            .set(TimerKind::TokenGap, self.first_token_due(now, prompt_len));
+    }
+
+    /// When the first token of an injection of `injected` tokens is due:
+    /// the token gap, plus the prefill's allowance.
+    pub(super) fn first_token_due(&self, now: Instant, injected: u32) -> Instant {
+        let prefill = self
+            .config
+            .prefill_per_token
+            .saturating_mul(u64::from(injected));
+        now + self.config.token_timeout + prefill
     }
 
     /// Ends the active request with `event` and starts the next one, if any.

@@ -38,6 +38,7 @@ pub fn config() -> Config {
         stage_ready_timeout: Duration::from_secs(10),
         prompt_open_timeout: Duration::from_secs(5),
         token_timeout: Duration::from_secs(2),
+        prefill_per_token: Duration::from_millis(0),
         queue_max: 2,
         context: 0,
         stop_timeout: Duration::from_secs(10),

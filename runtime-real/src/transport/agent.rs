@@ -28,6 +28,8 @@ const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long closing the endpoint at exit may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a shutdown waits for the log stream to take the last lines.
+const LOG_DRAIN: Duration = Duration::from_millis(500);
 
 /// How the agent joins.
 #[derive(Clone, Debug)]
@@ -411,6 +413,7 @@ async fn read_control(
             }
             Ok(Some(Frame::Shutdown)) => {
                 say(node, "shutdown received; exiting");
+                super::agent_log::drain(LOG_DRAIN).await;
                 conn.close(CLOSE_DONE, b"shutdown");
                 return Attempt::Exit(AgentExit::Shutdown);
             }

@@ -10,21 +10,28 @@
 //! missing and how many. Lines are numbered per process from 1.
 
 use super::logs::{LINE_BYTES_MAX, LOG_ALPN, LOG_WIRE_VERSION, LogChannel, LogFrame};
-use super::logs::{read_log_frame, write_log_frame};
+use super::logs::{encode_log_frame, read_log_frame, write_log_frame};
 use core_fsm::ids::LogicalNodeId;
 use iroh::EndpointAddr;
 use iroh::endpoint::Endpoint;
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 /// Most lines buffered.
 pub const LINES_MAX: usize = 4096;
 /// Most bytes buffered.
 pub const BYTES_MAX: usize = 1024 * 1024;
-/// Lines sent per wake-up before the buffer is looked at again.
-const BATCH_MAX: usize = 64;
+/// Lines sent per wake-up (in one write) before the buffer is looked at
+/// again.
+const BATCH_MAX: usize = 256;
+/// How long telemetry lines wait to go out together: a busy stage writes
+/// one per token, and a packet per token would cost the node, the
+/// orchestrator and every stage sharing their cores. Any other line, or a
+/// full batch, sends what is waiting at once.
+const TELEMETRY_LINGER: Duration = Duration::from_millis(100);
 /// How long one log dial may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// First pause after a failed log connection; doubles up to the ceiling.
@@ -47,6 +54,8 @@ struct Ring {
     bytes: usize,
     /// The last position given out.
     last: u64,
+    /// The last position written to a log stream.
+    written: u64,
 }
 
 impl Ring {
@@ -89,7 +98,12 @@ impl Ring {
 
 struct Sink {
     ring: Mutex<Ring>,
+    /// A line was pushed.
     wake: Notify,
+    /// A line other than telemetry was pushed: a lingering batch goes now.
+    urgent: Notify,
+    /// Lines were written to a log stream.
+    progress: Notify,
 }
 
 fn sink() -> &'static Sink {
@@ -97,6 +111,8 @@ fn sink() -> &'static Sink {
     SINK.get_or_init(|| Sink {
         ring: Mutex::new(Ring::default()),
         wake: Notify::new(),
+        urgent: Notify::new(),
+        progress: Notify::new(),
     })
 }
 
@@ -107,6 +123,9 @@ fn push(channel: LogChannel, bytes: Vec<u8>) {
         .unwrap_or_else(|e| e.into_inner())
         .push(channel, bytes);
     sink.wake.notify_one();
+    if channel != LogChannel::WorkerTelemetry {
+        sink.urgent.notify_one();
+    }
 }
 
 /// A progress line of the agent: stdout, and the `agent.stdout` channel.
@@ -183,25 +202,37 @@ async fn stream_once(
         _ => return false,
     };
     let sink = sink();
+    {
+        let mut ring = sink.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.written = ring.written.max(cursor);
+    }
+    let mut lingered = false;
     loop {
         let (gap, lines) = sink
             .ring
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .after(cursor, BATCH_MAX);
-        if let Some((first, last)) = gap {
-            if write_log_frame(&mut send, &LogFrame::Gap { first, last })
-                .await
-                .is_err()
-            {
-                return true;
-            }
-            cursor = last;
-        }
-        if lines.is_empty() {
+        if gap.is_none() && lines.is_empty() {
             // `notify_one` keeps a permit for a line pushed meanwhile.
             sink.wake.notified().await;
             continue;
+        }
+        if !lingered && gap.is_none() && lingers(&lines) {
+            tokio::select! {
+                () = tokio::time::sleep(TELEMETRY_LINGER) => {}
+                () = sink.urgent.notified() => {}
+            }
+            lingered = true;
+            continue;
+        }
+        lingered = false;
+        let mut out = Vec::new();
+        if let Some((first, last)) = gap {
+            if encode_log_frame(&LogFrame::Gap { first, last }, &mut out).is_err() {
+                return true;
+            }
+            cursor = last;
         }
         for entry in lines {
             let frame = LogFrame::Line {
@@ -209,12 +240,49 @@ async fn stream_once(
                 channel: entry.channel,
                 bytes: entry.bytes,
             };
-            if write_log_frame(&mut send, &frame).await.is_err() {
+            if encode_log_frame(&frame, &mut out).is_err() {
                 return true;
             }
             cursor = entry.position;
         }
+        if send.write_all(&out).await.is_err() || send.flush().await.is_err() {
+            return true;
+        }
+        sink.ring.lock().unwrap_or_else(|e| e.into_inner()).written = cursor;
+        sink.progress.notify_waiters();
     }
+}
+
+/// Sends what is buffered now, lingering telemetry too, and waits (at most
+/// `bound`) until a log stream has taken it: the last lines of an agent
+/// that exits in order are not lost with it.
+pub async fn drain(bound: Duration) {
+    let sink = sink();
+    let wait = async {
+        loop {
+            let progressed = sink.progress.notified();
+            tokio::pin!(progressed);
+            progressed.as_mut().enable();
+            let done = {
+                let ring = sink.ring.lock().unwrap_or_else(|e| e.into_inner());
+                ring.written >= ring.last
+            };
+            if done {
+                return;
+            }
+            sink.urgent.notify_one();
+            progressed.await;
+        }
+    };
+    let _ = tokio::time::timeout(bound, wait).await;
+}
+
+/// Whether `lines` may wait for more: telemetry only, short of a batch.
+fn lingers(lines: &[Entry]) -> bool {
+    lines.len() < BATCH_MAX
+        && lines
+            .iter()
+            .all(|e| e.channel == LogChannel::WorkerTelemetry)
 }
 
 #[cfg(test)]
@@ -252,5 +320,23 @@ mod tests {
         assert!(ring.bytes <= BYTES_MAX);
         let (gap, _) = ring.after(0, 1);
         assert!(gap.is_some());
+    }
+
+    #[test]
+    fn telemetry_alone_waits_for_company_and_anything_else_goes_at_once() {
+        let line = |channel| Entry {
+            position: 1,
+            channel,
+            bytes: b"x".to_vec(),
+        };
+        let telemetry = vec![line(LogChannel::WorkerTelemetry); 3];
+        assert!(lingers(&telemetry));
+        let mut mixed = telemetry.clone();
+        mixed.push(line(LogChannel::WorkerStderr));
+        assert!(!lingers(&mixed));
+        assert!(!lingers(&vec![
+            line(LogChannel::WorkerTelemetry);
+            BATCH_MAX
+        ]));
     }
 }

@@ -95,11 +95,9 @@ pub enum LogFrame {
     },
 }
 
-/// Writes one frame.
-pub async fn write_log_frame<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    frame: &LogFrame,
-) -> std::io::Result<()> {
+/// Appends one frame, length-prefixed, to `out` (several frames go out in
+/// one write).
+pub fn encode_log_frame(frame: &LogFrame, out: &mut Vec<u8>) -> std::io::Result<()> {
     let body = postcard::to_stdvec(frame).map_err(std::io::Error::other)?;
     let len = body.len() + 1;
     if len > LOG_FRAME_BYTES_MAX {
@@ -107,10 +105,20 @@ pub async fn write_log_frame<W: AsyncWrite + Unpin>(
             "log frame of {len} bytes exceeds {LOG_FRAME_BYTES_MAX}"
         )));
     }
-    let mut out = Vec::with_capacity(4 + len);
+    out.reserve(4 + len);
     out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
     out.push(LOG_WIRE_VERSION);
     out.extend_from_slice(&body);
+    Ok(())
+}
+
+/// Writes one frame.
+pub async fn write_log_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &LogFrame,
+) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    encode_log_frame(frame, &mut out)?;
     writer.write_all(&out).await?;
     writer.flush().await
 }

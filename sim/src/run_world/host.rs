@@ -61,6 +61,7 @@ pub fn run_config(p: &RunProfile) -> run::Config {
         stage_ready_timeout: Duration::from_secs(60),
         prompt_open_timeout: Duration::from_secs(10),
         token_timeout: super::TOKEN_TIMEOUT,
+        prefill_per_token: super::PREFILL_PER_TOKEN,
         queue_max: 16,
         context: p.context,
         stop_timeout: Duration::from_secs(20),

@@ -65,6 +65,8 @@ const DRAIN: Duration = Duration::from_secs(30);
 const LIVENESS: Duration = Duration::from_secs(40);
 /// The token-gap timeout the world gives the run.
 pub const TOKEN_TIMEOUT: Duration = Duration::from_secs(8);
+/// The first token's extra allowance per token injected (a prefill).
+pub const PREFILL_PER_TOKEN: Duration = Duration::from_millis(50);
 
 /// Something scheduled to happen.
 #[derive(Clone, Debug)]
