@@ -4,7 +4,17 @@
 //! `unsafe` here is only the intrinsics and their loads: every load reads a
 //! whole block inside slices whose lengths are checked before the loop.
 
-use super::Kernels;
+use super::{Kernels, Tile, TileFn};
+
+#[cfg(target_arch = "x86_64")]
+fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
+    Tile {
+        rows,
+        tokens,
+        widen_f16: false,
+        f,
+    }
+}
 
 /// The AVX2 kernels, if this processor runs them.
 pub fn kernels() -> Option<Kernels> {
@@ -23,9 +33,14 @@ pub fn kernels() -> Option<Kernels> {
                 q4_0: dot_q4_0,
                 q4k: dot_q4k,
                 q6k: dot_q6k,
-                dot4_q8_0: Some(dot4_q8_0),
-                dot4_q4_0: Some(dot4_q4_0),
-                dot4_f16: Some(dot4_f16),
+                tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, tile_q8_0)),
+                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, tile_q4_0)),
+                tile_f16: Some(Tile {
+                    widen_f16: true,
+                    ..tile(F16_ROWS, F16_TOKENS, tile_f16)
+                }),
+                tile_q4k: Some(tile(K_ROWS, K_TOKENS, tile_q4k)),
+                tile_q6k: Some(tile(K_ROWS, K_TOKENS, tile_q6k)),
             });
         }
     }
@@ -183,23 +198,90 @@ mod kquants;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod multi;
+mod tile;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod ktile;
+
+#[cfg(target_arch = "x86_64")]
+use ktile::{K_ROWS, K_TOKENS};
+#[cfg(target_arch = "x86_64")]
+use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
+
+/// One tile function per element type, dispatching on the tile's shape to
+/// the kernel compiled for it; every shape up to the full tile is listed,
+/// so the edges of a product take the same path as its interior.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_shapes {
+    ($name:ident, $module:ident :: $kernel:ident, [$(($r:literal, $t:literal)),*]) => {
+        #[allow(unsafe_code)]
+        fn $name(w: &[&[u8]], a: &[&[u8]], out: &mut [f32], stride: usize) {
+            // SAFETY: only installed by `kernels()` after the features the
+            // kernel enables were detected on this processor.
+            match (w.len(), a.len()) {
+                $(($r, $t) => unsafe { $module::$kernel::<$r, $t>(w, a, out, stride) },)*
+                shape => panic!("no tile of {shape:?}"),
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! q0_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [
+                (1, 1),
+                (1, 2),
+                (1, 3),
+                (2, 1),
+                (2, 2),
+                (2, 3),
+                (3, 1),
+                (3, 2),
+                (3, 3),
+                (4, 1),
+                (4, 2),
+                (4, 3)
+            ]
+        );
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! six_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+        );
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(tile_q8_0, tile::q8_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(tile_q4_0, tile::q4_0);
+#[cfg(target_arch = "x86_64")]
+tile_shapes!(
+    tile_f16,
+    tile::f16_rows,
+    [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(tile_q4k, ktile::q4k);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(tile_q6k, ktile::q6k);
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod wrappers {
     use super::imp;
     use super::kquants as imp_k;
-    use super::multi;
-    pub fn dot4_q8_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_q8_0(w, a) }
-    }
-    pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_q4_0(w, a) }
-    }
-    pub fn dot4_f16(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_f16(w, a) }
-    }
     // SAFETY (all): these are only installed by `kernels()` after the
     // features they enable were detected on this processor.
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {

@@ -131,6 +131,25 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `a · b` in eight interleaved sums (which the compiler keeps in vector
+/// registers), added pairwise at the end, then the tail: one fixed order on
+/// every processor, and no chain of dependent additions.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let mut lanes = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let mut sum = hsum8(&lanes);
+    let whole = a.len() / 8 * 8;
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += x * y;
+    }
+    sum
+}
+
 /// `x += y`.
 pub fn add(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {

@@ -324,7 +324,7 @@ fn attention(
         let mut scores: Vec<f32> = (0..len)
             .map(|j| {
                 let kh = &keys[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
-                qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale
+                ops::dot(qh, kh) * scale
             })
             .collect();
         ops::softmax(&mut scores);
