@@ -17,6 +17,17 @@ const WEIGHT_TYPES: [GgmlType; 7] = [
     GgmlType::Q6K,
 ];
 
+/// The portable kernels and every SIMD set this processor runs.
+fn kernel_sets() -> Vec<Kernels> {
+    let simd = [
+        workers::kernels::avx2::kernels(),
+        workers::kernels::avx2::kernels_vnni(),
+    ];
+    std::iter::once(Kernels::portable())
+        .chain(simd.into_iter().flatten())
+        .collect()
+}
+
 fn row(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.symmetric(scale)).collect()
 }
@@ -30,7 +41,7 @@ fn decoded(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 #[test]
 fn every_kernel_equals_the_dot_product_of_its_decoded_rows() {
     let mut rng = SplitMix64::new(11);
-    for kernels in [Kernels::portable(), Kernels::detect()] {
+    for kernels in kernel_sets() {
         for ty in WEIGHT_TYPES {
             for n in [256usize, 512, 4096] {
                 let w = row(&mut rng, n, 1.0);
@@ -108,7 +119,7 @@ fn cols_for(ty: GgmlType) -> usize {
 fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
     use workers::kernels::{Encoded, Matrix, matmul};
     let mut rng = SplitMix64::new(3);
-    for kernels in [Kernels::portable(), Kernels::detect()] {
+    for kernels in kernel_sets() {
         for ty in WEIGHT_TYPES {
             // Row and token counts on and off every tile's edges, products
             // small enough for the calling thread and large enough for the
@@ -167,15 +178,18 @@ fn a_batched_product_is_close_to_the_portable_one() {
         };
         let x = row(&mut rng, n * cols, 2.0);
         let encoded = Encoded::new(ty, &x, cols);
-        let mut fast = vec![0f32; n * rows];
         let mut portable = vec![0f32; n * rows];
-        matmul(&Kernels::detect(), &m, &encoded, &mut fast);
         matmul(&Kernels::portable(), &m, &encoded, &mut portable);
-        for (i, (a, b)) in fast.iter().zip(&portable).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{ty} output {i}: {a} vs portable {b}"
-            );
+        for kernels in kernel_sets() {
+            let mut fast = vec![0f32; n * rows];
+            matmul(&kernels, &m, &encoded, &mut fast);
+            for (i, (a, b)) in fast.iter().zip(&portable).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{} {ty} output {i}: {a} vs portable {b}",
+                    kernels.name
+                );
+            }
         }
     }
 }

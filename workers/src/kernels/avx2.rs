@@ -18,14 +18,33 @@ fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
 
 /// The AVX2 kernels, if this processor runs them.
 pub fn kernels() -> Option<Kernels> {
+    build(false)
+}
+
+/// The AVX2 kernels with AVX-512 VNNI tiles for q8_0 and q4_0, if this
+/// processor runs them.
+pub fn kernels_vnni() -> Option<Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        return build(true);
+    }
+    None
+}
+
+fn build(vnni: bool) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         let ok = is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         if ok {
+            let (name, q8_0, q4_0): (_, TileFn, TileFn) = if vnni {
+                ("avx2+vnni", vnni_q8_0, vnni_q4_0)
+            } else {
+                ("avx2", tile_q8_0, tile_q4_0)
+            };
             return Some(Kernels {
-                name: "avx2",
+                name,
                 f32: dot_f32,
                 f16: dot_f16,
                 bf16: dot_bf16,
@@ -33,8 +52,8 @@ pub fn kernels() -> Option<Kernels> {
                 q4_0: dot_q4_0,
                 q4k: dot_q4k,
                 q6k: dot_q6k,
-                tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, tile_q8_0)),
-                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, tile_q4_0)),
+                tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, q8_0)),
+                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
                 tile_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(F16_ROWS, F16_TOKENS, tile_f16)
@@ -205,6 +224,10 @@ mod tile;
 mod ktile;
 
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod vnni;
+
+#[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};
 #[cfg(target_arch = "x86_64")]
 use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
@@ -266,6 +289,10 @@ macro_rules! six_shapes {
 q0_shapes!(tile_q8_0, tile::q8_0);
 #[cfg(target_arch = "x86_64")]
 q0_shapes!(tile_q4_0, tile::q4_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(vnni_q8_0, vnni::q8_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(vnni_q4_0, vnni::q4_0);
 #[cfg(target_arch = "x86_64")]
 tile_shapes!(
     tile_f16,

@@ -39,7 +39,7 @@ pub const TILE_MAX: usize = 4;
 /// The dot products in use, one per weight type.
 #[derive(Clone, Copy)]
 pub struct Kernels {
-    /// Which implementation was picked: `avx2` or `portable`.
+    /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`.
     pub name: &'static str,
     f32: DotFn,
     f16: DotFn,
@@ -77,7 +77,9 @@ impl Kernels {
 
     /// The fastest kernels this processor runs.
     pub fn detect() -> Kernels {
-        avx2::kernels().unwrap_or_else(Kernels::portable)
+        avx2::kernels_vnni()
+            .or_else(avx2::kernels)
+            .unwrap_or_else(Kernels::portable)
     }
 
     /// The kernels chosen for this process (detected once; `DROVER_KERNELS=portable`
