@@ -193,3 +193,40 @@ fn a_batched_product_is_close_to_the_portable_one() {
         }
     }
 }
+
+#[test]
+fn every_kernel_set_attends_and_gates_with_the_same_bits() {
+    let mut rng = SplitMix64::new(21);
+    let (hd, stride, offset) = (24, 72, 24);
+    for len in [1usize, 2, 3, 5, 8, 13] {
+        let q = row(&mut rng, hd, 1.0);
+        let keys = row(&mut rng, len * stride, 1.0);
+        let values = row(&mut rng, len * stride, 1.0);
+        let mut want = vec![0f32; hd];
+        let portable = Kernels::portable();
+        (portable.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut want);
+        for kernels in kernel_sets() {
+            let mut got = vec![0f32; hd];
+            (kernels.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut got);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{} attention over {len} positions", kernels.name);
+        }
+    }
+    // 8 * 5 + 3 values: whole groups of 8 with v_expf, then a tail.
+    let gate = row(&mut rng, 43, 6.0);
+    let up = row(&mut rng, 43, 2.0);
+    let mut want = gate.clone();
+    (Kernels::portable().swiglu)(&mut want, &up);
+    for kernels in kernel_sets() {
+        let mut got = gate.clone();
+        (kernels.swiglu)(&mut got, &up);
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{} swiglu", kernels.name);
+    }
+}

@@ -45,6 +45,8 @@ fn build(vnni: bool) -> Option<Kernels> {
             };
             return Some(Kernels {
                 name,
+                attend,
+                swiglu,
                 f32: dot_f32,
                 f16: dot_f16,
                 bf16: dot_bf16,
@@ -89,6 +91,30 @@ mod imp {
         // block, so a call through `half`'s feature check costs.
         let bits = u16::from_le_bytes([b[i], b[i + 1]]) as i32;
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    }
+
+    /// `ops::attend` compiled for AVX2 and FMA: `mul_add` becomes one
+    /// instruction (the same fused result as the library call) and the
+    /// lane-wise loops use 8-wide registers, in the same order.
+    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
+    #[target_feature(enable = "avx2,fma")]
+    pub fn attend(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        offset: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::model::ops::attend(q, keys, values, stride, offset, len, scale, out)
+    }
+
+    /// `ops::swiglu` compiled for AVX2 and FMA, as `attend` is.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+        crate::model::ops::swiglu(gate, up)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -313,6 +339,22 @@ mod wrappers {
     // features they enable were detected on this processor.
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f32(w, a) }
+    }
+    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
+    pub fn attend(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        offset: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        unsafe { imp::attend(q, keys, values, stride, offset, len, scale, out) }
+    }
+    pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+        unsafe { imp::swiglu(gate, up) }
     }
     pub fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f16(w, a) }

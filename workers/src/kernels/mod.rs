@@ -7,6 +7,7 @@ pub mod scalar;
 
 pub use matmul::matmul;
 
+use crate::model::ops;
 use crate::tensor::GgmlType;
 use crate::tensor::quantize::quantize_row;
 use std::sync::OnceLock;
@@ -36,11 +37,19 @@ pub struct Tile {
 /// The largest tile side.
 pub const TILE_MAX: usize = 4;
 
-/// The dot products in use, one per weight type.
+/// One query head's attention over the cache (see [`ops::attend`]).
+pub type AttendFn = fn(&[f32], &[f32], &[f32], usize, usize, usize, f32, &mut [f32]);
+
+/// The dot products in use, one per weight type, and the element-wise
+/// parts of a block compiled for the same processor.
 #[derive(Clone, Copy)]
 pub struct Kernels {
     /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`.
     pub name: &'static str,
+    /// [`ops::attend`].
+    pub attend: AttendFn,
+    /// [`ops::swiglu`].
+    pub swiglu: fn(&mut [f32], &[f32]),
     f32: DotFn,
     f16: DotFn,
     bf16: DotFn,
@@ -60,6 +69,8 @@ impl Kernels {
     pub fn portable() -> Kernels {
         Kernels {
             name: "portable",
+            attend: ops::attend,
+            swiglu: ops::swiglu,
             f32: scalar::dot_f32,
             f16: scalar::dot_f16,
             bf16: scalar::dot_bf16,

@@ -283,7 +283,7 @@ fn block_forward(
     }
     keys[pos * kvd..(pos + n) * kvd].copy_from_slice(&k);
     values[pos * kvd..(pos + n) * kvd].copy_from_slice(&v);
-    let attn = attention(c, &q, keys, values, pos, n);
+    let attn = attention(kernels, c, &q, keys, values, pos, n);
     let o = project(kernels, &block.o, &attn);
     ops::add(x, &o);
     ops::rms_norm(x, &block.ffn_norm, c.rms_eps, &mut h);
@@ -297,7 +297,7 @@ fn block_forward(
     } else {
         matmul(kernels, &um, &Encoded::new(um.ty, &h, d), &mut up);
     }
-    ops::swiglu(&mut gate, &up);
+    (kernels.swiglu)(&mut gate, &up);
     let down = project(kernels, &block.down, &gate);
     ops::add(x, &down);
 }
@@ -305,6 +305,7 @@ fn block_forward(
 /// Causal grouped-query attention of the `n` new positions starting at `pos`
 /// over every cached position up to each one.
 fn attention(
+    kernels: &Kernels,
     c: &Config,
     q: &[f32],
     keys: &[f32],
@@ -320,20 +321,7 @@ fn attention(
         let (t, head) = (idx / c.heads, idx % c.heads);
         let kv_head = head / group;
         let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-        let len = pos + t + 1;
-        let mut scores: Vec<f32> = (0..len)
-            .map(|j| {
-                let kh = &keys[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
-                ops::dot(qh, kh) * scale
-            })
-            .collect();
-        ops::softmax(&mut scores);
-        for (j, &p) in scores.iter().enumerate() {
-            let vh = &values[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
-            for (o, &v) in o.iter_mut().zip(vh) {
-                *o += p * v;
-            }
-        }
+        (kernels.attend)(qh, keys, values, kvd, kv_head * hd, pos + t + 1, scale, o);
     };
     let work = n * c.heads * (pos + n) * hd;
     if work < 1 << 16 {
