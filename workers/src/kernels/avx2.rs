@@ -38,10 +38,10 @@ fn build(vnni: bool) -> Option<Kernels> {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         if ok {
-            let (name, q8_0, q4_0): (_, TileFn, TileFn) = if vnni {
-                ("avx2+vnni", vnni_q8_0, vnni_q4_0)
+            let (name, q8_0, q4_0, q4k, q6k): (_, TileFn, TileFn, TileFn, TileFn) = if vnni {
+                ("avx2+vnni", vnni_q8_0, vnni_q4_0, vnni_q4k, vnni_q6k)
             } else {
-                ("avx2", tile_q8_0, tile_q4_0)
+                ("avx2", tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
             };
             return Some(Kernels {
                 name,
@@ -60,8 +60,8 @@ fn build(vnni: bool) -> Option<Kernels> {
                     widen_f16: true,
                     ..tile(F16_ROWS, F16_TOKENS, tile_f16)
                 }),
-                tile_q4k: Some(tile(K_ROWS, K_TOKENS, tile_q4k)),
-                tile_q6k: Some(tile(K_ROWS, K_TOKENS, tile_q6k)),
+                tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
+                tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
             });
         }
     }
@@ -329,6 +329,10 @@ tile_shapes!(
 six_shapes!(tile_q4k, ktile::q4k);
 #[cfg(target_arch = "x86_64")]
 six_shapes!(tile_q6k, ktile::q6k);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(vnni_q4k, ktile::q4k_vnni);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(vnni_q6k, ktile::q6k_vnni);
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

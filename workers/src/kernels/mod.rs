@@ -10,6 +10,7 @@ pub use matmul::matmul;
 use crate::model::ops;
 use crate::tensor::GgmlType;
 use crate::tensor::quantize::quantize_row;
+use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// A dot product of one encoded weight row with one encoded activation row.
@@ -156,6 +157,9 @@ impl Matrix<'_> {
     }
 }
 
+/// Batches of at least this many rows are encoded on the thread pool.
+const ENCODE_PARALLEL_ROWS: usize = 16;
+
 /// Activations encoded for a product with weights of one type.
 pub struct Encoded {
     ty: GgmlType,
@@ -169,9 +173,25 @@ impl Encoded {
     pub fn new(weight_ty: GgmlType, x: &[f32], cols: usize) -> Encoded {
         let ty = weight_ty.activation_type();
         let row_bytes = ty.row_bytes(cols as u64) as usize;
-        let mut data = Vec::with_capacity(row_bytes * (x.len() / cols));
-        for row in x.chunks_exact(cols) {
-            quantize_row(ty, row, &mut data);
+        let rows = x.len() / cols;
+        let mut data = Vec::with_capacity(row_bytes * rows);
+        if rows < ENCODE_PARALLEL_ROWS {
+            for row in x.chunks_exact(cols) {
+                quantize_row(ty, row, &mut data);
+            }
+        } else {
+            let per_task = ENCODE_PARALLEL_ROWS / 2;
+            let parts: Vec<Vec<u8>> = x
+                .par_chunks(per_task * cols)
+                .map(|part| {
+                    let mut out = Vec::with_capacity(row_bytes * per_task);
+                    for row in part.chunks_exact(cols) {
+                        quantize_row(ty, row, &mut out);
+                    }
+                    out
+                })
+                .collect();
+            parts.iter().for_each(|p| data.extend_from_slice(p));
         }
         Encoded {
             ty,
