@@ -123,7 +123,7 @@ fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
         for ty in WEIGHT_TYPES {
             // Row and token counts on and off every tile's edges, products
             // small enough for the calling thread and large enough for the
-            // pool.
+            // pool, and a batch large enough to be encoded on the pool.
             for (rows, n) in [
                 (96, 7),
                 (1, 2),
@@ -132,6 +132,7 @@ fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
                 (14, 4),
                 (103, 9),
                 (258, 13),
+                (37, 41),
             ] {
                 let cols = cols_for(ty);
                 let data = matrix_bytes(&mut rng, ty, rows, cols);
