@@ -4,7 +4,9 @@
 //! `unsafe` here is only the intrinsics and their loads: every load reads a
 //! whole block inside slices whose lengths are checked before the loop.
 
-use super::{Kernels, Tile, TileFn};
+use super::Kernels;
+#[cfg(target_arch = "x86_64")]
+use super::{Tile, TileFn};
 
 #[cfg(target_arch = "x86_64")]
 fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
@@ -21,8 +23,8 @@ pub fn kernels() -> Option<Kernels> {
     build(false)
 }
 
-/// The AVX2 kernels with AVX-512 VNNI tiles for q8_0 and q4_0, if this
-/// processor runs them.
+/// The AVX2 kernels with AVX-512 VNNI tiles for q8_0, q4_0 and the
+/// k-quants, if this processor runs them.
 pub fn kernels_vnni() -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
@@ -31,6 +33,7 @@ pub fn kernels_vnni() -> Option<Kernels> {
     None
 }
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn build(vnni: bool) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
