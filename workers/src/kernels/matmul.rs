@@ -1,5 +1,7 @@
 //! The matrix product: one dot product per output for a single token
-//! (decode), register-blocked tiles for a batch (prefill).
+//! (decode), register-blocked tiles for a batch (prefill). Products that
+//! share their activations (Q, K and V; gate and up) run as one set of
+//! parallel tasks: one wait for the pool instead of one per matrix.
 
 use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile};
 use crate::tensor::GgmlType;
@@ -12,13 +14,90 @@ use rayon::prelude::*;
 /// type's one-row dot product, so the result depends neither on the number
 /// of threads nor on how many tokens share the batch.
 pub fn matmul(kernels: &Kernels, w: &Matrix, x: &Encoded, y: &mut [f32]) {
-    assert_eq!(x.ty, w.ty.activation_type());
+    matmuls(kernels, x, &mut [(*w, y)]);
+}
+
+/// [`matmul`] of each `(w, y)` against the same activations.
+pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f32])]) {
     let n = x.rows();
-    assert_eq!(y.len(), n * w.rows);
-    match kernels.tile(w.ty) {
-        Some(tile) if n > 1 => tiled(tile, w, x, y),
-        _ => by_dots(kernels, w, x, y),
+    let weights: Vec<Matrix> = products.iter().map(|(w, _)| *w).collect();
+    for (w, y) in products.iter() {
+        assert_eq!(x.ty, w.ty.activation_type());
+        assert_eq!(y.len(), n * w.rows);
     }
+    let plans: Vec<Plan> = weights
+        .iter()
+        .map(|w| match kernels.tile(w.ty) {
+            Some(tile) if n > 1 => Plan::Tiles(tile),
+            _ => Plan::Dots(kernels.dot(w.ty)),
+        })
+        .collect();
+    let wide = plans
+        .iter()
+        .any(|p| matches!(p, Plan::Tiles(t) if t.widen_f16))
+        .then(|| widened(x));
+    // A single token writes its outputs in place; a batch writes each
+    // weight row's outputs together (rows × tokens), transposed after.
+    let mut transposed: Vec<Vec<f32>> = weights
+        .iter()
+        .map(|w| {
+            if n == 1 {
+                Vec::new()
+            } else {
+                vec![0f32; n * w.rows]
+            }
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for (p, ((w, y), t)) in products.iter_mut().zip(&mut transposed).enumerate() {
+        let out: &mut [f32] = if n == 1 { y } else { t };
+        let multiple = match plans[p] {
+            Plan::Tiles(tile) => tile.rows,
+            Plan::Dots(_) => 1,
+        };
+        let chunk = rows_per_task(w, multiple);
+        for (c, o) in out.chunks_mut(chunk * n).enumerate() {
+            tasks.push((p, c * chunk, o));
+        }
+    }
+    let run = |(p, first, out): (usize, usize, &mut [f32])| {
+        let w = &weights[p];
+        match plans[p] {
+            Plan::Tiles(tile) => {
+                let act = match (&wide, tile.widen_f16) {
+                    (Some(wide), true) => Activations::new(&wide[..], 2 * x.row_bytes),
+                    _ => Activations::new(&x.data, x.row_bytes),
+                };
+                tiles(tile, w, first, &act, out, n)
+            }
+            Plan::Dots(dot) => {
+                for (i, o) in out.chunks_exact_mut(n).enumerate() {
+                    let row = w.row(first + i);
+                    for (t, v) in o.iter_mut().enumerate() {
+                        *v = dot(row, x.row(t));
+                    }
+                }
+            }
+        }
+    };
+    let work: usize = weights.iter().map(|w| w.rows * w.cols * n).sum();
+    if work < SERIAL_ELEMENTS {
+        tasks.into_iter().for_each(run);
+    } else {
+        tasks.into_par_iter().for_each(run);
+    }
+    if n > 1 {
+        for ((_, y), t) in products.iter_mut().zip(&transposed) {
+            transpose(t, n, y);
+        }
+    }
+}
+
+/// How one product is computed.
+#[derive(Clone, Copy)]
+enum Plan {
+    Tiles(Tile),
+    Dots(super::DotFn),
 }
 
 /// Products smaller than this many multiply-adds run on the calling
@@ -39,39 +118,20 @@ fn rows_per_task(w: &Matrix, multiple: usize) -> usize {
     balanced.min(cached).next_multiple_of(multiple)
 }
 
-fn by_dots(kernels: &Kernels, w: &Matrix, x: &Encoded, y: &mut [f32]) {
-    let n = x.rows();
-    let dot = kernels.dot(w.ty);
-    if w.rows * w.cols * n < SERIAL_ELEMENTS {
-        for t in 0..n {
-            for r in 0..w.rows {
-                y[t * w.rows + r] = dot(w.row(r), x.row(t));
-            }
-        }
-        return;
+/// Activation rows as a tile kernel reads them.
+struct Activations<'a> {
+    data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl<'a> Activations<'a> {
+    fn new(data: &'a [u8], row_bytes: usize) -> Activations<'a> {
+        Activations { data, row_bytes }
     }
-    let chunk = rows_per_task(w, 1);
-    if n == 1 {
-        y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = dot(w.row(c * chunk + i), x.row(0));
-            }
-        });
-        return;
+
+    fn row(&self, t: usize) -> &'a [u8] {
+        &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
-    let mut transposed = vec![0f32; n * w.rows];
-    transposed
-        .par_chunks_mut(chunk * n)
-        .enumerate()
-        .for_each(|(c, out)| {
-            for (i, o) in out.chunks_exact_mut(n).enumerate() {
-                let row = w.row(c * chunk + i);
-                for (t, v) in o.iter_mut().enumerate() {
-                    *v = dot(row, x.row(t));
-                }
-            }
-        });
-    transpose(&transposed, n, y);
 }
 
 /// f16 activation rows widened to f32, as little-endian bytes: exact, so
@@ -84,49 +144,27 @@ fn widened(x: &Encoded) -> Vec<u8> {
         .collect()
 }
 
-fn tiled(tile: Tile, w: &Matrix, x: &Encoded, y: &mut [f32]) {
+/// Rows `first..` of `w` (as many as `out` holds) against all `n` tokens,
+/// into `out[r * n + t]`: a tile of tokens at a time (kept in L1) against
+/// each tile of the rows (kept in L2).
+fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [f32], n: usize) {
     assert!(tile.rows <= TILE_MAX && tile.tokens <= TILE_MAX);
-    let n = x.rows();
-    let wide;
-    let (act, act_row_bytes) = if tile.widen_f16 {
-        wide = widened(x);
-        (&wide[..], 2 * x.row_bytes)
-    } else {
-        (&x.data[..], x.row_bytes)
-    };
-    let act_row = |t: usize| &act[t * act_row_bytes..(t + 1) * act_row_bytes];
-    let chunk = rows_per_task(w, tile.rows);
-    // Each task: its rows (kept in cache) against every token, a tile of
-    // tokens at a time (kept in L1) against each tile of its rows.
-    let task = |(c, out): (usize, &mut [f32])| {
-        let first = c * chunk;
-        let count = out.len() / n;
-        let mut a: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
-        let mut ws: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
-        for t0 in (0..n).step_by(tile.tokens) {
-            let tn = tile.tokens.min(n - t0);
-            for (i, a) in a[..tn].iter_mut().enumerate() {
-                *a = act_row(t0 + i);
-            }
-            for r0 in (0..count).step_by(tile.rows) {
-                let rn = tile.rows.min(count - r0);
-                for (i, wr) in ws[..rn].iter_mut().enumerate() {
-                    *wr = w.row(first + r0 + i);
-                }
-                (tile.f)(&ws[..rn], &a[..tn], &mut out[r0 * n + t0..], n);
-            }
+    let count = out.len() / n;
+    let mut a: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
+    let mut ws: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
+    for t0 in (0..n).step_by(tile.tokens) {
+        let tn = tile.tokens.min(n - t0);
+        for (i, a) in a[..tn].iter_mut().enumerate() {
+            *a = act.row(t0 + i);
         }
-    };
-    let mut transposed = vec![0f32; n * w.rows];
-    if w.rows * w.cols * n < SERIAL_ELEMENTS {
-        task((0, &mut transposed));
-    } else {
-        transposed
-            .par_chunks_mut(chunk * n)
-            .enumerate()
-            .for_each(task);
+        for r0 in (0..count).step_by(tile.rows) {
+            let rn = tile.rows.min(count - r0);
+            for (i, wr) in ws[..rn].iter_mut().enumerate() {
+                *wr = w.row(first + r0 + i);
+            }
+            (tile.f)(&ws[..rn], &a[..tn], &mut out[r0 * n + t0..], n);
+        }
     }
-    transpose(&transposed, n, y);
 }
 
 /// `y[t * rows + r] = transposed[r * n + t]`, in parallel over tokens.

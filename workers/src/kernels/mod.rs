@@ -5,7 +5,7 @@ pub mod avx2;
 mod matmul;
 pub mod scalar;
 
-pub use matmul::matmul;
+pub use matmul::{matmul, matmuls};
 
 use crate::model::ops;
 use crate::tensor::GgmlType;
@@ -198,6 +198,11 @@ impl Encoded {
             row_bytes,
             data,
         }
+    }
+
+    /// The activation type the rows are encoded in.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
     }
 
     fn row(&self, t: usize) -> &[u8] {
