@@ -17,6 +17,17 @@ const WEIGHT_TYPES: [GgmlType; 7] = [
     GgmlType::Q6K,
 ];
 
+/// The portable kernels and every SIMD set this processor runs.
+fn kernel_sets() -> Vec<Kernels> {
+    let simd = [
+        workers::kernels::avx2::kernels(),
+        workers::kernels::avx2::kernels_vnni(),
+    ];
+    std::iter::once(Kernels::portable())
+        .chain(simd.into_iter().flatten())
+        .collect()
+}
+
 fn row(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.symmetric(scale)).collect()
 }
@@ -30,7 +41,7 @@ fn decoded(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 #[test]
 fn every_kernel_equals_the_dot_product_of_its_decoded_rows() {
     let mut rng = SplitMix64::new(11);
-    for kernels in [Kernels::portable(), Kernels::detect()] {
+    for kernels in kernel_sets() {
         for ty in WEIGHT_TYPES {
             for n in [256usize, 512, 4096] {
                 let w = row(&mut rng, n, 1.0);
@@ -87,18 +98,79 @@ fn q8_0_activations_round_half_to_even_like_ggml() {
     assert_eq!(q[2 + 2] as i8, -4);
 }
 
+/// A `rows × cols` weight matrix of `ty` with values from `rng`.
+fn matrix_bytes(rng: &mut SplitMix64, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let w: Vec<f32> = row(rng, rows * cols, 1.0);
+    w.chunks_exact(cols)
+        .flat_map(|r| quantized(ty, r))
+        .collect()
+}
+
+/// Columns for `ty`: whole blocks, and for the float types a count that
+/// leaves both a partial SIMD step and a scalar tail.
+fn cols_for(ty: GgmlType) -> usize {
+    match ty.block_elements() {
+        1 => 16 * 32 + 8 + 3,
+        b => 2 * b as usize,
+    }
+}
+
 #[test]
 fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
     use workers::kernels::{Encoded, Matrix, matmul};
     let mut rng = SplitMix64::new(3);
-    let kernels = Kernels::detect();
+    for kernels in kernel_sets() {
+        for ty in WEIGHT_TYPES {
+            // Row and token counts on and off every tile's edges, products
+            // small enough for the calling thread and large enough for the
+            // pool, and a batch large enough to be encoded on the pool.
+            for (rows, n) in [
+                (96, 7),
+                (1, 2),
+                (5, 3),
+                (7, 5),
+                (14, 4),
+                (103, 9),
+                (258, 13),
+                (37, 41),
+            ] {
+                let cols = cols_for(ty);
+                let data = matrix_bytes(&mut rng, ty, rows, cols);
+                let m = Matrix {
+                    ty,
+                    rows,
+                    cols,
+                    data: &data,
+                };
+                let x = row(&mut rng, n * cols, 2.0);
+                let mut batched = vec![0f32; n * rows];
+                matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
+                for t in 0..n {
+                    let mut one = vec![0f32; rows];
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
+                    let same = one
+                        .iter()
+                        .zip(&batched[t * rows..])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{} {ty} rows {rows} batch {n}: token {t} differs from the token alone",
+                        kernels.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batched_product_is_close_to_the_portable_one() {
+    use workers::kernels::{Encoded, Matrix, matmul};
+    let mut rng = SplitMix64::new(8);
     for ty in WEIGHT_TYPES {
-        let (rows, cols, n) = (96, 512, 7);
-        let w: Vec<f32> = row(&mut rng, rows * cols, 1.0);
-        let data: Vec<u8> = w
-            .chunks_exact(cols)
-            .flat_map(|r| quantized(ty, r))
-            .collect();
+        let (rows, n, cols) = (37, 11, cols_for(ty));
+        let data = matrix_bytes(&mut rng, ty, rows, cols);
         let m = Matrix {
             ty,
             rows,
@@ -106,24 +178,101 @@ fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
             data: &data,
         };
         let x = row(&mut rng, n * cols, 2.0);
-        let mut batched = vec![0f32; n * rows];
-        matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
-        for t in 0..n {
-            let mut one = vec![0f32; rows];
-            matmul(
-                &kernels,
-                &m,
-                &Encoded::new(ty, &x[t * cols..(t + 1) * cols], cols),
-                &mut one,
-            );
-            let same = one
+        let encoded = Encoded::new(ty, &x, cols);
+        let mut portable = vec![0f32; n * rows];
+        matmul(&Kernels::portable(), &m, &encoded, &mut portable);
+        for kernels in kernel_sets() {
+            let mut fast = vec![0f32; n * rows];
+            matmul(&kernels, &m, &encoded, &mut fast);
+            for (i, (a, b)) in fast.iter().zip(&portable).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{} {ty} output {i}: {a} vs portable {b}",
+                    kernels.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kernel_set_attends_and_gates_with_the_same_bits() {
+    let mut rng = SplitMix64::new(21);
+    let (hd, stride, offset) = (24, 72, 24);
+    for len in [1usize, 2, 3, 5, 8, 13] {
+        let q = row(&mut rng, hd, 1.0);
+        let keys = row(&mut rng, len * stride, 1.0);
+        let values = row(&mut rng, len * stride, 1.0);
+        let mut want = vec![0f32; hd];
+        let portable = Kernels::portable();
+        (portable.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut want);
+        for kernels in kernel_sets() {
+            let mut got = vec![0f32; hd];
+            (kernels.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut got);
+            let same = got
                 .iter()
-                .zip(&batched[t * rows..])
+                .zip(&want)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "{ty}: token {t} of a batch differs from the token alone"
-            );
+            assert!(same, "{} attention over {len} positions", kernels.name);
+        }
+    }
+    // 8 * 5 + 3 values: whole groups of 8 with v_expf, then a tail.
+    let gate = row(&mut rng, 43, 6.0);
+    let up = row(&mut rng, 43, 2.0);
+    let mut want = gate.clone();
+    (Kernels::portable().swiglu)(&mut want, &up);
+    for kernels in kernel_sets() {
+        let mut got = gate.clone();
+        (kernels.swiglu)(&mut got, &up);
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{} swiglu", kernels.name);
+    }
+}
+
+#[test]
+fn products_sharing_activations_equal_each_product_alone() {
+    use workers::kernels::{Encoded, Matrix, matmul, matmuls};
+    let mut rng = SplitMix64::new(34);
+    // q4_K and q6_K share q8_K activations, as Q, K and V of a q4_K_M model.
+    let types = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4K];
+    let rows = [23, 9, 40];
+    let cols = 512;
+    for kernels in kernel_sets() {
+        for n in [1, 6] {
+            let data: Vec<Vec<u8>> = types
+                .iter()
+                .zip(rows)
+                .map(|(&ty, r)| matrix_bytes(&mut rng, ty, r, cols))
+                .collect();
+            let ms: Vec<Matrix> = (0..3)
+                .map(|i| Matrix {
+                    ty: types[i],
+                    rows: rows[i],
+                    cols,
+                    data: &data[i],
+                })
+                .collect();
+            let x = row(&mut rng, n * cols, 2.0);
+            let encoded = Encoded::new(GgmlType::Q4K, &x, cols);
+            let mut outs: Vec<Vec<f32>> = rows.iter().map(|r| vec![0f32; n * r]).collect();
+            let mut products: Vec<(Matrix, &mut [f32])> = ms
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(m, y)| (*m, &mut y[..]))
+                .collect();
+            matmuls(&kernels, &encoded, &mut products);
+            for (m, got) in ms.iter().zip(&outs) {
+                let mut alone = vec![0f32; got.len()];
+                matmul(&kernels, m, &encoded, &mut alone);
+                let same = got
+                    .iter()
+                    .zip(&alone)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} {} rows {} batch {n}", kernels.name, m.ty, m.rows);
+            }
         }
     }
 }

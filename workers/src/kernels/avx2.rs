@@ -5,17 +5,51 @@
 //! whole block inside slices whose lengths are checked before the loop.
 
 use super::Kernels;
+#[cfg(target_arch = "x86_64")]
+use super::{Tile, TileFn};
+
+#[cfg(target_arch = "x86_64")]
+fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
+    Tile {
+        rows,
+        tokens,
+        widen_f16: false,
+        f,
+    }
+}
 
 /// The AVX2 kernels, if this processor runs them.
 pub fn kernels() -> Option<Kernels> {
+    build(false)
+}
+
+/// The AVX2 kernels with AVX-512 VNNI tiles for q8_0, q4_0 and the
+/// k-quants, if this processor runs them.
+pub fn kernels_vnni() -> Option<Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        return build(true);
+    }
+    None
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn build(vnni: bool) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         let ok = is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         if ok {
+            let (name, q8_0, q4_0, q4k, q6k): (_, TileFn, TileFn, TileFn, TileFn) = if vnni {
+                ("avx2+vnni", vnni_q8_0, vnni_q4_0, vnni_q4k, vnni_q6k)
+            } else {
+                ("avx2", tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
+            };
             return Some(Kernels {
-                name: "avx2",
+                name,
+                attend,
+                swiglu,
                 f32: dot_f32,
                 f16: dot_f16,
                 bf16: dot_bf16,
@@ -23,9 +57,14 @@ pub fn kernels() -> Option<Kernels> {
                 q4_0: dot_q4_0,
                 q4k: dot_q4k,
                 q6k: dot_q6k,
-                dot4_q8_0: Some(dot4_q8_0),
-                dot4_q4_0: Some(dot4_q4_0),
-                dot4_f16: Some(dot4_f16),
+                tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, q8_0)),
+                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
+                tile_f16: Some(Tile {
+                    widen_f16: true,
+                    ..tile(F16_ROWS, F16_TOKENS, tile_f16)
+                }),
+                tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
+                tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
             });
         }
     }
@@ -55,6 +94,30 @@ mod imp {
         // block, so a call through `half`'s feature check costs.
         let bits = u16::from_le_bytes([b[i], b[i + 1]]) as i32;
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    }
+
+    /// `ops::attend` compiled for AVX2 and FMA: `mul_add` becomes one
+    /// instruction (the same fused result as the library call) and the
+    /// lane-wise loops use 8-wide registers, in the same order.
+    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
+    #[target_feature(enable = "avx2,fma")]
+    pub fn attend(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        offset: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::model::ops::attend(q, keys, values, stride, offset, len, scale, out)
+    }
+
+    /// `ops::swiglu` compiled for AVX2 and FMA, as `attend` is.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+        crate::model::ops::swiglu(gate, up)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -183,27 +246,122 @@ mod kquants;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod multi;
+mod tile;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod ktile;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod vnni;
+
+#[cfg(target_arch = "x86_64")]
+use ktile::{K_ROWS, K_TOKENS};
+#[cfg(target_arch = "x86_64")]
+use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
+
+/// One tile function per element type, dispatching on the tile's shape to
+/// the kernel compiled for it; every shape up to the full tile is listed,
+/// so the edges of a product take the same path as its interior.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_shapes {
+    ($name:ident, $module:ident :: $kernel:ident, [$(($r:literal, $t:literal)),*]) => {
+        #[allow(unsafe_code)]
+        fn $name(w: &[&[u8]], a: &[&[u8]], out: &mut [f32], stride: usize) {
+            // SAFETY: only installed by `kernels()` after the features the
+            // kernel enables were detected on this processor.
+            match (w.len(), a.len()) {
+                $(($r, $t) => unsafe { $module::$kernel::<$r, $t>(w, a, out, stride) },)*
+                shape => panic!("no tile of {shape:?}"),
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! q0_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [
+                (1, 1),
+                (1, 2),
+                (1, 3),
+                (2, 1),
+                (2, 2),
+                (2, 3),
+                (3, 1),
+                (3, 2),
+                (3, 3),
+                (4, 1),
+                (4, 2),
+                (4, 3)
+            ]
+        );
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! six_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+        );
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(tile_q8_0, tile::q8_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(tile_q4_0, tile::q4_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(vnni_q8_0, vnni::q8_0);
+#[cfg(target_arch = "x86_64")]
+q0_shapes!(vnni_q4_0, vnni::q4_0);
+#[cfg(target_arch = "x86_64")]
+tile_shapes!(
+    tile_f16,
+    tile::f16_rows,
+    [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(tile_q4k, ktile::q4k);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(tile_q6k, ktile::q6k);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(vnni_q4k, ktile::q4k_vnni);
+#[cfg(target_arch = "x86_64")]
+six_shapes!(vnni_q6k, ktile::q6k_vnni);
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod wrappers {
     use super::imp;
     use super::kquants as imp_k;
-    use super::multi;
-    pub fn dot4_q8_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_q8_0(w, a) }
-    }
-    pub fn dot4_q4_0(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_q4_0(w, a) }
-    }
-    pub fn dot4_f16(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-        unsafe { multi::dot4_f16(w, a) }
-    }
     // SAFETY (all): these are only installed by `kernels()` after the
     // features they enable were detected on this processor.
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f32(w, a) }
+    }
+    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
+    pub fn attend(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        offset: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        unsafe { imp::attend(q, keys, values, stride, offset, len, scale, out) }
+    }
+    pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+        unsafe { imp::swiglu(gate, up) }
     }
     pub fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f16(w, a) }

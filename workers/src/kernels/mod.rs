@@ -2,8 +2,12 @@
 //! the processor's features, and the matrix product built on them.
 
 pub mod avx2;
+mod matmul;
 pub mod scalar;
 
+pub use matmul::{matmul, matmuls};
+
+use crate::model::ops;
 use crate::tensor::GgmlType;
 use crate::tensor::quantize::quantize_row;
 use rayon::prelude::*;
@@ -12,14 +16,41 @@ use std::sync::OnceLock;
 /// A dot product of one encoded weight row with one encoded activation row.
 pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
-/// Four activation rows against one weight row.
-pub type Dot4Fn = fn(&[u8], [&[u8]; 4]) -> [f32; 4];
+/// A register-blocked tile of a batched product: up to [`Tile::rows`]
+/// weight rows against up to [`Tile::tokens`] activation rows, writing
+/// row `r` · token `t` to `out[r * stride + t]`. Each output equals the
+/// type's [`DotFn`] of the same two rows bit for bit.
+pub type TileFn = fn(w: &[&[u8]], a: &[&[u8]], out: &mut [f32], stride: usize);
 
-/// The dot products in use, one per weight type.
+/// A tile kernel and its shape.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    /// Weight rows per tile, at most [`TILE_MAX`].
+    pub rows: usize,
+    /// Activation rows (tokens) per tile, at most [`TILE_MAX`].
+    pub tokens: usize,
+    /// Whether the kernel takes f16 activations widened to f32.
+    pub widen_f16: bool,
+    /// The kernel.
+    pub f: TileFn,
+}
+
+/// The largest tile side.
+pub const TILE_MAX: usize = 4;
+
+/// One query head's attention over the cache (see [`ops::attend`]).
+pub type AttendFn = fn(&[f32], &[f32], &[f32], usize, usize, usize, f32, &mut [f32]);
+
+/// The dot products in use, one per weight type, and the element-wise
+/// parts of a block compiled for the same processor.
 #[derive(Clone, Copy)]
 pub struct Kernels {
-    /// Which implementation was picked: `avx2` or `portable`.
+    /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`.
     pub name: &'static str,
+    /// [`ops::attend`].
+    pub attend: AttendFn,
+    /// [`ops::swiglu`].
+    pub swiglu: fn(&mut [f32], &[f32]),
     f32: DotFn,
     f16: DotFn,
     bf16: DotFn,
@@ -27,9 +58,11 @@ pub struct Kernels {
     q4_0: DotFn,
     q4k: DotFn,
     q6k: DotFn,
-    dot4_q8_0: Option<Dot4Fn>,
-    dot4_q4_0: Option<Dot4Fn>,
-    dot4_f16: Option<Dot4Fn>,
+    tile_q8_0: Option<Tile>,
+    tile_q4_0: Option<Tile>,
+    tile_f16: Option<Tile>,
+    tile_q4k: Option<Tile>,
+    tile_q6k: Option<Tile>,
 }
 
 impl Kernels {
@@ -37,6 +70,8 @@ impl Kernels {
     pub fn portable() -> Kernels {
         Kernels {
             name: "portable",
+            attend: ops::attend,
+            swiglu: ops::swiglu,
             f32: scalar::dot_f32,
             f16: scalar::dot_f16,
             bf16: scalar::dot_bf16,
@@ -44,15 +79,19 @@ impl Kernels {
             q4_0: scalar::dot_q4_0,
             q4k: scalar::dot_q4k,
             q6k: scalar::dot_q6k,
-            dot4_q8_0: None,
-            dot4_q4_0: None,
-            dot4_f16: None,
+            tile_q8_0: None,
+            tile_q4_0: None,
+            tile_f16: None,
+            tile_q4k: None,
+            tile_q6k: None,
         }
     }
 
     /// The fastest kernels this processor runs.
     pub fn detect() -> Kernels {
-        avx2::kernels().unwrap_or_else(Kernels::portable)
+        avx2::kernels_vnni()
+            .or_else(avx2::kernels)
+            .unwrap_or_else(Kernels::portable)
     }
 
     /// The kernels chosen for this process (detected once; `DROVER_KERNELS=portable`
@@ -79,12 +118,14 @@ impl Kernels {
         }
     }
 
-    /// The four-row dot product for weights of `ty`, where there is one.
-    pub fn dot4(&self, ty: GgmlType) -> Option<Dot4Fn> {
+    /// The tile kernel for weights of `ty`, where there is one.
+    pub fn tile(&self, ty: GgmlType) -> Option<Tile> {
         match ty {
-            GgmlType::Q8_0 => self.dot4_q8_0,
-            GgmlType::Q4_0 => self.dot4_q4_0,
-            GgmlType::F16 => self.dot4_f16,
+            GgmlType::Q8_0 => self.tile_q8_0,
+            GgmlType::Q4_0 => self.tile_q4_0,
+            GgmlType::F16 => self.tile_f16,
+            GgmlType::Q4K => self.tile_q4k,
+            GgmlType::Q6K => self.tile_q6k,
             _ => None,
         }
     }
@@ -116,6 +157,9 @@ impl Matrix<'_> {
     }
 }
 
+/// Batches of at least this many rows are encoded on the thread pool.
+const ENCODE_PARALLEL_ROWS: usize = 16;
+
 /// Activations encoded for a product with weights of one type.
 pub struct Encoded {
     ty: GgmlType,
@@ -129,15 +173,36 @@ impl Encoded {
     pub fn new(weight_ty: GgmlType, x: &[f32], cols: usize) -> Encoded {
         let ty = weight_ty.activation_type();
         let row_bytes = ty.row_bytes(cols as u64) as usize;
-        let mut data = Vec::with_capacity(row_bytes * (x.len() / cols));
-        for row in x.chunks_exact(cols) {
-            quantize_row(ty, row, &mut data);
+        let rows = x.len() / cols;
+        let mut data = Vec::with_capacity(row_bytes * rows);
+        if rows < ENCODE_PARALLEL_ROWS {
+            for row in x.chunks_exact(cols) {
+                quantize_row(ty, row, &mut data);
+            }
+        } else {
+            let per_task = ENCODE_PARALLEL_ROWS / 2;
+            let parts: Vec<Vec<u8>> = x
+                .par_chunks(per_task * cols)
+                .map(|part| {
+                    let mut out = Vec::with_capacity(row_bytes * per_task);
+                    for row in part.chunks_exact(cols) {
+                        quantize_row(ty, row, &mut out);
+                    }
+                    out
+                })
+                .collect();
+            parts.iter().for_each(|p| data.extend_from_slice(p));
         }
         Encoded {
             ty,
             row_bytes,
             data,
         }
+    }
+
+    /// The activation type the rows are encoded in.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
     }
 
     fn row(&self, t: usize) -> &[u8] {
@@ -147,61 +212,4 @@ impl Encoded {
     fn rows(&self) -> usize {
         self.data.len() / self.row_bytes
     }
-}
-
-/// `y[t][r] = w.row(r) · x[t]` for each of the `n` activation rows of `x`;
-/// `y` is `n × w.rows`. Work is split over weight rows, each weight row read
-/// once for all `n` activations; every output element is computed by one
-/// thread in one fixed order, so the result does not depend on the number
-/// of threads.
-pub fn matmul(kernels: &Kernels, w: &Matrix, x: &Encoded, y: &mut [f32]) {
-    assert_eq!(x.ty, w.ty.activation_type());
-    let n = x.rows();
-    assert_eq!(y.len(), n * w.rows);
-    let dot = kernels.dot(w.ty);
-    if w.rows * w.cols * n < SERIAL_ELEMENTS {
-        for t in 0..n {
-            for r in 0..w.rows {
-                y[t * w.rows + r] = dot(w.row(r), x.row(t));
-            }
-        }
-        return;
-    }
-    let chunk = rows_per_task(w.rows);
-    if n == 1 {
-        y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = dot(w.row(c * chunk + i), x.row(0));
-            }
-        });
-        return;
-    }
-    let mut transposed = vec![0f32; n * w.rows];
-    transposed
-        .par_chunks_mut(chunk * n)
-        .enumerate()
-        .for_each(|(c, out)| {
-            for (i, o) in out.chunks_exact_mut(n).enumerate() {
-                let row = w.row(c * chunk + i);
-                for (t, v) in o.iter_mut().enumerate() {
-                    *v = dot(row, x.row(t));
-                }
-            }
-        });
-    for r in 0..w.rows {
-        for t in 0..n {
-            y[t * w.rows + r] = transposed[r * n + t];
-        }
-    }
-}
-
-/// Products smaller than this many multiply-adds run on the calling
-/// thread: handing them to the pool costs more than it saves.
-const SERIAL_ELEMENTS: usize = 1 << 15;
-
-/// Rows per parallel task: enough tasks to balance the threads, few enough
-/// that scheduling stays cheap next to the work.
-fn rows_per_task(rows: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    rows.div_ceil(threads * 4).max(16)
 }

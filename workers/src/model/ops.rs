@@ -62,6 +62,7 @@ pub fn rope(
 /// reduction by ln 2, at most 1.5 ulp from `expf`). llama.cpp's CPU backend
 /// computes softmax and SiLU with it; matching it keeps the rounding of
 /// every activation that a quantized product then encodes the same.
+#[inline(always)]
 pub fn v_expf(x: f32) -> f32 {
     let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
     let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
@@ -94,6 +95,7 @@ pub fn v_expf(x: f32) -> f32 {
 }
 
 /// Sums 8 lanes in the order of ggml's AVX2 horizontal add.
+#[inline(always)]
 fn hsum8(v: &[f32]) -> f32 {
     let s: [f32; 4] = std::array::from_fn(|i| v[i + 4] + v[i]);
     (s[0] + s[2]) + (s[1] + s[3])
@@ -102,6 +104,7 @@ fn hsum8(v: &[f32]) -> f32 {
 /// Softmax in place as ggml computes it over a row padded to whole groups
 /// of 8: [`v_expf`] per value, each group's sum (in ggml's order) added to
 /// an f64 denominator.
+#[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0f64;
@@ -120,7 +123,10 @@ pub fn softmax(x: &mut [f32]) {
 }
 
 /// `gate = silu(gate) * up`, as ggml's fused SwiGLU: groups of 8 with
-/// [`v_expf`], the rest with `expf`.
+/// [`v_expf`], the rest with `expf`. Inlined into the kernels' copies
+/// compiled for wider vectors (`Kernels::swiglu`); no float operation is
+/// reordered there, so every copy gives the same bits.
+#[inline(always)]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     let whole = gate.len() / 8 * 8;
     for (g, &u) in gate[..whole].iter_mut().zip(up) {
@@ -129,6 +135,105 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate[whole..].iter_mut().zip(&up[whole..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
+}
+
+/// `a · b` in eight interleaved sums (which the compiler keeps in vector
+/// registers), added pairwise at the end, then the tail: one fixed order on
+/// every processor, and no chain of dependent additions.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let mut lanes = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let mut sum = hsum8(&lanes);
+    let whole = a.len() / 8 * 8;
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// One query head `q` attending to `len` cached positions: the keys and
+/// values of position `j` are `keys[j * stride + offset..][..q.len()]`
+/// (and the same in `values`); the weighted sum of values goes to `out`.
+/// Inlined into the kernels' copies as [`swiglu`] is.
+#[allow(clippy::too_many_arguments)] // one head's view of the cache
+#[inline(always)]
+pub fn attend(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    len: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let hd = q.len();
+    let key = |j: usize| &keys[j * stride + offset..j * stride + offset + hd];
+    let value = |j: usize| &values[j * stride + offset..j * stride + offset + hd];
+    // Four keys at a time: four independent chains of additions, each
+    // summed exactly as [`dot`] sums it. Loops, not iterator closures: a
+    // closure keeps the features of the function it is written in, not
+    // of the copy this is inlined into.
+    let mut scores = Vec::with_capacity(len);
+    let mut j = 0;
+    while j + 4 <= len {
+        let ks = [key(j), key(j + 1), key(j + 2), key(j + 3)];
+        for s in dot4(q, ks) {
+            scores.push(s * scale);
+        }
+        j += 4;
+    }
+    for j in j..len {
+        scores.push(dot(q, key(j)) * scale);
+    }
+    softmax(&mut scores);
+    // Two positions per pass over `out`, added in position order.
+    let mut j = 0;
+    while j + 2 <= len {
+        let (p0, p1, v0, v1) = (scores[j], scores[j + 1], value(j), value(j + 1));
+        for ((o, &a), &b) in out.iter_mut().zip(v0).zip(v1) {
+            *o = (*o + p0 * a) + p1 * b;
+        }
+        j += 2;
+    }
+    if j < len {
+        let (p, v) = (scores[j], value(j));
+        for (o, &a) in out.iter_mut().zip(v) {
+            *o += p * a;
+        }
+    }
+}
+
+/// [`dot`] of `a` with four rows at once.
+#[inline(always)]
+fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    let whole = a.len() / 8 * 8;
+    let mut lanes = [[0f32; 8]; 4];
+    let mut i = 0;
+    while i < whole {
+        let x = &a[i..i + 8];
+        for (lanes, b) in lanes.iter_mut().zip(&b) {
+            let y = &b[i..i + 8];
+            for l in 0..8 {
+                lanes[l] += x[l] * y[l];
+            }
+        }
+        i += 8;
+    }
+    let mut out = [0f32; 4];
+    for k in 0..4 {
+        out[k] = hsum8(&lanes[k]);
+        for i in whole..a.len() {
+            out[k] += a[i] * b[k][i];
+        }
+    }
+    out
 }
 
 /// `x += y`.

@@ -11,7 +11,7 @@ use super::config::Config;
 use super::ops;
 use super::weights::{self, Block, StageWeights};
 use crate::gguf::file::ModelFile;
-use crate::kernels::{Encoded, Kernels, matmul};
+use crate::kernels::{Encoded, Kernels, matmul, matmuls};
 use rayon::prelude::*;
 use std::ops::Range;
 use std::path::Path;
@@ -232,6 +232,29 @@ fn project(kernels: &Kernels, w: &super::weights::Weight, x: &[f32]) -> Vec<f32>
     y
 }
 
+/// `w · h` for each of `ws`: those whose activation type is `encoded`'s as
+/// one set of parallel tasks, any other on its own encoding of `h`.
+fn project_shared<const N: usize>(
+    kernels: &Kernels,
+    ws: [&super::weights::Weight; N],
+    encoded: &Encoded,
+    h: &[f32],
+) -> [Vec<f32>; N] {
+    let n = h.len() / ws[0].matrix().cols;
+    let mut outs: [Vec<f32>; N] = std::array::from_fn(|i| vec![0f32; n * ws[i].matrix().rows]);
+    let mut shared = Vec::with_capacity(N);
+    for (w, y) in ws.iter().zip(outs.iter_mut()) {
+        let m = w.matrix();
+        if m.ty.activation_type() == encoded.ty() {
+            shared.push((m, &mut y[..]));
+        } else {
+            matmul(kernels, &m, &Encoded::new(m.ty, h, m.cols), y);
+        }
+    }
+    matmuls(kernels, encoded, &mut shared);
+    outs
+}
+
 fn block_forward(
     kernels: &Kernels,
     c: &Config,
@@ -247,17 +270,8 @@ fn block_forward(
     let mut h = vec![0f32; x.len()];
     ops::rms_norm(x, &block.attn_norm, c.rms_eps, &mut h);
     let encoded = Encoded::new(block.q.ty(), &h, d);
-    let proj = |w: &super::weights::Weight| {
-        let m = w.matrix();
-        let mut y = vec![0f32; n * m.rows];
-        if w.ty().activation_type() == block.q.ty().activation_type() {
-            matmul(kernels, &m, &encoded, &mut y);
-        } else {
-            matmul(kernels, &m, &Encoded::new(m.ty, &h, d), &mut y);
-        }
-        y
-    };
-    let (mut q, mut k, mut v) = (proj(&block.q), proj(&block.k), proj(&block.v));
+    let [mut q, mut k, mut v] =
+        project_shared(kernels, [&block.q, &block.k, &block.v], &encoded, &h);
     if let Some([bq, bk, bv]) = &block.qkv_bias {
         ops::add_bias(&mut q, bq);
         ops::add_bias(&mut k, bk);
@@ -283,21 +297,13 @@ fn block_forward(
     }
     keys[pos * kvd..(pos + n) * kvd].copy_from_slice(&k);
     values[pos * kvd..(pos + n) * kvd].copy_from_slice(&v);
-    let attn = attention(c, &q, keys, values, pos, n);
+    let attn = attention(kernels, c, &q, keys, values, pos, n);
     let o = project(kernels, &block.o, &attn);
     ops::add(x, &o);
     ops::rms_norm(x, &block.ffn_norm, c.rms_eps, &mut h);
     let encoded = Encoded::new(block.gate.ty(), &h, d);
-    let (gm, um) = (block.gate.matrix(), block.up.matrix());
-    let mut gate = vec![0f32; n * gm.rows];
-    let mut up = vec![0f32; n * um.rows];
-    matmul(kernels, &gm, &encoded, &mut gate);
-    if um.ty.activation_type() == gm.ty.activation_type() {
-        matmul(kernels, &um, &encoded, &mut up);
-    } else {
-        matmul(kernels, &um, &Encoded::new(um.ty, &h, d), &mut up);
-    }
-    ops::swiglu(&mut gate, &up);
+    let [mut gate, up] = project_shared(kernels, [&block.gate, &block.up], &encoded, &h);
+    (kernels.swiglu)(&mut gate, &up);
     let down = project(kernels, &block.down, &gate);
     ops::add(x, &down);
 }
@@ -305,6 +311,7 @@ fn block_forward(
 /// Causal grouped-query attention of the `n` new positions starting at `pos`
 /// over every cached position up to each one.
 fn attention(
+    kernels: &Kernels,
     c: &Config,
     q: &[f32],
     keys: &[f32],
@@ -320,20 +327,7 @@ fn attention(
         let (t, head) = (idx / c.heads, idx % c.heads);
         let kv_head = head / group;
         let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-        let len = pos + t + 1;
-        let mut scores: Vec<f32> = (0..len)
-            .map(|j| {
-                let kh = &keys[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
-                qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale
-            })
-            .collect();
-        ops::softmax(&mut scores);
-        for (j, &p) in scores.iter().enumerate() {
-            let vh = &values[j * kvd + kv_head * hd..j * kvd + (kv_head + 1) * hd];
-            for (o, &v) in o.iter_mut().zip(vh) {
-                *o += p * v;
-            }
-        }
+        (kernels.attend)(qh, keys, values, kvd, kv_head * hd, pos + t + 1, scale, o);
     };
     let work = n * c.heads * (pos + n) * hd;
     if work < 1 << 16 {

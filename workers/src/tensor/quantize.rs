@@ -43,6 +43,21 @@ pub fn quantized(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     out
 }
 
+/// `v.round_ties_even()` without a library call where the processor
+/// baseline has no rounding instruction: for |v| < 2^22, adding and taking
+/// away 1.5 · 2^23 rounds |v| to an integer, ties to even (the default
+/// rounding mode), exactly, and the sign goes back on (-0.5 gives -0.0);
+/// anything larger goes to the library.
+#[inline]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    if v.abs() < 4_194_304.0 {
+        ((v.abs() + MAGIC) - MAGIC).copysign(v)
+    } else {
+        v.round_ties_even()
+    }
+}
+
 fn amax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
@@ -53,7 +68,7 @@ fn q8_0_block(x: &[f32], out: &mut Vec<u8>) {
     let d = max / 127.0;
     let id = if max != 0.0 { 127.0 / max } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-    out.extend(x.iter().map(|v| (v * id).round_ties_even() as i8 as u8));
+    out.extend(x.iter().map(|v| round_even(v * id) as i8 as u8));
 }
 
 /// ggml's `quantize_row_q4_0_ref`.
@@ -83,7 +98,7 @@ fn q8k_block(x: &[f32], out: &mut Vec<u8>) {
     let iscale = -127.0 / max;
     let qs: Vec<i8> = x
         .iter()
-        .map(|v| ((iscale * v).round_ties_even() as i32).min(127) as i8)
+        .map(|v| (round_even(iscale * v) as i32).min(127) as i8)
         .collect();
     out.extend_from_slice(&(1.0 / iscale).to_le_bytes());
     out.extend(qs.iter().map(|&q| q as u8));
@@ -195,4 +210,34 @@ fn q6k_block(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&qh);
     out.extend(sc.iter().map(|&s| s as u8));
     out.extend_from_slice(&d16.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_even;
+
+    #[test]
+    fn round_even_is_round_ties_even() {
+        let mut values = vec![
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            126.5,
+            -127.5,
+            4_194_303.5,
+            1e9,
+            -0.0,
+        ];
+        values.extend((-3000..3000).map(|i| i as f32 * 0.0625 + 0.001 * (i % 7) as f32));
+        values.extend([f32::INFINITY, f32::NEG_INFINITY, 8_388_609.0, 0.49999997]);
+        for v in values {
+            assert_eq!(
+                round_even(v).to_bits(),
+                v.round_ties_even().to_bits(),
+                "{v}"
+            );
+        }
+    }
 }

@@ -1,0 +1,240 @@
+//! Register-blocked tiles of q4_K and q6_K weight rows against q8_K
+//! activation rows (prefill). The integer sums are exact whatever their
+//! order; the float sums follow `kquants::dot_q4k` and `kquants::dot_q6k`
+//! step for step, so a batched product equals one token at a time bit for
+//! bit.
+
+// Tiles index accumulators, rows and tokens together by their position.
+#![allow(clippy::needless_range_loop)]
+
+use super::imp::{f16, hsum};
+use crate::tensor::blocks::q4k_scale_min;
+use std::arch::x86_64::*;
+
+/// Weight rows per k-quant tile.
+pub const K_ROWS: usize = 2;
+/// Tokens per k-quant tile.
+pub const K_TOKENS: usize = 3;
+
+/// Reads 32 bytes at `at` of `b`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load(b: &[u8], at: usize) -> __m256i {
+    assert!(at + 32 <= b.len());
+    // SAFETY: bytes at..at + 32 lie inside `b` (checked above).
+    unsafe { _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i) }
+}
+
+/// A q8_K block's scale.
+#[inline]
+fn q8k_scale(y: &[u8]) -> f32 {
+    f32::from_le_bytes([y[0], y[1], y[2], y[3]])
+}
+
+/// The sums of a q8_K block's values over each 32-value sub-block, as
+/// eight i16 lanes (each at most 32 · 128 in magnitude).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q8k_sub_sums(y: &[u8]) -> __m128i {
+    let bsums = load(y, 260);
+    _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256::<1>(bsums),
+    )
+}
+
+/// The sum of four i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_i32(v: __m128i) -> i32 {
+    let v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    let v = _mm_add_epi32(v, _mm_shuffle_epi32::<0b01>(v));
+    _mm_cvtsi128_si32(v)
+}
+
+/// Block `at..at + len` of each of `N` rows. Plain loops here and below,
+/// not `array::from_fn`: its closure is not inlined into a kernel with
+/// more target features than `from_fn` has.
+#[inline]
+fn block_rows<'a, const N: usize>(rows: &[&'a [u8]], at: usize, len: usize) -> [&'a [u8]; N] {
+    let mut out: [&[u8]; N] = [&[]; N];
+    for (o, row) in out.iter_mut().zip(rows) {
+        *o = &row[at..at + len];
+    }
+    out
+}
+
+/// Checks a tile's shapes and returns its number of 256-value blocks.
+fn blocks(w: &[&[u8]], a: &[&[u8]], weight_block: usize) -> usize {
+    let blocks = a[0].len() / 292;
+    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    assert!(w.iter().all(|x| x.len() == blocks * weight_block));
+    blocks
+}
+
+/// `acc + Σ` of the pairwise products of `a` and `b`'s i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn madd_add_avx2(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+/// [`madd_add_avx2`] in one AVX-512 VNNI `vpdpwssd`: the same integers.
+#[inline]
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpwssd_epi32(acc, a, b)
+}
+
+/// The four 32-value groups (`k`) of 6-bit quants of one half of a q6_K
+/// block, as unsigned bytes 0..64.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
+    let low = _mm256_set1_epi8(0x0F);
+    let ql = load(x, 64 * half + 32 * (k % 2));
+    let qh = load(x, 128 + 32 * half);
+    let (ql, bits) = match k {
+        0 => (ql, qh),
+        1 => (ql, _mm256_srli_epi16::<2>(qh)),
+        2 => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<4>(qh)),
+        _ => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<6>(qh)),
+    };
+    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(bits, _mm256_set1_epi8(3)));
+    _mm256_or_si256(_mm256_and_si256(ql, low), hi)
+}
+
+/// The q4_K and q6_K tiles for one set of target features, with its
+/// multiply-add of i16 pairs into i32 lanes.
+macro_rules! k_tiles {
+    ($q4k:ident, $q6k:ident, $features:literal, $madd_add:ident) => {
+        /// `R × T` q4_K weight rows against q8_K activation rows;
+        /// `out[r * stride + t]` receives row `r` · token `t`.
+        #[target_feature(enable = $features)]
+        pub fn $q4k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            assert!(w.len() == R && a.len() == T);
+            let low = _mm256_set1_epi8(0x0F);
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            let mut acc_min = [[0f32; T]; R];
+            for b in 0..blocks(w, a, 144) {
+                let xs = block_rows::<R>(w, 144 * b, 144);
+                let ys = block_rows::<T>(a, 292 * b, 292);
+                let mut scales = [[0u8; 8]; R];
+                let mut mins = [_mm_setzero_si128(); R];
+                for r in 0..R {
+                    let mut m = [0u8; 8];
+                    for j in 0..8 {
+                        (scales[r][j], m[j]) = q4k_scale_min(j, &xs[r][4..16]);
+                    }
+                    mins[r] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(m)));
+                }
+                let mut sumi = [[_mm256_setzero_si256(); T]; R];
+                for j in 0..4 {
+                    let mut q4 = [_mm256_setzero_si256(); R];
+                    for (r, q4) in q4.iter_mut().enumerate() {
+                        *q4 = load(xs[r], 16 + 32 * j);
+                    }
+                    for t in 0..T {
+                        let (q8l, q8h) = (load(ys[t], 4 + 64 * j), load(ys[t], 36 + 64 * j));
+                        for r in 0..R {
+                            let q4l = _mm256_and_si256(q4[r], low);
+                            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4[r]), low);
+                            let sc_l = _mm256_set1_epi16(scales[r][2 * j] as i16);
+                            let sc_h = _mm256_set1_epi16(scales[r][2 * j + 1] as i16);
+                            let pl = _mm256_maddubs_epi16(q4l, q8l);
+                            let ph = _mm256_maddubs_epi16(q4h, q8h);
+                            sumi[r][t] = $madd_add($madd_add(sumi[r][t], sc_l, pl), sc_h, ph);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let dy = q8k_scale(ys[t]);
+                    let sub_sums = q8k_sub_sums(ys[t]);
+                    for r in 0..R {
+                        // The mins against the sub-block sums: an exact
+                        // integer, whatever the order of its terms.
+                        let summ = hsum_i32(_mm_madd_epi16(mins[r], sub_sums));
+                        acc[r][t] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(f16(xs[r], 0) * dy),
+                            _mm256_cvtepi32_ps(sumi[r][t]),
+                            acc[r][t],
+                        );
+                        acc_min[r][t] -= f16(xs[r], 2) * dy * summ as f32;
+                    }
+                }
+            }
+            for r in 0..R {
+                for t in 0..T {
+                    out[r * stride + t] = hsum(acc[r][t]) + acc_min[r][t];
+                }
+            }
+        }
+
+        /// `R × T` q6_K weight rows against q8_K activation rows;
+        /// `out[r * stride + t]` receives row `r` · token `t`.
+        #[target_feature(enable = $features)]
+        pub fn $q6k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            assert!(w.len() == R && a.len() == T);
+            let offset = _mm256_set1_epi8(32);
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            for b in 0..blocks(w, a, 210) {
+                let xs = block_rows::<R>(w, 210 * b, 210);
+                let ys = block_rows::<T>(a, 292 * b, 292);
+                let mut sumi = [[_mm256_setzero_si256(); T]; R];
+                for half in 0..2 {
+                    for k in 0..4 {
+                        let mut q6 = [_mm256_setzero_si256(); R];
+                        let mut scale = [_mm256_setzero_si256(); R];
+                        for r in 0..R {
+                            q6[r] = q6_group(xs[r], half, k);
+                            let s0 = xs[r][192 + 8 * half + 2 * k] as i8 as i16;
+                            let s1 = xs[r][192 + 8 * half + 2 * k + 1] as i8 as i16;
+                            scale[r] = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                        }
+                        for t in 0..T {
+                            let q8 = load(ys[t], 4 + 128 * half + 32 * k);
+                            let off = _mm256_maddubs_epi16(offset, q8);
+                            for r in 0..R {
+                                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[r], q8), off);
+                                sumi[r][t] = $madd_add(sumi[r][t], scale[r], p);
+                            }
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let dy = q8k_scale(ys[t]);
+                    for r in 0..R {
+                        acc[r][t] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(f16(xs[r], 208) * dy),
+                            _mm256_cvtepi32_ps(sumi[r][t]),
+                            acc[r][t],
+                        );
+                    }
+                }
+            }
+            for r in 0..R {
+                for t in 0..T {
+                    out[r * stride + t] = hsum(acc[r][t]);
+                }
+            }
+        }
+    };
+}
+
+k_tiles!(q4k, q6k, "avx2,fma,f16c", madd_add_avx2);
+k_tiles!(
+    q4k_vnni,
+    q6k_vnni,
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    madd_add_vnni
+);

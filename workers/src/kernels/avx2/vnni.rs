@@ -1,0 +1,110 @@
+//! q8_0 and q4_0 tiles with AVX-512 VNNI's 256-bit `vpdpbusd`, chosen at
+//! run time where the processor has it (Zen 4, Ice Lake and later), in
+//! the AVX2 tiles' shape (`tile::Q0_ROWS × tile::Q0_TOKENS`).
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes and adds each group of
+//! four products to an i32 lane. Weights are made unsigned by an offset
+//! (q4_0 nibbles as they are, offset 8; q8_0 quants plus 128), and the
+//! accumulator starts at minus the offset times the activation's group
+//! sums, so each lane ends at exactly the integer the AVX2 kernel's
+//! `maddubs`/`madd` pair gives (neither can saturate on these ranges).
+//! The float steps are the one-row kernel's, so outputs match it bit for
+//! bit.
+
+// Tiles index accumulators, rows and tokens together by their position.
+#![allow(clippy::needless_range_loop)]
+
+use super::imp::{f16, hsum};
+use std::arch::x86_64::*;
+
+/// The unsigned quants of a q4_0 (`Q4`: nibbles, offset 8) or q8_0
+/// (quants + 128) block.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unsigned_quants<const Q4: bool>(block: &[u8]) -> __m256i {
+    if Q4 {
+        assert!(block.len() >= 18);
+        // SAFETY: the block has 18 bytes; the load reads bytes 2..18.
+        let nibbles = unsafe { _mm_loadu_si128(block.as_ptr().add(2) as *const __m128i) };
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    } else {
+        _mm256_xor_si256(signed_quants(block), _mm256_set1_epi8(-128))
+    }
+}
+
+/// The 32 signed quants of a 34-byte q8_0 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn signed_quants(block: &[u8]) -> __m256i {
+    assert!(block.len() >= 34);
+    // SAFETY: the block has 34 bytes; the load reads bytes 2..34.
+    unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) }
+}
+
+/// `R × T` q4_0 (`Q4`) or q8_0 weight rows against q8_0 activation rows;
+/// `out[r * stride + t]` receives row `r` · token `t`.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+fn q0<const Q4: bool, const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    let wb = if Q4 { 18 } else { 34 };
+    let offset = _mm256_set1_epi8(if Q4 { 8 } else { -128 });
+    assert!(w.len() == R && a.len() == T);
+    let blocks = a[0].len() / 34;
+    assert!(a.iter().all(|y| y.len() == blocks * 34));
+    assert!(w.iter().all(|x| x.len() == blocks * wb));
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for b in 0..blocks {
+        let mut qy = [_mm256_setzero_si256(); T];
+        let mut base = [_mm256_setzero_si256(); T];
+        let mut dy = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            let y = &a[t][34 * b..34 * b + 34];
+            qy[t] = signed_quants(y);
+            // Minus the offset times each group of four activations.
+            let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, qy[t]);
+            base[t] = _mm256_sub_epi32(_mm256_setzero_si256(), sums);
+            dy[t] = _mm256_set1_ps(f16(y, 0));
+        }
+        for r in 0..R {
+            let x = &w[r][wb * b..wb * b + wb];
+            let ux = unsigned_quants::<Q4>(x);
+            let dx = _mm256_set1_ps(f16(x, 0));
+            for t in 0..T {
+                let sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base[t], ux, qy[t]));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), sum, acc[r][t]);
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            out[r * stride + t] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// `R × T` q8_0 weight rows against q8_0 activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn q8_0<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0::<false, R, T>(w, a, out, stride)
+}
+
+/// `R × T` q4_0 weight rows against q8_0 activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn q4_0<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0::<true, R, T>(w, a, out, stride)
+}

@@ -1,0 +1,184 @@
+//! The matrix product: one dot product per output for a single token
+//! (decode), register-blocked tiles for a batch (prefill). Products that
+//! share their activations (Q, K and V; gate and up) run as one set of
+//! parallel tasks: one wait for the pool instead of one per matrix.
+
+use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile};
+use crate::tensor::GgmlType;
+use half::f16;
+use rayon::prelude::*;
+
+/// `y[t][r] = w.row(r) · x[t]` for each of the `n` activation rows of `x`;
+/// `y` is `n × w.rows`. Work is split over weight rows; every output
+/// element is computed by one thread in one fixed order, the order of the
+/// type's one-row dot product, so the result depends neither on the number
+/// of threads nor on how many tokens share the batch.
+pub fn matmul(kernels: &Kernels, w: &Matrix, x: &Encoded, y: &mut [f32]) {
+    matmuls(kernels, x, &mut [(*w, y)]);
+}
+
+/// [`matmul`] of each `(w, y)` against the same activations.
+pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f32])]) {
+    let n = x.rows();
+    let weights: Vec<Matrix> = products.iter().map(|(w, _)| *w).collect();
+    for (w, y) in products.iter() {
+        assert_eq!(x.ty, w.ty.activation_type());
+        assert_eq!(y.len(), n * w.rows);
+    }
+    let plans: Vec<Plan> = weights
+        .iter()
+        .map(|w| match kernels.tile(w.ty) {
+            Some(tile) if n > 1 => Plan::Tiles(tile),
+            _ => Plan::Dots(kernels.dot(w.ty)),
+        })
+        .collect();
+    let wide = plans
+        .iter()
+        .any(|p| matches!(p, Plan::Tiles(t) if t.widen_f16))
+        .then(|| widened(x));
+    // A single token writes its outputs in place; a batch writes each
+    // weight row's outputs together (rows × tokens), transposed after.
+    let mut transposed: Vec<Vec<f32>> = weights
+        .iter()
+        .map(|w| {
+            if n == 1 {
+                Vec::new()
+            } else {
+                vec![0f32; n * w.rows]
+            }
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for (p, ((w, y), t)) in products.iter_mut().zip(&mut transposed).enumerate() {
+        let out: &mut [f32] = if n == 1 { y } else { t };
+        let multiple = match plans[p] {
+            Plan::Tiles(tile) => tile.rows,
+            Plan::Dots(_) => 1,
+        };
+        let chunk = rows_per_task(w, multiple);
+        for (c, o) in out.chunks_mut(chunk * n).enumerate() {
+            tasks.push((p, c * chunk, o));
+        }
+    }
+    let run = |(p, first, out): (usize, usize, &mut [f32])| {
+        let w = &weights[p];
+        match plans[p] {
+            Plan::Tiles(tile) => {
+                let act = match (&wide, tile.widen_f16) {
+                    (Some(wide), true) => Activations::new(&wide[..], 2 * x.row_bytes),
+                    _ => Activations::new(&x.data, x.row_bytes),
+                };
+                tiles(tile, w, first, &act, out, n)
+            }
+            Plan::Dots(dot) => {
+                for (i, o) in out.chunks_exact_mut(n).enumerate() {
+                    let row = w.row(first + i);
+                    for (t, v) in o.iter_mut().enumerate() {
+                        *v = dot(row, x.row(t));
+                    }
+                }
+            }
+        }
+    };
+    let work: usize = weights.iter().map(|w| w.rows * w.cols * n).sum();
+    if work < SERIAL_ELEMENTS {
+        tasks.into_iter().for_each(run);
+    } else {
+        tasks.into_par_iter().for_each(run);
+    }
+    if n > 1 {
+        for ((_, y), t) in products.iter_mut().zip(&transposed) {
+            transpose(t, n, y);
+        }
+    }
+}
+
+/// How one product is computed.
+#[derive(Clone, Copy)]
+enum Plan {
+    Tiles(Tile),
+    Dots(super::DotFn),
+}
+
+/// Products smaller than this many multiply-adds run on the calling
+/// thread: handing them to the pool costs more than it saves.
+const SERIAL_ELEMENTS: usize = 1 << 15;
+
+/// Weight bytes one task keeps hot while it walks every token: about half
+/// of a core's L2 cache, leaving room for the activations.
+const TASK_WEIGHT_BYTES: usize = 256 << 10;
+
+/// Rows per parallel task: enough tasks to balance the threads, few enough
+/// that scheduling stays cheap next to the work, and a whole number of
+/// tiles of `multiple` rows.
+fn rows_per_task(w: &Matrix, multiple: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let balanced = w.rows.div_ceil(threads * 4).max(16);
+    let cached = (TASK_WEIGHT_BYTES / w.row_bytes().max(1)).max(multiple);
+    balanced.min(cached).next_multiple_of(multiple)
+}
+
+/// Activation rows as a tile kernel reads them.
+struct Activations<'a> {
+    data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl<'a> Activations<'a> {
+    fn new(data: &'a [u8], row_bytes: usize) -> Activations<'a> {
+        Activations { data, row_bytes }
+    }
+
+    fn row(&self, t: usize) -> &'a [u8] {
+        &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+/// f16 activation rows widened to f32, as little-endian bytes: exact, so
+/// the tile kernels see the values the one-row kernel converts as it goes.
+fn widened(x: &Encoded) -> Vec<u8> {
+    assert_eq!(x.ty, GgmlType::F16);
+    x.data
+        .chunks_exact(2)
+        .flat_map(|h| f16::from_le_bytes([h[0], h[1]]).to_f32().to_le_bytes())
+        .collect()
+}
+
+/// Rows `first..` of `w` (as many as `out` holds) against all `n` tokens,
+/// into `out[r * n + t]`: a tile of tokens at a time (kept in L1) against
+/// each tile of the rows (kept in L2).
+fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [f32], n: usize) {
+    assert!(tile.rows <= TILE_MAX && tile.tokens <= TILE_MAX);
+    let count = out.len() / n;
+    let mut a: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
+    let mut ws: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
+    for t0 in (0..n).step_by(tile.tokens) {
+        let tn = tile.tokens.min(n - t0);
+        for (i, a) in a[..tn].iter_mut().enumerate() {
+            *a = act.row(t0 + i);
+        }
+        for r0 in (0..count).step_by(tile.rows) {
+            let rn = tile.rows.min(count - r0);
+            for (i, wr) in ws[..rn].iter_mut().enumerate() {
+                *wr = w.row(first + r0 + i);
+            }
+            (tile.f)(&ws[..rn], &a[..tn], &mut out[r0 * n + t0..], n);
+        }
+    }
+}
+
+/// `y[t * rows + r] = transposed[r * n + t]`, in parallel over tokens.
+fn transpose(transposed: &[f32], n: usize, y: &mut [f32]) {
+    let rows = transposed.len() / n;
+    let per_task = n.div_ceil(rayon::current_num_threads().max(1) * 2).max(8);
+    y.par_chunks_mut(per_task * rows)
+        .enumerate()
+        .for_each(|(c, out)| {
+            for (i, row) in out.chunks_exact_mut(rows).enumerate() {
+                let t = c * per_task + i;
+                for (r, v) in row.iter_mut().enumerate() {
+                    *v = transposed[r * n + t];
+                }
+            }
+        });
+}
