@@ -80,6 +80,10 @@ fn set_desired_grows_shrinks_refuses_and_survives_a_restart() {
         group: GroupId::from("nope"),
         count: 1,
     };
+    assert_eq!(
+        h.orchestrator.scale_refusal(&GroupId::from("nope"), 1),
+        Some(ScaleRefusal::UnknownGroup)
+    );
     assert!(h.at(4_010, unknown).is_empty());
     assert_eq!(h.orchestrator.counters().ignored_commands, ignored + 2);
     h.note("the same count again changes nothing");

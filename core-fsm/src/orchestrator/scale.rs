@@ -66,7 +66,9 @@ impl Orchestrator {
 
     /// Why `SetDesired { group, count }` would be refused now, if it would.
     pub fn scale_refusal(&self, group: &GroupId, count: u32) -> Option<ScaleRefusal> {
-        self.desired_count(group)?;
+        if self.desired_count(group).is_none() {
+            return Some(ScaleRefusal::UnknownGroup);
+        }
         if self.tearing_down {
             return Some(ScaleRefusal::TearingDown);
         }
@@ -97,11 +99,7 @@ impl Orchestrator {
         count: u32,
         out: &mut Vec<Effect>,
     ) {
-        let refusal = match self.desired_count(&group) {
-            None => Some(ScaleRefusal::UnknownGroup),
-            Some(_) => self.scale_refusal(&group, count),
-        };
-        if refusal.is_some() {
+        if self.scale_refusal(&group, count).is_some() {
             self.counters.ignored_commands += 1;
             return;
         }
@@ -185,6 +183,10 @@ impl Orchestrator {
         self.revivals += 1;
         let seqs = machine.record().log_seqs;
         self.revived.insert(slot, (self.revivals, seqs));
+        // A late answer to the old node is nobody's now (counted as
+        // unknown), never the new node's.
+        self.routes
+            .retain(|_, owner| *owner != super::Owner::Node(slot));
         self.sync_dropped(slot);
     }
 
