@@ -214,6 +214,14 @@ pub enum Action {
     },
     /// An answer for an operation nobody asked for arrives.
     UnknownAnswer,
+    /// The operator sets a group's desired count (the dashboard's +1 / -1,
+    /// or any count: the machine takes an absolute one).
+    Scale {
+        /// Index of the group in plan order (modulo the plan's groups).
+        group: u32,
+        /// Its new desired count.
+        count: u32,
+    },
 }
 
 /// One item of the explicit plan.

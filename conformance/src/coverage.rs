@@ -119,7 +119,11 @@ pub fn stage_of_input(
         Input::AgentJoined { node, .. }
         | Input::AgentLost { node, .. }
         | Input::Destroy { node } => Some(node),
-        Input::LeasesListed { .. } | Input::Tick | Input::Start | Input::Teardown => None,
+        Input::LeasesListed { .. }
+        | Input::Tick
+        | Input::Start
+        | Input::Teardown
+        | Input::SetDesired { .. } => None,
     };
     match node.and_then(|n| stages.get(n)) {
         Some(stage) => format!("{stage:?}"),

@@ -106,6 +106,10 @@ pub const ALL: &[(&str, &str)] = &[
         "operator-destroy",
         "operator: destroys one node during faults",
     ),
+    (
+        "operator-scale",
+        "operator: sets a group's desired count up or down during faults",
+    ),
 ];
 
 /// The fault name an item injects.
@@ -116,6 +120,7 @@ pub fn name_of(item: &Item) -> &'static str {
             Action::Storm { .. } => "storm-429",
             Action::Teardown => "early-teardown",
             Action::Destroy { .. } => "operator-destroy",
+            Action::Scale { .. } => "operator-scale",
             Action::UnknownAnswer => "unknown-answer",
         },
         Item::Op { op, fault, .. } => op_fault_name(*op, *fault),

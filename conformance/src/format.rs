@@ -10,6 +10,7 @@ pub fn input_kind(input: &Input) -> &'static str {
         Input::Start => "Start",
         Input::Teardown => "Teardown",
         Input::Destroy { .. } => "Destroy",
+        Input::SetDesired { .. } => "SetDesired",
         Input::LeaseCreated { result: Ok(_), .. } => "LeaseCreated.ok",
         Input::LeaseCreated { result: Err(_), .. } => "LeaseCreated.err",
         Input::EndpointLooked {
@@ -59,6 +60,7 @@ pub fn effect_kind(effect: &Effect) -> &'static str {
             JournalRecord::ReplaceRequested { .. } => "Persist.ReplaceRequested",
             JournalRecord::StrayLease { .. } => "Persist.StrayLease",
             JournalRecord::LeaseReleased { .. } => "Persist.LeaseReleased",
+            JournalRecord::DesiredSet { .. } => "Persist.DesiredSet",
         },
         Effect::CreateLease { .. } => "CreateLease",
         Effect::LookupEndpoint { .. } => "LookupEndpoint",
@@ -86,6 +88,7 @@ pub fn input(input: &Input) -> String {
     match input {
         Input::Tick | Input::Start | Input::Teardown => input_kind(input).to_owned(),
         Input::Destroy { node } => format!("Destroy {node}"),
+        Input::SetDesired { group, count } => format!("SetDesired {group} {count}"),
         Input::LeaseCreated { op, result } => match result {
             Ok(g) => format!(
                 "LeaseCreated {op} ok {} {} endpoint={}",
@@ -210,5 +213,6 @@ pub fn record(r: &JournalRecord) -> String {
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")
         }
+        JournalRecord::DesiredSet { group, count } => format!("DesiredSet {group} {count}"),
     }
 }

@@ -55,8 +55,11 @@ impl Scenario {
     /// The fault names the scenario may switch on, with their rate range in
     /// per mille.
     fn palette(self) -> Vec<(&'static str, u32, u32)> {
+        // `operator-scale` is drawn on its own stream (`draw_scale`), so
+        // that adding it moved no other draw of any seed.
         let all: Vec<(&'static str, u32, u32)> = crate::fault::ALL
             .iter()
+            .filter(|(name, _)| *name != SCALE)
             .map(|(name, _)| (*name, 10, 80))
             .collect();
         match self {
@@ -107,6 +110,7 @@ pub fn generate(scenario: Scenario, seed: u64) -> Case {
     draw.ops(&profile);
     draw.leases(&profile);
     draw.hosts(scenario, &profile);
+    draw.scales(&profile, rng.derive(SCALE_STREAM));
     Case {
         scenario: scenario.name().to_owned(),
         seed,
@@ -152,6 +156,9 @@ fn draw_profile(scenario: Scenario, rng: &mut DetRng) -> Profile {
             ));
         }
     }
+    if let Some(rate) = draw_scale(scenario, &rng.derive(SCALE_STREAM)) {
+        rates.push((SCALE.to_owned(), rate));
+    }
     rates.sort();
     Profile {
         groups,
@@ -175,6 +182,21 @@ fn draw_profile(scenario: Scenario, rng: &mut DetRng) -> Profile {
         },
         rates,
     }
+}
+
+/// The operator's +1 / -1 (`Action::Scale`).
+const SCALE: &str = "operator-scale";
+/// The stream `operator-scale` draws from, apart from every other draw.
+const SCALE_STREAM: u64 = 0x5ca1e;
+
+/// Whether a profile scales, and how often (per mille per 5 s slot): on
+/// with probability 1/2, except where the scenario is about something else.
+fn draw_scale(scenario: Scenario, rng: &DetRng) -> Option<u32> {
+    let mut rng = rng.derive(1);
+    if scenario == Scenario::BadHosts || !rng.ratio(1, 2) {
+        return None;
+    }
+    Some(rng.between(20, 120) as u32)
 }
 
 struct Gen {
@@ -222,6 +244,38 @@ impl Gen {
                 teardown = true;
                 self.push_at(at + jitter, Action::Teardown);
             }
+        }
+    }
+
+    /// The operator's scale actions, on the 5 s grid of the fault phase:
+    /// a group's count one up or one down (sometimes to 0), at most two
+    /// above the plan's, drawn from `rng` so no other item moves.
+    fn scales(&mut self, p: &Profile, rng: DetRng) {
+        let Some(rate) = self.rates.get(SCALE).copied() else {
+            return;
+        };
+        let mut rng = rng.derive(2);
+        let mut counts = p.groups.clone();
+        let mut at = 0;
+        while at < p.heal_at_ms && !counts.is_empty() {
+            at += 5_000;
+            let jitter = rng.below(5_000);
+            if !rng.ratio(u64::from(rate), 1000) {
+                continue;
+            }
+            let group = rng.below(counts.len() as u64) as usize;
+            let planned = p.groups[group];
+            let count = &mut counts[group];
+            *count = match (*count, rng.ratio(1, 2)) {
+                (c, true) if c < planned + 2 => c + 1,
+                (0, _) => 1,
+                (c, _) => c - 1,
+            };
+            let action = Action::Scale {
+                group: group as u32,
+                count: *count,
+            };
+            self.push_at(at + jitter, action);
         }
     }
 

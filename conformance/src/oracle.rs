@@ -98,6 +98,9 @@ pub struct Oracle {
     /// The last log numbers each node's synced `NodeReady`/`NodeFailed`
     /// records name.
     synced_log_seqs: BTreeMap<LogicalNodeId, LogSeqs>,
+    /// Each group's desired count by the operator's last synced
+    /// `DesiredSet` (groups never scaled are absent).
+    synced_desired: BTreeMap<core_fsm::ids::GroupId, u32>,
 }
 
 type Checked = Result<(), Violation>;
@@ -198,8 +201,12 @@ impl Oracle {
 
     fn synced(&mut self, record: &JournalRecord) -> Checked {
         match record {
-            JournalRecord::LeaseIntent { nonce, .. } => {
+            JournalRecord::LeaseIntent { nonce, node, .. } => {
                 self.synced_intents.insert(*nonce);
+                return self.wanted(node);
+            }
+            JournalRecord::DesiredSet { group, count } => {
+                self.synced_desired.insert(group.clone(), *count);
             }
             JournalRecord::IntentAbandoned { nonce, .. } => {
                 self.abandoned.insert(*nonce);
@@ -231,6 +238,24 @@ impl Oracle {
             _ => {}
         }
         Ok(())
+    }
+
+    /// W11: a lease is asked for only for a node the pool wants: once the
+    /// operator set a group's count, no intent names an index at or above it.
+    fn wanted(&self, node: &LogicalNodeId) -> Checked {
+        let Some((group, index)) = core_fsm::plan::parse_node_id(node) else {
+            return Ok(());
+        };
+        let count = (self.synced_desired.iter())
+            .find(|(g, _)| g.as_str().as_bytes() == group)
+            .map(|(_, count)| *count);
+        match count {
+            Some(count) if index >= count => self.fail(
+                "W11",
+                format!("lease intent for {node} while its group wants {count} node(s)"),
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn delivered(&mut self, input: &Input) -> Checked {

@@ -104,6 +104,7 @@ fn action_text(action: &Action) -> String {
         Action::Storm { ms } => format!("storm ms={ms}"),
         Action::Teardown => "teardown".to_owned(),
         Action::Destroy { node } => format!("destroy node={node}"),
+        Action::Scale { group, count } => format!("scale group={group} count={count}"),
         Action::UnknownAnswer => "unknown-answer".to_owned(),
     }
 }
@@ -361,6 +362,10 @@ fn parse_action(name: &str, args: &BTreeMap<&str, &str>) -> Result<Action, Strin
             node: u32::try_from(num(args, "node")?).map_err(|e| e.to_string())?,
         },
         "unknown-answer" => Action::UnknownAnswer,
+        "scale" => Action::Scale {
+            group: u32::try_from(num(args, "group")?).map_err(|e| e.to_string())?,
+            count: u32::try_from(num(args, "count")?).map_err(|e| e.to_string())?,
+        },
         other => return Err(format!("unknown action `{other}`")),
     })
 }

@@ -21,6 +21,9 @@ mod index;
 mod invariants;
 mod restore;
 mod routing;
+mod scale;
+
+pub use scale::ScaleRefusal;
 
 use crate::ids::{Counter, GroupId, LogicalNodeId, OpId, SessionId};
 use crate::node;
@@ -57,7 +60,8 @@ pub struct Counters {
     pub ignored_joins: u64,
     /// `Destroy` for a node the ledger does not have.
     pub unknown_nodes: u64,
-    /// `Start` twice, or after `Teardown`.
+    /// `Start` twice, or after `Teardown`; a `SetDesired` refused (see
+    /// [`ScaleRefusal`]).
     pub ignored_commands: u64,
     /// Inputs node managers ignored (late answers, out-of-place inputs).
     pub ignored_by_nodes: u64,
@@ -103,8 +107,18 @@ pub(crate) struct Session {
 #[derive(Clone, Debug)]
 pub struct Orchestrator {
     pub(crate) plan: RunPlan,
-    /// Node ids by slot, ascending (a binary search finds a slot).
+    /// Node ids by slot: ascending up to `sorted_len` (a binary search
+    /// finds a slot), then the nodes scaling added, in the order added.
     pub(crate) ids: Vec<LogicalNodeId>,
+    pub(crate) sorted_len: usize,
+    /// Slots of destroyed nodes wanted again, not yet re-created: their
+    /// generator draw and the log numbers the new node continues.
+    pub(crate) revived: BTreeMap<Slot, (u64, crate::port::LogSeqs)>,
+    pub(crate) revivals: u64,
+    /// Journaled nodes without a slot (a count dropped them and they hold
+    /// nothing), with their last log numbers, for a count that wants them
+    /// again after a restart.
+    pub(crate) retired: BTreeMap<LogicalNodeId, crate::port::LogSeqs>,
     /// Slots of the planned nodes by group and index, for the reconciler's
     /// creates (which name a node by group and index).
     /// Sorted by group id.
@@ -156,9 +170,13 @@ impl Orchestrator {
         let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
         let count = ids.len();
         let desired = crate::plan::desired(&config.plan);
-        let group_slots = group_slots(&specs, &desired, check_ids);
+        let group_slots = restore::group_slots(&specs, &desired, check_ids);
         Orchestrator {
+            sorted_len: ids.len(),
             ids,
+            revived: BTreeMap::new(),
+            revivals: 0,
+            retired: BTreeMap::new(),
             group_slots,
             specs: specs.into_iter().map(Some).collect(),
             reconciler: reconcile::Config {
@@ -290,8 +308,10 @@ impl Orchestrator {
                 return Some(slot);
             }
         }
-        let at = self.ids.binary_search(id).ok()?;
-        Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes")))
+        match self.ids[..self.sorted_len].binary_search(id) {
+            Ok(at) => Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes"))),
+            Err(_) => self.added_slot(id),
+        }
     }
 
     /// The node manager of `id`, if the ledger has it.
@@ -313,38 +333,6 @@ impl Orchestrator {
     }
 }
 
-/// The slots of each wanted group's nodes, by index: `{group}-{index}` for
-/// every index below the group's wanted count. Without `check_ids`, every
-/// spec is taken to be planned (named `{group}-{index}`, as expansion names
-/// them).
-fn group_slots(
-    specs: &[LogicalNodeSpec],
-    desired: &reconcile::Desired,
-    check_ids: bool,
-) -> Vec<(GroupId, Vec<Slot>)> {
-    let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
-        .groups
-        .iter()
-        .map(|(group, count)| (group.clone(), vec![None; *count as usize]))
-        .collect();
-    for (n, spec) in (0u32..).zip(specs) {
-        let is_planned =
-            !check_ids || crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
-        if let Some(slots) = found.get_mut(&spec.group_id)
-            && let Some(entry) = slots.get_mut(spec.index as usize)
-            && is_planned
-        {
-            *entry = Some(Slot(n));
-        }
-    }
-    // A wanted node always has a spec (the plan expands into them), so
-    // every entry is found; the prefix that is keeps the index exact.
-    found
-        .into_iter()
-        .map(|(group, slots)| (group, slots.into_iter().map_while(|s| s).collect()))
-        .collect()
-}
-
 impl crate::Machine for Orchestrator {
     type Input = Input;
     type Effect = Effect;
@@ -362,6 +350,7 @@ impl crate::Machine for Orchestrator {
                 }
                 _ => self.counters.unknown_nodes += 1,
             },
+            Input::SetDesired { group, count } => self.on_set_desired(now, group, count, out),
             Input::AgentJoined {
                 node,
                 lease_id,

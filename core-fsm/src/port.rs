@@ -7,7 +7,7 @@
 //! substituted by the SSH/transport ports, and the core only sees the
 //! binding `(run, node, lease)` it was minted for.
 
-use crate::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
+use crate::ids::{AgentId, GroupId, LeaseId, LogicalNodeId, Nonce, OpId, RunId, SessionId};
 use crate::plan::{DesiredShape, ProviderKind};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -316,6 +316,14 @@ pub enum JournalRecord {
         /// The lease.
         lease_id: LeaseId,
     },
+    /// The operator set a group's desired count (it replaces the plan's
+    /// count for the rest of the run, also after a restart).
+    DesiredSet {
+        /// The group.
+        group: GroupId,
+        /// Its wanted count.
+        count: u32,
+    },
 }
 
 /// What the orchestrator composite is told.
@@ -331,6 +339,15 @@ pub enum Input {
     Destroy {
         /// The logical node.
         node: LogicalNodeId,
+    },
+    /// The operator sets a group's desired count (the dashboard's +1 / -1):
+    /// the reconciler then creates `{group}-{index}` for each new index, or
+    /// destroys the group's nodes from its tail. Journaled.
+    SetDesired {
+        /// The group.
+        group: GroupId,
+        /// Its wanted count from now on, `0..=GROUP_COUNT_MAX`.
+        count: u32,
     },
     /// Answer to [`Effect::CreateLease`].
     LeaseCreated {

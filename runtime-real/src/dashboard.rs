@@ -118,6 +118,12 @@ pub async fn serve(config: Config) -> std::io::Result<Served> {
         let shutdown = async move {
             let _ = stop_rx.await;
         };
+        // Each event is a small write: without TCP_NODELAY, Nagle holds
+        // one back until the page acknowledges the one before (a delayed
+        // ACK: up to 40 ms on Linux).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         if let Err(e) = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await

@@ -4,9 +4,11 @@
 //! full; a card's log tail equals `drover logs NODE`, also after a forced
 //! reconnect that resumes with the last event id (no gap, no duplicate);
 //! the full log, opened by keyboard only, equals `drover logs NODE` line
-//! for line; the theme toggles by keyboard and persists; removing a node
-//! from the page, by keyboard, after its question, turns its card Destroyed
-//! and the counter to 2/3; stopping the run from the page turns every card
+//! for line; the theme toggles by keyboard and persists; +1 for the group,
+//! by keyboard, after its question, brings a fourth node up (4/4); seven
+//! windows share one stream, and the 7th loads and shows the fleet;
+//! removing a node from the page, by keyboard, after its question, turns
+//! its card Destroyed and the counter to 3/4; stopping the run from the page turns every card
 //! Destroyed through the open stream and `up` exits 0. Screenshots in
 //! light and dark go to `target/tmp/dashboard-screenshots/` for review.
 //! Every wait is on the page's DOM changing (or a line, an exit), bounded.
@@ -101,7 +103,8 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
         // that resumes after the last id (a replay: nothing lost, nothing
         // twice).
         let expected = logs_of(&state, "workers-0");
-        let tail_js = "return document.querySelector('.card[data-node=\"workers-0\"] .tail').textContent;";
+        // Tails are written once a frame: read what the page applied.
+        let tail_js = "__dash.flushTails(); return document.querySelector('.card[data-node=\"workers-0\"] .tail').textContent;";
         assert_eq!(browser.js(tail_js).await, tail(&expected));
         browser.js("__dash.reconnect(); return null;").await;
         browser
@@ -145,8 +148,56 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
         browser.screenshot(&shots.join("dark.png")).await;
         assert!(std::fs::metadata(shots.join("dark.png")).unwrap().len() > 1000);
 
+        // +1 for the group by keyboard: its button, Enter, the question
+        // answered; a fourth node is rented and comes up, 4 of 4.
+        browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
+        browser
+            .tab_to("el.classList.contains('plus') && el.closest('li').dataset.group === 'workers'", 40)
+            .await;
+        let label = browser.js("return document.activeElement.getAttribute('aria-label');").await;
+        assert_eq!(label, "Add a node to workers (desired 3 to 4)");
+        browser.key("\u{E007}").await;
+        let question = browser.accept_dialog().await;
+        assert!(question.starts_with("Add a node to workers?"), "{question}");
+        browser
+            .wait(
+                SETTLE,
+                "document.querySelector('.card[data-node=\"workers-3\"][data-stage=\"Dormant\"][data-ready=\"true\"]') !== null \
+                 && document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '4/4'",
+                DUMP,
+            )
+            .await;
+
+        // Seven windows of the page share one stream (a browser keeps 6
+        // connections per host: with a stream each, the 7th would never
+        // load): the 7th shows the fleet, fed by the same worker.
+        let feed = "return [__dash.feed.mode, __dash.feed.worker, __dash.feed.workerStreams];";
+        let first = browser.js(feed).await;
+        assert_eq!(first[0], "shared", "{first}");
+        let home = browser.windows().await[0].clone();
+        for _ in 1..7 {
+            browser.open_window(&url).await;
+        }
+        browser
+            .wait(
+                PAGE,
+                "document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '4/4' \
+                 && document.querySelectorAll('.card[data-ready=\"true\"]').length === 4",
+                DUMP,
+            )
+            .await;
+        let seventh = browser.js(feed).await;
+        assert_eq!(seventh, first, "the 7th page is fed by the same one stream");
+        let handles = browser.windows().await;
+        assert_eq!(handles.len(), 7);
+        for handle in handles.iter().filter(|h| **h != home) {
+            browser.switch_to(handle).await;
+            browser.close_window().await;
+        }
+        browser.switch_to(&home).await;
+
         // Remove workers-2 by keyboard: its button, Enter, the question
-        // answered; the card goes Destroyed and the counter shows 2 of 3.
+        // answered; the card goes Destroyed and the counter shows 3 of 4.
         browser.js("document.activeElement && document.activeElement.blur(); return null;").await;
         browser
             .tab_to("el.classList.contains('remove') && el.closest('.card').dataset.node === 'workers-2'", 80)
@@ -160,13 +211,13 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
             .wait(
                 SETTLE,
                 "document.querySelector('.card[data-node=\"workers-2\"]').dataset.stage === 'Destroyed' \
-                 && document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '2/3'",
+                 && document.querySelector('#groups li[data-group=\"workers\"] .count').textContent === '3/4'",
                 DUMP,
             )
             .await;
         assert_eq!(
             browser.js("return document.querySelectorAll('.card[data-ready=\"true\"]').length;").await,
-            2
+            3
         );
 
         // Stop the run from the page, by keyboard: the open stream turns
@@ -179,8 +230,8 @@ fn the_page_follows_the_fleet_in_headless_chromium() {
         browser
             .wait(
                 EXIT,
-                "document.querySelectorAll('.card[data-stage=\"Destroyed\"]').length === 3 \
-                 && document.querySelector('#groups li .count').textContent === '0/3'",
+                "document.querySelectorAll('.card[data-stage=\"Destroyed\"]').length === 4 \
+                 && document.querySelector('#groups li .count').textContent === '0/4'",
                 DUMP,
             )
             .await;

@@ -290,6 +290,14 @@ impl Supervisor {
                     }
                 }
             }
+            Action::Scale { group, count } => {
+                let plan = sim::plan::run_plan(&self.world.lock().case.profile);
+                if let Some(input) = sim::plan::scale(&plan, group, count)
+                    && self.world.input(input)
+                {
+                    self.world.lock().injected("operator-scale");
+                }
+            }
             Action::UnknownAnswer => {
                 self.unknown_answers += 1;
                 let op = OpId(9_000_000 + self.unknown_answers);

@@ -80,6 +80,17 @@ pub fn node_ids(profile: &Profile) -> Vec<LogicalNodeId> {
         .collect()
 }
 
+/// The operator's `SetDesired` for `Action::Scale { group, count }`: group
+/// `group` of the plan (modulo its groups), `None` for a plan without any.
+pub fn scale(plan: &RunPlan, group: u32, count: u32) -> Option<core_fsm::port::Input> {
+    let groups = &plan.groups;
+    let group = groups.get(group as usize % groups.len().max(1))?;
+    Some(core_fsm::port::Input::SetDesired {
+        group: group.group_id.clone(),
+        count,
+    })
+}
+
 /// How long after the heal every node must be ready or failed: one full
 /// provisioning attempt (every timeout in a row, plus backoff) per allowed
 /// attempt, plus a restart and a margin.

@@ -164,6 +164,16 @@ impl Machine {
         self.phase == Phase::New || self.resume
     }
 
+    /// Whether the node is replacing its lease: destroying the old one with
+    /// a new intent to follow, or (restored) about to journal that intent.
+    pub fn is_replacing(&self) -> bool {
+        match self.phase {
+            Phase::Destroying { replace, .. } => replace > 0,
+            Phase::ReplaceDue { .. } => true,
+            _ => false,
+        }
+    }
+
     /// Whether the node is on its way out: destroying, destroyed, or going to
     /// destroy whatever lease an outstanding create yields.
     pub fn is_winding_down(&self) -> bool {

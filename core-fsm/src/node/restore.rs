@@ -47,7 +47,7 @@ impl Journaled {
     /// The node a record is about, if it is about one.
     pub fn node_of(record: &JournalRecord) -> Option<&LogicalNodeId> {
         match record {
-            JournalRecord::RunStarted { .. } => None,
+            JournalRecord::RunStarted { .. } | JournalRecord::DesiredSet { .. } => None,
             JournalRecord::LeaseIntent { node, .. }
             | JournalRecord::LeaseKnown { node, .. }
             | JournalRecord::IntentAbandoned { node, .. }
@@ -63,7 +63,7 @@ impl Journaled {
     /// Folds one record of this node.
     pub fn apply(&mut self, record: &JournalRecord) {
         match record {
-            JournalRecord::RunStarted { .. } => {}
+            JournalRecord::RunStarted { .. } | JournalRecord::DesiredSet { .. } => {}
             // A new intent starts a new lease's story (first lease, a
             // successor of an abandoned intent, or a replacement).
             JournalRecord::LeaseIntent { nonce, attempt, .. } => {

@@ -126,8 +126,7 @@ impl Orchestrator {
                 let Some(spec) = self.specs[slot.at()].take() else {
                     return;
                 };
-                let rng = self.node_rng(&spec.node_id);
-                let machine = node::Machine::new(self.node_config, spec, rng);
+                let machine = self.new_node(slot, spec);
                 self.insert_node(slot, machine);
                 self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
             }

@@ -106,6 +106,16 @@ impl Tally {
         }
     }
 
+    /// One more slot, empty.
+    pub(crate) fn push(&mut self) {
+        self.flags.push((false, false));
+    }
+
+    /// An emptied slot: neither flag.
+    pub(crate) fn clear(&mut self, slot: Slot) {
+        self.set(slot, false, false);
+    }
+
     fn set(&mut self, slot: Slot, unsettled: bool, leased: bool) {
         let entry = &mut self.flags[slot.0 as usize];
         self.unsettled = self.unsettled + usize::from(unsettled) - usize::from(entry.0);

@@ -1,11 +1,12 @@
 //! Rebuilding the composite from the journal after a restart, and the
 //! plan's specs in slot order.
 
-use super::{Config, Orchestrator};
-use crate::ids::LogicalNodeId;
+use super::{Config, Orchestrator, Slot};
+use crate::ids::{GroupId, LogicalNodeId};
 use crate::node;
 use crate::plan::{LogicalNodeSpec, RunPlan};
 use crate::port::JournalRecord;
+use crate::reconcile;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -18,10 +19,33 @@ impl Orchestrator {
     /// A journaled node the plan no longer has (its group was removed or
     /// shrunk) is restored too, as a node to destroy: its lease, open
     /// intent or stray leases must not outlive the run.
-    pub fn restore(config: Config, journal: &[JournalRecord]) -> Orchestrator {
+    ///
+    /// The operator's `DesiredSet` records replace the plan's counts, in
+    /// journal order; a node destroyed before a count wanted its index
+    /// again is forgotten but for its log numbers (a new node takes its
+    /// id: `Start` provisions it, continuing them).
+    pub fn restore(mut config: Config, journal: &[JournalRecord]) -> Orchestrator {
         let mut folds: BTreeMap<LogicalNodeId, node::Journaled> = BTreeMap::new();
         let mut run_journaled = false;
         for record in journal {
+            if let JournalRecord::DesiredSet { group, count } = record {
+                let before = (config.plan.groups.iter())
+                    .find(|g| &g.group_id == group)
+                    .map_or(*count, |g| g.count);
+                super::scale::set_plan_count(&mut config.plan, group, *count);
+                // A node wanted again starts a new story under its id; only
+                // its log numbers carry over.
+                for index in before..*count {
+                    let id = crate::plan::node_id(group, index);
+                    if let Some(fold) = folds.get_mut(&id) {
+                        *fold = node::Journaled {
+                            log_seqs: fold.log_seqs,
+                            ..node::Journaled::default()
+                        };
+                    }
+                }
+                continue;
+            }
             match node::Journaled::node_of(record) {
                 Some(node) => folds.entry(node.clone()).or_default().apply(record),
                 None => run_journaled = true,
@@ -29,6 +53,7 @@ impl Orchestrator {
         }
         let planned = crate::plan::expand(&config.plan);
         let mut unplanned = Vec::new();
+        let mut retired = BTreeMap::new();
         for (id, fold) in &mut folds {
             if planned.iter().any(|spec| &spec.node_id == id) {
                 continue;
@@ -37,6 +62,10 @@ impl Orchestrator {
                 fold.destroy_requested = true;
                 fold.replace = None;
                 unplanned.push(spec);
+            } else {
+                // Nothing to destroy, so no slot; a count that wants it
+                // again makes a node that continues its log numbers.
+                retired.insert(id.clone(), fold.log_seqs);
             }
         }
         let unplanned_count = unplanned.len();
@@ -44,6 +73,7 @@ impl Orchestrator {
         // journal's length names the life.
         let mut orchestrator = Orchestrator::build(config, journal.len() as u64, unplanned);
         orchestrator.run_journaled = run_journaled;
+        orchestrator.retired = retired;
         orchestrator.counters.unplanned_journal_nodes = unplanned_count as u64;
         for (id, fold) in folds {
             let Some(slot) = orchestrator.slot_of(&id) else {
@@ -125,4 +155,36 @@ pub(super) fn slotted(mut specs: Vec<LogicalNodeSpec>) -> Vec<LogicalNodeSpec> {
         }
     }
     out
+}
+
+/// The slots of each wanted group's nodes, by index: `{group}-{index}` for
+/// every index below the group's wanted count. Without `check_ids`, every
+/// spec is taken to be planned (named `{group}-{index}`, as expansion names
+/// them).
+pub(super) fn group_slots(
+    specs: &[LogicalNodeSpec],
+    desired: &reconcile::Desired,
+    check_ids: bool,
+) -> Vec<(GroupId, Vec<Slot>)> {
+    let mut found: BTreeMap<GroupId, Vec<Option<Slot>>> = desired
+        .groups
+        .iter()
+        .map(|(group, count)| (group.clone(), vec![None; *count as usize]))
+        .collect();
+    for (n, spec) in (0u32..).zip(specs) {
+        let is_planned =
+            !check_ids || crate::plan::is_node_id(&spec.node_id, &spec.group_id, spec.index);
+        if let Some(slots) = found.get_mut(&spec.group_id)
+            && let Some(entry) = slots.get_mut(spec.index as usize)
+            && is_planned
+        {
+            *entry = Some(Slot(n));
+        }
+    }
+    // A wanted node always has a spec (the plan expands into them), so
+    // every entry is found; the prefix that is keeps the index exact.
+    found
+        .into_iter()
+        .map(|(group, slots)| (group, slots.into_iter().map_while(|s| s).collect()))
+        .collect()
 }

@@ -57,6 +57,7 @@ impl Orchestrator {
             | Input::Start
             | Input::Teardown
             | Input::Destroy { .. }
+            | Input::SetDesired { .. }
             | Input::AgentJoined { .. }
             | Input::AgentLost { .. } => {
                 unreachable!("route_answer is given answers only")

@@ -299,6 +299,7 @@ pub fn input_line(input: &Input) -> String {
         Input::Start => "start".to_owned(),
         Input::Teardown => "teardown".to_owned(),
         Input::Destroy { node } => format!("destroy {node}"),
+        Input::SetDesired { group, count } => format!("set-desired {group} {count}"),
         Input::AgentLost { node, agent, .. } => format!("agent-lost {node} {agent}"),
         Input::LeaseCreated { op, result: Ok(g) } => {
             let ep = g
@@ -452,6 +453,7 @@ pub fn journal_line(record: &JournalRecord) -> String {
         JournalRecord::LeaseReleased { node, lease_id } => {
             format!("LeaseReleased {node} {lease_id}")
         }
+        JournalRecord::DesiredSet { group, count } => format!("DesiredSet {group} {count}"),
     }
 }
 

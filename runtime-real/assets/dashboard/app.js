@@ -1,7 +1,7 @@
-// The dashboard page: one EventSource, every change pushed by the server.
+// The dashboard page: one stream, every change pushed by the server.
 // Every event has an id; a reconnect resumes after the last one applied
-// (the browser's Last-Event-ID, or ?last_event_id= when the page itself
-// reconnects). `window.__dash` exposes the page's state to tests and the
+// (the browser's Last-Event-ID, or ?last_event_id= when the stream is
+// reconnected on purpose). `window.__dash` exposes the page's state to tests and the
 // latency benchmark.
 (function () {
   "use strict";
@@ -10,7 +10,7 @@
   const dash = {
     lastId: null, nodes: new Map(), logs: new Map(), offsets: new Map(),
     groups: [], pipeline: null, readOnly: false, upRunning: false,
-    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], transitions: [], source: null,
+    hellos: [], gaps: [], duplicates: 0, applied: 0, counts: {}, latencies: [], transitions: [],
     confirm: (question) => window.confirm(question),
   };
   window.__dash = dash;
@@ -47,9 +47,11 @@
   function text(el, value) { el.textContent = value == null || value === "" ? "-" : String(value); }
 
   // Cards.
+  // Cards by node, and each card's fields by name (no query per update).
+  const cards = new Map();
   function card(id) {
-    let el = document.querySelector('.card[data-node="' + CSS.escape(id) + '"]');
-    if (el) return el;
+    let el = cards.get(id);
+    if (el && el.isConnected) return el;
     el = document.createElement("article");
     el.className = "card";
     el.dataset.node = id;
@@ -82,12 +84,24 @@
     el.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && e.target === el) { e.preventDefault(); openLog(id); }
     });
+    el.fields = {};
+    for (const dd of el.querySelectorAll("[data-f]")) el.fields[dd.dataset.f] = dd;
+    const tail = el.querySelector(".tail");
+    // Whether the tail follows its end, kept on scroll (so writing lines
+    // never has to read the layout first).
+    tail.pinned = true;
+    tail.addEventListener("scroll", () => { tail.pinned = tail.scrollTop + tail.clientHeight >= tail.scrollHeight - 4; });
     const fleet = $("fleet");
     const after = [...fleet.children].find((c) => c.dataset.node > id);
     fleet.insertBefore(el, after || null);
+    cards.set(id, el);
     return el;
   }
-  function field(el, name, value) { text(el.querySelector('[data-f="' + name + '"]'), value); }
+  function field(el, name, value) {
+    const dd = el.fields[name];
+    const v = value == null || value === "" ? "-" : String(value);
+    if (dd.textContent !== v) dd.textContent = v;
+  }
   function liveness(n) {
     if (n.stage === "Destroyed") return "gone";
     if (!dash.upRunning) return "unknown (run stopped)";
@@ -123,26 +137,73 @@
     el.setAttribute("aria-label", n.id + ": " + n.stage + (n.ready ? ", ready" : "") +
       (n.failed_reason ? ", failed: " + n.failed_reason : "") + ". Enter opens the full log.");
   }
-  function renderGroups() {
+  // Per group: ready/desired, and +1 / -1 (the reconciler's desired count).
+  function groupItem(name) {
     const ul = $("groups");
-    ul.replaceChildren(...dash.groups.map((g) => {
-      const li = document.createElement("li");
-      li.dataset.group = g.group;
+    let li = ul.querySelector('li[data-group="' + CSS.escape(name) + '"]');
+    if (li) return li;
+    li = document.createElement("li");
+    li.dataset.group = name;
+    li.innerHTML = '<span class="name"></span> <span class="count"></span> ' +
+      '<button type="button" class="plus">+1</button><button type="button" class="minus">-1</button>';
+    li.querySelector(".name").textContent = name;
+    const path = "/api/groups/" + q(name) + "/scale";
+    li.querySelector(".plus").addEventListener("click", () => {
+      const g = dash.groups.find((x) => x.group === name) || { desired: 0 };
+      control("Add a node to " + name + "? Its desired count goes from " + g.desired + " to " +
+        (g.desired + 1) + "; the new node is rented and bootstrapped.",
+        path, name + ": one node more asked for", { delta: 1 });
+    });
+    li.querySelector(".minus").addEventListener("click", () => {
+      const g = dash.groups.find((x) => x.group === name) || { desired: 0 };
+      control("Remove a node from " + name + "? Its desired count goes from " + g.desired + " to " +
+        (g.desired - 1) + "; its highest-numbered node's lease is destroyed.",
+        path, name + ": one node less asked for", { delta: -1 });
+    });
+    ul.append(li);
+    return li;
+  }
+  function renderGroups() {
+    const names = new Set(dash.groups.map((g) => g.group));
+    for (const li of [...$("groups").children]) if (!names.has(li.dataset.group)) li.remove();
+    const hidden = dash.readOnly || !dash.upRunning;
+    for (const g of dash.groups) {
+      const li = groupItem(g.group);
       li.dataset.full = String(g.ready >= g.desired);
-      li.innerHTML = '<span class="name"></span> <span class="count"></span>';
-      li.querySelector(".name").textContent = g.group;
       li.querySelector(".count").textContent = g.ready + "/" + g.desired;
       li.setAttribute("aria-label", g.group + ": " + g.ready + " of " + g.desired + " ready");
-      return li;
-    }));
+      const plus = li.querySelector(".plus"), minus = li.querySelector(".minus");
+      plus.hidden = hidden; minus.hidden = hidden;
+      minus.disabled = g.desired === 0;
+      plus.setAttribute("aria-label", "Add a node to " + g.group + " (desired " + g.desired + " to " + (g.desired + 1) + ")");
+      minus.setAttribute("aria-label", "Remove a node from " + g.group + " (desired " + g.desired + " to " + Math.max(0, g.desired - 1) + ")");
+    }
   }
+  // Tails are written at most once a frame, all at once: a burst of lines
+  // (twenty nodes booting) costs one layout, not one per line.
+  const dirtyTails = new Set();
+  let tailsDue = false;
   function renderTail(node) {
-    const el = card(node);
-    const pre = el.querySelector(".tail");
-    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    pre.textContent = (dash.logs.get(node) || []).join("\n");
-    if (atEnd) pre.scrollTop = pre.scrollHeight;
+    dirtyTails.add(node);
+    if (tailsDue) return;
+    tailsDue = true;
+    requestAnimationFrame(flushTails);
+    // A page in the background gets no frames: its tails follow anyway.
+    setTimeout(flushTails, 250);
   }
+  function flushTails() {
+    if (!tailsDue) return;
+    tailsDue = false;
+    const pres = [];
+    for (const node of dirtyTails) {
+      const pre = card(node).querySelector(".tail");
+      pre.textContent = (dash.logs.get(node) || []).join("\n");
+      if (pre.pinned) pres.push(pre);
+    }
+    dirtyTails.clear();
+    for (const pre of pres) pre.scrollTop = pre.scrollHeight;
+  }
+  dash.flushTails = flushTails;
   function addLog(l) {
     const last = dash.offsets.get(l.node) || 0;
     if (l.offset <= last) { dash.duplicates += 1; return; }
@@ -193,6 +254,7 @@
     renderGroups();
     for (const n of dash.nodes.values()) renderCard(n);
     for (const node of dash.logs.keys()) renderTail(node);
+    flushTails();
     renderPipeline();
     renderConn();
     $("stop").hidden = dash.readOnly || !dash.upRunning;
@@ -200,10 +262,12 @@
 
   // Controls: each asks first, then goes to the run; its effect arrives on
   // the stream like any other change.
-  async function control(question, path, done) {
+  async function control(question, path, done, body) {
     if (!dash.confirm(question)) return;
     try {
-      const res = await fetch(api(path), { method: "POST" });
+      const init = { method: "POST" };
+      if (body) { init.headers = { "content-type": "application/json" }; init.body = JSON.stringify(body); }
+      const res = await fetch(api(path), init);
       $("notice").textContent = res.ok ? done : "refused: " + (await res.text()).trim();
     } catch (err) {
       $("notice").textContent = "failed: " + err;
@@ -247,6 +311,7 @@
       dash.logs = new Map(); dash.offsets = new Map();
       for (const [node, lines] of Object.entries(d.logs || {})) for (const l of lines) addLog(l);
       $("fleet").replaceChildren();
+      cards.clear();
       cost(d);
       renderAll();
     },
@@ -255,38 +320,31 @@
     pipeline(d) { dash.pipeline = d.pipeline; renderPipeline(); },
     log(d) { addLog(d); renderTail(d.node); },
     run(d) {
-      dash.upRunning = d.up_running; renderConn(); renderPipeline();
+      dash.upRunning = d.up_running; renderConn(); renderPipeline(); renderGroups();
       for (const n of dash.nodes.values()) renderCard(n);
     },
   };
 
-  function connect(resumeFrom) {
-    let url = api("/events");
-    if (resumeFrom) url += "&last_event_id=" + q(resumeFrom);
-    const es = new EventSource(url);
-    dash.source = es;
-    for (const [kind, handle] of Object.entries(handlers)) {
-      es.addEventListener(kind, (ev) => {
-        if (dash.source !== es) return;
-        const data = JSON.parse(ev.data);
-        if (ev.lastEventId) dash.lastId = ev.lastEventId;
-        handle(data);
-        dash.applied += 1;
-        dash.counts[kind] = (dash.counts[kind] || 0) + 1;
-        if (data.server_ms) {
-          const ms = Date.now() - data.server_ms;
-          dash.latencies.push(ms);
-          if (dash.latencies.length > 10000) dash.latencies.shift();
-          // A node's state change, now on screen (the benchmark's figure).
-          if (kind === "node" && dash.transitions.length < 10000) dash.transitions.push(ms);
-        }
-      });
+  // One stream per browser (a SharedWorker fans it out to every page), or
+  // the page's own where that is missing: `feed.js`.
+  function apply(kind, id, text) {
+    const data = JSON.parse(text);
+    if (id) dash.lastId = id;
+    handlers[kind](data);
+    dash.applied += 1;
+    dash.counts[kind] = (dash.counts[kind] || 0) + 1;
+    if (data.server_ms) {
+      const ms = Date.now() - data.server_ms;
+      dash.latencies.push(ms);
+      if (dash.latencies.length > 10000) dash.latencies.shift();
+      // A node's state change, now on screen (the benchmark's figure).
+      if (kind === "node" && dash.transitions.length < 10000) dash.transitions.push(ms);
     }
-    es.onopen = () => { dash.connected = true; renderConn(); };
-    es.onerror = () => { dash.connected = false; renderConn(); };
   }
-  // A reconnect by the page itself, resuming after the last id applied.
-  dash.reconnect = () => { if (dash.source) dash.source.close(); connect(dash.lastId); };
+  const feed = window.droverFeed(token, Object.keys(handlers), apply, (up) => { dash.connected = up; renderConn(); });
+  dash.feed = feed;
+  // A reconnect that resumes after the last id applied.
+  dash.reconnect = () => feed.reconnect();
 
   // The full log: what `drover logs NODE` prints, line for line.
   async function openLog(node) {
@@ -340,7 +398,16 @@
     }
   });
 
-  // Ages move on the page's own clock; nothing is fetched for them.
-  setInterval(() => { for (const n of dash.nodes.values()) renderCard(n); renderAccrued(); }, 1000);
-  connect(null);
+  // Ages move on the page's own clock (nothing is fetched for them): once
+  // a second, the age fields only.
+  setInterval(() => {
+    for (const n of dash.nodes.values()) {
+      const el = cards.get(n.id);
+      if (!el) continue;
+      field(el, "liveness", liveness(n));
+      field(el, "uptime", n.lease ? age(n.lease_since_ms) : null);
+      field(el, "in stage", age(n.stage_since_ms));
+    }
+    renderAccrued();
+  }, 1000);
 })();

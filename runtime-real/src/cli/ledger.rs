@@ -6,7 +6,7 @@
 //! are not journaled; while `drover up` runs, it writes its live view to
 //! `<state>/live.json`, which `status` overlays.
 
-use core_fsm::ids::{AgentId, LogicalNodeId, Nonce, RunId};
+use core_fsm::ids::{AgentId, GroupId, LogicalNodeId, Nonce, RunId};
 use core_fsm::node::Lifecycle;
 use core_fsm::port::{JournalRecord, LeaseFacts};
 use std::collections::BTreeMap;
@@ -52,6 +52,9 @@ pub struct Ledger {
     pub run_id: Option<RunId>,
     /// Rows by node.
     pub nodes: BTreeMap<LogicalNodeId, NodeRow>,
+    /// Groups whose desired count the operator set (the dashboard's +1 /
+    /// -1), with the last count: it replaces the plan's.
+    pub desired: BTreeMap<GroupId, u32>,
     /// What reading the journal found at its end, when not clean.
     pub tail_note: Option<String>,
 }
@@ -112,6 +115,9 @@ impl Ledger {
     pub fn apply(&mut self, record: &JournalRecord) {
         match record {
             JournalRecord::RunStarted { run_id } => self.run_id = Some(*run_id),
+            JournalRecord::DesiredSet { group, count } => {
+                self.desired.insert(group.clone(), *count);
+            }
             JournalRecord::LeaseIntent { node, nonce, .. } => {
                 let row = self.row(node);
                 row.stage = Lifecycle::LeaseRequested;

@@ -65,7 +65,7 @@ pub struct GroupCount {
     pub group: String,
     /// Nodes ready.
     pub ready: u32,
-    /// Nodes the plan wants.
+    /// Nodes the plan wants (or the operator's last +1 / -1).
     pub desired: u32,
 }
 
@@ -286,6 +286,17 @@ pub fn fleet(
 ) -> (Vec<Card>, Vec<GroupCount>) {
     let mut cards: BTreeMap<String, Card> = BTreeMap::new();
     let mut groups = Vec::new();
+    // The operator's +1 / -1 (journaled) replace the plan's counts.
+    let plan = plan.map(|plan| {
+        let mut plan = plan.clone();
+        for group in &mut plan.groups {
+            if let Some(count) = ledger.desired.get(&group.group_id) {
+                group.count = *count;
+            }
+        }
+        plan
+    });
+    let plan = plan.as_ref();
     if let Some(plan) = plan {
         for node in core_fsm::plan::expand(plan) {
             let shape_gpu = node.shape.gpu_name.clone().map(|g| g.to_string());
@@ -302,9 +313,13 @@ pub fn fleet(
         }
     }
     for row in ledger.nodes.values() {
+        let group = core_fsm::plan::parse_node_id(&row.id)
+            .and_then(|(group, _)| std::str::from_utf8(group).ok())
+            .filter(|g| plan.is_some_and(|p| p.groups.iter().any(|pg| pg.group_id.as_str() == *g)))
+            .unwrap_or("");
         let card = cards
             .entry(row.id.to_string())
-            .or_insert_with(|| blank(row.id.as_str(), "", None));
+            .or_insert_with(|| blank(row.id.as_str(), group, None));
         from_row(card, row);
     }
     for node in live {

@@ -23,6 +23,10 @@ use std::time::Duration;
 const PAGE: &str = include_str!("../../assets/dashboard/index.html");
 const STYLE: &str = include_str!("../../assets/dashboard/style.css");
 const SCRIPT: &str = include_str!("../../assets/dashboard/app.js");
+/// The page's end of the stream (inlined before `SCRIPT`).
+const FEED: &str = include_str!("../../assets/dashboard/feed.js");
+/// The SharedWorker that holds one stream for every page of a browser.
+const WORKER: &str = include_str!("../../assets/dashboard/stream.js");
 /// How long a page waits before it reconnects a dropped stream.
 const RETRY: Duration = Duration::from_millis(1000);
 /// Longest prompt the proxy forwards.
@@ -49,11 +53,13 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/events", get(events))
+        .route("/stream.js", get(worker))
         .route("/api/state", get(state))
         .route("/api/logs/{node}", get(logs))
         .route("/api/prompt", post(prompt))
         .route("/api/nodes/{node}/remove", post(super::controls::remove))
         .route("/api/nodes/{node}/kill", post(super::controls::kill))
+        .route("/api/groups/{group}/scale", post(super::controls::scale))
         .route("/api/stop", post(super::controls::stop))
         .with_state(app)
 }
@@ -67,13 +73,32 @@ async fn page(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params)
     }
     let html = PAGE
         .replace("/*STYLE*/", STYLE)
-        .replace("/*SCRIPT*/", SCRIPT);
+        .replace("/*SCRIPT*/", &format!("{FEED}\n{SCRIPT}"));
     let mut response = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response();
     let csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-               connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+               connect-src 'self'; worker-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+               frame-ancestors 'none'";
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(csp),
+    );
+    hardened(response)
+}
+
+/// The SharedWorker's script (`assets/dashboard/stream.js`): it may only
+/// connect to this server.
+async fn worker(State(app): State<Arc<App>>, headers: HeaderMap, Query(q): Params) -> Response {
+    if let Err(refused) = guard(&app, &headers, &q, false) {
+        return *refused;
+    }
+    let mut response = (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        WORKER,
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; connect-src 'self'"),
     );
     hardened(response)
 }

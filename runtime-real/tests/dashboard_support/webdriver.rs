@@ -215,6 +215,14 @@ impl Browser {
         self.goto(url).await;
     }
 
+    /// Closes the current window (switch to another before the next call).
+    pub async fn close_window(&self) {
+        let v = self
+            .call(reqwest::Method::DELETE, "/window", Value::Null)
+            .await;
+        assert!(v.is_array(), "closing a window: {v}");
+    }
+
     /// Every window's handle, in the order WebDriver gives them.
     pub async fn windows(&self) -> Vec<String> {
         let v = self

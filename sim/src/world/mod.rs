@@ -401,6 +401,14 @@ impl<'c, S: System> World<'c, S> {
                     self.coverage.faults.insert("operator-destroy");
                 }
             }
+            Action::Scale { group, count } => {
+                if let (Some(orch), Some(input)) =
+                    (self.orch.as_mut(), plan::scale(&self.plan, group, count))
+                {
+                    orch.inbox.push_back(input);
+                    self.coverage.faults.insert("operator-scale");
+                }
+            }
             Action::UnknownAnswer => {
                 self.unknown_answers += 1;
                 let op = OpId(9_000_000 + self.unknown_answers);
