@@ -179,9 +179,12 @@ fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
 const STORY: &str =
     "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
 
-/// Decode tokens/s on 1 to 4 stages (the best of `repeats` requests of
-/// `decode` tokens each), with the time each extra stage adds per token;
-/// `prefill` also times a ~512-token prompt on 1 and 4 stages.
+/// Decode tokens/s on 1 to 4 stages, with the time each extra stage adds
+/// per token. The four pipelines serve side by side (idle ones cost
+/// nothing) and take their requests in turns, `repeats` rounds of one
+/// request of `decode` tokens each, the best kept: a drift of the
+/// machine's speed then touches every stage count alike. `prefill` also
+/// times a ~512-token prompt on 1 and 4 stages.
 fn stage_rates(
     bin: &Path,
     model: &Path,
@@ -192,20 +195,24 @@ fn stage_rates(
     reference: Option<f64>,
 ) -> Result<(), String> {
     let root = bench_dir().join("pipeline").join(name);
-    println!("stages  decode tok/s  ms/token  vs 1 process  added per token per extra stage");
-    let mut rates = Vec::new();
+    let mut ups = Vec::new();
     for stages in 1..=4u32 {
         let state = root.join(format!("s{stages}"));
         let (up, _) = Up::start(bin, &plan(model, stages, &state), &state)?;
         let addr = up.addr()?;
         // A warm-up request first: the slices are mapped and paged in.
         prompt(&addr, "Once upon a time", 4)?;
-        let mut rate: f64 = 0.0;
-        for _ in 0..repeats {
-            rate = rate.max(prompt(&addr, "Once upon a time", decode)?.1);
+        ups.push((up, addr));
+    }
+    let mut rates = [0.0f64; 4];
+    for _ in 0..repeats {
+        for (rate, (_, addr)) in rates.iter_mut().zip(&ups) {
+            *rate = rate.max(prompt(addr, "Once upon a time", decode)?.1);
         }
-        rates.push(rate);
-        let added = match stages {
+    }
+    println!("stages  decode tok/s  ms/token  vs 1 process  added per token per extra stage");
+    for (n, rate) in (1u32..).zip(rates) {
+        let added = match n {
             1 => "-".to_owned(),
             n => {
                 let per = (1.0 / rate - 1.0 / rates[0]) / f64::from(n - 1);
@@ -214,18 +221,18 @@ fn stage_rates(
         };
         let ratio = reference.map_or("-".to_owned(), |r| format!("{:.2}x", rate / r));
         println!(
-            "{stages:<7} {rate:<13.1} {:<9.3} {ratio:<13} {added}",
+            "{n:<7} {rate:<13.1} {:<9.3} {ratio:<13} {added}",
             1e3 / rate
         );
-        if prefill && (stages == 1 || stages == 4) {
-            let prefill_text = STORY.repeat(32);
-            let (ttft, _, _) = prompt(&addr, &prefill_text, 1)?;
+    }
+    if prefill {
+        for (stages, (_, addr)) in [(1, &ups[0]), (4, &ups[3])] {
+            let (ttft, _, _) = prompt(addr, &STORY.repeat(32), 1)?;
             println!(
-                "        prefill of ~512 tokens ({stages} stage(s)): {:.0} ms to the first token",
+                "prefill of ~512 tokens on {stages} stage(s): {:.0} ms to the first token",
                 ttft.as_secs_f64() * 1e3
             );
         }
-        drop(up);
     }
     Ok(())
 }
@@ -234,22 +241,22 @@ fn stage_rates(
 pub fn bench_pipeline() -> Result<(), String> {
     let bin = build()?;
     let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
-    let decode = 48;
+    let decode = 96;
     println!(
-        "model {} (0.5b shape, q8_0); {decode} decode tokens, the best of 2; local nodes",
+        "model {} (0.5b shape, q8_0); {decode} decode tokens, the best of 3 interleaved rounds; local nodes",
         model.display()
     );
     let reference = one_process(&bin, &model, decode)?;
     println!("one drover-worker process: decode {reference:.1} tokens/s");
-    stage_rates(&bin, &model, "q8_0", decode, 2, true, Some(reference))?;
+    stage_rates(&bin, &model, "q8_0", decode, 3, true, Some(reference))?;
     // The hop alone: a model whose compute is a few microseconds a token,
     // so what each extra stage adds is its edge (worker, agent, iroh, the
     // next agent and worker), not the arithmetic.
     println!(
-        "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 3",
+        "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 5 interleaved rounds",
         stories().display()
     );
-    stage_rates(&bin, &stories(), "stories", 200, 3, false, None)?;
+    stage_rates(&bin, &stories(), "stories", 200, 5, false, None)?;
     // The README's example, from `up` to the first token.
     let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");
