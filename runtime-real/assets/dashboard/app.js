@@ -1,8 +1,8 @@
 // The dashboard page: one stream, every change pushed by the server.
 // Every event has an id; a reconnect resumes after the last one applied
 // (the browser's Last-Event-ID, or ?last_event_id= when the stream is
-// reconnected on purpose). `window.__dash` exposes the page's state to tests and the
-// latency benchmark.
+// reconnected on purpose). `window.__dash` exposes the page's state to
+// tests and the latency benchmark.
 (function () {
   "use strict";
   const token = new URLSearchParams(location.search).get("token") || "";
@@ -46,8 +46,7 @@
   }
   function text(el, value) { el.textContent = value == null || value === "" ? "-" : String(value); }
 
-  // Cards.
-  // Cards by node, and each card's fields by name (no query per update).
+  // Cards, by node, and each card's fields by name (no query per update).
   const cards = new Map();
   function card(id) {
     let el = cards.get(id);
