@@ -178,17 +178,17 @@
       minus.setAttribute("aria-label", "Remove a node from " + g.group + " (desired " + g.desired + " to " + Math.max(0, g.desired - 1) + ")");
     }
   }
-  // Tails are written at most once a frame, all at once: a burst of lines
-  // (twenty nodes booting) costs one layout, not one per line.
+  // Tails are written at most every TAIL_MS, all at once: a burst of lines
+  // (twenty nodes booting) costs one layout, not one per line, and leaves
+  // the page free for the next event.
+  const TAIL_MS = 200;
   const dirtyTails = new Set();
   let tailsDue = false;
   function renderTail(node) {
     dirtyTails.add(node);
     if (tailsDue) return;
     tailsDue = true;
-    requestAnimationFrame(flushTails);
-    // A page in the background gets no frames: its tails follow anyway.
-    setTimeout(flushTails, 250);
+    setTimeout(flushTails, TAIL_MS);
   }
   function flushTails() {
     if (!tailsDue) return;
