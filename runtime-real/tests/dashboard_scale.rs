@@ -5,8 +5,9 @@
 //! `workers-2`, which the run provisions until it is ready (the group shows
 //! 3/3); -1 destroys it (2/2), and its lease is destroyed once: the journal
 //! has one destroy request and one release for it, not another at
-//! teardown. Every wait is on an event (an SSE event, a line, an exit),
-//! bounded.
+//! teardown. And the scaled fleet is the journal's: after `kill -9` of
+//! `up`, `status` and a restarted `up` keep the added node. Every wait is
+//! on an event (an SSE event, a line, an exit), bounded.
 
 mod dashboard_support;
 mod up_support;
@@ -182,5 +183,79 @@ fn plus_one_adds_a_ready_node_and_minus_one_destroys_it_once() {
         1,
         "its lease destroyed once"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The scaled fleet is the journal's: after `kill -9` of `up`, `drover
+/// status` lists the added node, and a restarted `up` keeps it (adopted,
+/// not destroyed as a node its plan lacks): three nodes settle, the page's
+/// counter says 3/3, and the stop destroys all three.
+#[test]
+fn a_restarted_up_keeps_the_nodes_a_plus_one_added() {
+    let dir = scratch("dash-scale-restart");
+    let state = dir.join("state");
+    let plan = write_plan(&dir, &local_plan(2));
+    let mut up = Up::start(&state, &plan);
+    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
+    let (base, token) = split_url(line["url"].as_str().unwrap());
+    up.wait_line(SETTLE, |l| l["event"] == "settled");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut sse = Sse::open(&base, &token, None).await;
+        let grown = http()
+            .post(format!("{base}/api/groups/workers/scale?token={token}"))
+            .header("origin", base.as_str())
+            .body(r#"{"delta":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(grown.status(), 202);
+        let mut count = None;
+        sse.until(SETTLE, |e| {
+            count = workers_count(e).or(count);
+            count == Some((3, 3))
+        })
+        .await;
+    });
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    let crashed = status(&state);
+    assert_eq!(node(&crashed, "workers-2")["ready"], true, "{crashed}");
+
+    let mut up = Up::start(&state, &plan);
+    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
+    let (base, token) = split_url(line["url"].as_str().unwrap());
+    let settled = up.wait_line(SETTLE, |l| l["event"] == "settled");
+    assert_eq!(settled["nodes"].as_array().unwrap().len(), 3, "{settled}");
+    rt.block_on(async {
+        let mut sse = Sse::open(&base, &token, None).await;
+        let mut count = None;
+        sse.until(SETTLE, |e| {
+            count = workers_count(e).or(count);
+            count == Some((3, 3))
+        })
+        .await;
+    });
+    let restarted = status(&state);
+    for i in 0..3 {
+        assert_eq!(
+            node(&restarted, &format!("workers-{i}"))["ready"],
+            true,
+            "{restarted}"
+        );
+    }
+    up.type_stop();
+    assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
+    let after = status(&state);
+    for i in 0..3 {
+        assert_eq!(
+            node(&after, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{after}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

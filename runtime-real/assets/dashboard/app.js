@@ -1,8 +1,8 @@
 // The dashboard page: one stream, every change pushed by the server.
 // Every event has an id; a reconnect resumes after the last one applied
 // (the browser's Last-Event-ID, or ?last_event_id= when the stream is
-// reconnected on purpose). `window.__dash` exposes the page's state to tests and the
-// latency benchmark.
+// reconnected on purpose). `window.__dash` exposes the page's state to
+// tests and the latency benchmark.
 (function () {
   "use strict";
   const token = new URLSearchParams(location.search).get("token") || "";
@@ -46,8 +46,7 @@
   }
   function text(el, value) { el.textContent = value == null || value === "" ? "-" : String(value); }
 
-  // Cards.
-  // Cards by node, and each card's fields by name (no query per update).
+  // Cards, by node, and each card's fields by name (no query per update).
   const cards = new Map();
   function card(id) {
     let el = cards.get(id);
@@ -179,17 +178,17 @@
       minus.setAttribute("aria-label", "Remove a node from " + g.group + " (desired " + g.desired + " to " + Math.max(0, g.desired - 1) + ")");
     }
   }
-  // Tails are written at most once a frame, all at once: a burst of lines
-  // (twenty nodes booting) costs one layout, not one per line.
+  // Tails are written at most every TAIL_MS, all at once: a burst of lines
+  // (twenty nodes booting) costs one layout, not one per line, and leaves
+  // the page free for the next event.
+  const TAIL_MS = 200;
   const dirtyTails = new Set();
   let tailsDue = false;
   function renderTail(node) {
     dirtyTails.add(node);
     if (tailsDue) return;
     tailsDue = true;
-    requestAnimationFrame(flushTails);
-    // A page in the background gets no frames: its tails follow anyway.
-    setTimeout(flushTails, 250);
+    setTimeout(flushTails, TAIL_MS);
   }
   function flushTails() {
     if (!tailsDue) return;
