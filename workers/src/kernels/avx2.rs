@@ -14,6 +14,7 @@ fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
         rows,
         tokens,
         widen_f16: false,
+        single_token: false,
         f,
     }
 }
@@ -58,7 +59,13 @@ fn build(vnni: bool) -> Option<Kernels> {
                 q4k: dot_q4k,
                 q6k: dot_q6k,
                 tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, q8_0)),
-                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
+                // Four q4_0 rows against one token decode 14% faster than
+                // one row at a time with VNNI (35 -> 40 tok/s on Zen 4);
+                // q8_0 and the others decode faster one row at a time.
+                tile_q4_0: Some(Tile {
+                    single_token: vnni,
+                    ..tile(Q0_ROWS, Q0_TOKENS, q4_0)
+                }),
                 tile_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(F16_ROWS, F16_TOKENS, tile_f16)

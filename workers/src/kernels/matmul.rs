@@ -28,7 +28,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     let plans: Vec<Plan> = weights
         .iter()
         .map(|w| match kernels.tile(w.ty) {
-            Some(tile) if n > 1 => Plan::Tiles(tile),
+            Some(tile) if n > 1 || tile.single_token => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
         })
         .collect();
@@ -36,31 +36,26 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         .iter()
         .any(|p| matches!(p, Plan::Tiles(t) if t.widen_f16))
         .then(|| widened(x));
-    // A single token writes its outputs in place; a batch writes each
-    // weight row's outputs together (rows × tokens), transposed after.
-    let mut transposed: Vec<Vec<f32>> = weights
-        .iter()
-        .map(|w| {
-            if n == 1 {
-                Vec::new()
-            } else {
-                vec![0f32; n * w.rows]
-            }
-        })
-        .collect();
-    let mut tasks = Vec::new();
-    for (p, ((w, y), t)) in products.iter_mut().zip(&mut transposed).enumerate() {
-        let out: &mut [f32] = if n == 1 { y } else { t };
+    // Each task owns a range of one product's weight rows: its piece of
+    // every token's output row, so outputs go straight to their place.
+    let mut tasks: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    for (p, (w, y)) in products.iter_mut().enumerate() {
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
             Plan::Dots(_) => 1,
         };
         let chunk = rows_per_task(w, multiple);
-        for (c, o) in out.chunks_mut(chunk * n).enumerate() {
-            tasks.push((p, c * chunk, o));
+        let first_task = tasks.len();
+        for c in 0..w.rows.div_ceil(chunk) {
+            tasks.push((p, c * chunk, Vec::with_capacity(n)));
+        }
+        for token in y.chunks_mut(w.rows) {
+            for (c, piece) in token.chunks_mut(chunk).enumerate() {
+                tasks[first_task + c].2.push(piece);
+            }
         }
     }
-    let run = |(p, first, out): (usize, usize, &mut [f32])| {
+    let run = |(p, first, mut out): (usize, usize, Vec<&mut [f32]>)| {
         let w = &weights[p];
         match plans[p] {
             Plan::Tiles(tile) => {
@@ -68,13 +63,13 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
                     (Some(wide), true) => Activations::new(&wide[..], 2 * x.row_bytes),
                     _ => Activations::new(&x.data, x.row_bytes),
                 };
-                tiles(tile, w, first, &act, out, n)
+                tiles(tile, w, first, &act, &mut out)
             }
             Plan::Dots(dot) => {
-                for (i, o) in out.chunks_exact_mut(n).enumerate() {
+                for i in 0..out[0].len() {
                     let row = w.row(first + i);
-                    for (t, v) in o.iter_mut().enumerate() {
-                        *v = dot(row, x.row(t));
+                    for (t, o) in out.iter_mut().enumerate() {
+                        o[i] = dot(row, x.row(t));
                     }
                 }
             }
@@ -85,11 +80,6 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         tasks.into_iter().for_each(run);
     } else {
         tasks.into_par_iter().for_each(run);
-    }
-    if n > 1 {
-        for ((_, y), t) in products.iter_mut().zip(&transposed) {
-            transpose(t, n, y);
-        }
     }
 }
 
@@ -144,14 +134,16 @@ fn widened(x: &Encoded) -> Vec<u8> {
         .collect()
 }
 
-/// Rows `first..` of `w` (as many as `out` holds) against all `n` tokens,
-/// into `out[r * n + t]`: a tile of tokens at a time (kept in L1) against
-/// each tile of the rows (kept in L2).
-fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [f32], n: usize) {
+/// Rows `first..` of `w` (as many as each of `out`'s token pieces holds)
+/// against every token, `out[t][r]`: a tile of tokens at a time (kept in
+/// L1) against each tile of the rows (kept in L2).
+fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mut [f32]]) {
     assert!(tile.rows <= TILE_MAX && tile.tokens <= TILE_MAX);
-    let count = out.len() / n;
+    let n = out.len();
+    let count = out[0].len();
     let mut a: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
     let mut ws: [&[u8]; TILE_MAX] = [&[]; TILE_MAX];
+    let mut results = [0f32; TILE_MAX * TILE_MAX];
     for t0 in (0..n).step_by(tile.tokens) {
         let tn = tile.tokens.min(n - t0);
         for (i, a) in a[..tn].iter_mut().enumerate() {
@@ -162,23 +154,12 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [f32
             for (i, wr) in ws[..rn].iter_mut().enumerate() {
                 *wr = w.row(first + r0 + i);
             }
-            (tile.f)(&ws[..rn], &a[..tn], &mut out[r0 * n + t0..], n);
-        }
-    }
-}
-
-/// `y[t * rows + r] = transposed[r * n + t]`, in parallel over tokens.
-fn transpose(transposed: &[f32], n: usize, y: &mut [f32]) {
-    let rows = transposed.len() / n;
-    let per_task = n.div_ceil(rayon::current_num_threads().max(1) * 2).max(8);
-    y.par_chunks_mut(per_task * rows)
-        .enumerate()
-        .for_each(|(c, out)| {
-            for (i, row) in out.chunks_exact_mut(rows).enumerate() {
-                let t = c * per_task + i;
-                for (r, v) in row.iter_mut().enumerate() {
-                    *v = transposed[r * n + t];
+            (tile.f)(&ws[..rn], &a[..tn], &mut results, TILE_MAX);
+            for (t, o) in out[t0..t0 + tn].iter_mut().enumerate() {
+                for (r, v) in o[r0..r0 + rn].iter_mut().enumerate() {
+                    *v = results[r * TILE_MAX + t];
                 }
             }
-        });
+        }
+    }
 }

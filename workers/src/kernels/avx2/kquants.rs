@@ -3,6 +3,7 @@
 //! from the portable kernels.
 
 use super::imp::{f16, hsum};
+use super::ktile::{hsum_i32, q8k_sub_sums};
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
@@ -47,14 +48,12 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
     for (x, y) in w.chunks_exact(144).zip(a.chunks_exact(292)) {
         let dy = q8k_scale(y);
         let scales = &x[4..16];
-        let mut summ = 0i32;
+        let mut mins = [0u8; 8];
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             let (sc_l, m_l) = q4k_scale_min(2 * j, scales);
             let (sc_h, m_h) = q4k_scale_min(2 * j + 1, scales);
-            let bsum = |k: usize| i16::from_le_bytes([y[260 + 2 * k], y[261 + 2 * k]]) as i32;
-            summ += m_l as i32 * (bsum(4 * j) + bsum(4 * j + 1))
-                + m_h as i32 * (bsum(4 * j + 2) + bsum(4 * j + 3));
+            (mins[2 * j], mins[2 * j + 1]) = (m_l, m_h);
             // SAFETY: 32 bytes at 16 + 32j of a 144-byte block, and 64 at
             // 4 + 64j of a 292-byte one.
             let (q4, q8l, q8h) = unsafe {
@@ -76,6 +75,9 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
             );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
+        // The mins against the sub-block sums: an exact integer.
+        let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins)));
+        let summ = hsum_i32(_mm_madd_epi16(mins, q8k_sub_sums(y)));
         acc = _mm256_fmadd_ps(
             _mm256_set1_ps(f16(x, 0) * dy),
             _mm256_cvtepi32_ps(sumi),

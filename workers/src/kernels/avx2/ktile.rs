@@ -35,7 +35,7 @@ fn q8k_scale(y: &[u8]) -> f32 {
 /// eight i16 lanes (each at most 32 · 128 in magnitude).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn q8k_sub_sums(y: &[u8]) -> __m128i {
+pub(super) fn q8k_sub_sums(y: &[u8]) -> __m128i {
     let bsums = load(y, 260);
     _mm_hadd_epi16(
         _mm256_castsi256_si128(bsums),
@@ -46,7 +46,7 @@ fn q8k_sub_sums(y: &[u8]) -> __m128i {
 /// The sum of four i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_i32(v: __m128i) -> i32 {
+pub(super) fn hsum_i32(v: __m128i) -> i32 {
     let v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
     let v = _mm_add_epi32(v, _mm_shuffle_epi32::<0b01>(v));
     _mm_cvtsi128_si32(v)
