@@ -24,16 +24,14 @@ fn stage_of(cards: &BTreeMap<String, String>, node: &str) -> String {
 #[test]
 fn remove_and_stop_from_the_page_go_through_the_run_and_refusals_change_nothing() {
     let dir = scratch("dash-controls");
-    let state = dir.join("state");
-    let plan = write_plan(&dir, &local_plan(3));
-    let mut up = Up::start(&state, &plan);
-    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
-    let (base, token) = split_url(line["url"].as_str().unwrap());
-    up.wait_line(SETTLE, |l| l["event"] == "settled");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let WithDashboard {
+        mut up,
+        state,
+        base,
+        token,
+        ..
+    } = up_with_dashboard(&dir, 3, SETTLE);
+    let rt = tokio_runtime();
     rt.block_on(async {
         let http = http();
         let mut sse = Sse::open(&base, &token, None).await;

@@ -35,16 +35,14 @@ fn journal(state: &std::path::Path) -> Vec<JournalRecord> {
 #[test]
 fn plus_one_adds_a_ready_node_and_minus_one_destroys_it_once() {
     let dir = scratch("dash-scale");
-    let state = dir.join("state");
-    let plan = write_plan(&dir, &local_plan(2));
-    let mut up = Up::start(&state, &plan);
-    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
-    let (base, token) = split_url(line["url"].as_str().unwrap());
-    up.wait_line(SETTLE, |l| l["event"] == "settled");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let WithDashboard {
+        mut up,
+        state,
+        base,
+        token,
+        ..
+    } = up_with_dashboard(&dir, 2, SETTLE);
+    let rt = tokio_runtime();
     rt.block_on(async {
         let http = http();
         let mut sse = Sse::open(&base, &token, None).await;
@@ -193,16 +191,14 @@ fn plus_one_adds_a_ready_node_and_minus_one_destroys_it_once() {
 #[test]
 fn a_restarted_up_keeps_the_nodes_a_plus_one_added() {
     let dir = scratch("dash-scale-restart");
-    let state = dir.join("state");
-    let plan = write_plan(&dir, &local_plan(2));
-    let mut up = Up::start(&state, &plan);
-    let line = up.wait_line(SETTLE, |l| l["event"] == "dashboard");
-    let (base, token) = split_url(line["url"].as_str().unwrap());
-    up.wait_line(SETTLE, |l| l["event"] == "settled");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let WithDashboard {
+        mut up,
+        state,
+        plan,
+        base,
+        token,
+    } = up_with_dashboard(&dir, 2, SETTLE);
+    let rt = tokio_runtime();
     rt.block_on(async {
         let mut sse = Sse::open(&base, &token, None).await;
         let grown = http()

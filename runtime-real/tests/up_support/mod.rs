@@ -407,3 +407,45 @@ pub fn streaming_prompt(
     stdout.read_exact(&mut first).unwrap();
     (client, stdout, first[0])
 }
+
+/// A `drover up` with its dashboard, every node settled.
+pub struct WithDashboard {
+    /// The run.
+    pub up: Up,
+    /// Its state dir.
+    pub state: PathBuf,
+    /// Its plan file.
+    pub plan: PathBuf,
+    /// The dashboard's base URL.
+    pub base: String,
+    /// The dashboard's access token.
+    pub token: String,
+}
+
+/// `drover up` of `nodes` local nodes in `dir` (a fresh scratch dir), with
+/// its dashboard, once every node has settled.
+pub fn up_with_dashboard(dir: &Path, nodes: u32, settle: Duration) -> WithDashboard {
+    let state = dir.join("state");
+    let plan = write_plan(dir, &local_plan(nodes));
+    let mut up = Up::start(&state, &plan);
+    let line = up.wait_line(settle, |l| l["event"] == "dashboard");
+    let url = line["url"].as_str().expect("the dashboard's url");
+    let (base, token) = url.split_once("/?token=").expect("a url with its token");
+    let (base, token) = (base.to_owned(), token.to_owned());
+    up.wait_line(settle, |l| l["event"] == "settled");
+    WithDashboard {
+        up,
+        state,
+        plan,
+        base,
+        token,
+    }
+}
+
+/// A multi-threaded runtime for a test's async part.
+pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
