@@ -11,6 +11,7 @@
 //! never drive a decision. Invariants B1.. are in `spec/provisioning.md`.
 
 mod commands;
+mod invariants;
 mod machine;
 mod transitions;
 

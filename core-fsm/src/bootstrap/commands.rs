@@ -31,8 +31,6 @@ impl super::Machine {
                 )
             }
             Phase::Starting { .. } => {
-                self.join_minted = true;
-                self.start_op = Some(op);
                 let join = Some(self.config.join_binding());
                 let command = self.config.boot.start_command.clone();
                 (
@@ -137,6 +135,7 @@ impl super::Machine {
     pub(super) fn on_start_exit(
         &mut self,
         now: Instant,
+        start: OpId,
         result: Result<i32, SshError>,
         out: &mut Vec<Effect>,
     ) {
@@ -145,7 +144,7 @@ impl super::Machine {
                 self.timers.clear();
                 let timeout = self.config.boot.timeouts.join_timeout;
                 self.timers.set(TimerKind::Join, now + timeout);
-                self.set_phase(Phase::WaitingForJoin, out);
+                self.set_phase(Phase::WaitingForJoin { start }, out);
             }
             Ok(code) => self.fail(
                 now,
@@ -165,7 +164,7 @@ impl super::Machine {
         out: &mut Vec<Effect>,
     ) {
         self.tails.retain(|tail| *tail != op);
-        let live = !matches!(self.phase, Phase::Closing { .. } | Phase::Ended { .. });
+        let live = !matches!(self.phase, Phase::Closing { .. } | Phase::Ended(_));
         if let (true, Err(e)) = (live, result)
             && e.kind == SshErrorKind::Reset
         {

@@ -1,5 +1,6 @@
-//! The session's state, its one `match (phase, input)` and its invariants.
-//! Transitions live in `transitions.rs`.
+//! The session's state and its one `match (phase, event)`; the invariants
+//! are in `invariants.rs`.
+//! The transitions live in `transitions.rs` and `commands.rs`.
 
 use super::Timers;
 use super::{Config, Effect, Input, Step, TimerKind};
@@ -33,15 +34,19 @@ impl Failure {
 }
 
 /// How a session ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum End {
     Converged,
-    Failed(Failure),
+    /// The failure and why, for people and the node record.
+    Failed(Failure, String),
     Cancelled,
 }
 
-/// The session's phase; each variant holds only what is valid in it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The session's phase; each variant holds only what is valid in it. A
+/// connection is open (or being opened) in every phase between `Created`
+/// and `Ended`; a join token may exist from `Starting` on, and `start` is
+/// the start command whose lines are still logged until SSH is closed.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
     Created,
     /// `op` is `None` while waiting for the next attempt.
@@ -59,55 +64,72 @@ pub(super) enum Phase {
     Starting {
         op: OpId,
     },
-    WaitingForJoin,
+    WaitingForJoin {
+        start: OpId,
+    },
     Closing {
         op: OpId,
         end: End,
+        start: Option<OpId>,
     },
-    Ended {
-        end: End,
-    },
+    Ended(End),
 }
 
 impl Phase {
-    pub(super) fn stage(self) -> Step {
+    pub(super) fn stage(&self) -> Step {
         match self {
             Phase::Created => Step::Created,
             Phase::Connecting { .. } => Step::SshConnecting,
             Phase::Probing { .. } => Step::SshReady,
             Phase::Verifying { .. } => Step::BootChecking,
             Phase::Starting { .. } => Step::AgentStarting,
-            Phase::WaitingForJoin => Step::WaitingForJoin,
+            Phase::WaitingForJoin { .. } => Step::WaitingForJoin,
             Phase::Closing {
                 end: End::Converged,
                 ..
             } => Step::Converged,
-            Phase::Ended {
-                end: End::Converged,
-            } => Step::Closed,
+            Phase::Ended(End::Converged) => Step::Closed,
             Phase::Closing {
-                end: End::Failed(f),
+                end: End::Failed(f, _),
                 ..
             }
-            | Phase::Ended {
-                end: End::Failed(f),
-            } => f.stage(),
+            | Phase::Ended(End::Failed(f, _)) => f.stage(),
             Phase::Closing {
                 end: End::Cancelled,
                 ..
             }
-            | Phase::Ended {
-                end: End::Cancelled,
-            } => Step::Cancelled,
+            | Phase::Ended(End::Cancelled) => Step::Cancelled,
         }
     }
 
     /// The command whose output and exit belong to the current step.
-    fn command_op(self) -> Option<OpId> {
-        match self {
+    fn command_op(&self) -> Option<OpId> {
+        match *self {
             Phase::Probing { op } | Phase::Verifying { op, .. } | Phase::Starting { op } => {
                 Some(op)
             }
+            _ => None,
+        }
+    }
+
+    /// The start command, once it ran and until SSH is closed: its token
+    /// may be unused, and a foreground one keeps printing after the join.
+    pub(super) fn start_op(&self) -> Option<OpId> {
+        match *self {
+            Phase::Starting { op } | Phase::WaitingForJoin { start: op } => Some(op),
+            Phase::Closing { start, .. } => start,
+            _ => None,
+        }
+    }
+
+    /// Why the session failed, if it did.
+    pub(super) fn reason(&self) -> Option<&str> {
+        match self {
+            Phase::Closing {
+                end: End::Failed(_, reason),
+                ..
+            }
+            | Phase::Ended(End::Failed(_, reason)) => Some(reason),
             _ => None,
         }
     }
@@ -127,14 +149,6 @@ pub struct Machine {
     pub(super) stderr_seq: u64,
     /// Running tail commands.
     pub(super) tails: Vec<OpId>,
-    /// A connect was issued, so the close path must run.
-    pub(super) connect_issued: bool,
-    /// The start command ran, so an unused token may exist.
-    pub(super) join_minted: bool,
-    /// The start command's operation, once it ran.
-    pub(super) start_op: Option<OpId>,
-    /// Why the session failed.
-    pub(super) reason: Option<String>,
     /// Inputs ignored as late, duplicate, unknown or out of place.
     pub(super) ignored: u64,
 }
@@ -151,10 +165,6 @@ impl Machine {
             stdout_seq: stdout,
             stderr_seq: stderr,
             tails: Vec::new(),
-            connect_issued: false,
-            join_minted: false,
-            start_op: None,
-            reason: None,
             ignored: 0,
         }
     }
@@ -171,7 +181,7 @@ impl Machine {
 
     /// Whether the session is over.
     pub fn is_ended(&self) -> bool {
-        matches!(self.phase, Phase::Ended { .. })
+        matches!(self.phase, Phase::Ended(_))
     }
 
     /// Inputs ignored as late, duplicate, unknown or out of place.
@@ -181,14 +191,14 @@ impl Machine {
 
     /// Why it failed, if it did.
     pub fn reason(&self) -> Option<&str> {
-        self.reason.as_deref()
+        self.phase.reason()
     }
 
     /// Operations whose answers the session still awaits.
     pub fn live_ops(&self) -> impl Iterator<Item = OpId> + '_ {
-        let current = match self.phase {
-            Phase::Connecting { op, .. } => op,
-            Phase::Closing { op, .. } => Some(op),
+        let current = match &self.phase {
+            Phase::Connecting { op, .. } => *op,
+            Phase::Closing { op, .. } => Some(*op),
             phase => phase.command_op(),
         };
         current.into_iter().chain(self.tails.iter().copied())
@@ -212,8 +222,9 @@ impl Machine {
         // A foreground start command keeps printing after the agent joined;
         // its lines are logged until SSH is closed (SPEC.md "Bootstrap session": flushed
         // before close).
-        let start_live = self.start_op == Some(op) && !matches!(self.phase, Phase::Ended { .. });
-        self.phase.command_op() == Some(op) || self.tails.contains(&op) || start_live
+        self.phase.command_op() == Some(op)
+            || self.tails.contains(&op)
+            || self.phase.start_op() == Some(op)
     }
 }
 
@@ -236,149 +247,128 @@ impl crate::Machine for Machine {
     }
 }
 
+/// An input, or a timer of the session's own that fired.
+enum Event {
+    In(Input),
+    Fire(TimerKind),
+}
+
 impl Machine {
-    /// The one `match`: `handle`, pushing the effects onto `out`.
+    /// `handle`, pushing the effects onto `out`: a tick becomes one event
+    /// per expired timer.
     fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
-        // By input, then phase: the input is matched where it lies, not
-        // first copied into a pair with the phase.
-        let phase = self.phase;
         match input {
-            Input::Tick => self.on_tick(now, out),
-            Input::Start => match phase {
-                Phase::Created => self.connect(now, 1, out),
-                _ => self.ignored += 1,
-            },
-            Input::SshConnected { op: got, result } => match phase {
+            Input::Tick => {
+                for kind in self.timers.take_expired(now) {
+                    self.dispatch(now, Event::Fire(kind), out);
+                }
+            }
+            input => self.dispatch(now, Event::In(input), out),
+        }
+    }
+
+    /// The one `match (phase, event)`. Each arm's transition sets the next
+    /// phase itself (announcing a stage change to the node manager at the
+    /// point it happens); an input out of place is counted and dropped, a
+    /// timer out of place does nothing.
+    fn dispatch(&mut self, now: Instant, event: Event, out: &mut Vec<Effect>) {
+        use Event::{Fire, In};
+        match (self.phase.clone(), event) {
+            (Phase::Created, In(Input::Start)) => self.connect(now, 1, out),
+            (
                 Phase::Connecting {
                     op: Some(op),
                     attempts,
-                } if op == got => self.on_connected(now, attempts, result, out),
-                _ => self.ignored += 1,
-            },
-            Input::SshOutput { op, stream, line } if self.owns_output(op) => {
+                },
+                In(Input::SshConnected { op: got, result }),
+            ) if op == got => self.on_connected(now, attempts, result, out),
+            (_, In(Input::SshOutput { op, stream, line })) if self.owns_output(op) => {
                 self.on_line(now, stream, line, out)
             }
-            Input::SshOutput { .. } => self.ignored += 1,
-            Input::SshExited { op: got, result } => match phase {
-                Phase::Probing { op } if op == got => self.on_probe_exit(now, result, out),
-                Phase::Verifying { index, op } if op == got => {
-                    self.on_verify_exit(now, index, result, out)
-                }
-                Phase::Starting { op } if op == got => self.on_start_exit(now, result, out),
-                _ if self.tails.contains(&got) => self.on_tail_exit(now, got, result, out),
-                _ => self.ignored += 1,
-            },
+            (Phase::Probing { op }, In(Input::SshExited { op: got, result })) if op == got => {
+                self.on_probe_exit(now, result, out)
+            }
+            (Phase::Verifying { index, op }, In(Input::SshExited { op: got, result }))
+                if op == got =>
+            {
+                self.on_verify_exit(now, index, result, out)
+            }
+            (Phase::Starting { op }, In(Input::SshExited { op: got, result })) if op == got => {
+                self.on_start_exit(now, op, result, out)
+            }
+            (_, In(Input::SshExited { op, result })) if self.tails.contains(&op) => {
+                self.on_tail_exit(now, op, result, out)
+            }
             // A start command that stays in the foreground may still be
             // running when the agent joins.
-            Input::ConvergenceObserved { .. } => match phase {
-                Phase::Starting { .. } | Phase::WaitingForJoin => {
-                    self.close(now, End::Converged, out)
-                }
-                _ => self.ignored += 1,
-            },
-            Input::SshClosed { op: got } => match phase {
-                Phase::Closing { op, end } if op == got => self.finish(end, out),
-                _ => self.ignored += 1,
-            },
-            Input::Cancel => match phase {
-                Phase::Created => self.finish(End::Cancelled, out),
+            (
+                Phase::Starting { .. } | Phase::WaitingForJoin { .. },
+                In(Input::ConvergenceObserved { .. }),
+            ) => self.close(now, End::Converged, out),
+            (Phase::Closing { op, end, .. }, In(Input::SshClosed { op: got })) if op == got => {
+                self.finish(end, out)
+            }
+            (Phase::Created, In(Input::Cancel)) => self.finish(End::Cancelled, out),
+            (
                 Phase::Connecting { .. }
                 | Phase::Probing { .. }
                 | Phase::Verifying { .. }
                 | Phase::Starting { .. }
-                | Phase::WaitingForJoin => {
-                    self.revoke_join(out);
-                    self.close(now, End::Cancelled, out)
-                }
-                Phase::Closing { .. } | Phase::Ended { .. } => self.ignored += 1,
-            },
-        }
-    }
+                | Phase::WaitingForJoin { .. },
+                In(Input::Cancel),
+            ) => {
+                self.revoke_join(out);
+                self.close(now, End::Cancelled, out)
+            }
+            (_, In(_)) => self.ignored += 1,
 
-    /// Every invariant of this machine (see `spec/provisioning.md`).
-    fn check_all(&self) {
-        let s = self.config.session;
-        let t = &self.timers;
-        assert!(
-            self.tails.len() <= TAILS_MAX,
-            "B9 {s}: at most {TAILS_MAX} tails"
-        );
-        match self.phase {
-            Phase::Created => assert!(
-                t.is_empty() && !self.connect_issued,
-                "B1 {s}: nothing before Start"
-            ),
-            Phase::Connecting { op, attempts } => {
-                assert!(
-                    t.is_set(&TimerKind::ConnectDeadline),
-                    "B2 {s}: connecting is bounded"
-                );
-                assert!(
-                    op.is_none() || t.is_set(&TimerKind::ConnectAttempt),
-                    "B2 {s}: each attempt is bounded"
-                );
-                assert!(
-                    attempts <= self.connect_attempts_max(),
-                    "B8 {s}: connect attempts bounded"
-                );
+            (Phase::Connecting { attempts, .. }, Fire(TimerKind::ConnectDeadline)) => {
+                let timeout = self.config.boot.timeouts.ssh_connect_timeout;
+                let why = format!("no SSH session within {timeout} ({attempts} attempts)");
+                self.fail(now, Failure::SshTimeout, why, out);
             }
-            Phase::Probing { .. } | Phase::Verifying { .. } | Phase::Starting { .. } => {
-                assert!(
-                    t.is_set(&TimerKind::Command) && t.len() == 1,
-                    "B3 {s}: every command has its own timeout"
-                )
+            // Abandon the attempt; its late answer is ignored.
+            (
+                Phase::Connecting {
+                    op: Some(_),
+                    attempts,
+                },
+                Fire(TimerKind::ConnectAttempt),
+            ) => self.retry_connect(now, attempts),
+            (Phase::Connecting { op: None, attempts }, Fire(TimerKind::ConnectRetry)) => {
+                self.connect(now, attempts + 1, out)
             }
-            Phase::WaitingForJoin => {
-                assert!(
-                    t.is_set(&TimerKind::Join) && t.len() == 1,
-                    "B4 {s}: the join wait is bounded"
-                );
-                assert!(
-                    self.join_minted,
-                    "B4 {s}: waiting for a join only after the start command"
-                );
+            (Phase::Probing { .. }, Fire(TimerKind::Command)) => {
+                let why = "probe timed out".to_owned();
+                self.fail(now, Failure::BootCheckFailed, why, out)
             }
-            Phase::Closing { .. } => assert!(
-                t.is_set(&TimerKind::Close) && t.len() == 1,
-                "B5 {s}: closing is bounded"
-            ),
-            Phase::Ended { .. } => assert!(
-                t.is_empty() && self.tails.is_empty(),
-                "B6 {s}: an ended session holds nothing"
-            ),
-        }
-        if let Phase::Verifying { index, .. } = self.phase {
-            let count = self.config.boot.verify_commands.len();
-            assert!((index as usize) < count, "B7 {s}: verify index in range");
-        }
-        if let Phase::Closing {
-            end: End::Converged,
-            ..
-        }
-        | Phase::Ended {
-            end: End::Converged,
-        } = self.phase
-        {
-            assert!(
-                self.join_minted,
-                "B10 {s}: convergence only after the start command"
-            );
-        }
-        if let Phase::Closing {
-            end: End::Failed(_),
-            ..
-        }
-        | Phase::Ended {
-            end: End::Failed(_),
-        } = self.phase
-        {
-            assert!(self.reason.is_some(), "B11 {s}: a failure has a reason");
-        }
-        if matches!(self.phase, Phase::Closing { .. }) {
-            assert!(
-                self.connect_issued,
-                "B12 {s}: only an opened connection is closed"
-            );
+            (Phase::Verifying { index, .. }, Fire(TimerKind::Command)) => {
+                let why = format!("verify command {index} timed out");
+                self.fail(now, Failure::BootCheckFailed, why, out);
+            }
+            (Phase::Starting { .. }, Fire(TimerKind::Command)) => {
+                let why = "start command timed out".to_owned();
+                self.fail(now, Failure::StartFailed, why, out)
+            }
+            (Phase::WaitingForJoin { .. }, Fire(TimerKind::Join)) => {
+                let timeout = self.config.boot.timeouts.join_timeout;
+                let why = format!("agent did not join within {timeout}");
+                self.fail(now, Failure::JoinTimeout, why, out);
+            }
+            // The port did not confirm the close. A handoff needs a
+            // confirmed close (SPEC.md "Bootstrap session"), so convergence
+            // turns into a stream error; other ends stay what they were.
+            (Phase::Closing { end, .. }, Fire(TimerKind::Close)) => {
+                let end = match end {
+                    End::Converged => {
+                        let why = "SSH close not confirmed".to_owned();
+                        End::Failed(Failure::StreamError, why)
+                    }
+                    end => end,
+                };
+                self.finish(end, out)
+            }
+            (_, Fire(_)) => {}
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The session's transitions. Each sets the phase, then pushes effects; the
 //! stage change is reported to the node manager as an observation. This
-//! file holds timers, connecting, log lines and the end; the commands are
-//! in `commands.rs`.
+//! file holds connecting, log lines and the end; the commands are in
+//! `commands.rs`, the `match` in `machine.rs`.
 
 use super::machine::{End, Failure, Phase};
 use super::{Effect, LOG_SOURCE, Observation, Outcome, TimerKind};
@@ -10,73 +10,6 @@ use crate::port::{LogRecord, LogStream, SshError, SshErrorKind};
 use crate::time::{Duration, Instant};
 
 impl super::Machine {
-    pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        for kind in self.timers.take_expired(now) {
-            match (kind, self.phase) {
-                (TimerKind::ConnectDeadline, Phase::Connecting { attempts, .. }) => {
-                    let timeout = self.config.boot.timeouts.ssh_connect_timeout;
-                    let why = format!("no SSH session within {timeout} ({attempts} attempts)");
-                    self.fail(now, Failure::SshTimeout, why, out);
-                }
-                (
-                    TimerKind::ConnectAttempt,
-                    Phase::Connecting {
-                        op: Some(_),
-                        attempts,
-                    },
-                ) => {
-                    // Abandon the attempt; its late answer is ignored.
-                    self.retry_connect(now, attempts);
-                }
-                (TimerKind::ConnectRetry, Phase::Connecting { op: None, attempts }) => {
-                    self.connect(now, attempts + 1, out);
-                }
-                (TimerKind::Command, Phase::Probing { .. }) => {
-                    self.fail(
-                        now,
-                        Failure::BootCheckFailed,
-                        "probe timed out".to_owned(),
-                        out,
-                    );
-                }
-                (TimerKind::Command, Phase::Verifying { index, .. }) => {
-                    let why = format!("verify command {index} timed out");
-                    self.fail(now, Failure::BootCheckFailed, why, out);
-                }
-                (TimerKind::Command, Phase::Starting { .. }) => {
-                    self.fail(
-                        now,
-                        Failure::StartFailed,
-                        "start command timed out".to_owned(),
-                        out,
-                    );
-                }
-                (TimerKind::Join, Phase::WaitingForJoin) => {
-                    let timeout = self.config.boot.timeouts.join_timeout;
-                    self.fail(
-                        now,
-                        Failure::JoinTimeout,
-                        format!("agent did not join within {timeout}"),
-                        out,
-                    );
-                }
-                (TimerKind::Close, Phase::Closing { end, .. }) => {
-                    // The port did not confirm the close. A handoff needs a
-                    // confirmed close (SPEC.md "Bootstrap session"), so convergence turns
-                    // into a stream error; other ends stay what they were.
-                    let end = if end == End::Converged {
-                        self.reason = Some("SSH close not confirmed".to_owned());
-                        End::Failed(Failure::StreamError)
-                    } else {
-                        end
-                    };
-                    self.finish(end, out);
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// One connect attempt; the first also arms the overall deadline.
     pub(super) fn connect(&mut self, now: Instant, attempts: u32, out: &mut Vec<Effect>) {
         let t = self.config.boot.timeouts;
@@ -88,7 +21,6 @@ impl super::Machine {
         self.timers
             .set(TimerKind::ConnectAttempt, now + t.command_timeout);
         let op = self.next_op();
-        self.connect_issued = true;
         let first = attempts == 1;
         self.phase = Phase::Connecting {
             op: Some(op),
@@ -186,17 +118,19 @@ impl super::Machine {
         why: String,
         out: &mut Vec<Effect>,
     ) {
-        self.reason = Some(why);
         self.revoke_join(out);
-        if self.connect_issued {
-            self.close(now, End::Failed(failure), out);
+        let end = End::Failed(failure, why);
+        if self.phase == Phase::Created {
+            self.finish(end, out);
         } else {
-            self.finish(End::Failed(failure), out);
+            self.close(now, end, out);
         }
     }
 
+    /// Revokes the join token of a start command that ran, since the
+    /// session ends without using it.
     pub(super) fn revoke_join(&mut self, out: &mut Vec<Effect>) {
-        if self.join_minted {
+        if self.phase.start_op().is_some() {
             out.push(Effect::RevokeJoin(self.config.join_binding()));
         }
     }
@@ -206,7 +140,8 @@ impl super::Machine {
     pub(super) fn close(&mut self, now: Instant, end: End, out: &mut Vec<Effect>) {
         self.timers.clear();
         let op = self.next_op();
-        self.set_phase(Phase::Closing { op, end }, out);
+        let start = self.phase.start_op();
+        self.set_phase(Phase::Closing { op, end, start }, out);
         out.push(Effect::SshClose { op });
         let timeout = self.config.boot.timeouts.command_timeout;
         self.timers.set(TimerKind::Close, now + timeout);
@@ -215,18 +150,15 @@ impl super::Machine {
     pub(super) fn finish(&mut self, end: End, out: &mut Vec<Effect>) {
         self.timers.clear();
         self.tails.clear();
-        self.set_phase(Phase::Ended { end }, out);
-        let outcome = match end {
+        let outcome = match &end {
             End::Converged => Outcome::Converged,
             End::Cancelled => Outcome::Cancelled,
-            End::Failed(f) => {
-                let reason = self.reason.clone().unwrap_or_default();
-                Outcome::Failed {
-                    stage: f.stage(),
-                    reason,
-                }
-            }
+            End::Failed(f, reason) => Outcome::Failed {
+                stage: f.stage(),
+                reason: reason.clone(),
+            },
         };
+        self.set_phase(Phase::Ended(end), out);
         out.push(Effect::Finished(outcome));
     }
 
