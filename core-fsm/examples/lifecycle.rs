@@ -146,7 +146,7 @@ fn run(plan: &RunPlan, seed: u64, world: &mut World) -> u64 {
     let mut now = 0;
     drive(&mut orchestrator, &mut now, Input::Start, world);
     assert!(
-        orchestrator.is_settled() && orchestrator.nodes().all(|r| r.ready),
+        orchestrator.is_settled() && orchestrator.nodes().all(|m| m.is_ready()),
         "every node Dormant"
     );
     drive(&mut orchestrator, &mut now, Input::Teardown, world);

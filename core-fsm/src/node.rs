@@ -133,10 +133,6 @@ pub struct AgentFacts {
 pub struct Record {
     /// The desired node.
     pub desired: LogicalNodeSpec,
-    /// The stage.
-    pub stage: Lifecycle,
-    /// True exactly when the stage is `Dormant` (N1).
-    pub ready: bool,
     /// Lease attempts so far, the current one included (0 before the first).
     pub attempt: u32,
     /// The nonce of the current (or last) lease intent.

@@ -213,13 +213,13 @@ impl Orchestrator {
     }
 
     /// The ledger, in node-id order.
-    pub fn nodes(&self) -> impl Iterator<Item = &node::Record> {
-        self.nodes.values().map(node::Machine::record)
+    pub fn nodes(&self) -> impl Iterator<Item = &node::Machine> {
+        self.nodes.values()
     }
 
-    /// One node's record.
-    pub fn node(&self, id: &LogicalNodeId) -> Option<&node::Record> {
-        self.machine(id).map(node::Machine::record)
+    /// One node's manager (its ledger is `record()`, its stage `stage()`).
+    pub fn node(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
+        self.machine(id)
     }
 
     /// The stage of a live bootstrap session, if it exists.

@@ -75,7 +75,9 @@ impl Script {
         let r = self.node.record();
         let mut line = format!(
             "    = {:?} ready={} attempt={}",
-            r.stage, r.ready, r.attempt
+            self.node.stage(),
+            self.node.is_ready(),
+            r.attempt
         );
         if let Some(reason) = &r.failed_reason {
             write!(line, " failed={reason:?}").unwrap();
@@ -269,7 +271,7 @@ fn lease_with_endpoint_to_dormant_then_destroyed() {
     let mut s = Script::new();
     s.run_to_dormant();
     let r = s.node.record();
-    assert!(r.ready && r.agent.as_ref().unwrap().handed_off_at == Some(Instant(1_300)));
+    assert!(s.node.is_ready() && r.agent.as_ref().unwrap().handed_off_at == Some(Instant(1_300)));
     assert_eq!(
         r.bootstrap.as_ref().unwrap().last_stage,
         bootstrap::Step::WaitingForJoin
@@ -718,7 +720,7 @@ fn late_duplicate_unknown_and_out_of_place_inputs_are_ignored() {
             excluded_hosts: vec![],
         },
     );
-    assert!(s.node.record().ready);
+    assert!(s.node.is_ready());
     assert_eq!(s.node.ignored(), 12);
     insta::assert_snapshot!(s.log);
 }

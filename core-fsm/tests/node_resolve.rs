@@ -101,7 +101,7 @@ impl Script {
 
     fn state(&mut self) {
         let r = self.node.record();
-        let mut line = format!("    = {:?} attempt={}", r.stage, r.attempt);
+        let mut line = format!("    = {:?} attempt={}", self.node.stage(), r.attempt);
         if let Some(reason) = &r.failed_reason {
             write!(line, " failed={reason:?}").unwrap();
         }

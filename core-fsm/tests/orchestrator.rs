@@ -77,7 +77,7 @@ fn joins_are_routed_by_node_and_lease() {
     let session = h.session("workers-0");
     h.at(3_300, Input::SshClosed { op: h.ssh(session) });
     h.at(3_400, joined("workers-0", 123, "agent-after-handoff"));
-    let record = h.orchestrator.node(&id("workers-0")).unwrap();
+    let record = h.orchestrator.node(&id("workers-0")).unwrap().record();
     assert_eq!(record.agent.as_ref().unwrap().agent.as_str(), "agent-a7");
     assert_eq!(h.orchestrator.counters().ignored_joins, 6);
     insta::assert_snapshot!(h.transcript);
@@ -112,7 +112,7 @@ fn a_failed_session_fails_the_node_and_mvp_policy_never_replaces() {
     );
     h.at(1_400, Input::SshClosed { op: h.ssh(session) });
     assert_eq!(
-        h.orchestrator.node(&id("workers-0")).unwrap().stage,
+        h.orchestrator.node(&id("workers-0")).unwrap().stage(),
         Lifecycle::Failed
     );
     h.note("an answer to the ended session's probe is unknown now");
@@ -125,7 +125,7 @@ fn a_failed_session_fails_the_node_and_mvp_policy_never_replaces() {
     );
     h.at(900_000, Input::Tick);
     assert_eq!(
-        h.orchestrator.node(&id("workers-0")).unwrap().stage,
+        h.orchestrator.node(&id("workers-0")).unwrap().stage(),
         Lifecycle::Failed
     );
     insta::assert_snapshot!(h.transcript);
@@ -198,8 +198,9 @@ fn spent_destroy_retries_settle_but_the_lease_still_stands() {
         }
         h.tick();
     }
-    let r = h.orchestrator.node(&id("workers-0")).unwrap();
-    assert_eq!(r.stage, Lifecycle::Destroying);
+    let m = h.orchestrator.node(&id("workers-0")).unwrap();
+    let r = m.record();
+    assert_eq!(m.stage(), Lifecycle::Destroying);
     assert_eq!(r.lease_id().map(LeaseId::as_str), Some("vastai:123"));
     assert!(
         r.destroyed_at.is_none(),
@@ -280,7 +281,7 @@ fn restart_abandons_an_intent_the_list_proves_void_and_keeps_ready_nodes() {
     first.join_and_close(1_200, "workers-1", 124, "agent-b2");
     let journal = first.journal();
     let mut h = Harness::restore(plan, &journal);
-    assert!(h.orchestrator.node(&id("workers-1")).unwrap().ready);
+    assert!(h.orchestrator.node(&id("workers-1")).unwrap().is_ready());
     h.at(5_000, Input::Start);
     for ms in [5_100, 125_200, 245_300] {
         h.at(
@@ -339,7 +340,7 @@ fn restart_adopts_a_lease_the_first_list_did_not_show() {
             result: Ok(both),
         },
     );
-    let r = h.orchestrator.node(&id("workers-0")).unwrap();
+    let r = h.orchestrator.node(&id("workers-0")).unwrap().record();
     assert_eq!(r.lease_id().map(LeaseId::as_str), Some("vastai:123"));
     let abandoned = h
         .journal()
@@ -440,7 +441,14 @@ fn bounded_replacement_destroys_the_failed_lease_then_tries_once_more() {
             result: Err(provider_error(ProviderErrorKind::Rejected, "no offer")),
         },
     );
-    assert_eq!(h.orchestrator.node(&id("workers-0")).unwrap().attempt, 2);
+    assert_eq!(
+        h.orchestrator
+            .node(&id("workers-0"))
+            .unwrap()
+            .record()
+            .attempt,
+        2
+    );
     assert!(
         h.orchestrator.is_settled(),
         "attempts are spent: it stays failed"
@@ -521,7 +529,12 @@ fn log_sequence_numbers_continue_across_a_replacement_and_a_restart() {
         "workers-0",
         &[(out, "probe"), (err, "warn")],
     );
-    let seqs = h.orchestrator.node(&id("workers-0")).unwrap().log_seqs;
+    let seqs = h
+        .orchestrator
+        .node(&id("workers-0"))
+        .unwrap()
+        .record()
+        .log_seqs;
     assert_eq!((seqs.stdout, seqs.stderr), (3, 2));
     h.note("a crash now: the journal's last numbers are those of the failure");
     let journal = h.journal();
@@ -632,8 +645,11 @@ fn restart_between_the_replacement_destroy_and_its_intent_resumes_it() {
     let mut h = Harness::restore(plan, &journal);
     h.note("killed after LeaseReleased was synced, before the new intent was");
     h.at(now + 5_000, Input::Start);
-    let r = h.orchestrator.node(&id("workers-0")).unwrap();
-    assert_eq!((r.stage, r.attempt), (Lifecycle::LeaseRequested, 2));
+    let m = h.orchestrator.node(&id("workers-0")).unwrap();
+    assert_eq!(
+        (m.stage(), m.record().attempt),
+        (Lifecycle::LeaseRequested, 2)
+    );
     assert!(
         h.effects
             .iter()
@@ -678,7 +694,7 @@ fn journaled_nodes_the_plan_lost_are_restored_to_be_destroyed() {
             result: Ok(()),
         },
     );
-    let r = h.orchestrator.node(&id("workers-1")).unwrap();
-    assert_eq!(r.stage, Lifecycle::Destroyed);
+    let m = h.orchestrator.node(&id("workers-1")).unwrap();
+    assert_eq!(m.stage(), Lifecycle::Destroyed);
     insta::assert_snapshot!(format!("{down}## up\n{}", h.transcript));
 }

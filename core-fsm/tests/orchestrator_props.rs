@@ -221,7 +221,7 @@ impl World {
             .h
             .orchestrator
             .node(&node)
-            .and_then(|r| r.lease_id().cloned())
+            .and_then(|m| m.record().lease_id().cloned())
         {
             Some(lease) if !pick.is_multiple_of(5) => lease,
             _ => LeaseId::from("vastai:0"),

@@ -32,13 +32,16 @@ fn bring_up(h: &mut Harness, ms: u64, node: &str, contract: u32) {
     h.bootstrap_to_join(ms + 100, node);
     h.join_and_close(ms + 200, node, contract, &format!("agent-{contract}"));
     assert!(
-        h.orchestrator.node(&id(node)).unwrap().ready,
+        h.orchestrator.node(&id(node)).unwrap().is_ready(),
         "{node} ready"
     );
 }
 
 fn stage(h: &Harness, node: &str) -> Lifecycle {
-    h.orchestrator.node(&id(node)).expect("a ledger node").stage
+    h.orchestrator
+        .node(&id(node))
+        .expect("a ledger node")
+        .stage()
 }
 
 fn creates_of(h: &Harness, node: &str) -> Vec<core_fsm::ids::Nonce> {
@@ -132,13 +135,13 @@ fn set_desired_grows_shrinks_refuses_and_survives_a_restart() {
     let ids: Vec<String> = r
         .orchestrator
         .nodes()
-        .map(|n| n.node().to_string())
+        .map(|n| n.record().node().to_string())
         .collect();
     assert_eq!(ids, ["workers-0", "workers-1", "workers-2", "workers-3"]);
     assert!(
         r.orchestrator
             .nodes()
-            .all(|n| n.stage == Lifecycle::Dormant)
+            .all(|n| n.stage() == Lifecycle::Dormant)
     );
     r.at(0, Input::Start);
     assert!(

@@ -68,14 +68,23 @@ fn worked_example() {
     h.join_and_close(3_000, "workers-0", 123, "agent-a7");
     h.join_and_close(3_100, "workers-1", 124, "agent-b2");
     for node in ["workers-0", "workers-1"] {
-        let record = h.orchestrator.node(&LogicalNodeId::from(node)).unwrap();
-        assert!(record.ready, "{node} is ready");
-        assert!(record.agent.as_ref().unwrap().handed_off_at.is_some());
+        let machine = h.orchestrator.node(&LogicalNodeId::from(node)).unwrap();
+        assert!(machine.is_ready(), "{node} is ready");
+        assert!(
+            machine
+                .record()
+                .agent
+                .as_ref()
+                .unwrap()
+                .handed_off_at
+                .is_some()
+        );
     }
     let w0 = h
         .orchestrator
         .node(&LogicalNodeId::from("workers-0"))
-        .unwrap();
+        .unwrap()
+        .record();
     assert_eq!(w0.agent.as_ref().unwrap().agent.as_str(), "agent-a7");
     assert_eq!(w0.lease_id().unwrap().as_str(), "vastai:123");
     assert_eq!(w0.bootstrap.as_ref().unwrap().last_stdout_seq, Some(2));

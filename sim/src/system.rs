@@ -48,11 +48,12 @@ impl System for Composite {
     }
 
     fn visit_nodes(&self, visit: &mut dyn FnMut(NodeView<'_>)) {
-        for record in self.0.nodes() {
+        for machine in self.0.nodes() {
+            let record = machine.record();
             visit(NodeView {
                 node: record.node(),
-                stage: record.stage,
-                ready: record.ready,
+                stage: machine.stage(),
+                ready: machine.is_ready(),
                 lease: record.lease.as_deref(),
                 agent: record.agent.as_ref().map(|a| &a.agent),
                 failed_reason: record.failed_reason.as_deref(),
@@ -69,8 +70,8 @@ impl System for Composite {
     }
 
     fn probe_labels(&self, visit: &mut dyn FnMut(&str)) {
-        for record in self.0.nodes() {
-            if let Some(facts) = &record.bootstrap {
+        for machine in self.0.nodes() {
+            if let Some(facts) = &machine.record().bootstrap {
                 visit(bootstrap_label(facts.last_stage));
             }
         }

@@ -1,7 +1,7 @@
 //! The node manager's destroy and replace transitions: a destroy of the
 //! known lease (bounded retries), and a replacement that destroys first.
 
-use super::machine::{Phase, Resolve, Then};
+use super::machine::{Pending, Phase, Resolve, Then};
 use super::{Effect, TimerKind};
 use crate::port::{JournalRecord, ProviderError, ProviderErrorKind};
 use crate::time::Instant;
@@ -12,18 +12,27 @@ impl super::Machine {
         let strays_sent = self.retry_spent_strays(now, out);
         // A restored open intent waits for Start; a Destroy (say, Teardown
         // before Start) resolves it now, so its lease is found and destroyed.
-        if let (true, Phase::Resolving { op: None, resolve }) = (self.resume, self.phase) {
-            if resolve.then != Then::Destroy {
-                self.persist_destroy_requested(out);
-            }
-            return self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out);
-        }
         match self.phase {
+            Phase::Restored(Pending::Resolve(resolve)) => {
+                if resolve.then != Then::Destroy {
+                    self.persist_destroy_requested(out);
+                }
+                self.issue_list(now, Resolve::new(resolve.intents, Then::Destroy), out)
+            }
             // A restored replacement not yet resumed: the destroy cancels it.
-            Phase::ReplaceDue { .. } => {
+            Phase::Restored(Pending::Replace { .. }) => {
                 self.persist_destroy_requested(out);
                 self.phase = Phase::Destroyed;
-                self.resume = false;
+            }
+            // A known lease, restored: destroy it instead of looking it up.
+            Phase::Restored(Pending::Locate) => self.begin_destroy(now, out),
+            // A destroy the restart interrupted: it tries now, and an
+            // explicit Destroy outranks a pending replacement.
+            Phase::Restored(Pending::Destroy { replace }) => {
+                if replace > 0 {
+                    self.persist_destroy_requested(out);
+                }
+                self.issue_destroy(now, 1, 0, out)
             }
             Phase::New => self.enter(Phase::Destroyed, out),
             Phase::Requesting { op: None, .. } => {
@@ -180,7 +189,6 @@ impl super::Machine {
         replace: u32,
         out: &mut Vec<Effect>,
     ) {
-        self.resume = false;
         self.timers.clear();
         let op = self.next_op();
         self.enter(

@@ -59,7 +59,7 @@ impl super::Machine {
         let agent = self.record.agent.as_mut().expect("Joined has agent facts");
         agent.handed_off_at = Some(now);
         let agent = agent.agent.clone();
-        self.set_stage(Lifecycle::HandedOff, out);
+        self.pass_through(Lifecycle::HandedOff, out);
         self.persist_ready(agent, out);
         self.enter(
             Phase::Dormant {

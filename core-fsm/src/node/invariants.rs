@@ -1,24 +1,16 @@
 //! The node manager's invariants N0-N12 (see `spec/provisioning.md`),
 //! checked after every step by tests and simulators.
 
-use super::machine::Phase;
+use super::machine::{Pending, Phase};
 use super::{Lifecycle, TimerKind};
 
 impl super::Machine {
     pub(super) fn check_ledger(&self) {
         let r = &self.record;
         let id = r.node();
-        assert_eq!(
-            r.stage,
-            self.phase.stage(),
-            "N0 {id}: stage matches the phase"
-        );
-        assert_eq!(
-            r.ready,
-            r.stage == Lifecycle::Dormant,
-            "N1 {id}: ready iff Dormant"
-        );
-        if r.stage == Lifecycle::Dormant {
+        // N0 and N1 hold by construction: the stage and readiness are
+        // derived from the phase (`Machine::stage`, `Machine::is_ready`).
+        if self.stage() == Lifecycle::Dormant {
             let agent = r.agent.as_ref();
             assert!(agent.is_some(), "N2 {id}: Dormant has agent facts");
             assert!(
@@ -29,7 +21,9 @@ impl super::Machine {
         }
         if matches!(
             self.phase,
-            Phase::Destroying { .. } | Phase::Locating { .. }
+            Phase::Destroying { .. }
+                | Phase::Locating { .. }
+                | Phase::Restored(Pending::Destroy { .. } | Pending::Locate)
         ) {
             assert!(
                 r.lease.is_some(),
@@ -37,7 +31,7 @@ impl super::Machine {
             );
         }
         if matches!(
-            r.stage,
+            self.stage(),
             Lifecycle::BootstrapRunning | Lifecycle::AgentJoined
         ) {
             assert!(
@@ -46,15 +40,15 @@ impl super::Machine {
             );
             assert!(r.bootstrap.is_some(), "N4 {id}: bootstrap facts recorded");
         }
-        if r.stage == Lifecycle::AgentJoined {
+        if self.stage() == Lifecycle::AgentJoined {
             assert!(r.agent.is_some(), "N5 {id}: AgentJoined has agent facts");
         }
-        if r.stage == Lifecycle::Failed {
+        if self.stage() == Lifecycle::Failed {
             assert!(r.failed_reason.is_some(), "N6 {id}: Failed has a reason");
         }
-        if r.stage != Lifecycle::New {
+        if self.stage() != Lifecycle::New {
             assert!(
-                r.attempt >= 1 || r.stage == Lifecycle::Destroyed,
+                r.attempt >= 1 || self.stage() == Lifecycle::Destroyed,
                 "N7 {id}: an intent precedes every stage"
             );
         }
@@ -64,7 +58,7 @@ impl super::Machine {
                 "N8 {id}: a lease is known only through an intent"
             );
         }
-        if r.stage == Lifecycle::Destroyed && r.lease.is_some() {
+        if self.stage() == Lifecycle::Destroyed && r.lease.is_some() {
             assert!(
                 r.destroyed_at.is_some(),
                 "N9 {id}: a destroyed lease has destroyed_at"
@@ -80,7 +74,7 @@ impl super::Machine {
             | Phase::Dormant { .. }
             | Phase::Failed { .. }
             | Phase::Destroyed
-            | Phase::ReplaceDue { .. } => {
+            | Phase::Restored(_) => {
                 assert!(
                     t.is_empty(),
                     "N10 {id}: no timer armed in {:?}",
@@ -110,7 +104,7 @@ impl super::Machine {
             }
             Phase::Locating { op } => {
                 assert!(
-                    self.resume || t.is_set(&TimerKind::EndpointDeadline),
+                    t.is_set(&TimerKind::EndpointDeadline),
                     "N11 {id}: lookups are bounded"
                 );
                 let polls = usize::from(t.is_set(&TimerKind::EndpointPoll));
@@ -123,7 +117,7 @@ impl super::Machine {
                     TimerKind::ListRetry
                 };
                 assert!(
-                    self.resume || t.is_set(&armed) && t.len() == 1,
+                    t.is_set(&armed) && t.len() == 1,
                     "N11 {id}: a list is bounded"
                 );
             }

@@ -3,7 +3,7 @@
 //! `transitions.rs` and its siblings.
 
 use super::Timers;
-pub(super) use super::phase::{Phase, Resolve, Then};
+pub(super) use super::phase::{Pending, Phase, Resolve, Then};
 use super::{Config, Effect, Input, Lifecycle, Record};
 use crate::ids::{Counter, SessionId};
 use crate::plan::LogicalNodeSpec;
@@ -30,8 +30,6 @@ pub struct Machine {
     pub(super) sessions: Counter,
     /// Hosts the next create must avoid.
     pub(super) excluded_hosts: Vec<String>,
-    /// A restore left work pending that `Start` resumes.
-    pub(super) resume: bool,
     /// Inputs ignored as late, duplicate, unknown or out of place.
     pub(super) ignored: u64,
     /// Leases granted to an abandoned create and destroyed on sight.
@@ -50,8 +48,6 @@ impl Machine {
             config,
             record: Record {
                 desired: spec,
-                stage: Lifecycle::New,
-                ready: false,
                 attempt: 0,
                 nonce: None,
                 lease: None,
@@ -71,7 +67,6 @@ impl Machine {
             ops: Counter::starting_at(1),
             sessions: Counter::starting_at(1),
             excluded_hosts: Vec::new(),
-            resume: false,
             ignored: 0,
             stray_leases: 0,
             strays: Vec::new(),
@@ -84,9 +79,14 @@ impl Machine {
         &self.record
     }
 
-    /// The stage.
+    /// The stage, derived from the phase.
     pub fn stage(&self) -> Lifecycle {
-        self.record.stage
+        self.phase.stage()
+    }
+
+    /// Whether the node is ready: exactly when it is `Dormant`.
+    pub fn is_ready(&self) -> bool {
+        self.stage() == Lifecycle::Dormant
     }
 
     /// Inputs ignored as late, duplicate, unknown or out of place.
@@ -111,10 +111,16 @@ impl Machine {
     /// retry is pending, or a restore left work for `Start`.
     pub fn in_flight(&self) -> bool {
         // `index_facts` reads the same, in one pass with the deadline.
-        self.resume
+        self.restored_work()
             || !self.timers.is_empty()
             || self.stray_deadline().is_some()
             || self.phase_awaits_answer()
+    }
+
+    /// Whether a restore left work that `Start` resumes: a pending phase,
+    /// or stray leases whose destroys wait for it.
+    fn restored_work(&self) -> bool {
+        matches!(self.phase, Phase::Restored(_)) || self.strays_restored()
     }
 
     /// Whether the phase awaits a provider answer or a session.
@@ -144,9 +150,9 @@ impl Machine {
         };
         // `in_flight`, with the timers and strays read once.
         let in_flight =
-            self.resume || own.is_some() || stray.is_some() || self.phase_awaits_answer();
+            self.restored_work() || own.is_some() || stray.is_some() || self.phase_awaits_answer();
         let at_rest = matches!(
-            self.record.stage,
+            self.stage(),
             Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroying | Lifecycle::Destroyed
         );
         (deadline, !at_rest || in_flight, !self.holds_no_lease())
@@ -161,15 +167,17 @@ impl Machine {
 
     /// Whether `Start` has work to do: a fresh node, or restored work.
     pub fn awaits_start(&self) -> bool {
-        self.phase == Phase::New || self.resume
+        self.phase == Phase::New || self.restored_work()
     }
 
     /// Whether the node is replacing its lease: destroying the old one with
     /// a new intent to follow, or (restored) about to journal that intent.
     pub fn is_replacing(&self) -> bool {
         match self.phase {
-            Phase::Destroying { replace, .. } => replace > 0,
-            Phase::ReplaceDue { .. } => true,
+            Phase::Destroying { replace, .. } | Phase::Restored(Pending::Destroy { replace }) => {
+                replace > 0
+            }
+            Phase::Restored(Pending::Replace { .. }) => true,
             _ => false,
         }
     }
@@ -179,8 +187,12 @@ impl Machine {
     pub fn is_winding_down(&self) -> bool {
         match self.phase {
             Phase::Requesting { destroy_after, .. } => destroy_after,
-            Phase::Resolving { resolve, .. } => resolve.then == Then::Destroy,
-            Phase::Destroying { .. } | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
+            Phase::Resolving { resolve, .. } | Phase::Restored(Pending::Resolve(resolve)) => {
+                resolve.then == Then::Destroy
+            }
+            Phase::Destroying { .. }
+            | Phase::Destroyed
+            | Phase::Restored(Pending::Destroy { .. } | Pending::Replace { .. }) => true,
             Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
             _ => false,
         }
@@ -196,7 +208,7 @@ impl Machine {
     /// `holds_no_lease`, strays aside: the lease of the node's intent.
     pub(super) fn holds_no_own_lease(&self) -> bool {
         match self.phase {
-            Phase::New | Phase::Destroyed | Phase::ReplaceDue { .. } => true,
+            Phase::New | Phase::Destroyed | Phase::Restored(Pending::Replace { .. }) => true,
             Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
             _ => false,
         }
@@ -269,7 +281,7 @@ impl Machine {
                     let attempt = self.record.attempt.max(1);
                     self.request_lease(now, attempt, 1, out)
                 }
-                _ if self.resume => {
+                _ if self.restored_work() => {
                     self.excluded_hosts = excluded_hosts;
                     self.resume(now, out)
                 }
@@ -280,7 +292,7 @@ impl Machine {
                 excluded_hosts,
             } => match phase {
                 Phase::Destroyed
-                | Phase::ReplaceDue { .. }
+                | Phase::Restored(Pending::Replace { .. })
                 | Phase::Failed { unresolved: false }
                     if attempt > self.record.attempt =>
                 {

@@ -59,7 +59,7 @@ pub(super) enum Phase {
         destroy_after: bool,
     },
     /// Finding out whether a create took effect (list by nonce). `op` is
-    /// `None` while waiting for a retry (or for `Start` after a restore).
+    /// `None` while waiting for a retry.
     Resolving {
         op: Option<OpId>,
         resolve: Resolve,
@@ -91,13 +91,24 @@ pub(super) enum Phase {
         replace: u32,
     },
     Destroyed,
-    /// Destroyed, restored with a replacement due: the journal says its
-    /// destroy finished before a restart, and the new intent with
-    /// `attempt` is not journaled yet. `Start` requests it; a `Destroy`
-    /// cancels it.
-    ReplaceDue {
-        attempt: u32,
-    },
+    /// Rebuilt from the journal with work pending that `Start` resumes (a
+    /// `Destroy` before it winds the node down instead). Nothing is in
+    /// flight and no timer is armed.
+    Restored(Pending),
+}
+
+/// What a restored node resumes on `Start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// An intent whose create may have happened: list by nonce.
+    Resolve(Resolve),
+    /// A known lease not ready: bootstrap again from the endpoint lookup.
+    Locate,
+    /// A destroy that did not finish; `replace` as in `Destroying`.
+    Destroy { replace: u32 },
+    /// The journal says the old lease's destroy finished, and the new
+    /// intent with `attempt` is not journaled yet. A `Destroy` cancels it.
+    Replace { attempt: u32 },
 }
 
 impl Phase {
@@ -111,7 +122,13 @@ impl Phase {
             Phase::Dormant { .. } => Lifecycle::Dormant,
             Phase::Failed { .. } => Lifecycle::Failed,
             Phase::Destroying { .. } => Lifecycle::Destroying,
-            Phase::Destroyed | Phase::ReplaceDue { .. } => Lifecycle::Destroyed,
+            Phase::Destroyed => Lifecycle::Destroyed,
+            Phase::Restored(pending) => match pending {
+                Pending::Resolve(_) => Lifecycle::LeaseRequested,
+                Pending::Locate => Lifecycle::LeaseCreated,
+                Pending::Destroy { .. } => Lifecycle::Destroying,
+                Pending::Replace { .. } => Lifecycle::Destroyed,
+            },
         }
     }
 }

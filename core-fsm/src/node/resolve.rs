@@ -84,7 +84,6 @@ impl super::Machine {
 
     /// Lists the run's leases; `resolve.tries` counts this list.
     pub(super) fn issue_list(&mut self, now: Instant, resolve: Resolve, out: &mut Vec<Effect>) {
-        self.resume = false;
         self.timers.clear();
         let op = self.next_op();
         let resolve = Resolve {

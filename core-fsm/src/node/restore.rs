@@ -5,8 +5,8 @@
 //! [`Journaled`] folds one node's records; [`Machine::restore`] turns the
 //! fold into a phase whose pending work the next `Start` resumes.
 
-use super::machine::{Machine, Phase, Resolve, Then};
-use super::{AgentFacts, Config, Lifecycle};
+use super::machine::{Machine, Pending, Phase, Resolve, Then};
+use super::{AgentFacts, Config};
 use crate::ids::{AgentId, LogicalNodeId, Nonce};
 use crate::plan::LogicalNodeSpec;
 use crate::port::{JournalRecord, LeaseFacts, LogSeqs};
@@ -120,57 +120,38 @@ impl Journaled {
         }
     }
 
-    /// The phase a restart resumes from, and whether `Start` has work to do.
-    fn phase(&self) -> (Phase, bool) {
-        let resolving = |then| Phase::Resolving {
-            op: None,
-            resolve: Resolve::new(1, then),
-        };
+    /// The phase a restart resumes from (`Restored` when `Start` has work
+    /// to do).
+    fn phase(&self) -> Phase {
+        let resolving = |then| Phase::Restored(Pending::Resolve(Resolve::new(1, then)));
         let has_lease = self.lease.is_some() && !self.released;
         if let (Some(attempt), false) = (self.replace, self.destroy_requested) {
             // A replacement a restart interrupted: finish the destroy, or
-            // go straight to the new intent (`ReplaceDue`, below).
-            return match has_lease {
-                true => (
-                    Phase::Destroying {
-                        op: None,
-                        tries: 0,
-                        replace: attempt,
-                    },
-                    true,
-                ),
-                false => (Phase::Destroyed, true),
-            };
+            // go straight to the new intent.
+            return Phase::Restored(match has_lease {
+                true => Pending::Destroy { replace: attempt },
+                false => Pending::Replace { attempt },
+            });
         }
         if self.destroy_requested {
             return match (has_lease, self.intent_open) {
-                (true, _) => (
-                    Phase::Destroying {
-                        op: None,
-                        tries: 0,
-                        replace: 0,
-                    },
-                    true,
-                ),
-                (false, true) => (resolving(Then::Destroy), true),
-                (false, false) => (Phase::Destroyed, false),
+                (true, _) => Phase::Restored(Pending::Destroy { replace: 0 }),
+                (false, true) => resolving(Then::Destroy),
+                (false, false) => Phase::Destroyed,
             };
         }
         match (has_lease, self.intent_open) {
-            (_, true) if self.failed.is_some() => (Phase::Failed { unresolved: true }, false),
-            (_, true) => (resolving(Then::Bootstrap), true),
-            (true, _) if self.agent.is_some() => (
-                Phase::Dormant {
-                    rejoin_allowed: true,
-                },
-                false,
-            ),
-            (true, _) if self.failed.is_some() => (Phase::Failed { unresolved: false }, false),
+            (_, true) if self.failed.is_some() => Phase::Failed { unresolved: true },
+            (_, true) => resolving(Then::Bootstrap),
+            (true, _) if self.agent.is_some() => Phase::Dormant {
+                rejoin_allowed: true,
+            },
+            (true, _) if self.failed.is_some() => Phase::Failed { unresolved: false },
             // Known lease, not ready: bootstrap again from endpoint lookup.
-            (true, _) => (Phase::Locating { op: None }, true),
-            (false, false) if self.released => (Phase::Destroyed, false),
-            (false, false) if self.failed.is_some() => (Phase::Failed { unresolved: false }, false),
-            (false, false) => (Phase::New, false),
+            (true, _) => Phase::Restored(Pending::Locate),
+            (false, false) if self.released => Phase::Destroyed,
+            (false, false) if self.failed.is_some() => Phase::Failed { unresolved: false },
+            (false, false) => Phase::New,
         }
     }
 }
@@ -184,7 +165,7 @@ impl Machine {
         journaled: &Journaled,
     ) -> Machine {
         let mut machine = Machine::new(config, spec, rng);
-        let (phase, resume) = journaled.phase();
+        let phase = journaled.phase();
         let r = &mut machine.record;
         r.attempt = journaled.attempt;
         r.nonce = journaled.nonce;
@@ -204,25 +185,17 @@ impl Machine {
                 handed_off_at: Some(Instant::ZERO),
             });
         }
-        r.stage = phase.stage();
-        r.ready = r.stage == Lifecycle::Dormant;
-        let phase = match (phase, journaled.replace) {
-            (Phase::Destroyed, Some(attempt)) => Phase::ReplaceDue { attempt },
-            (phase, _) => phase,
-        };
         machine.strays = journaled
             .strays
             .iter()
             .take(super::strays::STRAYS_MAX)
             .map(|lease| super::strays::Stray {
                 lease: lease.clone(),
-                op: None,
                 tries: 0,
-                due: None,
+                state: super::strays::StrayState::Restored,
             })
             .collect();
         machine.phase = phase;
-        machine.resume = resume || !machine.strays.is_empty();
         machine
     }
 }

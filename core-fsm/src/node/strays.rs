@@ -21,13 +21,41 @@ pub(super) const STRAYS_MAX: usize = 8;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Stray {
     pub(super) lease: Arc<LeaseFacts>,
-    /// The destroy in flight.
-    pub(super) op: Option<OpId>,
     /// Destroys sent so far (at most `destroy_attempts_max` per round).
     pub(super) tries: u32,
-    /// The in-flight destroy's deadline, or the time of the next try;
-    /// `None` with no op: retries spent, the next `Destroy` tries again.
-    pub(super) due: Option<Instant>,
+    /// Where its destroy stands.
+    pub(super) state: StrayState,
+}
+
+/// Where a stray's destroy stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StrayState {
+    /// Rebuilt from the journal: the destroy waits for `Start` (or a
+    /// `Destroy`).
+    Restored,
+    /// A destroy is in flight, answered or failed by `deadline`.
+    Destroying { op: OpId, deadline: Instant },
+    /// The next destroy is due then.
+    Waiting { due: Instant },
+    /// Retries spent: the next `Destroy` tries again.
+    Spent,
+}
+
+impl StrayState {
+    /// The in-flight destroy's deadline, or the time of the next try.
+    fn due(self) -> Option<Instant> {
+        match self {
+            StrayState::Destroying { deadline, .. } => Some(deadline),
+            StrayState::Waiting { due } => Some(due),
+            StrayState::Restored | StrayState::Spent => None,
+        }
+    }
+}
+
+impl Stray {
+    fn is_op(&self, op: OpId) -> bool {
+        matches!(self.state, StrayState::Destroying { op: o, .. } if o == op)
+    }
 }
 
 impl Machine {
@@ -59,16 +87,20 @@ impl Machine {
         }
         self.strays.push(Stray {
             lease,
-            op: None,
             tries: 0,
-            due: None,
+            state: StrayState::Spent,
         });
         let at = self.strays.len() - 1;
         self.issue_stray_destroy(now, at, 1, out);
     }
 
     pub(super) fn is_stray_op(&self, op: OpId) -> bool {
-        self.strays.iter().any(|s| s.op == Some(op))
+        self.strays.iter().any(|s| s.is_op(op))
+    }
+
+    /// Whether a restored stray's destroy waits for `Start`.
+    pub(super) fn strays_restored(&self) -> bool {
+        self.strays.iter().any(|s| s.state == StrayState::Restored)
     }
 
     pub(super) fn on_stray_destroyed(
@@ -81,7 +113,7 @@ impl Machine {
         let at = self
             .strays
             .iter()
-            .position(|s| s.op == Some(op))
+            .position(|s| s.is_op(op))
             .expect("a stray's op");
         match result {
             Err(e) if e.kind != ProviderErrorKind::NotFound => self.stray_failed(now, at),
@@ -99,9 +131,11 @@ impl Machine {
     pub(super) fn on_stray_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         for at in 0..self.strays.len() {
             let stray = &self.strays[at];
-            match (stray.op, stray.due) {
-                (Some(_), Some(due)) if due <= now => self.stray_failed(now, at),
-                (None, Some(due)) if due <= now => {
+            match stray.state {
+                StrayState::Destroying { deadline, .. } if deadline <= now => {
+                    self.stray_failed(now, at)
+                }
+                StrayState::Waiting { due } if due <= now => {
                     let tries = stray.tries + 1;
                     self.issue_stray_destroy(now, at, tries, out);
                 }
@@ -116,7 +150,10 @@ impl Machine {
     pub(super) fn retry_spent_strays(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {
         let mut sent = false;
         for at in 0..self.strays.len() {
-            if self.strays[at].op.is_none() && self.strays[at].due.is_none() {
+            if matches!(
+                self.strays[at].state,
+                StrayState::Restored | StrayState::Spent
+            ) {
                 self.issue_stray_destroy(now, at, 1, out);
                 sent = true;
             }
@@ -126,33 +163,37 @@ impl Machine {
 
     /// The earliest stray deadline or retry.
     pub(super) fn stray_deadline(&self) -> Option<Instant> {
-        self.strays.iter().filter_map(|s| s.due).min()
+        self.strays.iter().filter_map(|s| s.state.due()).min()
     }
 
     fn stray_failed(&mut self, now: Instant, at: usize) {
         let c = self.config;
         let stray = &mut self.strays[at];
-        stray.op = None;
-        stray.due = (stray.tries < c.destroy_attempts_max).then(|| {
-            now + crate::time::backoff(stray.tries, c.retry_backoff_base, c.retry_backoff_max)
-        });
+        stray.state = if stray.tries < c.destroy_attempts_max {
+            let wait = crate::time::backoff(stray.tries, c.retry_backoff_base, c.retry_backoff_max);
+            StrayState::Waiting { due: now + wait }
+        } else {
+            StrayState::Spent
+        };
     }
 
     fn issue_stray_destroy(&mut self, now: Instant, at: usize, tries: u32, out: &mut Vec<Effect>) {
         let op = self.next_op();
         let timeout = self.record.desired.boot.timeouts.destroy_timeout;
         let stray = &mut self.strays[at];
-        stray.op = Some(op);
         stray.tries = tries;
-        stray.due = Some(now + timeout);
+        stray.state = StrayState::Destroying {
+            op,
+            deadline: now + timeout,
+        };
         out.push(Effect::DestroyLease {
             op,
             lease: stray.lease.clone(),
         });
     }
 
-    /// N13: strays are bounded, and each is destroying, waiting for a
-    /// bounded retry, or spent.
+    /// N13: strays are bounded, and each is restored, destroying, waiting
+    /// for a bounded retry, or spent (its state says which).
     pub(super) fn check_strays(&self) {
         let id = self.record.node();
         assert!(self.strays.len() <= STRAYS_MAX, "N13 {id}: strays bounded");
@@ -160,10 +201,6 @@ impl Machine {
             assert!(
                 s.tries <= self.config.destroy_attempts_max,
                 "N13 {id}: stray destroys bounded"
-            );
-            assert!(
-                s.op.is_none() || s.due.is_some(),
-                "N13 {id}: a stray destroy has its deadline"
             );
         }
     }

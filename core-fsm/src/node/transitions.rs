@@ -4,7 +4,7 @@
 //! lease request, the endpoint and the shared helpers; `resolve.rs`,
 //! `destroy.rs` and `handoff.rs` hold the rest.
 
-use super::machine::{Phase, Resolve, Then};
+use super::machine::{Pending, Phase, Resolve, Then};
 use super::{BootstrapFacts, Effect, Lifecycle, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
@@ -110,7 +110,6 @@ impl super::Machine {
         r.failed_at = None;
         r.destroy_error = None;
         r.destroyed_at = None;
-        self.resume = false;
         self.replace_resolves = 0;
         self.timers.clear();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
@@ -154,25 +153,26 @@ impl super::Machine {
         self.timers.set(TimerKind::LeaseCreate, now + timeout);
     }
 
-    /// Continues what a restore left pending.
+    /// Continues what a restore left pending: the strays' destroys, then
+    /// the phase's own work.
     pub(super) fn resume(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        self.resume = false;
         let _ = self.retry_spent_strays(now, out);
-        match self.phase {
-            Phase::Resolving { op: None, resolve } => {
+        let Phase::Restored(pending) = self.phase else {
+            return;
+        };
+        match pending {
+            Pending::Resolve(resolve) => {
                 self.issue_list(now, Resolve::new(resolve.intents, resolve.then), out)
             }
-            Phase::Locating { op: None } => {
+            Pending::Locate => {
+                self.phase = Phase::Locating { op: None };
                 let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
                 self.timers.set(TimerKind::EndpointDeadline, now + timeout);
                 self.issue_lookup(out);
             }
-            Phase::Destroying {
-                op: None, replace, ..
-            } => self.issue_destroy(now, 1, replace, out),
+            Pending::Destroy { replace } => self.issue_destroy(now, 1, replace, out),
             // A replacement whose destroy finished before the restart.
-            Phase::ReplaceDue { attempt } => self.request_lease(now, attempt, 1, out),
-            _ => {}
+            Pending::Replace { attempt } => self.request_lease(now, attempt, 1, out),
         }
     }
 
@@ -232,7 +232,8 @@ impl super::Machine {
         out: &mut Vec<Effect>,
     ) {
         let lease = granted.lease;
-        if let Phase::Resolving { resolve, .. } = self.phase
+        if let Phase::Resolving { resolve, .. } | Phase::Restored(Pending::Resolve(resolve)) =
+            self.phase
             && Some(lease.nonce) == self.record.nonce
         {
             self.timers.clear();
@@ -260,14 +261,21 @@ impl super::Machine {
         }));
         self.record.nonce = Some(lease.nonce);
         self.record.lease = Some(lease);
-        self.set_stage(Lifecycle::LeaseCreated, out);
         match (then, endpoint) {
-            (Then::Destroy, _) => self.issue_destroy(now, 1, 0, out),
+            (Then::Destroy, _) => {
+                self.pass_through(Lifecycle::LeaseCreated, out);
+                self.issue_destroy(now, 1, 0, out)
+            }
             (Then::Replace(attempt), _) => {
+                self.pass_through(Lifecycle::LeaseCreated, out);
                 self.persist_replace_requested(attempt, out);
                 self.issue_destroy(now, 1, attempt, out);
             }
-            (Then::Bootstrap, Some(endpoint)) => self.endpoint_known(now, endpoint, out),
+            (Then::Bootstrap, Some(endpoint)) => {
+                self.pass_through(Lifecycle::LeaseCreated, out);
+                self.endpoint_known(now, endpoint, out)
+            }
+            // Locating is LeaseCreated's own phase: entering it announces.
             (Then::Bootstrap, None) => {
                 let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
                 self.enter(Phase::Locating { op: None }, out);
@@ -319,7 +327,7 @@ impl super::Machine {
     ) {
         self.timers.clear();
         self.record.endpoint = Some(endpoint.clone());
-        self.set_stage(Lifecycle::EndpointKnown, out);
+        self.pass_through(Lifecycle::EndpointKnown, out);
         let session = SessionId(self.sessions.next());
         self.record.bootstrap = Some(BootstrapFacts {
             session,
@@ -402,17 +410,24 @@ impl super::Machine {
 
     /// Enters `phase` and announces its stage if it changed.
     pub(super) fn enter(&mut self, phase: Phase, out: &mut Vec<Effect>) {
+        let before = self.phase.stage();
         self.phase = phase;
-        self.set_stage(phase.stage(), out);
+        if phase.stage() != before {
+            self.announce(phase.stage(), out);
+        }
     }
 
-    /// Records `stage` (also a transient one) and announces it if it changed.
-    pub(super) fn set_stage(&mut self, stage: Lifecycle, out: &mut Vec<Effect>) {
-        if self.record.stage == stage {
-            return;
+    /// Announces a stage the node passes through without resting in it
+    /// (`LeaseCreated` on the way to a destroy or a bootstrap,
+    /// `EndpointKnown`, `HandedOff`), unless it is the phase's own.
+    pub(super) fn pass_through(&mut self, stage: Lifecycle, out: &mut Vec<Effect>) {
+        if self.phase.stage() != stage {
+            self.announce(stage, out);
         }
-        self.record.stage = stage;
-        self.record.ready = stage == Lifecycle::Dormant;
+    }
+
+    /// The `Changed` effect for `stage`.
+    fn announce(&self, stage: Lifecycle, out: &mut Vec<Effect>) {
         let failed_reason = if stage == Lifecycle::Failed {
             self.record.failed_reason.clone()
         } else {
@@ -420,7 +435,7 @@ impl super::Machine {
         };
         out.push(Effect::Changed {
             stage,
-            ready: self.record.ready,
+            ready: stage == Lifecycle::Dormant,
             failed_reason,
         });
     }

@@ -152,7 +152,7 @@ impl Orchestrator {
 fn view(machine: &node::Machine) -> NodeView {
     use node::Lifecycle as S;
     let record = machine.record();
-    let condition = match record.stage {
+    let condition = match machine.stage() {
         S::Dormant => Condition::Ready,
         S::Failed => Condition::Failed {
             at: record.failed_at.unwrap_or(Instant::ZERO),

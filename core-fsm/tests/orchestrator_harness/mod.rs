@@ -85,18 +85,18 @@ impl Harness {
 
     fn ledger(&mut self) {
         let mut line = String::from("    ledger:");
-        for r in self.orchestrator.nodes() {
-            write!(line, " {}={:?}", r.node(), r.stage).unwrap();
+        for m in self.orchestrator.nodes() {
+            write!(line, " {}={:?}", m.record().node(), m.stage()).unwrap();
             if let (Some(b), true) = (
-                &r.bootstrap,
+                &m.record().bootstrap,
                 matches!(
-                    r.stage,
+                    m.stage(),
                     Lifecycle::BootstrapRunning | Lifecycle::AgentJoined
                 ),
             ) {
                 write!(line, "/{:?}", b.last_stage).unwrap();
             }
-            if r.ready {
+            if m.is_ready() {
                 line.push_str("(ready)");
             }
         }
@@ -169,7 +169,8 @@ impl Harness {
         let record = self
             .orchestrator
             .node(&LogicalNodeId::from(node))
-            .expect("a ledger node");
+            .expect("a ledger node")
+            .record();
         record.bootstrap.as_ref().expect("bootstrap facts").session
     }
 
@@ -216,6 +217,7 @@ impl Harness {
             .orchestrator
             .node(&LogicalNodeId::from(node))
             .unwrap()
+            .record()
             .desired
             .boot
             .verify_commands

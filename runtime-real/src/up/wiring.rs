@@ -28,12 +28,12 @@ impl Orchestrated for Orchestrator {
 
     fn node_rows(&self) -> Vec<super::control::LiveNode> {
         self.nodes()
-            .filter(|r| r.stage != core_fsm::node::Lifecycle::New)
-            .map(|r| super::control::LiveNode {
-                id: r.desired.node_id.clone(),
-                stage: r.stage,
-                ready: r.ready,
-                failed_reason: r.failed_reason.clone(),
+            .filter(|m| m.stage() != core_fsm::node::Lifecycle::New)
+            .map(|m| super::control::LiveNode {
+                id: m.record().node().clone(),
+                stage: m.stage(),
+                ready: m.is_ready(),
+                failed_reason: m.record().failed_reason.clone(),
                 liveness: None,
                 last_heartbeat_ms: None,
             })
