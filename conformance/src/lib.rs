@@ -18,7 +18,6 @@ pub mod bench;
 pub mod case;
 pub mod coverage;
 pub mod fault;
-pub mod format;
 pub mod generate;
 pub mod liveness;
 pub mod oracle;

@@ -15,6 +15,8 @@ use smol_str::SmolStr;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod text;
+
 /// Facts about a created lease: enough to find, reach and destroy it
 /// (SPEC.md "The port alphabet" `LeaseFacts`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

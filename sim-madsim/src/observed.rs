@@ -6,7 +6,6 @@
 
 use crate::state::{STEP_MAX, World, WorldState};
 use conformance::System;
-use conformance::format;
 use conformance::liveness::Settle;
 use conformance::oracle::Observation;
 use core_fsm::Machine;
@@ -52,10 +51,10 @@ impl<S: System> Machine for Observed<S> {
         w.observe(now, Observation::Delivered(&input));
         let pair = (
             conformance::coverage::stage_of_input(&input, &w.op_node, &w.stages),
-            format::input_kind(&input),
+            input.kind(),
         );
         w.coverage.pairs.insert(pair);
-        let line = w.transcript.as_ref().map(|_| format::input(&input));
+        let line = w.transcript.as_ref().map(|_| input.to_string());
         w.digest.update_debug(&(now, inc, &input));
         let sys = &mut self.sys;
         let effects = match catch_unwind(AssertUnwindSafe(|| sys.handle(now, input))) {
@@ -93,7 +92,7 @@ impl<S: System> Machine for Observed<S> {
             track(&mut w, effect);
         }
         if let (Some(t), Some(line)) = (w.transcript.as_mut(), line) {
-            let out: Vec<String> = effects.iter().map(format::effect).collect();
+            let out: Vec<String> = effects.iter().map(Effect::to_string).collect();
             let arrow = if out.is_empty() { "" } else { " => " };
             t.push(format!(
                 "t={} #{inc} <- {line}{arrow}{}",
@@ -152,7 +151,7 @@ fn after_step<S: System>(w: &mut WorldState, sys: &S, now: Instant) {
 
 /// Remembers which node an operation concerns (for coverage pairs).
 fn track(w: &mut WorldState, effect: &Effect) {
-    w.coverage.effects.insert(format::effect_kind(effect));
+    w.coverage.effects.insert(effect.kind());
     match effect {
         Effect::CreateLease { op, request } => {
             w.op_node.insert(*op, request.node.clone());

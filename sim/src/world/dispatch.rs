@@ -108,9 +108,7 @@ impl<S: System> World<'_, S> {
 
     /// Remembers which node an operation concerns (for coverage pairs).
     pub(super) fn track(&mut self, effect: &Effect) {
-        self.coverage
-            .effects
-            .insert(conformance::format::effect_kind(effect));
+        self.coverage.effects.insert(effect.kind());
         match effect {
             Effect::CreateLease { op, request } => {
                 self.op_node.insert(*op, request.node.clone());

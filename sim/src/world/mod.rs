@@ -20,7 +20,6 @@ mod ssh_ops;
 use crate::plan;
 use conformance::case::{Action, Case, OpKind};
 use conformance::coverage::Coverage;
-use conformance::format;
 use conformance::oracle::{Observation, Oracle};
 use conformance::{RunOptions, RunOutcome, Stats, System, Violation};
 use core_fsm::digest::Digest;
@@ -445,10 +444,8 @@ impl<'c, S: System> World<'c, S> {
         self.oracle.at(self.step, self.now.as_millis());
         self.observe(Observation::Delivered(&input));
         let stage = conformance::coverage::stage_of_input(&input, &self.op_node, &self.stages);
-        self.coverage
-            .pairs
-            .insert((stage, format::input_kind(&input)));
-        let line = self.transcript.as_ref().map(|_| format::input(&input));
+        self.coverage.pairs.insert((stage, input.kind()));
+        let line = self.transcript.as_ref().map(|_| input.to_string());
         fold(&mut self.digest, &(self.now, self.inc, &input));
         let now = self.now;
         let Some(orch) = self.orch.as_mut() else {
@@ -483,7 +480,7 @@ impl<'c, S: System> World<'c, S> {
             self.track(effect);
         }
         if let (Some(t), Some(line)) = (self.transcript.as_mut(), line) {
-            let out: Vec<String> = effects.iter().map(format::effect).collect();
+            let out: Vec<String> = effects.iter().map(Effect::to_string).collect();
             t.push(format!(
                 "t={} #{} <- {line}{}{}",
                 now.as_millis(),
