@@ -9,15 +9,11 @@
 //! an ended session) is ignored and counted. Invariants O1.. are in
 //! `spec/provisioning.md`.
 //!
-//! Cost: one input costs the same whatever the number of nodes (up to
-//! logarithmic factors). Nodes live in slots numbered in node-id order, so
-//! routes and sessions name them by slot, not by a cloned id; an index of
-//! every child's next deadline answers `next_deadline` and finds the nodes a
-//! tick is for; tallies kept per delivery answer `is_settled` and
-//! `is_torn_down`.
+//! Nodes live in slots numbered in node-id order (nodes scaling adds come
+//! after, in the order added), so routes and sessions name them by slot.
+//! `next_deadline`, `is_settled` and `is_torn_down` read the children.
 
 mod commands;
-mod index;
 mod invariants;
 mod restore;
 mod routing;
@@ -33,7 +29,6 @@ use crate::reconcile::{self, Quarantine};
 use crate::rng::DetRng;
 use crate::time::Instant;
 use crate::{bootstrap, digest::Digest};
-use index::{Deadlines, Tally};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -140,8 +135,6 @@ pub struct Orchestrator {
     pub(crate) probe_command: Arc<str>,
     /// Who awaits each operation's answer, by operation id.
     pub(crate) routes: BTreeMap<OpId, Owner>,
-    pub(crate) deadlines: Deadlines,
-    pub(crate) tally: Tally,
     pub(crate) run_journaled: bool,
     pub(crate) started: bool,
     pub(crate) tearing_down: bool,
@@ -168,7 +161,6 @@ impl Orchestrator {
         specs.extend(unplanned);
         let specs = restore::slotted(specs);
         let ids: Vec<LogicalNodeId> = specs.iter().map(|s| s.node_id.clone()).collect();
-        let count = ids.len();
         let desired = crate::plan::desired(&config.plan);
         let group_slots = restore::group_slots(&specs, &desired, check_ids);
         Orchestrator {
@@ -193,8 +185,6 @@ impl Orchestrator {
             sessions: BTreeMap::new(),
             probe_command: bootstrap::PROBE_COMMAND.into(),
             routes: BTreeMap::new(),
-            deadlines: Deadlines::default(),
-            tally: Tally::new(count),
             run_journaled: false,
             started: false,
             tearing_down: false,
@@ -238,7 +228,7 @@ impl Orchestrator {
             && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
-            && self.tally.all_settled()
+            && self.nodes.values().all(node::Machine::is_settled)
     }
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.
@@ -251,7 +241,7 @@ impl Orchestrator {
     /// composite restored from the journal of a run that was torn down, so
     /// a runtime may start a new run instead of resuming that one.
     pub fn holds_no_lease(&self) -> bool {
-        self.sessions.is_empty() && self.tally.none_leased()
+        self.sessions.is_empty() && self.nodes.values().all(node::Machine::holds_no_lease)
     }
 
     /// Raises a node's last log sequence numbers to `seqs`, when a runtime
@@ -325,11 +315,10 @@ impl Orchestrator {
         self.nodes.get(&slot).expect("a routed slot holds a node")
     }
 
-    /// Puts a new node manager into the ledger and indexes it.
+    /// Puts a new node manager into the ledger.
     pub(crate) fn insert_node(&mut self, slot: Slot, machine: node::Machine) {
         let before = self.nodes.insert(slot, machine);
         assert!(before.is_none(), "one manager per node");
-        self.sync_node(slot);
     }
 }
 
@@ -377,11 +366,9 @@ impl crate::Machine for Orchestrator {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines
-            .earliest()
-            .into_iter()
-            .chain(self.requeue_at)
-            .min()
+        let nodes = self.nodes.values().filter_map(|n| n.next_deadline());
+        let sessions = (self.sessions.values()).filter_map(|s| s.machine.next_deadline());
+        nodes.chain(sessions).chain(self.requeue_at).min()
     }
 
     fn check_invariants(&self) {

@@ -110,7 +110,6 @@ impl Machine {
     /// Whether a provider operation of this node is awaiting its answer, a
     /// retry is pending, or a restore left work for `Start`.
     pub fn in_flight(&self) -> bool {
-        // `index_facts` reads the same, in one pass with the deadline.
         self.restored_work()
             || !self.timers.is_empty()
             || self.stray_deadline().is_some()
@@ -136,26 +135,14 @@ impl Machine {
         )
     }
 
-    /// What a composite indexes after each step, read in one pass: the
-    /// next deadline (as `next_deadline`), whether the node is not settled
-    /// (not at rest in Dormant, Failed, Destroying or Destroyed, or with
-    /// work in flight) and whether it may hold a lease (not
-    /// `holds_no_lease`).
-    pub(crate) fn index_facts(&self) -> (Option<Instant>, bool, bool) {
-        let own = self.timers.next_deadline();
-        let stray = self.stray_deadline();
-        let deadline = match (own, stray) {
-            (Some(own), Some(stray)) => Some(own.min(stray)),
-            (own, stray) => own.or(stray),
-        };
-        // `in_flight`, with the timers and strays read once.
-        let in_flight =
-            self.restored_work() || own.is_some() || stray.is_some() || self.phase_awaits_answer();
+    /// Whether the node is settled: at rest in Dormant, Failed,
+    /// Destroying or Destroyed, with nothing in flight.
+    pub fn is_settled(&self) -> bool {
         let at_rest = matches!(
             self.stage(),
             Lifecycle::Dormant | Lifecycle::Failed | Lifecycle::Destroying | Lifecycle::Destroyed
         );
-        (deadline, !at_rest || in_flight, !self.holds_no_lease())
+        at_rest && !self.in_flight()
     }
 
     /// Raises the last log sequence numbers (see

@@ -59,11 +59,16 @@ impl Orchestrator {
     /// Ticks every child whose deadline is due: nodes first, then sessions,
     /// each in id order; children whose deadline is later are not visited.
     pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let (nodes, sessions) = self.deadlines.take_due(now);
+        use crate::Machine as _;
+        let due = |at: Option<Instant>| at.is_some_and(|at| at <= now);
+        let nodes: Vec<Slot> = (self.nodes.iter())
+            .filter(|(_, node)| due(node.next_deadline()))
+            .map(|(slot, _)| *slot)
+            .collect();
         // Sessions go in id order; one a node's tick ended is skipped.
-        let mut sessions: Vec<(SessionId, Slot)> = sessions
-            .into_iter()
-            .filter_map(|slot| self.sessions.get(&slot).map(|s| (s.id, slot)))
+        let mut sessions: Vec<(SessionId, Slot)> = (self.sessions.iter())
+            .filter(|(_, s)| due(s.machine.next_deadline()))
+            .map(|(slot, s)| (s.id, *slot))
             .collect();
         sessions.sort_unstable();
         for slot in nodes {

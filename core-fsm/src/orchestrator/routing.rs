@@ -138,7 +138,6 @@ impl Orchestrator {
         machine.swap_ids(&mut self.ops, &mut self.session_ids);
         self.counters.ignored_by_nodes += machine.ignored() - ignored;
         self.counters.stray_leases += machine.stray_leases() - strays;
-        self.sync_node(slot);
         for effect in effects {
             self.node_effect(now, slot, effect, out);
         }
@@ -242,7 +241,6 @@ impl Orchestrator {
         let effects = session.machine.handle(now, input);
         session.machine.swap_ids(&mut self.ops);
         self.counters.ignored_by_sessions += session.machine.ignored() - ignored;
-        self.sync_session(slot);
         for effect in effects {
             self.session_effect(now, id, slot, effect, out);
         }
@@ -269,7 +267,6 @@ impl Orchestrator {
             bootstrap::Effect::Finished(outcome) => {
                 let session = self.sessions.remove(&node);
                 let ops = session.expect("a finishing session exists").ops;
-                self.sync_session(node);
                 for op in &ops {
                     self.routes.remove(op);
                 }

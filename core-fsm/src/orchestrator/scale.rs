@@ -169,7 +169,6 @@ impl Orchestrator {
         }
         self.ids.push(spec.node_id.clone());
         self.specs.push(Some(spec));
-        self.tally.push();
         slot
     }
 
@@ -187,7 +186,6 @@ impl Orchestrator {
         // unknown), never the new node's.
         self.routes
             .retain(|_, owner| *owner != super::Owner::Node(slot));
-        self.sync_dropped(slot);
     }
 
     /// A node manager for the slot's spec: a revived one continues its
@@ -211,13 +209,6 @@ impl Orchestrator {
         Some(Slot(
             u32::try_from(self.sorted_len + at).expect("fewer than 2^32 nodes"),
         ))
-    }
-
-    /// Settles the deadline index and tallies of a slot whose node was
-    /// dropped.
-    fn sync_dropped(&mut self, slot: Slot) {
-        self.deadlines.set(super::index::Child::Node(slot), None);
-        self.tally.clear(slot);
     }
 }
 
