@@ -9,6 +9,7 @@
 //! [`Lifecycle::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
 
 mod destroy;
+mod dispatch;
 mod handoff;
 mod invariants;
 mod machine;

@@ -1,6 +1,6 @@
-//! The node manager's state and its one `match (phase, input)`. Its phase
-//! is in `phase.rs`, its invariants in `invariants.rs`, the transitions in
-//! `transitions.rs` and its siblings.
+//! The node manager's state. Its phase is in `phase.rs`, its one `match
+//! (phase, event)` in `dispatch.rs`, its invariants in `invariants.rs`, the
+//! transitions in `transitions.rs` and its siblings.
 
 use super::Timers;
 pub(super) use super::phase::{Pending, Phase, Resolve, Then};
@@ -118,7 +118,7 @@ impl Machine {
 
     /// Whether a restore left work that `Start` resumes: a pending phase,
     /// or stray leases whose destroys wait for it.
-    fn restored_work(&self) -> bool {
+    pub(super) fn restored_work(&self) -> bool {
         matches!(self.phase, Phase::Restored(_)) || self.strays_restored()
     }
 
@@ -254,125 +254,6 @@ impl crate::Machine for Machine {
 }
 
 impl Machine {
-    /// The one `match`: `handle`, pushing the effects onto `out`.
-    fn step(&mut self, now: Instant, input: Input, out: &mut Vec<Effect>) {
-        // By input, then phase: the input is matched where it lies, not
-        // first copied into a pair with the phase.
-        let phase = self.phase;
-        match input {
-            Input::Tick => self.on_tick(now, out),
-            Input::Start { excluded_hosts } => match phase {
-                Phase::New => {
-                    self.excluded_hosts = excluded_hosts;
-                    let _ = self.retry_spent_strays(now, out);
-                    let attempt = self.record.attempt.max(1);
-                    self.request_lease(now, attempt, 1, out)
-                }
-                _ if self.restored_work() => {
-                    self.excluded_hosts = excluded_hosts;
-                    self.resume(now, out)
-                }
-                _ => self.ignored += 1,
-            },
-            Input::Replace {
-                attempt,
-                excluded_hosts,
-            } => match phase {
-                Phase::Destroyed
-                | Phase::Restored(Pending::Replace { .. })
-                | Phase::Failed { unresolved: false }
-                    if attempt > self.record.attempt =>
-                {
-                    self.excluded_hosts = excluded_hosts;
-                    self.on_replace(now, attempt, out);
-                }
-                // The failed intent's lease may exist: find out first
-                // (bounded per attempt), then replace whatever turns up.
-                Phase::Failed { unresolved: true }
-                    if attempt > self.record.attempt
-                        && self.replace_resolves < self.config.intents_max =>
-                {
-                    self.excluded_hosts = excluded_hosts;
-                    self.replace_resolves += 1;
-                    let resolve = Resolve::new(self.config.intents_max, Then::Replace(attempt));
-                    self.issue_list(now, resolve, out);
-                }
-                _ => self.ignored += 1,
-            },
-            Input::LeaseDestroyed { op, result } if self.is_stray_op(op) => {
-                self.on_stray_destroyed(now, op, result, out)
-            }
-            Input::Destroy => self.on_destroy(now, out),
-            Input::LeaseCreated { op: got, result } => match phase {
-                Phase::Requesting {
-                    op: Some(op),
-                    tries,
-                    intents,
-                    destroy_after,
-                } if op == got => {
-                    let then = if destroy_after {
-                        Then::Destroy
-                    } else {
-                        Then::Bootstrap
-                    };
-                    self.on_lease_created(now, result, (tries, intents), then, out)
-                }
-                _ => match result {
-                    Ok(granted) => self.on_stray_lease(now, granted, out),
-                    Err(_) => self.ignored += 1,
-                },
-            },
-            Input::EndpointLooked { op: got, result } => match phase {
-                Phase::Locating { op: Some(op) } if op == got => self.on_endpoint(now, result, out),
-                _ => self.ignored += 1,
-            },
-            Input::LeasesListed { op: got, result } => match phase {
-                Phase::Resolving {
-                    op: Some(op),
-                    resolve,
-                } if op == got => self.on_listed(now, result, resolve, out),
-                _ => self.ignored += 1,
-            },
-            Input::LeaseDestroyed { op: got, result } => match phase {
-                Phase::Destroying {
-                    op: Some(op),
-                    tries,
-                    replace,
-                } if op == got => self.on_destroyed(now, result, tries, replace, out),
-                _ => self.ignored += 1,
-            },
-            // A cancelled session still logs until SSH is closed: its
-            // numbers count in any phase.
-            Input::BootstrapObserved(obs) => self.observe(now, obs),
-            Input::AgentJoined { lease_id, agent } => match phase {
-                Phase::Bootstrapping { session } if self.expects_join(&lease_id) => {
-                    self.on_joined(now, session, agent, out)
-                }
-                Phase::Dormant {
-                    rejoin_allowed: true,
-                } if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
-                _ => self.ignored += 1,
-            },
-            Input::AgentLost { agent, reason } => match phase {
-                Phase::Dormant { .. }
-                    if self.record.agent.as_ref().is_some_and(|a| a.agent == agent) =>
-                {
-                    self.fail(now, reason, out)
-                }
-                // Another identity, or a node not at rest after handoff.
-                _ => self.ignored += 1,
-            },
-            Input::BootstrapClosed => match phase {
-                Phase::Joined { .. } => self.on_handed_off(now, out),
-                _ => self.ignored += 1,
-            },
-            Input::BootstrapFailed { reason } => match phase {
-                Phase::Bootstrapping { .. } | Phase::Joined { .. } => self.fail(now, reason, out),
-                _ => self.ignored += 1,
-            },
-        }
-    }
-
     /// `BootstrapObserved`: an observation of the node's session (current
     /// or cancelled) is noted; any other is ignored. It has no effects, so a
     /// composite may deliver it while the session is still stepping.
