@@ -98,9 +98,22 @@ pub(crate) struct Session {
     pub(crate) ops: Vec<OpId>,
 }
 
+/// Where the run as a whole stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Before `Start`; `journaled` when the journal already holds the
+    /// run's `RunStarted` (a restore).
+    Idle { journaled: bool },
+    /// Started: the reconciler keeps the plan.
+    Running,
+    /// `Teardown` began, after a `Start` or not.
+    TearingDown { started: bool },
+}
+
 /// The orchestrator composite.
 #[derive(Clone, Debug)]
 pub struct Orchestrator {
+    pub(crate) phase: Phase,
     pub(crate) plan: RunPlan,
     /// Node ids by slot: ascending up to `sorted_len` (a binary search
     /// finds a slot), then the nodes scaling added, in the order added.
@@ -135,10 +148,9 @@ pub struct Orchestrator {
     pub(crate) probe_command: Arc<str>,
     /// Who awaits each operation's answer, by operation id.
     pub(crate) routes: BTreeMap<OpId, Owner>,
-    pub(crate) run_journaled: bool,
-    pub(crate) started: bool,
-    pub(crate) tearing_down: bool,
+    /// A reconcile pass is due before this input's handling ends.
     pub(crate) reconcile_due: bool,
+    /// When the reconciler asked to look again.
     pub(crate) requeue_at: Option<Instant>,
     pub(crate) counters: Counters,
 }
@@ -164,6 +176,7 @@ impl Orchestrator {
         let desired = crate::plan::desired(&config.plan);
         let group_slots = restore::group_slots(&specs, &desired, check_ids);
         Orchestrator {
+            phase: Phase::Idle { journaled: false },
             sorted_len: ids.len(),
             ids,
             revived: BTreeMap::new(),
@@ -185,9 +198,6 @@ impl Orchestrator {
             sessions: BTreeMap::new(),
             probe_command: bootstrap::PROBE_COMMAND.into(),
             routes: BTreeMap::new(),
-            run_journaled: false,
-            started: false,
-            tearing_down: false,
             reconcile_due: false,
             requeue_at: None,
             counters: Counters::default(),
@@ -224,8 +234,10 @@ impl Orchestrator {
     /// automatic retries spent (the failure is in `destroy_error`; another
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
     pub fn is_settled(&self) -> bool {
-        self.started
-            && self.sessions.is_empty()
+        matches!(
+            self.phase,
+            Phase::Running | Phase::TearingDown { started: true }
+        ) && self.sessions.is_empty()
             && !self.reconcile_due
             && self.requeue_at.is_none()
             && self.nodes.values().all(node::Machine::is_settled)
@@ -233,7 +245,7 @@ impl Orchestrator {
 
     /// Teardown ran and every node is destroyed or certainly holds no lease.
     pub fn is_torn_down(&self) -> bool {
-        self.tearing_down && self.holds_no_lease()
+        matches!(self.phase, Phase::TearingDown { .. }) && self.holds_no_lease()
     }
 
     /// No node may hold a lease and no session is open: every lease the

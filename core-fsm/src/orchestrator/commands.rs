@@ -1,7 +1,7 @@
 //! The operator's commands (`Start`, `Teardown`), timer ticks, and the
 //! reconciler's passes and actions.
 
-use super::{Orchestrator, Slot};
+use super::{Orchestrator, Phase, Slot};
 use crate::bootstrap;
 use crate::ids::SessionId;
 use crate::node;
@@ -15,13 +15,12 @@ const RECONCILE_PASSES_MAX: u32 = 4;
 
 impl Orchestrator {
     pub(super) fn on_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        if self.started || self.tearing_down {
+        let Phase::Idle { journaled } = self.phase else {
             self.counters.ignored_commands += 1;
             return;
-        }
-        self.started = true;
-        if !self.run_journaled {
-            self.run_journaled = true;
+        };
+        self.phase = Phase::Running;
+        if !journaled {
             out.push({
                 Effect::Persist(JournalRecord::RunStarted {
                     run_id: self.plan.run_id,
@@ -41,7 +40,12 @@ impl Orchestrator {
     }
 
     pub(super) fn on_teardown(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        self.tearing_down = true;
+        let started = match self.phase {
+            Phase::Idle { .. } => false,
+            Phase::Running => true,
+            Phase::TearingDown { started } => started,
+        };
+        self.phase = Phase::TearingDown { started };
         // A destroyed node may still have work: a stray lease, or restored
         // work a destroy cancels.
         let slots: Vec<Slot> = self
@@ -103,7 +107,7 @@ impl Orchestrator {
                 return;
             }
             self.reconcile_due = false;
-            if self.tearing_down || !self.started {
+            if self.phase != Phase::Running {
                 return;
             }
             let views: Vec<NodeView> = self.nodes.values().map(view).collect();

@@ -1,7 +1,7 @@
 //! The composite's invariants (O1..), checked after every step by tests and
 //! the simulator, together with every child's own.
 
-use super::{Orchestrator, Owner, Session, Slot};
+use super::{Orchestrator, Owner, Phase, Session, Slot};
 use crate::node::Lifecycle;
 use std::collections::BTreeMap;
 
@@ -110,14 +110,14 @@ impl Orchestrator {
                 let other = leases.insert(lease.clone(), id);
                 assert!(other.is_none(), "O6 {lease}: one lease, one node");
             }
-            if self.tearing_down {
+            if let Phase::TearingDown { .. } = self.phase {
                 assert!(
                     machine.is_winding_down() || machine.holds_no_lease(),
                     "O7 {id}: after Teardown every node winds down ({:?})",
                     machine.stage()
                 );
             }
-            if !self.started && !self.tearing_down {
+            if let Phase::Idle { .. } = self.phase {
                 let idle =
                     !machine.in_flight() || machine.awaits_start() || machine.is_winding_down();
                 assert!(

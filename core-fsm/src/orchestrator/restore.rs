@@ -72,7 +72,9 @@ impl Orchestrator {
         // Draws after a restart must differ from the first life's: the
         // journal's length names the life.
         let mut orchestrator = Orchestrator::build(config, journal.len() as u64, unplanned);
-        orchestrator.run_journaled = run_journaled;
+        orchestrator.phase = super::Phase::Idle {
+            journaled: run_journaled,
+        };
         orchestrator.retired = retired;
         orchestrator.counters.unplanned_journal_nodes = unplanned_count as u64;
         for (id, fold) in folds {

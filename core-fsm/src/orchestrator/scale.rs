@@ -69,7 +69,7 @@ impl Orchestrator {
         if self.desired_count(group).is_none() {
             return Some(ScaleRefusal::UnknownGroup);
         }
-        if self.tearing_down {
+        if let super::Phase::TearingDown { .. } = self.phase {
             return Some(ScaleRefusal::TearingDown);
         }
         let others: u64 = (self.desired.groups.iter())
