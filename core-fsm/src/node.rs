@@ -12,6 +12,7 @@ mod destroy;
 mod dispatch;
 mod handoff;
 mod invariants;
+mod journaled;
 mod machine;
 mod phase;
 mod resolve;
@@ -19,8 +20,8 @@ mod restore;
 mod strays;
 mod transitions;
 
+pub use journaled::{JournalFold, Journaled};
 pub use machine::Machine;
-pub use restore::Journaled;
 
 use crate::bootstrap;
 use crate::ids::{AgentId, GroupId, LeaseId, LogicalNodeId, Nonce, OpId, RoleId, RunId, SessionId};

@@ -88,8 +88,9 @@ pub async fn check_plan(plan: &RunPlan) -> Result<(), String> {
 }
 
 /// The providers of the run in `state_dir`: local always, and those the
-/// plan copy `up` left there (`plan.json`) names. `drover down` uses this
-/// too, so it reaches the same APIs `up` rented through.
+/// plan copy `up` left there (`plan.json`) names. `drover down` uses this,
+/// so it reaches the same APIs `up` rented through ([`for_plan`], from the
+/// plan it loaded).
 pub fn for_state_dir(state_dir: &Path) -> Result<Providers, String> {
     let path = crate::state_dir::StateDir::at(state_dir).plan();
     let plan = match std::fs::read(&path) {

@@ -29,6 +29,7 @@ use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{Input, JournalRecord};
 use driver::{Driver, Ports};
 use ports::{ChannelSource, JournalDisk, TokioClock};
+use russh::keys::PrivateKey;
 use sink::{Joins, RealSink, SinkParts};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -196,6 +197,8 @@ pub struct Runtime<J> {
     pub state_dir: PathBuf,
     /// The plan.
     pub plan: RunPlan,
+    /// The SSH identity.
+    pub key: Arc<PrivateKey>,
     /// `--json`.
     pub json: bool,
     /// The control plane (join tokens, stopping agents).
@@ -228,11 +231,12 @@ pub struct HostParts {
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and
-/// returns the open journal with the records a restore starts from.
+/// returns the open journal with the records a restore starts from, and
+/// the SSH identity.
 pub fn prepare_state(
     state_dir: &Path,
     plan: &RunPlan,
-) -> anyhow::Result<(Journal, Vec<JournalRecord>)> {
+) -> anyhow::Result<(Journal, Vec<JournalRecord>, Arc<PrivateKey>)> {
     std::fs::create_dir_all(state_dir)?;
     crate::provider::local::write_atomic(
         &control::pid_file(state_dir),
@@ -249,7 +253,7 @@ pub fn prepare_state(
             recovered.tail
         );
     }
-    identity::load_or_create(state_dir)?;
+    let key = identity::load_or_create(state_dir)?;
     if !recovered.records.is_empty() && run_is_over(plan, &recovered.records) {
         // Nothing to adopt or destroy: this `up` is a new run. The ended
         // run's journal and logs are kept aside, not resumed.
@@ -261,9 +265,9 @@ pub fn prepare_state(
             kept.display()
         );
         let (journal, recovered) = Journal::open(state_dir)?;
-        return Ok((journal, recovered.records));
+        return Ok((journal, recovered.records, key));
     }
-    Ok((journal, recovered.records))
+    Ok((journal, recovered.records, key))
 }
 
 /// Whether the journaled run holds nothing: every lease it knew of is
@@ -300,8 +304,8 @@ fn archive_ended_run(state_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(kept)
 }
 
-/// The providers of the run in `state_dir` (see
-/// [`crate::provider::for_state_dir`]).
+/// The providers of the run in `state_dir`, from the plan copy there (see
+/// [`crate::provider::for_state_dir`]); `up` builds its own from its plan.
 pub fn providers(state_dir: &Path) -> anyhow::Result<BTreeMap<ProviderKind, Arc<dyn Provider>>> {
     crate::provider::for_state_dir(state_dir).map_err(anyhow::Error::msg)
 }
@@ -315,6 +319,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let Runtime {
         state_dir,
         plan,
+        key,
         json,
         joins,
         leases,
@@ -401,12 +406,12 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         let lease = leases.lease_of(&row.id);
         view.lock().expect("view").changed(row, lease);
     }
-    let key = identity::load_or_create(&state_dir)?;
     let sink = RealSink::new(SinkParts {
         state_dir: state_dir.clone(),
         run_id: plan.run_id,
         key,
-        providers: providers(&state_dir)?,
+        providers: crate::provider::for_plan(&state_dir, Some(&plan))
+            .map_err(anyhow::Error::msg)?,
         joins,
         tx,
         view: view.clone(),

@@ -25,8 +25,7 @@ impl Orchestrator {
     /// again is forgotten but for its log numbers (a new node takes its
     /// id: `Start` provisions it, continuing them).
     pub fn restore(mut config: Config, journal: &[JournalRecord]) -> Orchestrator {
-        let mut folds: BTreeMap<LogicalNodeId, node::Journaled> = BTreeMap::new();
-        let mut run_journaled = false;
+        let mut fold = node::JournalFold::default();
         for record in journal {
             if let JournalRecord::DesiredSet { group, count } = record {
                 let before = (config.plan.groups.iter())
@@ -37,20 +36,17 @@ impl Orchestrator {
                 // its log numbers carry over.
                 for index in before..*count {
                     let id = crate::plan::node_id(group, index);
-                    if let Some(fold) = folds.get_mut(&id) {
-                        *fold = node::Journaled {
-                            log_seqs: fold.log_seqs,
+                    if let Some(old) = fold.nodes.get_mut(&id) {
+                        *old = node::Journaled {
+                            log_seqs: old.log_seqs,
                             ..node::Journaled::default()
                         };
                     }
                 }
-                continue;
             }
-            match node::Journaled::node_of(record) {
-                Some(node) => folds.entry(node.clone()).or_default().apply(record),
-                None => run_journaled = true,
-            }
+            fold.apply(record);
         }
+        let (run_journaled, mut folds) = (fold.run_id.is_some(), fold.nodes);
         let planned = crate::plan::expand(&config.plan);
         let mut unplanned = Vec::new();
         let mut retired = BTreeMap::new();
@@ -107,8 +103,7 @@ fn unplanned_spec(
     id: &LogicalNodeId,
     fold: &node::Journaled,
 ) -> Option<LogicalNodeSpec> {
-    let lease_stands = fold.lease.is_some() && !fold.released;
-    if !lease_stands && !fold.intent_open && fold.strays.is_empty() {
+    if fold.standing_lease().is_none() && !fold.intent_open && fold.strays.is_empty() {
         return None;
     }
     let (group, index) = match id.as_str().rsplit_once('-') {

@@ -1,13 +1,14 @@
-//! The ledger as the journal tells it: one row per logical node, folded
-//! from the journal's records, for `status` and `down` (which run without
-//! the plan and without the orchestrator machine).
+//! The ledger as the journal tells it: one row per logical node, read from
+//! the core's fold of the journal (`core_fsm::node::JournalFold`, the one a
+//! restore uses), for `status` and `down` (which run without the plan and
+//! without the orchestrator machine).
 //!
 //! Stages between the journaled ones (endpoint known, bootstrap running)
 //! are not journaled; while `drover up` runs, it writes its live view to
 //! `<state>/live.json`, which `status` overlays.
 
 use core_fsm::ids::{AgentId, GroupId, LogicalNodeId, Nonce, RunId};
-use core_fsm::node::Lifecycle;
+use core_fsm::node::{JournalFold, Journaled, Lifecycle};
 use core_fsm::port::{JournalRecord, LeaseFacts};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +46,26 @@ pub struct NodeRow {
     pub heartbeat_age_ms: Option<u64>,
 }
 
+impl NodeRow {
+    /// The row of node `id` as the journal tells it (no live view).
+    fn folded(id: &LogicalNodeId, node: &Journaled) -> NodeRow {
+        let stage = node.stage();
+        NodeRow {
+            id: id.clone(),
+            stage,
+            ready: stage == Lifecycle::Dormant,
+            lease: node.standing_lease().cloned(),
+            failed_reason: node.failed.clone(),
+            agent: node.agent.clone(),
+            pending_nonces: node.open_intent().into_iter().collect(),
+            destroy_requested: node.destroy_requested || node.replace.is_some(),
+            strays: node.strays.clone(),
+            liveness: None,
+            heartbeat_age_ms: None,
+        }
+    }
+}
+
 /// Every node's row, and the run.
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
@@ -57,6 +78,8 @@ pub struct Ledger {
     pub desired: BTreeMap<GroupId, u32>,
     /// What reading the journal found at its end, when not clean.
     pub tail_note: Option<String>,
+    /// The journal's fold (the core's) the rows are read from.
+    fold: JournalFold,
 }
 
 impl Ledger {
@@ -95,85 +118,16 @@ impl Ledger {
         Ok(ledger)
     }
 
-    fn row(&mut self, node: &LogicalNodeId) -> &mut NodeRow {
-        self.nodes.entry(node.clone()).or_insert_with(|| NodeRow {
-            id: node.clone(),
-            stage: Lifecycle::New,
-            ready: false,
-            lease: None,
-            failed_reason: None,
-            agent: None,
-            pending_nonces: vec![],
-            destroy_requested: false,
-            strays: vec![],
-            liveness: None,
-            heartbeat_age_ms: None,
-        })
-    }
-
     /// Applies one record.
     pub fn apply(&mut self, record: &JournalRecord) {
-        match record {
-            JournalRecord::RunStarted { run_id } => self.run_id = Some(*run_id),
-            JournalRecord::DesiredSet { group, count } => {
-                self.desired.insert(group.clone(), *count);
+        self.fold.apply(record);
+        self.run_id = self.fold.run_id;
+        match Journaled::node_of(record) {
+            Some(id) => {
+                let row = NodeRow::folded(id, &self.fold.nodes[id]);
+                self.nodes.insert(id.clone(), row);
             }
-            JournalRecord::LeaseIntent { node, nonce, .. } => {
-                let row = self.row(node);
-                row.stage = Lifecycle::LeaseRequested;
-                row.ready = false;
-                row.failed_reason = None;
-                row.destroy_requested = false;
-                row.pending_nonces.push(*nonce);
-            }
-            JournalRecord::LeaseKnown { node, lease } => {
-                let row = self.row(node);
-                row.pending_nonces.retain(|n| *n != lease.nonce);
-                if row.stage < Lifecycle::LeaseCreated {
-                    row.stage = Lifecycle::LeaseCreated;
-                }
-                row.lease = Some(lease.clone());
-            }
-            JournalRecord::IntentAbandoned { node, nonce } => {
-                let row = self.row(node);
-                row.pending_nonces.retain(|n| n != nonce);
-            }
-            JournalRecord::NodeFailed { node, reason, .. } => {
-                let row = self.row(node);
-                row.stage = Lifecycle::Failed;
-                row.ready = false;
-                row.failed_reason = Some(reason.clone());
-            }
-            JournalRecord::NodeReady { node, agent, .. } => {
-                let row = self.row(node);
-                row.stage = Lifecycle::Dormant;
-                row.ready = true;
-                row.agent = Some(agent.clone());
-            }
-            JournalRecord::DestroyRequested { node }
-            | JournalRecord::ReplaceRequested { node, .. } => {
-                self.row(node).destroy_requested = true
-            }
-            JournalRecord::StrayLease { node, lease } => {
-                let row = self.row(node);
-                if !row.strays.iter().any(|l| l.lease_id == lease.lease_id) {
-                    row.strays.push(lease.clone());
-                }
-            }
-            JournalRecord::LeaseReleased { node, lease_id } => {
-                let row = self.row(node);
-                if let Some(at) = row.strays.iter().position(|l| &l.lease_id == lease_id) {
-                    row.strays.remove(at);
-                    return;
-                }
-                if row.lease.as_ref().is_some_and(|l| &l.lease_id == lease_id) {
-                    row.lease = None;
-                }
-                row.ready = false;
-                if row.lease.is_none() && row.pending_nonces.is_empty() {
-                    row.stage = Lifecycle::Destroyed;
-                }
-            }
+            None => self.desired.clone_from(&self.fold.desired),
         }
     }
 
@@ -326,5 +280,13 @@ mod tests {
         });
         assert!(ledger.standing_leases().is_empty() && ledger.pending_intents().is_empty());
         assert_eq!(ledger.nodes[&a].stage, Lifecycle::Destroyed);
+        ledger.apply(&JournalRecord::LeaseIntent {
+            node: a.clone(),
+            nonce: Nonce(3),
+            attempt: 2,
+        });
+        // A replacement shows the node's last agent until its own joins.
+        assert_eq!(ledger.nodes[&a].stage, Lifecycle::LeaseRequested);
+        assert_eq!(ledger.nodes[&a].agent, Some(AgentId::from("agent-a")));
     }
 }

@@ -5,9 +5,9 @@
 use crate::journal::Journal;
 use core_fsm::Instant;
 use core_fsm::ids::{LeaseId, LogicalNodeId};
-use core_fsm::port::{Input, JournalRecord, LeaseFacts};
+use core_fsm::node::JournalFold;
+use core_fsm::port::{Input, JournalRecord};
 use driver::DiskError;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -83,12 +83,12 @@ impl driver::Disk for JournalDisk {
     }
 }
 
-/// The leases of the run by node, folded from the journal's records (those
-/// restored at start and each one persisted since), so the sink knows whose
-/// agent to stop before a lease is destroyed, adopted leases included; and
-/// a released lease's agent is forgotten by the control plane.
+/// The leases of the run by node, read from the journal's [`JournalFold`]
+/// (records restored at start and each one persisted since), so the sink
+/// knows whose agent to stop before a lease is destroyed, adopted leases
+/// included; and a released lease's agent is forgotten by the control plane.
 pub struct Leases {
-    nodes: Mutex<BTreeMap<LeaseId, (LogicalNodeId, Arc<LeaseFacts>)>>,
+    fold: Mutex<JournalFold>,
     released: Box<Released>,
 }
 
@@ -100,7 +100,7 @@ impl Leases {
     /// from now on.
     pub fn new(released: impl Fn(&LogicalNodeId, &LeaseId) + Send + Sync + 'static) -> Leases {
         Leases {
-            nodes: Mutex::new(BTreeMap::new()),
+            fold: Mutex::new(JournalFold::default()),
             released: Box::new(released),
         }
     }
@@ -109,54 +109,35 @@ impl Leases {
     /// history: `released` is not called for them (the control plane's own
     /// admissions are newer than anything they could say).
     pub fn restore(&self, records: &[JournalRecord]) {
-        for record in records {
-            self.fold(record);
-        }
+        let mut fold = self.fold.lock().expect("leases");
+        records.iter().for_each(|record| fold.apply(record));
     }
 
     /// Folds in a record just made durable.
     pub fn record(&self, record: &JournalRecord) {
-        self.fold(record);
+        self.fold.lock().expect("leases").apply(record);
         if let JournalRecord::LeaseReleased { node, lease_id } = record {
             (self.released)(node, lease_id);
         }
     }
 
-    fn fold(&self, record: &JournalRecord) {
-        let mut nodes = self.nodes.lock().expect("leases");
-        match record {
-            JournalRecord::LeaseKnown { node, lease } => {
-                nodes.insert(lease.lease_id.clone(), (node.clone(), lease.clone()));
-            }
-            JournalRecord::LeaseReleased { lease_id, .. } => {
-                nodes.remove(lease_id);
-            }
-            _ => {}
-        }
-    }
-
     /// The node `lease` belongs to.
     pub fn node_of(&self, lease: &LeaseId) -> Option<LogicalNodeId> {
-        let nodes = self.nodes.lock().expect("leases");
-        nodes.get(lease).map(|(node, _)| node.clone())
+        let fold = self.fold.lock().expect("leases");
+        fold.holder(lease).map(|(node, _)| node.clone())
     }
 
-    /// The lease `node` holds now (its newest, if a replacement overlaps).
+    /// The lease `node` holds now.
     pub fn lease_of(&self, node: &LogicalNodeId) -> Option<LeaseId> {
-        let nodes = self.nodes.lock().expect("leases");
-        nodes
-            .iter()
-            .filter(|(_, (n, _))| n == node)
-            .map(|(lease, _)| lease.clone())
-            .next_back()
+        let fold = self.fold.lock().expect("leases");
+        Some(fold.nodes.get(node)?.standing_lease()?.lease_id.clone())
     }
 
     /// The private key file to reach `lease` with, when its provider names
     /// one (a static host's `key_file`); else the state dir's identity.
     pub fn key_file(&self, lease: &LeaseId) -> Option<String> {
-        let nodes = self.nodes.lock().expect("leases");
-        nodes
-            .get(lease)
-            .and_then(|(_, facts)| facts.metadata.get("key_file").cloned())
+        let fold = self.fold.lock().expect("leases");
+        let (_, facts) = fold.holder(lease)?;
+        facts.metadata.get("key_file").cloned()
     }
 }

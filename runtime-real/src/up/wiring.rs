@@ -130,7 +130,7 @@ pub async fn up(
     (datastream, controls): (crate::datastream::Hub, crate::dashboard::controls::Controls),
     json: bool,
 ) -> anyhow::Result<i32> {
-    let (journal, records) = prepare_state(state_dir, &plan)?;
+    let (journal, records, key) = prepare_state(state_dir, &plan)?;
     let mut control = ControlPlane::bind_with(state_dir, control_config(&plan).await?).await?;
     let events = control.take_events();
     let control = Arc::new(control);
@@ -186,6 +186,7 @@ pub async fn up(
     let runtime = Runtime {
         state_dir: state_dir.to_owned(),
         plan,
+        key,
         json,
         joins,
         leases,
