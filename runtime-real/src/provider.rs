@@ -92,16 +92,31 @@ pub async fn check_plan(plan: &RunPlan) -> Result<(), String> {
 /// so it reaches the same APIs `up` rented through ([`for_plan`], from the
 /// plan it loaded).
 pub fn for_state_dir(state_dir: &Path) -> Result<Providers, String> {
+    for_plan(state_dir, plan_copy_in(state_dir)?.as_ref())
+}
+
+/// The provider of `kind` among `providers`; one this runtime lacks is a
+/// `Rejected` error naming it.
+pub fn of_kind(
+    providers: &Providers,
+    kind: ProviderKind,
+) -> Result<Arc<dyn Provider>, ProviderError> {
+    providers.get(&kind).cloned().ok_or_else(|| ProviderError {
+        kind: ProviderErrorKind::Rejected,
+        message: format!("provider {kind:?} is not available in this runtime"),
+    })
+}
+
+/// The plan copy `up` left in `state_dir` (`plan.json`), if there is one.
+pub fn plan_copy_in(state_dir: &Path) -> Result<Option<RunPlan>, String> {
     let path = crate::state_dir::StateDir::at(state_dir).plan();
-    let plan = match std::fs::read(&path) {
-        Ok(bytes) => Some(
-            serde_json::from_slice::<RunPlan>(&bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    for_plan(state_dir, plan.as_ref())
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<RunPlan>(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 /// The providers for `plan` (local only without one) on `state_dir`.

@@ -27,8 +27,7 @@ use core_fsm::Machine;
 use core_fsm::node::Lifecycle;
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{Input, JournalRecord};
-use driver::{Driver, Ports};
-use ports::{ChannelSource, JournalDisk, TokioClock};
+use driver::Driver;
 use russh::keys::PrivateKey;
 use sink::{Joins, RealSink, SinkParts};
 use std::collections::BTreeMap;
@@ -418,13 +417,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         leases: leases.clone(),
         datastream,
     });
-    let clock = TokioClock::start();
-    let ports = Ports {
-        clock,
-        source: ChannelSource { rx, clock },
-        disk: JournalDisk { journal, leases },
-        sink,
-    };
+    let ports = ports::orchestrator_ports(journal, leases, rx, sink);
     let mut driver = Driver::new(machine, ports);
     let started = std::time::Instant::now();
     driver.step(Input::Start).await?;

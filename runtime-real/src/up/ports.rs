@@ -37,6 +37,24 @@ impl driver::Clock for TokioClock {
     }
 }
 
+/// The orchestrator's real ports: a clock whose epoch is now, `rx` raced
+/// against the machine's deadline, the journal as the disk (showing each
+/// durable record to `leases`), and `sink` for every other effect.
+pub fn orchestrator_ports<E>(
+    journal: Journal,
+    leases: Arc<Leases>,
+    rx: mpsc::Receiver<Input>,
+    sink: E,
+) -> driver::Ports<TokioClock, ChannelSource, JournalDisk, E> {
+    let clock = TokioClock::start();
+    driver::Ports {
+        clock,
+        source: ChannelSource { rx, clock },
+        disk: JournalDisk { journal, leases },
+        sink,
+    }
+}
+
 /// Inputs from every I/O task, through one bounded channel (a slow loop
 /// slows the senders down instead of growing a queue).
 pub struct ChannelSource<I = Input> {

@@ -341,13 +341,7 @@ fn lifecycle_line(
 
 impl Shared {
     fn provider(&self, kind: ProviderKind) -> Result<Arc<dyn Provider>, ProviderError> {
-        self.providers
-            .get(&kind)
-            .cloned()
-            .ok_or_else(|| ProviderError {
-                kind: ProviderErrorKind::Rejected,
-                message: format!("provider {kind:?} is not available in this runtime"),
-            })
+        crate::provider::of_kind(&self.providers, kind)
     }
 
     /// Keeps the connection for the session; a session closed meanwhile
