@@ -208,7 +208,18 @@ fn a_nodes_commands_see_a_machines_environment_not_the_secrets_drover_was_starte
 
 #[test]
 fn kill_9_of_up_mid_bootstrap_then_down_leaves_no_node_process() {
-    let dir = scratch("kill9");
+    kill_9_mid_bootstrap_then_down("kill9", false);
+}
+
+/// `down` with its plan copy gone: the journal alone names the leases, and
+/// the composite it restores destroys every one.
+#[test]
+fn kill_9_of_up_then_down_without_the_plan_copy_leaves_no_node_process() {
+    kill_9_mid_bootstrap_then_down("kill9-noplan", true);
+}
+
+fn kill_9_mid_bootstrap_then_down(name: &str, remove_plan_copy: bool) {
+    let dir = scratch(name);
     let state = dir.join("state");
     let mut plan = local_plan(3);
     // Bootstrap blocks in verify: the kill lands mid-bootstrap.
@@ -224,6 +235,9 @@ fn kill_9_of_up_mid_bootstrap_then_down_leaves_no_node_process() {
     up.child.wait().unwrap();
     let pids = node_pids(&state);
     assert_eq!(running(&pids).len(), 3, "three nodes run after the crash");
+    if remove_plan_copy {
+        std::fs::remove_file(state.join("plan.json")).unwrap();
+    }
     let down = drover(&state, &["down"]);
     assert!(
         down.status.success(),
