@@ -34,16 +34,24 @@ pub(super) struct DownSink {
     providers: Providers,
     tx: mpsc::Sender<Input>,
     failures: Arc<Mutex<Failures>>,
+    /// `--json`: stdout carries only the per-lease events and the report.
+    json: bool,
 }
 
 impl DownSink {
     /// A sink calling `providers`, answering on `tx`.
-    pub(super) fn new(state_dir: PathBuf, providers: Providers, tx: mpsc::Sender<Input>) -> Self {
+    pub(super) fn new(
+        state_dir: PathBuf,
+        providers: Providers,
+        tx: mpsc::Sender<Input>,
+        json: bool,
+    ) -> Self {
         DownSink {
             state_dir,
             providers,
             tx,
             failures: Arc::default(),
+            json,
         }
     }
 
@@ -99,6 +107,15 @@ impl driver::EffectSink for DownSink {
                 run_id,
                 provider: kind,
             } => {
+                if !self.json {
+                    // Resolving an intent can take several lists spaced by
+                    // the create timeout: say what `down` is waiting on.
+                    println!(
+                        "looking for the lease of a create a crash left unanswered: listing the {} leases of {run_id} (an intent is given up only after {} clean lists, spaced by the create timeout)",
+                        format!("{kind:?}").to_lowercase(),
+                        core_fsm::node::Config::default().list_misses_max
+                    );
+                }
                 let provider = crate::provider::of_kind(&self.providers, kind);
                 let failures = self.failures.clone();
                 self.answer(async move {

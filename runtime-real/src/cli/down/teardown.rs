@@ -57,7 +57,7 @@ pub(super) async fn from_journal(
     }));
     leases.restore(&recovered.records);
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
-    let sink = DownSink::new(state_dir.to_owned(), providers, tx);
+    let sink = DownSink::new(state_dir.to_owned(), providers, tx, json);
     let failures = sink.failures();
     let ports = crate::up::ports::orchestrator_ports(journal, leases, rx, sink);
     let mut driver = Driver::new(machine, ports);
