@@ -219,7 +219,7 @@ impl Orchestrator {
 
     /// One node's manager (its ledger is `record()`, its stage `stage()`).
     pub fn node(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
-        self.machine(id)
+        self.nodes.get(&self.slot_of(id)?)
     }
 
     /// The stage of a live bootstrap session, if it exists.
@@ -314,12 +314,6 @@ impl Orchestrator {
             Ok(at) => Some(Slot(u32::try_from(at).expect("fewer than 2^32 nodes"))),
             Err(_) => self.added_slot(id),
         }
-    }
-
-    /// The node manager of `id`, if the ledger has it.
-    pub(crate) fn machine(&self, id: &LogicalNodeId) -> Option<&node::Machine> {
-        let slot = self.slot_of(id)?;
-        self.nodes.get(&slot)
     }
 
     /// The ledger node in `slot`, which must exist.

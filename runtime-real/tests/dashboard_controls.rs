@@ -127,13 +127,7 @@ fn remove_and_stop_from_the_page_go_through_the_run_and_refusals_change_nothing(
     // The journal's story: workers-1 destroyed once (by the control, not
     // again at teardown), every lease gone.
     let after = status(&state);
-    for i in 0..3 {
-        assert_eq!(
-            node(&after, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{after}"
-        );
-    }
+    assert_all_destroyed(&after, 3);
     let destroying = up
         .seen
         .iter()

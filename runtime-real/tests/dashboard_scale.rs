@@ -246,12 +246,6 @@ fn a_restarted_up_keeps_the_nodes_a_plus_one_added() {
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     let after = status(&state);
-    for i in 0..3 {
-        assert_eq!(
-            node(&after, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{after}"
-        );
-    }
+    assert_all_destroyed(&after, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }

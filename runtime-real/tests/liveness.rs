@@ -64,13 +64,7 @@ fn a_killed_agent_is_dead_within_the_bound_never_ready_and_fails_the_run() {
     assert_eq!(up.wait_exit(EXIT), 1, "{}", up.seen.join("\n"));
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
     let after = status(&state);
-    for i in 0..3 {
-        assert_eq!(
-            node(&after, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{after}"
-        );
-    }
+    assert_all_destroyed(&after, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

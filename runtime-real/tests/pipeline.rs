@@ -281,13 +281,7 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
     assert_eq!(running(&workers), Vec::<u32>::new(), "workers left");
     let status = status(&state);
-    for i in 0..3 {
-        assert_eq!(
-            node(&status, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{status}"
-        );
-    }
+    assert_all_destroyed(&status, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -338,13 +332,7 @@ fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everythin
     assert_eq!(running(&pids), Vec::<u32>::new(), "node processes left");
     assert_eq!(workers_of(&state), Vec::<u32>::new(), "workers left");
     let status = status(&state);
-    for i in 0..2 {
-        assert_eq!(
-            node(&status, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{status}"
-        );
-    }
+    assert_all_destroyed(&status, 2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -51,13 +51,7 @@ fn three_nodes_reach_dormant_ready_with_no_ssh_session_left_then_stop_destroys_a
     // A destroyed lease's agent may not rejoin: the control plane forgot it.
     assert_eq!(admitted(&state), Vec::<String>::new());
     let status = status_after(&state);
-    for i in 0..3 {
-        assert_eq!(
-            node(&status, &format!("workers-{i}"))["stage"],
-            "Destroyed",
-            "{status}"
-        );
-    }
+    assert_all_destroyed(&status, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

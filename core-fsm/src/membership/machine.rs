@@ -42,7 +42,14 @@ impl Machine {
         &self.ignored
     }
 
-    fn arm(&mut self, node: &LogicalNodeId, now: Instant) {
+    /// Holds `agent` Alive for `node` as of `now`, its Suspect and Dead
+    /// timers armed afresh.
+    fn set_alive(&mut self, node: &LogicalNodeId, agent: &AgentId, now: Instant) {
+        let alive = Phase::Alive {
+            agent: agent.clone(),
+            last_heartbeat: now,
+        };
+        self.members.insert(node.clone(), alive);
         let (suspect, dead) = (self.config.suspect_after, self.config.dead_after);
         self.timers
             .insert(TimerKind::Suspect(node.clone()), now + suspect);
@@ -126,14 +133,7 @@ impl Machine {
             None => {}
         }
         // A new identity for the node: a new join, watched from scratch.
-        self.members.insert(
-            node.clone(),
-            Phase::Alive {
-                agent: agent.clone(),
-                last_heartbeat: now,
-            },
-        );
-        self.arm(&node, now);
+        self.set_alive(&node, &agent, now);
         vec![Effect::Changed {
             node,
             agent,
@@ -185,14 +185,7 @@ impl Machine {
                 Vec::new()
             }
             Liveness::Alive | Liveness::Suspect => {
-                self.members.insert(
-                    node.clone(),
-                    Phase::Alive {
-                        agent: agent.clone(),
-                        last_heartbeat: now,
-                    },
-                );
-                self.arm(&node, now);
+                self.set_alive(&node, &agent, now);
                 if was == Liveness::Suspect {
                     vec![Effect::Changed {
                         node,

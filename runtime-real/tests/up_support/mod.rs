@@ -224,6 +224,18 @@ pub fn node<'a>(status: &'a serde_json::Value, id: &str) -> &'a serde_json::Valu
         .unwrap_or_else(|| panic!("no {id} in {status}"))
 }
 
+/// Asserts that `status` shows `workers-0` .. `workers-{count-1}` all
+/// `Destroyed`.
+pub fn assert_all_destroyed(status: &serde_json::Value, count: u32) {
+    for i in 0..count {
+        assert_eq!(
+            node(status, &format!("workers-{i}"))["stage"],
+            "Destroyed",
+            "{status}"
+        );
+    }
+}
+
 /// Pids of every local node the state dir ever had (from the node folders
 /// while they exist, and from the journal's leases).
 pub fn node_pids(state: &Path) -> Vec<u32> {
