@@ -141,16 +141,22 @@ impl Machine {
         }]
     }
 
+    /// The member tracking `agent` for `node`; an unknown node or another
+    /// identity is counted as ignored and gives `None`.
+    fn member_of(&mut self, node: &LogicalNodeId, agent: &AgentId) -> Option<Phase> {
+        match self.members.get(node) {
+            None => self.ignored.unknown_node += 1,
+            Some(member) if member.agent() != agent => self.ignored.wrong_agent += 1,
+            Some(member) => return Some(member.clone()),
+        }
+        None
+    }
+
     fn on_connection_lost(&mut self, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
-        let Some(member) = self.members.get(&node) else {
-            self.ignored.unknown_node += 1;
+        let Some(member) = self.member_of(&node, &agent) else {
             return Vec::new();
         };
-        if *member.agent() != agent {
-            self.ignored.wrong_agent += 1;
-            return Vec::new();
-        }
-        let Phase::Alive { last_heartbeat, .. } = *member else {
+        let Phase::Alive { last_heartbeat, .. } = member else {
             // Already Suspect or Dead: nothing new.
             return Vec::new();
         };
@@ -170,14 +176,9 @@ impl Machine {
     }
 
     fn on_heartbeat(&mut self, now: Instant, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
-        let Some(member) = self.members.get(&node) else {
-            self.ignored.unknown_node += 1;
+        let Some(member) = self.member_of(&node, &agent) else {
             return Vec::new();
         };
-        if *member.agent() != agent {
-            self.ignored.wrong_agent += 1;
-            return Vec::new();
-        }
         let was = member.liveness();
         match was {
             Liveness::Dead => {
