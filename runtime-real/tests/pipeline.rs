@@ -92,6 +92,12 @@ fn fetched(up: &mut Up, stages: usize) -> Vec<(String, u64, bool)> {
 
 /// Up, one prompt compared with the reference, stop: exit 0.
 fn serves_like_one_process(name: &str, nodes: u32, extra: &str) {
+    serves_like_one_process_then(name, nodes, extra, |_| {});
+}
+
+/// As [`serves_like_one_process`], `check` run on the state dir while the
+/// pipeline still serves.
+fn serves_like_one_process_then(name: &str, nodes: u32, extra: &str, check: impl Fn(&Path)) {
     let dir = scratch(name);
     let state = dir.join("state");
     let plan = pipeline_plan(&dir, nodes, extra);
@@ -109,6 +115,7 @@ fn serves_like_one_process(name: &str, nodes: u32, extra: &str) {
         (0, reference_of(LONG, 32)),
         "{nodes} stages, long"
     );
+    check(&state);
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -120,8 +127,21 @@ fn one_stage_serves_the_same_text_as_one_process() {
 }
 
 #[test]
-fn two_stages_serve_the_same_text() {
-    serves_like_one_process("pipe2", 2, "");
+fn two_stages_of_one_thread_each_serve_the_same_text() {
+    serves_like_one_process_then("pipe2", 2, "threads = 1", |state| {
+        // Each worker says, as it loads, the threads the plan gave it.
+        for node in ["workers-0", "workers-1"] {
+            let lines = logs_json(state, &[node, "--channel", "worker.stderr"]);
+            let ready = lines
+                .iter()
+                .filter_map(|l| l["line"].as_str())
+                .find(|l| l.contains(" ready: "));
+            assert!(
+                ready.is_some_and(|l| l.ends_with(", 1 thread(s)")),
+                "{node}: {lines:#?}"
+            );
+        }
+    });
 }
 
 #[test]

@@ -361,6 +361,12 @@ fn bad_plans() -> Vec<(&'static str, String)> {
         ),
         ("hosts as a plain table", static_plan().replacen("[[group.host]]", "[group.host]", 1).replacen("[[group.host]]", "", 1).replace("host = \"::1\"\nuser = \"ops\"\nkey_file = \"/keys/b\"\n", "")),
         (
+            "pipeline: split length, threads, ctx",
+            format!(
+                "{valid}\n[model]\npath = \"m.gguf\"\n\n[pipeline]\ngroup = \"workers\"\nsplit = [1, 2, 3]\nthreads = 5000\nctx = -1\n"
+            ),
+        ),
+        (
             "structural and rule errors together",
             with("count = 2", "count = 0").replace("disk_gb = 1", "disk_gb = \"big\""),
         ),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// The protocol version both sides send first.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The largest frame accepted: a 512-token prefill of an 8192-wide model's
 /// activations is 16 MiB.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -40,6 +40,9 @@ pub enum Request {
     Load(Load),
 }
 
+/// The most threads a [`Load`] may ask for.
+pub const MAX_THREADS: u32 = 1024;
+
 /// Which stage a worker started without a model is to run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Load {
@@ -53,6 +56,9 @@ pub struct Load {
     pub ctx: u32,
     /// The sampler of the last stage.
     pub sampling: Sampling,
+    /// Threads the stage computes with (0: the worker's own setting, every
+    /// core unless `--threads` says otherwise).
+    pub threads: u32,
 }
 
 /// Sampling settings as they travel.

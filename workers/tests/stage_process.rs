@@ -7,7 +7,9 @@ use std::io::Write;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use workers::engine::{Chain, split_from_sizes};
 use workers::model::Logits;
-use workers::wire::{FrameReader, Input, OutputKind, Reply, Request, write_frame};
+use workers::wire::{
+    FrameReader, Input, Load, OutputKind, Reply, Request, Sampling, VERSION, write_frame,
+};
 
 struct Worker {
     child: Child,
@@ -47,6 +49,26 @@ impl Worker {
         )
     }
 
+    /// A worker started as an agent starts it: no model, `Hello` first.
+    fn bare() -> (Worker, Reply) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .arg("stage")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn drover-worker");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
+        let hello = stdout.read::<Reply>().expect("hello");
+        let worker = Worker {
+            child,
+            stdin,
+            stdout,
+        };
+        (worker, hello)
+    }
+
     fn ask(&mut self, r: &Request) -> Reply {
         write_frame(&mut self.stdin, r).expect("send");
         self.stdout.read().expect("reply")
@@ -73,7 +95,7 @@ fn three_stage_processes_give_the_logits_of_one() {
                 matches!(
                     ready,
                     Reply::Ready {
-                        version: 1,
+                        version: VERSION,
                         embedding: 64,
                         vocab: 512,
                         ..
@@ -119,6 +141,65 @@ fn three_stage_processes_give_the_logits_of_one() {
         assert!(matches!(input, Input::Tokens(ref t) if t.is_empty()));
     }
     for mut w in workers {
+        write_frame(&mut w.stdin, &Request::Stop).expect("stop");
+        assert!(w.child.wait().expect("wait").success());
+    }
+}
+
+fn load(threads: u32) -> Request {
+    Request::Load(Load {
+        model: common::stories().display().to_string(),
+        first_layer: 0,
+        end_layer: 5,
+        ctx: 64,
+        sampling: Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        },
+        threads,
+    })
+}
+
+#[test]
+fn a_load_names_the_stage_threads_and_the_logits_stay_the_same() {
+    let (mut bare, hello) = Worker::bare();
+    assert_eq!(hello, Reply::Hello { version: VERSION });
+    // Too many threads: a fault naming the field; the worker waits on.
+    match bare.ask(&load(1_000_000)) {
+        Reply::Fault { seq: 0, reason } => {
+            assert!(reason.contains("threads 1000000"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(
+            bare.ask(&load(2)),
+            Reply::Ready {
+                version: VERSION,
+                end_layer: 5,
+                ..
+            }
+        ),
+        "a valid Load after the refused one"
+    );
+    let (mut one, _) = Worker::start("0..5");
+    let ask = forward(
+        1,
+        0,
+        Input::Tokens(vec![1, 403, 407]),
+        OutputKind::LastLogits,
+    );
+    match (bare.ask(&ask), one.ask(&ask)) {
+        (Reply::Logits { data: a, .. }, Reply::Logits { data: b, .. }) => {
+            assert_eq!(a.len(), 512);
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "two threads and one give other logits");
+        }
+        other => panic!("{other:?}"),
+    }
+    for mut w in [bare, one] {
         write_frame(&mut w.stdin, &Request::Stop).expect("stop");
         assert!(w.child.wait().expect("wait").success());
     }

@@ -40,13 +40,16 @@ fn build() -> Result<PathBuf, String> {
     Ok(target.join("release"))
 }
 
-fn plan(model: &Path, nodes: u32, state: &Path) -> PathBuf {
+/// A plan of `nodes` local nodes, each stage's worker with `threads`
+/// threads (0: every core).
+fn plan(model: &Path, nodes: u32, threads: u32, state: &Path) -> PathBuf {
     let text = format!(
         r#"run_id = 1
 [model]
 path = "{model}"
 [pipeline]
 group = "workers"
+threads = {threads}
 [prompt]
 rpc_addr = "127.0.0.1:0"
 [[group]]
@@ -156,11 +159,15 @@ fn prompt(addr: &str, text: &str, max_tokens: u32) -> Result<(Duration, f64, u64
     Err("the connection closed before Done".into())
 }
 
-/// One process, the same model: decode tokens/s from `drover-worker bench`.
-fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
-    let out = Command::new(bin.join("drover-worker"))
-        .args(["bench", "--model"])
-        .arg(model)
+/// One process, the same model: decode tokens/s from `drover-worker bench`
+/// (`threads` 0: every core).
+fn one_process(bin: &Path, model: &Path, decode: u32, threads: u32) -> Result<f64, String> {
+    let mut command = Command::new(bin.join("drover-worker"));
+    command.args(["bench", "--model"]).arg(model);
+    if threads > 0 {
+        command.args(["--threads", &threads.to_string()]);
+    }
+    let out = command
         .args(["--prefill", "8", "--decode", &decode.to_string(), "--json"])
         .output()
         .map_err(|e| e.to_string())?;
@@ -179,26 +186,44 @@ fn one_process(bin: &Path, model: &Path, decode: u32) -> Result<f64, String> {
 const STORY: &str =
     "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
 
+/// One table of [`stage_rates`].
+struct Rates<'a> {
+    /// The model.
+    model: &'a Path,
+    /// Its folder under the bench dir.
+    name: &'a str,
+    /// Tokens per request.
+    decode: u32,
+    /// Interleaved rounds, the best kept.
+    repeats: u32,
+    /// Threads of each stage's worker (0: every core).
+    threads: u32,
+    /// Whether to time a ~512-token prefill on 1 and 4 stages.
+    prefill: bool,
+    /// One process's decode tokens/s, to compare with.
+    reference: Option<f64>,
+}
+
 /// Decode tokens/s on 1 to 4 stages, with the time each extra stage adds
 /// per token. The four pipelines serve side by side (idle ones cost
 /// nothing) and take their requests in turns, `repeats` rounds of one
 /// request of `decode` tokens each, the best kept: a drift of the
-/// machine's speed then touches every stage count alike. `prefill` also
-/// times a ~512-token prompt on 1 and 4 stages.
-fn stage_rates(
-    bin: &Path,
-    model: &Path,
-    name: &str,
-    decode: u32,
-    repeats: u32,
-    prefill: bool,
-    reference: Option<f64>,
-) -> Result<(), String> {
+/// machine's speed then touches every stage count alike.
+fn stage_rates(bin: &Path, r: &Rates<'_>) -> Result<(), String> {
+    let Rates {
+        model,
+        name,
+        decode,
+        repeats,
+        threads,
+        prefill,
+        reference,
+    } = *r;
     let root = bench_dir().join("pipeline").join(name);
     let mut ups = Vec::new();
     for stages in 1..=4u32 {
         let state = root.join(format!("s{stages}"));
-        let (up, _) = Up::start(bin, &plan(model, stages, &state), &state)?;
+        let (up, _) = Up::start(bin, &plan(model, stages, threads, &state), &state)?;
         let addr = up.addr()?;
         // A warm-up request first: the slices are mapped and paged in.
         prompt(&addr, "Once upon a time", 4)?;
@@ -246,9 +271,31 @@ pub fn bench_pipeline() -> Result<(), String> {
         "model {} (0.5b shape, q8_0); {decode} decode tokens, the best of 3 interleaved rounds; local nodes",
         model.display()
     );
-    let reference = one_process(&bin, &model, decode)?;
+    let reference = one_process(&bin, &model, decode, 0)?;
     println!("one drover-worker process: decode {reference:.1} tokens/s");
-    stage_rates(&bin, &model, "q8_0", decode, 3, true, Some(reference))?;
+    let mut rates = Rates {
+        model: &model,
+        name: "q8_0",
+        decode,
+        repeats: 3,
+        threads: 0,
+        prefill: true,
+        reference: Some(reference),
+    };
+    stage_rates(&bin, &rates)?;
+    // The same with one thread per stage (`[pipeline] threads = 1`): the
+    // co-located stages then leave a core to the agents and the
+    // orchestrator, so what an extra stage adds is the pipeline's own cost,
+    // as on machines of their own.
+    let reference = one_process(&bin, &model, decode, 1)?;
+    println!(
+        "the same model, one thread per stage ([pipeline] threads = 1); one drover-worker process with --threads 1: decode {reference:.1} tokens/s"
+    );
+    rates.name = "q8_0-1t";
+    rates.threads = 1;
+    rates.prefill = false;
+    rates.reference = Some(reference);
+    stage_rates(&bin, &rates)?;
     // The hop alone: a model whose compute is a few microseconds a token,
     // so what each extra stage adds is its edge (worker, agent, iroh, the
     // next agent and worker), not the arithmetic.
@@ -256,7 +303,19 @@ pub fn bench_pipeline() -> Result<(), String> {
         "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 5 interleaved rounds",
         stories().display()
     );
-    stage_rates(&bin, &stories(), "stories", 200, 5, false, None)?;
+    let tiny = stories();
+    stage_rates(
+        &bin,
+        &Rates {
+            model: &tiny,
+            name: "stories",
+            decode: 200,
+            repeats: 5,
+            threads: 0,
+            prefill: false,
+            reference: None,
+        },
+    )?;
     // The README's example, from `up` to the first token.
     let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");

@@ -11,7 +11,7 @@ pub use super::shared::{HostShared, LivenessHook, RunParts};
 use tokens::token_out;
 
 use super::edges;
-use super::wire::{self, EdgeFrame, Payload, StageOrder, Step};
+use super::wire::{self, EdgeFrame, Payload, StageOrder, Step, WorkerSettings};
 use crate::prompt::Call;
 use crate::transport::parse_addr;
 use crate::transport::wire::Frame;
@@ -176,8 +176,11 @@ impl HostSink {
             downstream,
             upstream,
             weights: self.weights[stage].clone(),
-            sampling: spec.sampling,
-            ctx: spec.ctx,
+            worker: WorkerSettings {
+                ctx: spec.ctx,
+                threads: spec.threads,
+                sampling: spec.sampling,
+            },
         };
         self.send(node, agent, Frame::Provision(Box::new(order)));
     }

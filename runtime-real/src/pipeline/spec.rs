@@ -40,4 +40,6 @@ pub struct PipelineSpec {
     pub sampling: SamplingSpec,
     /// Context positions (0: the model's).
     pub ctx: u32,
+    /// Threads each stage's worker computes with (0: every core).
+    pub threads: u32,
 }

@@ -137,10 +137,20 @@ pub struct StageOrder {
     pub upstream: AgentId,
     /// The stage's weights.
     pub weights: WeightsRef,
+    /// How its worker runs.
+    pub worker: WorkerSettings,
+}
+
+/// How every stage's worker of a run runs (the plan's `[pipeline]` and
+/// `[sampling]`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSettings {
+    /// Context positions (0: the model's).
+    pub ctx: u32,
+    /// Threads each stage computes with (0: every core of its machine).
+    pub threads: u32,
     /// The last stage's sampler.
     pub sampling: SamplingSpec,
-    /// Context positions.
-    pub ctx: u32,
 }
 
 /// A node's request for byte ranges of the model.

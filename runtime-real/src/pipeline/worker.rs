@@ -3,7 +3,7 @@
 //! a time. Its stderr lines go to the agent's stderr, prefixed; its exit is
 //! reported once, unless the agent asked for it.
 
-use super::wire::{EdgeFrame, Payload, SamplingSpec, Step};
+use super::wire::{EdgeFrame, Payload, Step, WorkerSettings};
 use core_fsm::agent::Input;
 use core_fsm::ids::OpId;
 use core_fsm::stage;
@@ -26,10 +26,8 @@ pub enum Job {
         model: PathBuf,
         /// The stage's blocks.
         layers: (u32, u32),
-        /// Context positions.
-        ctx: u32,
-        /// The last stage's sampler.
-        sampling: SamplingSpec,
+        /// How the worker runs it.
+        settings: WorkerSettings,
         /// The stage life that asked.
         life: Life,
     },
@@ -217,11 +215,10 @@ async fn actor(
             Job::Load {
                 model,
                 layers,
-                ctx,
-                sampling,
+                settings,
                 life,
             } => {
-                let result = load(&mut stdin, &mut stdout, &model, layers, ctx, sampling).await;
+                let result = load(&mut stdin, &mut stdout, &model, layers, settings).await;
                 let input = match result {
                     Ok(width) => {
                         hidden = width.max(1);
@@ -324,14 +321,15 @@ async fn load(
     stdout: &mut ChildStdout,
     model: &Path,
     layers: (u32, u32),
-    ctx: u32,
-    sampling: SamplingSpec,
+    settings: WorkerSettings,
 ) -> Result<u32, String> {
+    let sampling = settings.sampling;
     let request = Request::Load(wire::Load {
         model: model.display().to_string(),
         first_layer: layers.0,
         end_layer: layers.1,
-        ctx,
+        ctx: settings.ctx,
+        threads: settings.threads,
         sampling: wire::Sampling {
             temperature: sampling.temperature,
             top_k: sampling.top_k,

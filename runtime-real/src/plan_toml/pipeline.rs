@@ -10,8 +10,10 @@ use std::path::Path;
 use toml::de::DeValue;
 
 const MODEL: &[&str] = &["path", "url", "sha256"];
-const PIPELINE: &[&str] = &["group", "split", "ctx"];
+const PIPELINE: &[&str] = &["group", "split", "ctx", "threads"];
 const PROMPT: &[&str] = &["rpc_addr", "default_max_tokens"];
+/// The most threads a stage may be given (the worker's own bound).
+const MAX_THREADS: u32 = workers::wire::MAX_THREADS;
 const SAMPLING: &[&str] = &["temperature", "top_k", "top_p", "seed"];
 
 /// Reads the pipeline sections from the root table.
@@ -45,6 +47,9 @@ pub(crate) fn read(
     }
     let split = read_split(doc, &mut table);
     let ctx = table.u32(doc, "ctx", false).unwrap_or(0);
+    // Threads each stage's worker computes with (0: every core).
+    let threads = table.integer(doc, "threads", false, MAX_THREADS.into());
+    let threads = threads.map_or(0, |n| u32::try_from(n).expect("at most MAX_THREADS"));
     table.finish(doc);
     let stages = plan
         .groups
@@ -88,6 +93,7 @@ pub(crate) fn read(
         default_max_tokens,
         sampling,
         ctx,
+        threads,
     })
 }
 

@@ -50,6 +50,27 @@ struct Loaded {
     stage: Stage,
     sampling: Sampling,
     sampler: Sampler,
+    /// The stage's own threads when its `Load` named a count; the global
+    /// pool (`--threads`, else every core) otherwise.
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// The pool of `threads` threads (0: none of its own).
+fn pool(threads: u32) -> Result<Option<rayon::ThreadPool>, String> {
+    if threads == 0 {
+        return Ok(None);
+    }
+    if threads > crate::wire::MAX_THREADS {
+        return Err(format!(
+            "Load: threads {threads} is more than {}",
+            crate::wire::MAX_THREADS
+        ));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads as usize)
+        .build()
+        .map(Some)
+        .map_err(|e| format!("a pool of {threads} threads: {e}"))
 }
 
 fn send(out: &mut StdoutLock<'_>, reply: &Reply) -> CliResult {
@@ -63,7 +84,9 @@ fn load(
     layers: std::ops::Range<usize>,
     ctx: usize,
     sampling: Sampling,
+    threads: u32,
 ) -> Result<Loaded, String> {
+    let pool = pool(threads)?;
     let stage = Stage::open(model, layers.clone(), ctx).map_err(|e| e.to_string())?;
     let c = stage.config().clone();
     send(
@@ -77,8 +100,11 @@ fn load(
             bytes_mapped: stage.bytes_mapped(),
         },
     )?;
+    let threads = pool
+        .as_ref()
+        .map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
     eprintln!(
-        "stage {}..{} ready: {} bytes mapped, context {}",
+        "stage {}..{} ready: {} bytes mapped, context {}, {threads} thread(s)",
         layers.start,
         layers.end,
         stage.bytes_mapped(),
@@ -88,6 +114,7 @@ fn load(
         stage,
         sampling,
         sampler: Sampler::new(sampling),
+        pool,
     })
 }
 
@@ -129,6 +156,7 @@ fn await_load(
                 end_layer,
                 ctx,
                 sampling,
+                threads,
             })) => {
                 let sampling = Sampling {
                     temperature: sampling.temperature,
@@ -137,7 +165,7 @@ fn await_load(
                     seed: sampling.seed,
                 };
                 let layers = first_layer as usize..end_layer as usize;
-                match load(out, model.as_ref(), layers, ctx as usize, sampling) {
+                match load(out, model.as_ref(), layers, ctx as usize, sampling, threads) {
                     Ok(loaded) => return Ok(Some(loaded)),
                     // The agent hears why and may stop the worker.
                     Err(reason) => send(out, &Reply::Fault { seq: 0, reason })?,
@@ -165,6 +193,7 @@ pub fn stage(a: &StageArgs) -> CliResult {
                 parse_layers(layers)?,
                 a.ctx,
                 sampling,
+                0,
             )?)
         }
         _ => await_load(&mut out, &mut input)?,
@@ -193,14 +222,17 @@ pub fn stage(a: &StageArgs) -> CliResult {
                 if pos == 0 {
                     loaded.sampler = Sampler::new(loaded.sampling);
                 }
-                let reply = step(
-                    &mut loaded.stage,
-                    &mut loaded.sampler,
-                    seq,
-                    pos,
-                    input,
-                    output,
-                );
+                let Loaded {
+                    stage,
+                    sampler,
+                    pool,
+                    ..
+                } = &mut loaded;
+                let run = || step(stage, sampler, seq, pos, input, output);
+                let reply = match pool {
+                    Some(pool) => pool.install(run),
+                    None => run(),
+                };
                 send(&mut out, &reply)?;
             }
         }

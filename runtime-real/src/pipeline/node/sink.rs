@@ -272,8 +272,7 @@ async fn load(shared: &Arc<Shared>, stage: u32, life: Life) -> Result<(), String
     let job = Job::Load {
         model: fetched.path,
         layers: (order.weights.first_layer, order.weights.end_layer),
-        ctx: order.ctx,
-        sampling: order.sampling,
+        settings: order.worker,
         life,
     };
     jobs.send(job)
