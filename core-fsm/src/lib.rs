@@ -29,6 +29,7 @@ pub mod orchestrator;
 pub mod reconcile;
 
 pub mod agent;
+pub mod link;
 pub mod membership;
 pub mod pipeline;
 pub mod run;

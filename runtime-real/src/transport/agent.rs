@@ -2,7 +2,9 @@
 //! orchestrator, `Join` with the one-time token, heartbeat after `Welcome`,
 //! exit on `Shutdown`. A lost connection is redialled with bounded
 //! exponential backoff and re-admitted with `Rejoin` (by endpoint id, no
-//! token): the orchestrator may have restarted with the same key.
+//! token): the orchestrator may have restarted with the same key. Which
+//! hello, when to dial again and when to give up are the decisions of
+//! `core_fsm::link`; this file dials, serves and waits.
 //!
 //! Progress goes to stdout, problems to stderr, one line each, through the
 //! one sink of `agent_log`: while a control connection is up, those lines
@@ -13,7 +15,9 @@ use super::agent_log::{say, warn};
 use super::wire::{ALPN, Frame, FrameError, JoinToken, PROTOCOL_VERSION, read_frame, write_frame};
 use super::{CLOSE_DONE, CLOSE_REJECTED, CLOSE_SHUTDOWN, agent_id_of, build_endpoint};
 use anyhow::Result;
+use core_fsm::Machine as _;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, RunId};
+use core_fsm::link;
 use iroh::endpoint::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
 use iroh::{EndpointAddr, SecretKey};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -80,40 +84,8 @@ impl AgentConfig {
     }
 }
 
-/// How the agent ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AgentExit {
-    /// The orchestrator sent `Shutdown`.
-    Shutdown,
-    /// The orchestrator refused the join or rejoin.
-    Rejected {
-        /// Its reason.
-        reason: String,
-    },
-    /// The orchestrator stayed unreachable for `reconnect_for`.
-    Unreachable,
-}
-
-impl AgentExit {
-    /// The process exit code: 0 shutdown, 3 rejected, 4 unreachable.
-    pub fn code(&self) -> i32 {
-        match self {
-            AgentExit::Shutdown => 0,
-            AgentExit::Rejected { .. } => 3,
-            AgentExit::Unreachable => 4,
-        }
-    }
-}
-
-/// One connection's outcome.
-enum Attempt {
-    /// Could not reach or was not welcomed; dial again after a backoff.
-    Failed(String),
-    /// Welcomed, then the connection was lost; rejoin.
-    Lost(String),
-    /// Final.
-    Exit(AgentExit),
-}
+/// How the agent ended (exit codes 0 shutdown, 3 rejected, 4 unreachable).
+pub use core_fsm::link::Exit as AgentExit;
 
 /// Where slices are cached by default: `$DROVER_CACHE_DIR`, else
 /// `~/.cache/drover/slices`, else `./drover-cache`.
@@ -138,12 +110,6 @@ pub struct Agent {
     endpoint: Endpoint,
     /// Last heartbeat sequence number sent; continues across reconnects.
     seq: u64,
-    /// Welcomed at least once: later connections send `Rejoin`.
-    welcomed: bool,
-    /// A `Join` was sent and never answered.
-    join_unanswered: bool,
-    /// Send `Rejoin` next although never welcomed (see `refused`).
-    rejoin_next: bool,
 }
 
 impl Agent {
@@ -164,9 +130,6 @@ impl Agent {
             config,
             endpoint,
             seq: 0,
-            welcomed: false,
-            join_unanswered: false,
-            rejoin_next: false,
         })
     }
 
@@ -175,36 +138,45 @@ impl Agent {
         agent_id_of(self.endpoint.id())
     }
 
-    /// Runs until shut down, refused, or unreachable for too long.
+    /// Runs until shut down, refused, or unreachable for too long: the
+    /// link machine decides; this loop dials, serves and waits for it.
     pub async fn run(mut self) -> AgentExit {
         let node = self.config.node.clone();
         say(
             &node,
             &format!("agent {} dialing the orchestrator", self.id()),
         );
-        let mut deadline = Instant::now() + self.config.reconnect_for;
-        let mut backoff = self.config.backoff_base;
-        let exit = loop {
-            match self.connect_once(deadline).await {
-                Attempt::Exit(exit) => break exit,
-                Attempt::Lost(why) => {
-                    warn(&node, &format!("connection lost ({why}); rejoining"));
-                    deadline = Instant::now() + self.config.reconnect_for;
-                    backoff = self.config.backoff_base;
-                }
-                Attempt::Failed(why) => {
-                    if Instant::now() >= deadline {
-                        warn(&node, &format!("giving up: {why}"));
-                        break AgentExit::Unreachable;
-                    }
-                    warn(
-                        &node,
-                        &format!("dial failed ({why}); retrying in {backoff:?}"),
-                    );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.config.backoff_max);
+        let mut link = link::Machine::new(link::Config {
+            node: node.clone(),
+            reconnect_for: millis(self.config.reconnect_for),
+            backoff_base: millis(self.config.backoff_base),
+            backoff_max: millis(self.config.backoff_max),
+        });
+        let epoch = Instant::now();
+        let now = || core_fsm::Instant(epoch.elapsed().as_millis() as u64);
+        let mut input = link::Input::Start;
+        let exit = 'run: loop {
+            let mut dial = None;
+            for effect in link.handle(now(), input) {
+                match effect {
+                    link::Effect::Dial { hello, deadline } => dial = Some((hello, deadline)),
+                    link::Effect::Exit(exit) => break 'run exit,
+                    line => tell(&node, line),
                 }
             }
+            input = match dial {
+                Some((hello, deadline)) => {
+                    let deadline = epoch + Duration::from_millis(deadline.as_millis());
+                    self.connect_once(hello, deadline, &mut link, now).await
+                }
+                None => {
+                    let at = link
+                        .next_deadline()
+                        .expect("a link that neither dials nor exits waits");
+                    tokio::time::sleep_until(epoch + Duration::from_millis(at.as_millis())).await;
+                    link::Input::Tick
+                }
+            };
         };
         if let Some(pipeline) = self.pipeline.take() {
             pipeline.shutdown().await;
@@ -213,7 +185,16 @@ impl Agent {
         exit
     }
 
-    async fn connect_once(&mut self, deadline: Instant) -> Attempt {
+    /// One dial with `hello`: what came of it, for the link. A welcome is
+    /// told to the link at once, and the connection served until it ends.
+    async fn connect_once(
+        &mut self,
+        hello: link::Hello,
+        deadline: Instant,
+        link: &mut link::Machine,
+        now: impl Fn() -> core_fsm::Instant,
+    ) -> link::Input {
+        let failed = |reason: String| link::Input::DialFailed { reason };
         // A dial to a dead port hangs until its timeout (UDP has no refusal),
         // so it never runs past the redial deadline.
         let left = deadline.saturating_duration_since(Instant::now());
@@ -223,76 +204,54 @@ impl Agent {
             .connect(self.config.orchestrator.clone(), ALPN);
         let conn = match tokio::time::timeout(dial_timeout, dial).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => return Attempt::Failed(err.to_string()),
-            Err(_) => return Attempt::Failed("dial timed out".to_owned()),
+            Ok(Err(err)) => return failed(err.to_string()),
+            Err(_) => return failed("dial timed out".to_owned()),
         };
         let (mut send, mut recv) = match conn.open_bi().await {
             Ok(streams) => streams,
-            Err(err) => return Attempt::Failed(err.to_string()),
+            Err(err) => return failed(err.to_string()),
         };
-        let hello = self.hello();
-        let sent_join = matches!(hello, Frame::Join { .. });
-        if let Err(err) = write_frame(&mut send, &hello).await {
-            return Attempt::Failed(err.to_string());
+        if let Err(err) = write_frame(&mut send, &self.hello(hello)).await {
+            return failed(err.to_string());
         }
+        // Anything but an answer may mean the orchestrator admitted the
+        // hello and died before answering: the link remembers that.
         let answer = tokio::time::timeout(WELCOME_TIMEOUT, read_frame(&mut recv)).await;
-        let unanswered = match answer {
-            Ok(Ok(Some(Frame::Welcome { .. }))) => None,
+        match answer {
+            Ok(Ok(Some(Frame::Welcome { .. }))) => {}
             Ok(Ok(Some(Frame::Rejected { reason }))) => {
                 conn.close(CLOSE_DONE, b"rejected");
-                return self.refused(sent_join, reason);
+                return link::Input::Refused { reason };
             }
-            Ok(Ok(Some(_))) => Some(Attempt::Failed("unexpected answer to hello".to_owned())),
-            Ok(Ok(None)) | Ok(Err(_)) => Some(closed_outcome(&conn, false)),
-            Err(_) => Some(Attempt::Failed("no answer to hello".to_owned())),
-        };
-        match unanswered {
-            None => {}
-            Some(Attempt::Exit(AgentExit::Rejected { reason })) => {
-                return self.refused(sent_join, reason);
+            Ok(Ok(Some(_))) => {
+                let reason = "unexpected answer to hello".to_owned();
+                return link::Input::Unanswered { reason };
             }
-            Some(other) => {
-                // The orchestrator may have admitted us and died before
-                // answering; remember it in case the token is refused next.
-                self.join_unanswered |= sent_join;
-                return other;
+            Ok(Ok(None)) | Ok(Err(_)) => return closed_outcome(&conn, false),
+            Err(_) => {
+                let reason = "no answer to hello".to_owned();
+                return link::Input::Unanswered { reason };
             }
         }
-        let verb = if self.welcomed { "rejoined" } else { "joined" };
-        say(
-            &self.config.node,
-            &format!("{verb} the orchestrator as node {}", self.config.node),
-        );
-        self.welcomed = true;
+        for effect in link.handle(now(), link::Input::Welcomed) {
+            tell(&self.config.node, effect);
+        }
         self.serve(&conn, &mut send, &mut recv).await
     }
 
-    /// A refused hello. A `Join` refused after an earlier `Join` went
-    /// unanswered may have been redeemed by an orchestrator that then
-    /// restarted: try `Rejoin` once before giving up.
-    fn refused(&mut self, sent_join: bool, reason: String) -> Attempt {
-        if sent_join && self.join_unanswered && !self.rejoin_next {
-            self.rejoin_next = true;
-            return Attempt::Failed(format!("join refused ({reason}) after an unanswered join"));
-        }
-        warn(&self.config.node, &format!("rejected: {reason}"));
-        Attempt::Exit(AgentExit::Rejected { reason })
-    }
-
-    fn hello(&self) -> Frame {
-        if self.welcomed || self.rejoin_next {
-            Frame::Rejoin {
+    fn hello(&self, hello: link::Hello) -> Frame {
+        match hello {
+            link::Hello::Rejoin => Frame::Rejoin {
                 version: PROTOCOL_VERSION,
                 node: self.config.node.clone(),
-            }
-        } else {
-            Frame::Join {
+            },
+            link::Hello::Join => Frame::Join {
                 version: PROTOCOL_VERSION,
                 token: self.config.token.clone(),
                 node: self.config.node.clone(),
                 run: self.config.run,
                 lease: self.config.lease.clone(),
-            }
+            },
         }
     }
 
@@ -302,7 +261,7 @@ impl Agent {
         conn: &Connection,
         send: &mut SendStream,
         recv: &mut RecvStream,
-    ) -> Attempt {
+    ) -> link::Input {
         let interval = self.config.heartbeat;
         let seq = &mut self.seq;
         let outgoing = &mut self.from_pipeline;
@@ -336,9 +295,9 @@ impl Agent {
             outcome = read_control(conn, recv, node, pipeline) => outcome,
             err = heartbeats => match conn.close_reason() {
                 Some(_) => closed_outcome(conn, true),
-                None => Attempt::Lost(err.to_string()),
+                None => link::Input::Lost { reason: err.to_string() },
             },
-            () = logs => Attempt::Lost("the log stream ended".to_owned()),
+            () = logs => link::Input::Lost { reason: "the log stream ended".to_owned() },
         }
     }
 }
@@ -358,7 +317,7 @@ async fn read_control(
     recv: &mut RecvStream,
     node: &LogicalNodeId,
     pipeline: PipelineSide<'_>,
-) -> Attempt {
+) -> link::Input {
     // The first Pipeline frame on a connection starts the pipeline side
     // afresh: a side left running by an earlier connection belonged to an
     // orchestrator that restarted (its run begins again). Later ones on the
@@ -415,12 +374,11 @@ async fn read_control(
                 say(node, "shutdown received; exiting");
                 super::agent_log::drain(LOG_DRAIN).await;
                 conn.close(CLOSE_DONE, b"shutdown");
-                return Attempt::Exit(AgentExit::Shutdown);
+                return link::Input::Shutdown;
             }
             Ok(Some(Frame::Rejected { reason })) => {
-                warn(node, &format!("rejected: {reason}"));
                 conn.close(CLOSE_DONE, b"rejected");
-                return Attempt::Exit(AgentExit::Rejected { reason });
+                return link::Input::Refused { reason };
             }
             Ok(Some(other)) => {
                 // Frames of later protocol phases are not ours to act on yet.
@@ -429,31 +387,47 @@ async fn read_control(
             Ok(None) | Err(FrameError::Io(_)) => return closed_outcome(conn, true),
             Err(err) => {
                 conn.close(super::CLOSE_PROTOCOL, err.to_string().as_bytes());
-                return Attempt::Lost(err.to_string());
+                return link::Input::Lost {
+                    reason: err.to_string(),
+                };
             }
         }
     }
 }
 
 /// Classifies a connection that ended: closed by the orchestrator with a
-/// shutdown or reject code is final; anything else is a loss to recover.
-fn closed_outcome(conn: &Connection, welcomed: bool) -> Attempt {
+/// shutdown or reject code is final; anything else is a loss to recover
+/// (before the welcome, a hello left unanswered).
+fn closed_outcome(conn: &Connection, welcomed: bool) -> link::Input {
     let reason = conn.close_reason();
     if let Some(ConnectionError::ApplicationClosed(close)) = &reason {
         let text = String::from_utf8_lossy(&close.reason).into_owned();
         if close.error_code == CLOSE_SHUTDOWN {
-            return Attempt::Exit(AgentExit::Shutdown);
+            return link::Input::Shutdown;
         }
         if close.error_code == CLOSE_REJECTED {
-            return Attempt::Exit(AgentExit::Rejected { reason: text });
+            return link::Input::Refused { reason: text };
         }
     }
-    let why = reason.map_or_else(|| "stream ended".to_owned(), |r| r.to_string());
+    let reason = reason.map_or_else(|| "stream ended".to_owned(), |r| r.to_string());
     if welcomed {
-        Attempt::Lost(why)
+        link::Input::Lost { reason }
     } else {
-        Attempt::Failed(why)
+        link::Input::Unanswered { reason }
     }
+}
+
+/// Prints one of the link's lines.
+fn tell(node: &LogicalNodeId, effect: link::Effect) {
+    match effect {
+        link::Effect::Say(line) => say(node, &line),
+        link::Effect::Warn(line) => warn(node, &line),
+        link::Effect::Dial { .. } | link::Effect::Exit(_) => {}
+    }
+}
+
+fn millis(d: Duration) -> core_fsm::Duration {
+    core_fsm::Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn default_bind(orchestrator: &EndpointAddr) -> SocketAddr {
