@@ -43,7 +43,7 @@ cd "$(dirname "$0")/.."
 
 CARRY=target/gpu-check
 OUT=${OUT:-$CARRY/out}
-WORK=$CARRY/work
+WORK=target/gpu-check-work # outside the carried folder
 mkdir -p "$OUT" "$WORK/models" "$WORK/lib"
 REPORT=$OUT/gpu-check.txt
 RESULTS=$OUT/results.jsonl
