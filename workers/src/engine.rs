@@ -2,7 +2,7 @@
 //! of it run as the pipeline would run it, activations handed on as f32.
 
 use crate::gguf::file::ModelFile;
-use crate::model::{Config, Logits, Stage, StageError, StageInput, StageOutput};
+use crate::model::{Backend, Config, Logits, Stage, StageError, StageInput, StageOutput};
 use std::ops::Range;
 use std::path::Path;
 
@@ -44,6 +44,16 @@ impl Chain {
     /// Opens every range of `split` (which must cover the model's blocks in
     /// order) as a stage; an empty `split` means one stage.
     pub fn open(path: &Path, split: &[Range<usize>], context: usize) -> Result<Chain, StageError> {
+        Chain::open_on(path, split, context, Backend::Cpu)
+    }
+
+    /// [`Chain::open`] with every stage on `backend`.
+    pub fn open_on(
+        path: &Path,
+        split: &[Range<usize>],
+        context: usize,
+        backend: Backend,
+    ) -> Result<Chain, StageError> {
         let file = ModelFile::open(path)?;
         let blocks = Config::from_header(file.header(), &path.display().to_string())?.blocks;
         let split = if split.is_empty() {
@@ -61,7 +71,7 @@ impl Chain {
         }
         let stages = split
             .iter()
-            .map(|r| Stage::open(path, r.clone(), context))
+            .map(|r| Stage::open_on(path, r.clone(), context, backend))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Chain { stages })
     }

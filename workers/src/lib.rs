@@ -7,6 +7,7 @@
 //! llama.cpp on the same file: same tokens, logits within rounding.
 
 pub mod cli;
+pub mod cuda;
 pub mod engine;
 pub mod fixture;
 pub mod gguf;

@@ -50,6 +50,16 @@ enum Command {
         /// Where to write the model.
         out: PathBuf,
     },
+    /// Compile the CUDA kernels with NVRTC (no GPU needed); any warning fails.
+    #[command(hide = true)]
+    CudaCompile {
+        /// The architecture, e.g. sm_90 (H100, H200).
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+        /// Write each source's cubin into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Write the golden tests' fixtures (for `cargo xtask reference`).
     #[command(hide = true)]
     MakeGoldenFixtures {
@@ -75,6 +85,7 @@ fn main() -> ExitCode {
             vocab_from,
             out,
         } => cli::make_model(&shape, &ty, seed, vocab_from.as_deref(), &out),
+        Command::CudaCompile { arch, out } => cli::cuda_compile(&arch, out.as_deref()),
         Command::MakeGoldenFixtures { vocab_from, dir } => {
             cli::make_golden_fixtures(&vocab_from, &dir)
         }

@@ -41,6 +41,18 @@ pub const VASTAI_CLI: Venv = Venv {
     program: "vastai",
 };
 
+/// NVRTC from NVIDIA's wheel, which `workers/tests/cuda_nvrtc.rs` compiles
+/// every CUDA kernel with (no GPU needed). 12.4: the oldest CUDA an H200
+/// runs, the one `scripts/gpu-check.sh` carries to the GPU machine.
+pub const NVRTC: Venv = Venv {
+    name: "nvidia-cuda-nvrtc-12.4.127",
+    packages: &["nvidia-cuda-nvrtc-cu12==12.4.127"],
+    program: "python3",
+};
+
+/// Where [`NVRTC`]'s library lies inside its venv's site-packages.
+pub const NVRTC_LIBRARY: &str = "nvidia/cuda_nvrtc/lib/libnvrtc.so.12";
+
 /// A Python virtual environment under [`CACHE_DIR`], named for what it holds
 /// and its version, so a new version is a new folder and never a half-upgraded
 /// old one.
@@ -64,6 +76,24 @@ impl Venv {
     pub fn program_path(&self, home: &Path) -> PathBuf {
         self.dir(home).join("bin").join(self.program)
     }
+
+    /// The file at `relative` under its `lib/python3.*/site-packages/`,
+    /// where one is.
+    pub fn site_file(&self, home: &Path, relative: &str) -> Option<PathBuf> {
+        let lib = self.dir(home).join("lib");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&lib)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        dirs.sort();
+        dirs.into_iter()
+            .filter(|d| {
+                d.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
+            })
+            .map(|d| d.join("site-packages").join(relative))
+            .find(|f| f.is_file())
+    }
 }
 
 /// How to tell whether a prerequisite is there.
@@ -76,6 +106,9 @@ pub enum Check {
     Runs(&'static str, &'static [&'static str]),
     /// The venv's program answers `--version`.
     Venv(Venv),
+    /// The venv's packages installed this file (relative to its
+    /// site-packages): for packages that bring a library, not a program.
+    VenvFile(Venv, &'static str),
     /// A Unix socket at this absolute path (under the host's root) accepts a
     /// connection.
     Socket(&'static str),
@@ -144,6 +177,17 @@ impl Prerequisite {
             why,
             check: Check::Runs(program, &["--version"]),
             install: Install::Rustup(component),
+        }
+    }
+
+    /// Python packages in a venv under `~/.cache/drover/` that are there
+    /// when they installed `file` (relative to its site-packages).
+    pub const fn venv_file(venv: Venv, file: &'static str, why: &'static str) -> Self {
+        Self {
+            name: venv.name,
+            why,
+            check: Check::VenvFile(venv, file),
+            install: Install::Venv(venv),
         }
     }
 
@@ -222,6 +266,11 @@ pub fn prerequisites() -> Vec<Prerequisite> {
         Prerequisite::venv(
             VASTAI_CLI,
             "the official Vast.ai CLI, vastai==1.9.1, run against the fake Vast.ai server by the vastai crate's tests",
+        ),
+        Prerequisite::venv_file(
+            NVRTC,
+            NVRTC_LIBRARY,
+            "workers/tests/cuda_nvrtc.rs compiles every CUDA kernel with NVRTC (no GPU needed)",
         ),
     ]
 }
@@ -310,6 +359,7 @@ impl Check {
                 venv.program_path(&host.home).to_string_lossy().as_ref(),
                 &["--version"],
             ),
+            Check::VenvFile(venv, file) => venv.site_file(&host.home, file).is_some(),
             Check::Socket(path) => {
                 let at = host.root.join(path.trim_start_matches('/'));
                 std::os::unix::net::UnixStream::connect(at).is_ok()

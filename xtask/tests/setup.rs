@@ -67,6 +67,14 @@ impl Fake {
                 script(&self.dir("bin").join(name), "exit 0");
             }
             Check::Venv(venv) => script(&venv.program_path(&self.host.home), "exit 0"),
+            Check::VenvFile(venv, file) => {
+                let at = venv
+                    .dir(&self.host.home)
+                    .join("lib/python3.11/site-packages")
+                    .join(file);
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                std::fs::write(at, "").unwrap();
+            }
             Check::Socket(path) => {
                 let at = self.host.root.join(path.trim_start_matches('/'));
                 std::fs::create_dir_all(at.parent().unwrap()).unwrap();
@@ -146,6 +154,7 @@ fn every_check_fails_on_a_bare_machine_and_passes_once_it_is_there() {
             "chromium",
             "chromium-driver",
             "vastai-cli-1.9.1",
+            "nvidia-cuda-nvrtc-12.4.127",
         ]
     );
     for p in &table {
@@ -231,15 +240,22 @@ fn not_root_on_a_bare_machine_gets_one_command_for_everything() {
     assert!(!ok);
     let venv = fake.host.home.join(".cache/drover/vastai-cli-1.9.1");
     let venv = venv.display();
+    let nvrtc = fake
+        .host
+        .home
+        .join(".cache/drover/nvidia-cuda-nvrtc-12.4.127");
+    let nvrtc = nvrtc.display();
     let command = format!(
         "    sudo apt-get update && sudo apt-get install -y openssh-server python3-venv busybox-static chromium chromium-driver \
          && rustup component add rustfmt clippy && python3 -m venv --clear {venv} \
-         && {venv}/bin/pip install --disable-pip-version-check vastai==1.9.1"
+         && {venv}/bin/pip install --disable-pip-version-check vastai==1.9.1 \
+         && python3 -m venv --clear {nvrtc} \
+         && {nvrtc}/bin/pip install --disable-pip-version-check nvidia-cuda-nvrtc-cu12==12.4.127"
     );
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("    ")).collect();
     assert_eq!(lines, [command.as_str()], "{out}");
     assert!(out.contains(
-        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, busybox-static, docker, chromium, chromium-driver, vastai-cli-1.9.1\n"
+        "setup: missing: openssh-server, rustfmt, clippy, python3-venv, busybox-static, docker, chromium, chromium-driver, vastai-cli-1.9.1, nvidia-cuda-nvrtc-12.4.127\n"
     ));
 }
 

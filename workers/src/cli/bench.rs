@@ -2,8 +2,7 @@
 
 use super::CliResult;
 use crate::engine::Chain;
-use crate::kernels::Kernels;
-use crate::model::Logits;
+use crate::model::{Backend, Logits};
 use crate::sample::greedy;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,6 +22,9 @@ pub struct BenchArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// `cpu` or `cuda`.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
     /// Repetitions; the best is reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -33,10 +35,12 @@ pub struct BenchArgs {
 
 /// Runs the benchmark.
 pub fn bench(a: &BenchArgs) -> CliResult {
+    let backend = Backend::parse(&a.backend)?;
+    backend.check()?;
     super::generate::set_threads(a.threads)?;
     let load_start = Instant::now();
-    let mut chain =
-        Chain::open(&a.model, &[], a.prefill + a.decode + 1).map_err(|e| e.to_string())?;
+    let context = a.prefill + a.decode + 1;
+    let mut chain = Chain::open_on(&a.model, &[], context, backend).map_err(|e| e.to_string())?;
     let load_s = load_start.elapsed().as_secs_f64();
     let vocab = chain.first().config().vocab as u32;
     // A fixed, varied prompt: every id but the special ones, in a stride.
@@ -66,7 +70,7 @@ pub fn bench(a: &BenchArgs) -> CliResult {
     let prefill_tps = a.prefill as f64 / best_prefill;
     let decode_tps = a.decode as f64 / best_decode;
     let bytes = chain.first().bytes_mapped();
-    let kernels = Kernels::current().name;
+    let kernels = chain.first().describe();
     let c = chain.first().config().clone();
     let kv_bytes = (2 * c.blocks * c.kv_dim() * chain.first().context() * 4) as u64;
     // Decode reads every weight once per token, and the KV cache filled so far.

@@ -3,7 +3,7 @@
 use super::CliResult;
 use crate::engine::{Chain, split_from_sizes};
 use crate::gguf::file::ModelFile;
-use crate::model::Logits;
+use crate::model::{Backend, Logits};
 use crate::tokenizer::{Tokenizer, Vocab};
 use std::io::Write;
 use std::path::PathBuf;
@@ -54,9 +54,8 @@ pub fn set_threads(threads: Option<usize>) -> CliResult {
 
 /// Runs the completion.
 pub fn generate(a: &GenerateArgs) -> CliResult {
-    if a.backend != "cpu" {
-        return Err(backend_error(&a.backend));
-    }
+    let backend = Backend::parse(&a.backend)?;
+    backend.check()?;
     set_threads(a.threads)?;
     let file = ModelFile::open(&a.model).map_err(|e| e.to_string())?;
     let vocab =
@@ -77,7 +76,7 @@ pub fn generate(a: &GenerateArgs) -> CliResult {
             split_from_sizes(&sizes)
         }
     };
-    let mut chain = Chain::open(&a.model, &split, a.ctx).map_err(|e| e.to_string())?;
+    let mut chain = Chain::open_on(&a.model, &split, a.ctx, backend).map_err(|e| e.to_string())?;
     let prompt = tokenizer.encode(&a.prompt, true);
     let context = chain.first().context();
     if prompt.len() >= context {
@@ -128,14 +127,4 @@ pub fn generate(a: &GenerateArgs) -> CliResult {
         writeln!(out, "{rest}").map_err(|e| format!("stdout: {e}"))?;
     }
     Ok(())
-}
-
-/// The error for a backend this build or machine cannot run.
-pub fn backend_error(backend: &str) -> String {
-    match backend {
-        "cuda" => {
-            "--backend cuda: this drover-worker has no CUDA backend yet; use --backend cpu".into()
-        }
-        other => format!("--backend {other}: unknown (cpu, cuda)"),
-    }
 }

@@ -1,11 +1,13 @@
 //! The `drover-worker` subcommands.
 
 mod bench;
+mod cuda;
 mod generate;
 mod inspect;
 mod stage;
 
 pub use bench::{BenchArgs, bench};
+pub use cuda::cuda_compile;
 pub use generate::{GenerateArgs, generate};
 pub use inspect::inspect;
 pub use stage::{StageArgs, parse_layers, stage};

@@ -2,7 +2,7 @@
 //! agent over the stage protocol ([`crate::wire`]) on stdin and stdout.
 
 use super::CliResult;
-use crate::model::{Logits, Stage, StageInput, StageOutput};
+use crate::model::{Backend, Logits, Stage, StageInput, StageOutput};
 use crate::sample::Sampler;
 use crate::sample::Sampling;
 use crate::wire::{
@@ -30,6 +30,9 @@ pub struct StageArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// `cpu` or `cuda`: where the stage's blocks run.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
 }
 
 /// Parses `START..END`.
@@ -85,9 +88,10 @@ fn load(
     ctx: usize,
     sampling: Sampling,
     threads: u32,
+    backend: Backend,
 ) -> Result<Loaded, String> {
     let pool = pool(threads)?;
-    let stage = Stage::open(model, layers.clone(), ctx).map_err(|e| e.to_string())?;
+    let stage = Stage::open_on(model, layers.clone(), ctx, backend).map_err(|e| e.to_string())?;
     let c = stage.config().clone();
     send(
         out,
@@ -145,6 +149,7 @@ fn next_request(
 fn await_load(
     out: &mut StdoutLock<'_>,
     input: &mut FrameReader<StdinLock<'_>>,
+    backend: Backend,
 ) -> Result<Option<Loaded>, String> {
     send(out, &Reply::Hello { version: VERSION })?;
     loop {
@@ -165,7 +170,8 @@ fn await_load(
                     seed: sampling.seed,
                 };
                 let layers = first_layer as usize..end_layer as usize;
-                match load(out, model.as_ref(), layers, ctx as usize, sampling, threads) {
+                let ctx = ctx as usize;
+                match load(out, model.as_ref(), layers, ctx, sampling, threads, backend) {
                     Ok(loaded) => return Ok(Some(loaded)),
                     // The agent hears why and may stop the worker.
                     Err(reason) => send(out, &Reply::Fault { seq: 0, reason })?,
@@ -181,6 +187,8 @@ fn await_load(
 
 /// Serves the stage until `Stop` or the end of stdin.
 pub fn stage(a: &StageArgs) -> CliResult {
+    let backend = Backend::parse(&a.backend)?;
+    backend.check()?;
     super::generate::set_threads(a.threads)?;
     let mut out = std::io::stdout().lock();
     let mut input = FrameReader::new(std::io::stdin().lock());
@@ -194,9 +202,10 @@ pub fn stage(a: &StageArgs) -> CliResult {
                 a.ctx,
                 sampling,
                 0,
+                backend,
             )?)
         }
-        _ => await_load(&mut out, &mut input)?,
+        _ => await_load(&mut out, &mut input, backend)?,
     };
     let Some(mut loaded) = loaded else {
         return Ok(());

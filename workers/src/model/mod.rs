@@ -1,9 +1,11 @@
 //! The transformer: hyperparameters, a stage's weights, its forward pass.
 
+pub mod backend;
 pub mod config;
 pub mod ops;
 pub mod stage;
 pub mod weights;
 
+pub use backend::Backend;
 pub use config::{Arch, Config, RopeLayout};
 pub use stage::{Logits, Stage, StageError, StageInput, StageOutput};

@@ -7,6 +7,7 @@
 //! would, and activations cross stages as f32, so N stages give bit-identical
 //! logits to one.
 
+use super::backend::Backend;
 use super::config::Config;
 use super::ops;
 use super::weights::{self, Block, StageWeights};
@@ -54,6 +55,9 @@ pub enum StageError {
     /// A bad layer range, input or position.
     #[error("{0}")]
     Invalid(String),
+    /// The GPU or its libraries.
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// The keys and values of every position so far, per block.
@@ -71,6 +75,9 @@ pub struct Stage {
     weights: StageWeights,
     cache: KvCache,
     kernels: &'static Kernels,
+    /// The blocks and head on a GPU (`Backend::Cuda`); the CPU computes
+    /// only the embedding lookup then.
+    device: Option<crate::cuda::DeviceStage>,
 }
 
 impl Stage {
@@ -79,6 +86,17 @@ impl Stage {
     /// `context` positions (at most the model's own context length; 0 means
     /// that length).
     pub fn open(path: &Path, layers: Range<usize>, context: usize) -> Result<Stage, StageError> {
+        Stage::open_on(path, layers, context, Backend::Cpu)
+    }
+
+    /// [`Stage::open`] on `backend`: for CUDA the blocks and head are
+    /// uploaded to the GPU, which holds the KV cache too.
+    pub fn open_on(
+        path: &Path,
+        layers: Range<usize>,
+        context: usize,
+        backend: Backend,
+    ) -> Result<Stage, StageError> {
         let file = ModelFile::open(path)?;
         let config = Config::from_header(file.header(), &path.display().to_string())?;
         if layers.start >= layers.end || layers.end > config.blocks {
@@ -96,7 +114,17 @@ impl Stage {
         } else {
             context.min(config.context)
         };
-        let kv = config.kv_dim();
+        let device = match backend {
+            Backend::Cpu => None,
+            Backend::Cuda => {
+                let libraries = crate::cuda::probe().map_err(StageError::Backend)?;
+                let stage = crate::cuda::DeviceStage::new(&config, &weights, capacity, libraries)
+                    .map_err(StageError::Backend)?;
+                Some(stage)
+            }
+        };
+        // On a GPU the cache is the device's: none is kept here.
+        let kv = if device.is_some() { 0 } else { config.kv_dim() };
         let cache = KvCache {
             keys: (0..layers.len())
                 .map(|_| vec![0f32; capacity * kv])
@@ -113,6 +141,7 @@ impl Stage {
             weights,
             cache,
             kernels: Kernels::current(),
+            device,
         })
     }
 
@@ -134,6 +163,14 @@ impl Stage {
     /// The KV cache's capacity in positions.
     pub fn context(&self) -> usize {
         self.cache.capacity
+    }
+
+    /// Where the blocks run: the CPU kernels' name, or the GPU's.
+    pub fn describe(&self) -> String {
+        match &self.device {
+            Some(device) => device.describe(),
+            None => self.kernels.name.to_string(),
+        }
     }
 
     /// Bytes of the model file this stage mapped.
@@ -197,6 +234,13 @@ impl Stage {
                 pos + n,
                 self.cache.capacity
             )));
+        }
+        if let Some(device) = &mut self.device {
+            let out = device
+                .forward(&x, pos, logits)
+                .map_err(StageError::Backend)?;
+            self.cache.len = pos + n;
+            return Ok(out);
         }
         for (i, block) in self.weights.blocks.iter().enumerate() {
             let (keys, values) = (&mut self.cache.keys[i], &mut self.cache.values[i]);

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# gpu-check.sh: does `drover-worker --backend cuda` give the CPU's tokens?
+#
+# Runs on a machine with an NVIDIA GPU (written for one H200) and its
+# driver (libcuda.so.1), with no network. For each model below it runs
+# `generate` greedily for 32 tokens on the CPU and on the GPU, compares the
+# token ids, prints a table, then measures tokens/s with `bench`. Exits 1
+# on any mismatch or failure. Writes gpu-check.txt and results.jsonl under
+# $OUT when set (else target/gpu-check/out).
+#
+# Models: ../shared/models/stories260k.gguf, and fixtures made here by
+# `drover-worker make-model` with stories260k's vocabulary: the `small`
+# shape (256 wide, 4 blocks, 8 heads over 4 KV heads) as llama and as
+# qwen2 (NEOX rope, QKV biases), in f32, f16, bf16, q8_0, q4_0, q4_k,
+# q6_k and q4_k_m; the llama q4_k_m one also split into two stages. Float
+# models run twice on the GPU when cuBLAS loads: with cuBLAS, and with
+# DROVER_CUBLAS=0 (the NVRTC kernel that stands in for it). A 0.5b-shape
+# q4_0 model is made for `bench` (CPU and GPU tokens/s side by side).
+#
+# What it needs, and where it finds it:
+# - drover-worker: target/gpu-check/drover-worker (a release build made
+#   beforehand, as below), else `cargo build --release --offline`.
+# - NVRTC (libnvrtc.so.12 and libnvrtc-builtins.so.12.*, both needed: NVRTC
+#   dlopens the builtins at compile time): the system's when the loader
+#   finds it, else target/gpu-check/nvrtc-12.4.127.tar.xz, unpacked here
+#   (NVIDIA's nvidia-cuda-nvrtc-cu12==12.4.127 wheel, xz-compressed: ~20 MB
+#   where the raw libraries are ~65 MB).
+# - cuBLAS (libcublas.so.12): optional; its wheel is ~600 MB, too large to
+#   carry, so it is used only when the machine has it, and the float
+#   products otherwise run on our own kernel.
+#
+# Prepare (on the development machine, where `cargo xtask setup` made the
+# NVRTC venv):
+#   mkdir -p target/gpu-check
+#   L=$(ls -d ~/.cache/drover/nvidia-cuda-nvrtc-12.4.127/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib)
+#   tar -C "$L" -cf - libnvrtc.so.12 libnvrtc-builtins.so.12.4 | xz -6 > target/gpu-check/nvrtc-12.4.127.tar.xz
+#   cargo build --release --locked -p workers --bin drover-worker
+#   cp "${CARGO_TARGET_DIR:-target}/release/drover-worker" target/gpu-check/
+# Run (the device tool; carry the one folder, ~30 MB):
+#   run command="bash scripts/gpu-check.sh" carry=["target/gpu-check"] timeout_s=480
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+CARRY=target/gpu-check
+OUT=${OUT:-$CARRY/out}
+WORK=target/gpu-check-work # outside the carried folder
+mkdir -p "$OUT" "$WORK/models" "$WORK/lib"
+REPORT=$OUT/gpu-check.txt
+RESULTS=$OUT/results.jsonl
+: >"$REPORT"
+: >"$RESULTS"
+say() { echo "$*" | tee -a "$REPORT"; }
+
+say "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi -L 2>&1 | tee -a "$REPORT" || say "nvidia-smi: not found"
+
+W=$CARRY/drover-worker
+if [ ! -x "$W" ]; then
+  say "== building drover-worker (release, offline)"
+  cargo build --release --offline -p workers --bin drover-worker >>"$REPORT" 2>&1 || {
+    say "FAIL: cannot build drover-worker"
+    exit 1
+  }
+  W=${CARGO_TARGET_DIR:-target}/release/drover-worker
+fi
+
+if ldconfig -p 2>/dev/null | grep -q 'libnvrtc.so.12 '; then
+  say "NVRTC: the system's"
+elif [ -f "$CARRY/nvrtc-12.4.127.tar.xz" ]; then
+  tar -xJf "$CARRY/nvrtc-12.4.127.tar.xz" -C "$WORK/lib"
+  export LD_LIBRARY_PATH="$PWD/$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "NVRTC: the carried 12.4.127 ($WORK/lib)"
+else
+  say "FAIL: no NVRTC on this machine and no $CARRY/nvrtc-12.4.127.tar.xz"
+  exit 1
+fi
+if ldconfig -p 2>/dev/null | grep -q 'libcublas.so.12 '; then
+  CUBLAS=yes
+  say "cuBLAS: found (float products also checked without it)"
+else
+  CUBLAS=no
+  say "cuBLAS: not found (float products run on the NVRTC kernel)"
+fi
+
+say "== compiling the kernels for this GPU"
+"$W" cuda-compile --arch sm_90 2>&1 | tee -a "$REPORT"
+
+STORIES=../shared/models/stories260k.gguf
+[ -f "$STORIES" ] || STORIES=shared/models/stories260k.gguf
+MODELS=()
+VOCAB=()
+if [ -f "$STORIES" ]; then
+  MODELS+=("stories260k=$STORIES")
+  VOCAB=(--vocab-from "$STORIES")
+else
+  say "stories260k.gguf: not on this machine; fixtures get a made-up vocabulary"
+fi
+for arch in llama qwen2; do
+  for ty in f32 f16 bf16 q8_0 q4_0 q4_k q6_k q4_k_m; do
+    path=$WORK/models/small-$arch-$ty.gguf
+    if [ ! -f "$path" ]; then
+      "$W" make-model --shape "small,arch=$arch" --type "$ty" --seed 7 \
+        "${VOCAB[@]}" "$path" >>"$REPORT" 2>&1 || say "FAIL: make-model $arch $ty"
+    fi
+    MODELS+=("$arch-$ty=$path")
+  done
+done
+
+FAILED=0
+tokens() { grep -o '"tokens":\[[^]]*\]' <<<"$1"; }
+gen() { # model backend [extra args...]
+  local model=$1 backend=$2
+  shift 2
+  timeout 120 "$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 \
+    --temperature 0 --json --backend "$backend" "$@" 2>>"$OUT/stderr.log"
+}
+check() { # name model label cublas(1|0) [extra args...]
+  local name=$1 model=$2 label=$3 cublas=$4
+  shift 4
+  local cpu gpu verdict
+  cpu=$(tokens "$(gen "$model" cpu "$@")")
+  gpu=$(tokens "$(DROVER_CUBLAS=$cublas gen "$model" cuda "$@")")
+  if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then verdict=same; else verdict=DIFFERENT; FAILED=1; fi
+  printf '%-22s %-16s %s\n' "$name" "$label" "$verdict" | tee -a "$REPORT"
+  [ "$verdict" = same ] || { say "  cpu: $cpu"; say "  gpu: $gpu"; }
+  printf '{"model":"%s","run":"%s","match":%s}\n' "$name" "$label" \
+    "$([ "$verdict" = same ] && echo true || echo false)" >>"$RESULTS"
+}
+
+say "== greedy tokens, cpu vs cuda (32 tokens)"
+printf '%-22s %-16s %s\n' model run tokens | tee -a "$REPORT"
+for entry in "${MODELS[@]}"; do
+  name=${entry%%=*}
+  model=${entry#*=}
+  [ -f "$model" ] || { say "FAIL: $model missing"; FAILED=1; continue; }
+  check "$name" "$model" cuda 1
+  case $name in
+  *-f32 | *-f16 | *-bf16 | stories260k)
+    [ "$CUBLAS" = yes ] && check "$name" "$model" "cuda no-cuBLAS" 0
+    ;;
+  esac
+done
+check "llama-q4_k_m split" "$WORK/models/small-llama-q4_k_m.gguf" "cuda --split 2,2" \
+  1 --split 2,2
+
+say "== tokens/s"
+BIG=$WORK/models/0.5b-q4_0.gguf
+STORIES_BENCH=()
+[ -f "$STORIES" ] && STORIES_BENCH=("$STORIES")
+[ -f "$BIG" ] || "$W" make-model --shape 0.5b --type q4_0 --seed 7 "$BIG" >>"$REPORT" 2>&1
+for model in "${STORIES_BENCH[@]}" "$BIG"; do
+  for backend in cpu cuda; do
+    line=$(timeout 180 "$W" bench --model "$model" --backend "$backend" --prefill 128 \
+      --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $backend $model"; FAILED=1; continue; }
+    echo "$line" >>"$RESULTS"
+    say "$(basename "$model") $backend: $(grep -o '"prefill_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"kernels":"[^"]*"' <<<"$line")"
+  done
+done
+
+if [ "$FAILED" = 0 ]; then say "== gpu-check: every run matched"; else say "== gpu-check: FAILED (above)"; fi
+exit "$FAILED"

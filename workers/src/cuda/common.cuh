@@ -1,0 +1,62 @@
+// Helpers every kernel source starts with (the host prepends this file).
+// NVRTC compiles without the toolkit's headers, so the half conversions are
+// written here: f16 through the PTX conversion instructions (round to
+// nearest even, as the CPU's `half::f16::from_f32`), bf16 by the bit rule
+// of `half::bf16::from_f32`.
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+
+__device__ __forceinline__ u16 f32_to_bf16(float v) {
+    u32 x = __float_as_uint(v);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((x >> 16) | 0x40u);
+    }
+    if ((x & 0x8000u) != 0u && (x & 0x17fffu) != 0u) {
+        return (u16)((x >> 16) + 1u);
+    }
+    return (u16)(x >> 16);
+}
+
+// The little-endian f16 at `p` (block scales sit at 2-byte offsets).
+__device__ __forceinline__ float load_f16(const u8* p) {
+    return f16_to_f32((u16)p[0] | ((u16)p[1] << 8));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// Integer sums across a group of `width` lanes (a power of two): exact.
+__device__ __forceinline__ int group_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// Four bytes at any alignment as one 32-bit word, for __dp4a.
+__device__ __forceinline__ int load_i32(const u8* p) {
+    return (int)((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
+}

@@ -1,0 +1,143 @@
+//! The kernels' index arithmetic replayed on the host, lane by lane, and
+//! held against the CPU path: the check, without a GPU, that `quant.cu`
+//! reads every block layout as the CPU does. Each function follows its
+//! kernel line for line (one warp of 32 lanes, integer group sums exact).
+
+use crate::kernels::scalar;
+use crate::tensor::GgmlType;
+use crate::tensor::blocks::{f16_at, q4k_scale_min};
+use crate::tensor::quantize::quantized;
+
+/// `quantize_q8_k` for one 256-value block: (d, q, sums).
+fn quantize_q8_k(x: &[f32]) -> (f32, Vec<i8>, Vec<i32>) {
+    let lanes: Vec<(f32, usize)> = (0..32)
+        .map(|lane| {
+            let (mut max, mut at) = (0f32, 1usize << 30);
+            for i in 0..8 {
+                let v = x[lane * 8 + i];
+                if v.abs() > max.abs() {
+                    (max, at) = (v, lane * 8 + i);
+                }
+            }
+            (max, at)
+        })
+        .collect();
+    // The butterfly's result is the lane order's best: larger magnitude,
+    // then lower index.
+    let (max, _) = lanes
+        .iter()
+        .copied()
+        .fold((0f32, 1usize << 30), |(m, a), (v, i)| {
+            if v.abs() > m.abs() || (v.abs() == m.abs() && i < a) {
+                (v, i)
+            } else {
+                (m, a)
+            }
+        });
+    if max == 0.0 {
+        return (0.0, vec![0; 256], vec![0; 16]);
+    }
+    let iscale = -127.0 / max;
+    let q: Vec<i8> = x
+        .iter()
+        .map(|v| ((iscale * v).round_ties_even() as i32).min(127) as i8)
+        .collect();
+    let sums = q
+        .chunks(16)
+        .map(|s| s.iter().map(|&v| v as i32).sum())
+        .collect();
+    (1.0 / iscale, q, sums)
+}
+
+/// `matvec_q4_k`'s group of eight lanes on one block.
+fn q4k_block(blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
+    let (mut sumi, mut summ) = (0i32, 0i32);
+    for j in 0..8 {
+        let (scale, min) = q4k_scale_min(j, &blk[4..16]);
+        let q = &blk[16 + (j / 2) * 32..];
+        let shift = (j % 2) * 4;
+        let s: i32 = (0..32)
+            .map(|l| ((q[l] >> shift) & 0xF) as i32 * a[j * 32 + l] as i32)
+            .sum();
+        sumi += scale as i32 * s;
+        summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
+    }
+    f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
+}
+
+/// `matvec_q6_k`'s group of eight lanes on one block.
+fn q6k_block(blk: &[u8], a: &[i8], d: f32) -> f32 {
+    let mut sumi = 0i32;
+    for j in 0..8 {
+        let (half, quarter) = (j / 4, j % 4);
+        let ql = &blk[half * 64 + (quarter & 1) * 32..];
+        let qh = &blk[128 + half * 32..];
+        let (mut lo, mut hi) = (0i32, 0i32);
+        for l in 0..32 {
+            let nibble = if quarter >= 2 {
+                ql[l] >> 4
+            } else {
+                ql[l] & 0xF
+            } as i32;
+            let q = (nibble | ((((qh[l] >> (2 * quarter)) & 3) as i32) << 4)) - 32;
+            if l < 16 {
+                lo += q * a[j * 32 + l] as i32
+            } else {
+                hi += q * a[j * 32 + l] as i32
+            }
+        }
+        sumi += blk[192 + 2 * j] as i8 as i32 * lo + blk[193 + 2 * j] as i8 as i32 * hi;
+    }
+    f16_at(blk, 208) * d * sumi as f32
+}
+
+/// The Q8_K activation block as the CPU encodes it, in the kernel's parts.
+fn q8k_parts(bytes: &[u8]) -> (f32, Vec<i8>, Vec<i32>) {
+    let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    let q = bytes[4..260].iter().map(|&b| b as i8).collect();
+    let sums = (0..16).map(|j| i16::from_le_bytes([bytes[260 + 2 * j], bytes[261 + 2 * j]]) as i32);
+    (d, q, sums.collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut rng = SplitMix64::new(seed);
+        (0..n)
+            .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    #[test]
+    fn q8_k_encoding_matches_the_cpu_including_ties() {
+        let mut cases: Vec<Vec<f32>> = (0..20).map(|s| values(s, 256)).collect();
+        let mut tie = vec![0.25f32; 256];
+        (tie[3], tie[200]) = (-0.9, 0.9);
+        cases.extend([tie, vec![0.0; 256]]);
+        for x in cases {
+            assert_eq!(quantize_q8_k(&x), q8k_parts(&quantized(GgmlType::Q8K, &x)));
+        }
+    }
+
+    #[test]
+    fn k_quant_blocks_read_as_the_cpu_reads_them() {
+        for seed in 0..20 {
+            let (w, x) = (values(seed, 256), values(seed + 100, 256));
+            let acts = quantized(GgmlType::Q8K, &x);
+            let (d, q, sums) = q8k_parts(&acts);
+            let q4k = quantized(GgmlType::Q4K, &w);
+            assert_eq!(
+                q4k_block(&q4k, &q, d, &sums).to_bits(),
+                scalar::dot_q4k(&q4k, &acts).to_bits()
+            );
+            let q6k = quantized(GgmlType::Q6K, &w);
+            assert_eq!(
+                q6k_block(&q6k, &q, d).to_bits(),
+                scalar::dot_q6k(&q6k, &acts).to_bits()
+            );
+        }
+    }
+}

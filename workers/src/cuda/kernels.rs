@@ -1,0 +1,293 @@
+//! Each kernel of `quant.cu` and `ops.cu` as a method of [`Gpu`]: buffers
+//! sized, counts checked, arguments pushed in the order the source lists.
+
+use super::device::Gpu;
+use super::forward::{DeviceMatrix, neox};
+use super::launch::{self, int};
+use crate::model::{Config, RopeLayout};
+use crate::tensor::GgmlType;
+use cudarc::driver::{
+    CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, PushKernelArg, ValidAsZeroBits,
+};
+
+/// Activations encoded for products with weights of one activation type.
+pub struct Acts<'x> {
+    /// The activation type ([`GgmlType::activation_type`]).
+    pub ty: GgmlType,
+    /// Values encoded: tokens × columns.
+    pub len: usize,
+    data: ActsData<'x>,
+}
+
+enum ActsData<'x> {
+    F32(&'x CudaSlice<f32>),
+    Half(CudaSlice<u16>),
+    Q8_0 {
+        q: CudaSlice<i8>,
+        d: CudaSlice<f32>,
+    },
+    Q8K {
+        q: CudaSlice<i8>,
+        d: CudaSlice<f32>,
+        sums: CudaSlice<i32>,
+    },
+}
+
+impl Gpu {
+    /// A zeroed device buffer.
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, String> {
+        self.stream
+            .alloc_zeros::<T>(len)
+            .map_err(|e| format!("device memory ({len} values): {e}"))
+    }
+
+    /// Copies `src` into `dst` (of the same length) on the stream.
+    pub fn copy(
+        &self,
+        src: &impl DevicePtr<f32>,
+        dst: &mut impl DevicePtrMut<f32>,
+    ) -> Result<(), String> {
+        self.stream
+            .memcpy_dtod(src, dst)
+            .map_err(|e| format!("device copy: {e}"))
+    }
+
+    /// RMSNorm of each `dim`-wide row of `x` with `weight`.
+    pub fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        weight: &CudaSlice<f32>,
+        dim: usize,
+        eps: f32,
+    ) -> Result<CudaSlice<f32>, String> {
+        let mut out = self.alloc::<f32>(x.len())?;
+        let dim_i = int(dim)?;
+        self.launch("rms_norm", launch::per_norm_row(x.len() / dim)?, |b| {
+            b.arg(x).arg(weight).arg(&mut out).arg(&dim_i).arg(&eps);
+        })?;
+        Ok(out)
+    }
+
+    /// Encodes `x` for products with weights of `weight_ty`.
+    pub fn encode<'x>(
+        &self,
+        weight_ty: GgmlType,
+        x: &'x CudaSlice<f32>,
+    ) -> Result<Acts<'x>, String> {
+        let (ty, len) = (weight_ty.activation_type(), x.len());
+        let data = match ty {
+            GgmlType::F32 => ActsData::F32(x),
+            GgmlType::F16 | GgmlType::BF16 => {
+                let mut out = self.alloc::<u16>(len)?;
+                let name = if ty == GgmlType::F16 {
+                    "encode_f16"
+                } else {
+                    "encode_bf16"
+                };
+                let n = int(len)?;
+                self.launch(name, launch::elementwise(len)?, |b| {
+                    b.arg(x).arg(&mut out).arg(&n);
+                })?;
+                ActsData::Half(out)
+            }
+            GgmlType::Q8_0 => {
+                let blocks = len / 32;
+                let (mut q, mut d) = (self.alloc::<i8>(len)?, self.alloc::<f32>(blocks)?);
+                let count = int(blocks)?;
+                self.launch("quantize_q8_0", launch::per_block(blocks)?, |b| {
+                    b.arg(x).arg(&mut q).arg(&mut d).arg(&count);
+                })?;
+                ActsData::Q8_0 { q, d }
+            }
+            GgmlType::Q8K => {
+                let blocks = len / 256;
+                let (mut q, mut d) = (self.alloc::<i8>(len)?, self.alloc::<f32>(blocks)?);
+                let mut sums = self.alloc::<i32>(blocks * 16)?;
+                let count = int(blocks)?;
+                self.launch("quantize_q8_k", launch::per_block(blocks)?, |b| {
+                    b.arg(x).arg(&mut q).arg(&mut d).arg(&mut sums).arg(&count);
+                })?;
+                ActsData::Q8K { q, d, sums }
+            }
+            other => return Err(format!("{other} is not an activation type")),
+        };
+        Ok(Acts { ty, len, data })
+    }
+
+    /// `y[t][r] = w.row(r) · x[t]` for every token of `acts`.
+    pub fn product(&self, w: &DeviceMatrix, acts: &Acts) -> Result<CudaSlice<f32>, String> {
+        if acts.ty != w.ty.activation_type() || acts.len.checked_rem(w.cols) != Some(0) {
+            return Err(format!(
+                "a {} product of {} columns given {} {} activations",
+                w.ty, w.cols, acts.len, acts.ty
+            ));
+        }
+        let n = acts.len / w.cols;
+        let mut y = self.alloc::<f32>(n * w.rows)?;
+        let (rows, cols) = (int(w.rows)?, int(w.cols)?);
+        let config = launch::per_row(w.rows, n)?;
+        match (&acts.data, w.ty) {
+            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) => {
+                let name = if w.ty == GgmlType::Q8_0 {
+                    "matvec_q8_0"
+                } else {
+                    "matvec_q4_0"
+                };
+                self.launch(name, config, |b| {
+                    b.arg(&w.data)
+                        .arg(q)
+                        .arg(d)
+                        .arg(&mut y)
+                        .arg(&rows)
+                        .arg(&cols);
+                })?;
+            }
+            (ActsData::Q8K { q, d, sums }, GgmlType::Q4K) => {
+                self.launch("matvec_q4_k", config, |b| {
+                    b.arg(&w.data)
+                        .arg(q)
+                        .arg(d)
+                        .arg(sums)
+                        .arg(&mut y)
+                        .arg(&rows)
+                        .arg(&cols);
+                })?;
+            }
+            (ActsData::Q8K { q, d, .. }, GgmlType::Q6K) => {
+                self.launch("matvec_q6_k", config, |b| {
+                    b.arg(&w.data)
+                        .arg(q)
+                        .arg(d)
+                        .arg(&mut y)
+                        .arg(&rows)
+                        .arg(&cols);
+                })?;
+            }
+            (ActsData::F32(x), GgmlType::F32) => match &self.blas {
+                Some(blas) => super::blas::gemm(self, blas, w, *x, &mut y, n)?,
+                None => self.launch("matvec_f32", config, |b| {
+                    b.arg(&w.data).arg(*x).arg(&mut y).arg(&rows).arg(&cols);
+                })?,
+            },
+            (ActsData::Half(x), GgmlType::F16 | GgmlType::BF16) => match &self.blas {
+                Some(blas) => super::blas::gemm(self, blas, w, x, &mut y, n)?,
+                None => {
+                    let name = if w.ty == GgmlType::F16 {
+                        "matvec_f16"
+                    } else {
+                        "matvec_bf16"
+                    };
+                    self.launch(name, config, |b| {
+                        b.arg(&w.data).arg(x).arg(&mut y).arg(&rows).arg(&cols);
+                    })?
+                }
+            },
+            _ => return Err(format!("no product of {} weights with {}", w.ty, acts.ty)),
+        }
+        Ok(y)
+    }
+
+    /// [`Gpu::product`] with `acts` when `w` takes their type, else with its
+    /// own encoding of `x` (the CPU path's `project_shared`).
+    pub fn product_sharing(
+        &self,
+        w: &DeviceMatrix,
+        acts: &Acts,
+        x: &CudaSlice<f32>,
+    ) -> Result<CudaSlice<f32>, String> {
+        if acts.ty == w.ty.activation_type() {
+            self.product(w, acts)
+        } else {
+            self.product(w, &self.encode(w.ty, x)?)
+        }
+    }
+
+    /// `x += y`.
+    pub fn add(&self, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>) -> Result<(), String> {
+        let total = int(x.len())?;
+        self.launch("add", launch::elementwise(x.len())?, |b| {
+            b.arg(x).arg(y).arg(&total);
+        })
+    }
+
+    /// Adds `bias` to each row of `x`.
+    pub fn add_bias(&self, x: &mut CudaSlice<f32>, bias: &CudaSlice<f32>) -> Result<(), String> {
+        let (dim, total) = (int(bias.len())?, int(x.len())?);
+        self.launch("add_bias", launch::elementwise(x.len())?, |b| {
+            b.arg(x).arg(bias).arg(&dim).arg(&total);
+        })
+    }
+
+    /// `gate = silu(gate) * up`.
+    pub fn swiglu(&self, gate: &mut CudaSlice<f32>, up: &CudaSlice<f32>) -> Result<(), String> {
+        let total = int(gate.len())?;
+        self.launch("swiglu", launch::elementwise(gate.len())?, |b| {
+            b.arg(gate).arg(up).arg(&total);
+        })
+    }
+
+    /// Rope over `tokens` tokens of `heads` heads from position `pos`.
+    #[allow(clippy::too_many_arguments)] // the rope's parameters, as the CPU's
+    pub fn rope(
+        &self,
+        x: &mut CudaSlice<f32>,
+        tokens: usize,
+        heads: usize,
+        head_dim: usize,
+        dims: usize,
+        theta_scale: f32,
+        layout: RopeLayout,
+        pos: usize,
+    ) -> Result<(), String> {
+        let work = tokens * heads * (dims / 2);
+        let args = [int(tokens)?, int(heads)?, int(head_dim)?, int(dims)?];
+        let (neox, pos) = (neox(layout), int(pos)?);
+        self.launch("rope", launch::elementwise(work)?, |b| {
+            b.arg(x)
+                .arg(&args[0])
+                .arg(&args[1])
+                .arg(&args[2])
+                .arg(&args[3]);
+            b.arg(&theta_scale).arg(&neox).arg(&pos);
+        })
+    }
+
+    /// Causal grouped-query attention of `n` new tokens from `pos` over the
+    /// cache `keys`/`values` (already holding them).
+    pub fn attention(
+        &self,
+        c: &Config,
+        q: &CudaSlice<f32>,
+        keys: &CudaSlice<f32>,
+        values: &CudaSlice<f32>,
+        pos: usize,
+        n: usize,
+    ) -> Result<CudaSlice<f32>, String> {
+        let stride = pos + n;
+        let mut out = self.alloc::<f32>(n * c.q_dim())?;
+        let mut scores = self.alloc::<f32>(n * c.heads * stride)?;
+        let args = [
+            int(c.heads)?,
+            int(c.kv_heads)?,
+            int(c.head_dim)?,
+            int(pos)?,
+            int(stride)?,
+        ];
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        self.launch("attention", launch::per_head(c.heads, n)?, |b| {
+            b.arg(q)
+                .arg(keys)
+                .arg(values)
+                .arg(&mut out)
+                .arg(&mut scores);
+            for a in &args {
+                b.arg(a);
+            }
+            b.arg(&scale);
+        })?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,115 @@
+//! Launch shapes of the kernels, as plain arithmetic the tests check on
+//! any machine: which grid covers which work, with the thread counts the
+//! CUDA sources assume.
+
+use cudarc::driver::LaunchConfig;
+
+/// Warps per block of the one-warp-per-output kernels (`quant.cu`).
+pub const WARPS_PER_BLOCK: u32 = 4;
+
+/// Threads per block of the block-reduction kernels (`ops.cu`'s THREADS,
+/// which sizes their shared scratch: the two must agree).
+pub const REDUCE_THREADS: u32 = 256;
+
+/// Threads per block of the element-wise kernels.
+pub const ELEMENTWISE_THREADS: u32 = 256;
+
+/// A count as the `int` a kernel takes, or why it is too large.
+pub fn int(n: usize) -> Result<i32, String> {
+    i32::try_from(n).map_err(|_| format!("{n} does not fit a kernel's 32-bit index"))
+}
+
+fn count(n: usize) -> Result<u32, String> {
+    u32::try_from(n).map_err(|_| format!("{n} blocks do not fit a CUDA grid"))
+}
+
+/// One warp per output row for each of `tokens` tokens: grid
+/// (ceil(rows / warps), tokens).
+pub fn per_row(rows: usize, tokens: usize) -> Result<LaunchConfig, String> {
+    Ok(LaunchConfig {
+        grid_dim: (
+            count(rows.div_ceil(WARPS_PER_BLOCK as usize))?,
+            count(tokens)?,
+            1,
+        ),
+        block_dim: (WARPS_PER_BLOCK * 32, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// One warp per quantization block, `blocks` of them.
+pub fn per_block(blocks: usize) -> Result<LaunchConfig, String> {
+    per_row(blocks, 1)
+}
+
+/// One thread per value, `total` values.
+pub fn elementwise(total: usize) -> Result<LaunchConfig, String> {
+    Ok(LaunchConfig {
+        grid_dim: (count(total.div_ceil(ELEMENTWISE_THREADS as usize))?, 1, 1),
+        block_dim: (ELEMENTWISE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// One reducing block per row (RMSNorm).
+pub fn per_norm_row(rows: usize) -> Result<LaunchConfig, String> {
+    Ok(LaunchConfig {
+        grid_dim: (count(rows)?, 1, 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// One reducing block per (query head, token) (attention).
+pub fn per_head(heads: usize, tokens: usize) -> Result<LaunchConfig, String> {
+    Ok(LaunchConfig {
+        grid_dim: (count(heads)?, count(tokens)?, 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_row_grids_cover_every_row_with_no_spare_block() {
+        for rows in [1, 3, 4, 5, 64, 172, 4097, 151_936] {
+            for tokens in [1, 7] {
+                let c = per_row(rows, tokens).unwrap();
+                let warps = (c.grid_dim.0 * c.block_dim.0 / 32) as usize;
+                assert!(warps >= rows, "{rows}");
+                assert!(warps - rows < WARPS_PER_BLOCK as usize, "{rows}");
+                assert_eq!(c.grid_dim.1 as usize, tokens);
+                assert_eq!(c.block_dim.0 % 32, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn elementwise_grids_cover_every_value() {
+        for total in [1, 255, 256, 257, 1 << 20] {
+            let c = elementwise(total).unwrap();
+            let threads = (c.grid_dim.0 * c.block_dim.0) as usize;
+            assert!(threads >= total && threads - total < c.block_dim.0 as usize);
+        }
+    }
+
+    #[test]
+    fn reductions_use_the_threads_the_sources_size_their_scratch_for() {
+        let ops = include_str!("ops.cu");
+        assert!(ops.contains(&format!("#define THREADS {REDUCE_THREADS}")));
+        assert_eq!(per_norm_row(3).unwrap().block_dim.0, REDUCE_THREADS);
+        assert_eq!(per_head(8, 2).unwrap().grid_dim, (8, 2, 1));
+        // The block sums halve the stride: a power of two.
+        assert!(REDUCE_THREADS.is_power_of_two());
+    }
+
+    #[test]
+    fn counts_too_large_for_a_kernel_are_errors() {
+        assert!(int(1 << 31).is_err());
+        assert_eq!(int(7), Ok(7));
+        assert!(per_row(usize::MAX, 1).is_err());
+    }
+}

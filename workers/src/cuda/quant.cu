@@ -1,0 +1,252 @@
+// Products of weight rows with activation rows, one warp per output: the
+// weights stay in their GGUF blocks, the activations are encoded first as
+// ggml encodes them for the CPU dot products (Q8_0 for Q8_0 and Q4_0
+// weights, Q8_K for the k-quants, the weight's own type for floats).
+//
+// Launch: blocks of (warps × 32) threads, grid (ceil(rows / warps), tokens);
+// warp w of block b computes row b * warps + w for token blockIdx.y, and
+// writes y[token * rows + row].
+//
+// Each block's integer sum is exact and is scaled as the CPU scales it
+// (the host compiles with --fmad=false so no multiply-add is fused); only
+// the order in which block results are added differs from the CPU's.
+
+#define WARP 32
+
+__device__ __forceinline__ int warp_row(int rows) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    return row < rows ? row : -1;
+}
+
+// Q8_0 activations: one warp per 32-value block. `q` gets the values,
+// `d` the block scale rounded to f16 as the CPU stores it.
+extern "C" __global__ void quantize_q8_0(const float* x, i8* q, float* d, int blocks) {
+    int block = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (block >= blocks) return;
+    int lane = threadIdx.x % WARP;
+    float v = x[block * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    float scale = amax / 127.0f;
+    float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    q[block * 32 + lane] = (i8)__float2int_rn(v * inverse);
+    if (lane == 0) d[block] = f16_to_f32(f32_to_f16(scale));
+}
+
+// Q8_K activations: one warp per 256-value block, 8 values a lane. The
+// scale is set by the first value of largest magnitude, as the CPU's.
+extern "C" __global__ void quantize_q8_k(const float* x, i8* q, float* d, int* sums, int blocks) {
+    int block = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (block >= blocks) return;
+    int lane = threadIdx.x % WARP;
+    const float* v = x + block * 256 + lane * 8;
+    float max = 0.0f;
+    int at = 1 << 30;
+    for (int i = 0; i < 8; i++) {
+        if (fabsf(v[i]) > fabsf(max)) {
+            max = v[i];
+            at = lane * 8 + i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m = __shfl_xor_sync(0xffffffffu, max, o);
+        int a = __shfl_xor_sync(0xffffffffu, at, o);
+        if (fabsf(m) > fabsf(max) || (fabsf(m) == fabsf(max) && a < at)) {
+            max = m;
+            at = a;
+        }
+    }
+    int sum = 0;
+    if (max == 0.0f) {
+        for (int i = 0; i < 8; i++) q[block * 256 + lane * 8 + i] = 0;
+        if (lane == 0) d[block] = 0.0f;
+    } else {
+        float iscale = -127.0f / max;
+        for (int i = 0; i < 8; i++) {
+            int l = min(__float2int_rn(iscale * v[i]), 127);
+            q[block * 256 + lane * 8 + i] = (i8)l;
+            sum += l;
+        }
+        if (lane == 0) d[block] = 1.0f / iscale;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (lane % 2 == 0) sums[block * 16 + lane / 2] = sum;
+}
+
+// f32 activations rounded to a 16-bit float type for F16 or BF16 weights.
+extern "C" __global__ void encode_f16(const float* x, u16* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = f32_to_f16(x[i]);
+}
+
+extern "C" __global__ void encode_bf16(const float* x, u16* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = f32_to_bf16(x[i]);
+}
+
+extern "C" __global__ void matvec_q8_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
+    const u8* wrow = w + (size_t)row * blocks * 34;
+    const i8* a = aq + (size_t)t * cols;
+    float sum = 0.0f;
+    for (int b = lane; b < blocks; b += WARP) {
+        const u8* blk = wrow + b * 34;
+        const int* ab = (const int*)(a + b * 32);
+        int s = 0;
+        for (int j = 0; j < 8; j++) s = __dp4a(load_i32(blk + 2 + 4 * j), ab[j], s);
+        sum += (float)s * (load_f16(blk) * ad[t * blocks + b]);
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
+    const u8* wrow = w + (size_t)row * blocks * 18;
+    const i8* a = aq + (size_t)t * cols;
+    float sum = 0.0f;
+    for (int b = lane; b < blocks; b += WARP) {
+        const u8* blk = wrow + b * 18;
+        const i8* ab = a + b * 32;
+        int s = 0;
+        for (int j = 0; j < 16; j++) {
+            int q = blk[2 + j];
+            s += ((q & 0xF) - 8) * ab[j] + ((q >> 4) - 8) * ab[j + 16];
+        }
+        sum += (float)s * (load_f16(blk) * ad[t * blocks + b]);
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+// ggml's get_scale_min_k4: sub-block j's 6-bit scale and min.
+__device__ __forceinline__ void q4k_scale_min(int j, const u8* s, int* scale, int* min) {
+    if (j < 4) {
+        *scale = s[j] & 63;
+        *min = s[j + 4] & 63;
+    } else {
+        *scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Q4_K · Q8_K: eight lanes per 256-value block, one 32-value sub-block
+// each; the group's integer sums meet in its first lane, which scales them.
+extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
+    int group = lane / 8, j = lane % 8;
+    const u8* wrow = w + (size_t)row * blocks * 144;
+    float sum = 0.0f;
+    for (int b0 = 0; b0 < blocks; b0 += 4) {
+        int b = b0 + group;
+        int sumi = 0, summ = 0;
+        if (b < blocks) {
+            const u8* blk = wrow + b * 144;
+            const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
+            const int* bs = sums + ((size_t)t * blocks + b) * 16;
+            int scale, min;
+            q4k_scale_min(j, blk + 4, &scale, &min);
+            const u8* q = blk + 16 + (j / 2) * 32;
+            int shift = (j % 2) * 4, s = 0;
+            for (int l = 0; l < 32; l++) s += ((q[l] >> shift) & 0xF) * a[l];
+            sumi = scale * s;
+            summ = min * (bs[2 * j] + bs[2 * j + 1]);
+        }
+        sumi = group_sum(sumi, 8);
+        summ = group_sum(summ, 8);
+        if (b < blocks && j == 0) {
+            const u8* blk = wrow + b * 144;
+            float dy = ad[(size_t)t * blocks + b];
+            sum += load_f16(blk) * dy * (float)sumi - load_f16(blk + 2) * dy * (float)summ;
+        }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+// Q6_K · Q8_K: eight lanes per block, 32 values (two 16-value sub-blocks)
+// each. Lane j's values are one quarter of one half of the block.
+extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
+    int group = lane / 8, j = lane % 8;
+    int half = j / 4, quarter = j % 4;
+    const u8* wrow = w + (size_t)row * blocks * 210;
+    float sum = 0.0f;
+    for (int b0 = 0; b0 < blocks; b0 += 4) {
+        int b = b0 + group;
+        int sumi = 0;
+        if (b < blocks) {
+            const u8* blk = wrow + b * 210;
+            const u8* ql = blk + half * 64 + (quarter & 1) * 32;
+            const u8* qh = blk + 128 + half * 32;
+            const i8* sc = (const i8*)(blk + 192);
+            const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
+            int lo = 0, hi = 0;
+            for (int l = 0; l < 32; l++) {
+                int nibble = quarter >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
+                int q = (nibble | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+                if (l < 16) lo += q * a[l]; else hi += q * a[l];
+            }
+            sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+        }
+        sumi = group_sum(sumi, 8);
+        if (b < blocks && j == 0) {
+            float dy = ad[(size_t)t * blocks + b];
+            sum += load_f16(wrow + b * 210 + 208) * dy * (float)sumi;
+        }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+// Float weights without cuBLAS: the activations already in the weight's
+// type (f32 as they are).
+extern "C" __global__ void matvec_f32(const float* w, const float* x, float* y, int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y;
+    const float* wr = w + (size_t)row * cols;
+    const float* a = x + (size_t)t * cols;
+    float sum = 0.0f;
+    for (int i = lane; i < cols; i += WARP) sum += wr[i] * a[i];
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_f16(const u16* w, const u16* x, float* y, int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y;
+    const u16* wr = w + (size_t)row * cols;
+    const u16* a = x + (size_t)t * cols;
+    float sum = 0.0f;
+    for (int i = lane; i < cols; i += WARP) sum += f16_to_f32(wr[i]) * f16_to_f32(a[i]);
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_bf16(const u16* w, const u16* x, float* y, int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y;
+    const u16* wr = w + (size_t)row * cols;
+    const u16* a = x + (size_t)t * cols;
+    float sum = 0.0f;
+    for (int i = lane; i < cols; i += WARP) sum += bf16_to_f32(wr[i]) * bf16_to_f32(a[i]);
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
