@@ -316,6 +316,31 @@ pub fn bench_pipeline() -> Result<(), String> {
             reference: None,
         },
     )?;
+    // The hop at the 0.5B fixture's width: its 1536-wide activations (6 KiB
+    // a token) with almost no arithmetic (4 blocks, ff 64), so what an extra
+    // stage adds is the hop of a real activation row, which the 0.5B's own
+    // table cannot resolve under its 30 ms of compute a token.
+    let wide = bench_model(
+        &bin.join("drover-worker"),
+        "tiny,dim=1536,layers=4,heads=12,kv_heads=2,ff=64",
+        "q8_0",
+    )?;
+    println!(
+        "model {} (the 0.5B's width, 1536, with little compute: the hop of a 6 KiB activation row); 200 decode tokens, the best of 5 interleaved rounds",
+        wide.display()
+    );
+    stage_rates(
+        &bin,
+        &Rates {
+            model: &wide,
+            name: "wide",
+            decode: 200,
+            repeats: 5,
+            threads: 0,
+            prefill: false,
+            reference: None,
+        },
+    )?;
     // The README's example, from `up` to the first token.
     let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");
