@@ -59,6 +59,9 @@ pub struct Load {
     /// Threads the stage computes with (0: the worker's own setting, every
     /// core unless `--threads` says otherwise).
     pub threads: u32,
+    /// Where the stage's blocks run; a backend this machine cannot run is
+    /// a `Fault` naming what is missing.
+    pub backend: crate::model::Backend,
 }
 
 /// Sampling settings as they travel.

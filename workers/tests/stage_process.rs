@@ -159,6 +159,7 @@ fn load(threads: u32) -> Request {
             seed: 0,
         },
         threads,
+        backend: workers::model::Backend::Cpu,
     })
 }
 

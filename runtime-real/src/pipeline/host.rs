@@ -179,6 +179,7 @@ impl HostSink {
             worker: WorkerSettings {
                 ctx: spec.ctx,
                 threads: spec.threads,
+                backend: spec.backend,
                 sampling: spec.sampling,
             },
         };

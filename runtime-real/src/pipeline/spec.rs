@@ -42,4 +42,6 @@ pub struct PipelineSpec {
     pub ctx: u32,
     /// Threads each stage's worker computes with (0: every core).
     pub threads: u32,
+    /// Where each stage's blocks run (`cpu`, `cuda`).
+    pub backend: workers::model::Backend,
 }

@@ -149,6 +149,8 @@ pub struct WorkerSettings {
     pub ctx: u32,
     /// Threads each stage computes with (0: every core of its machine).
     pub threads: u32,
+    /// Where each stage's blocks run.
+    pub backend: workers::model::Backend,
     /// The last stage's sampler.
     pub sampling: SamplingSpec,
 }

@@ -330,6 +330,7 @@ async fn load(
         end_layer: layers.1,
         ctx: settings.ctx,
         threads: settings.threads,
+        backend: settings.backend,
         sampling: wire::Sampling {
             temperature: sampling.temperature,
             top_k: sampling.top_k,

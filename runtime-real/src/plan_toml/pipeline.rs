@@ -8,9 +8,10 @@ use crate::pipeline::wire::SamplingSpec;
 use core_fsm::plan::RunPlan;
 use std::path::Path;
 use toml::de::DeValue;
+use workers::model::Backend;
 
 const MODEL: &[&str] = &["path", "url", "sha256"];
-const PIPELINE: &[&str] = &["group", "split", "ctx", "threads"];
+const PIPELINE: &[&str] = &["group", "split", "ctx", "threads", "backend"];
 const PROMPT: &[&str] = &["rpc_addr", "default_max_tokens"];
 /// The most threads a stage may be given (the worker's own bound).
 const MAX_THREADS: u32 = workers::wire::MAX_THREADS;
@@ -50,6 +51,7 @@ pub(crate) fn read(
     // Threads each stage's worker computes with (0: every core).
     let threads = table.integer(doc, "threads", false, MAX_THREADS.into());
     let threads = threads.map_or(0, |n| u32::try_from(n).expect("at most MAX_THREADS"));
+    let backend = read_backend(doc, &mut table);
     table.finish(doc);
     let stages = plan
         .groups
@@ -94,7 +96,28 @@ pub(crate) fn read(
         sampling,
         ctx,
         threads,
+        backend,
     })
+}
+
+/// `backend`: where each stage's blocks run (`cpu`, the default, or
+/// `cuda`). Whether a node can run it is the node's to say, when it loads.
+fn read_backend(doc: &mut Doc, table: &mut Table<'_, '_>) -> Backend {
+    let Some(value) = table.take(doc, "backend") else {
+        return Backend::Cpu;
+    };
+    match value.get_ref() {
+        DeValue::String(name) if name.as_ref() == "cpu" => Backend::Cpu,
+        DeValue::String(name) if name.as_ref() == "cuda" => Backend::Cuda,
+        other => {
+            let reason = match other {
+                DeValue::String(name) => format!("unknown backend `{name}` (cpu, cuda)"),
+                other => format!("expected \"cpu\" or \"cuda\", found {}", type_name(other)),
+            };
+            doc.error(value.span(), "pipeline.backend", reason);
+            Backend::Cpu
+        }
+    }
 }
 
 fn read_split(doc: &mut Doc, table: &mut Table<'_, '_>) -> Vec<u32> {

@@ -30,7 +30,8 @@ pub struct StageArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// `cpu` or `cuda`: where the stage's blocks run.
+    /// `cpu` or `cuda`: where the stage's blocks run (with `--model`;
+    /// without it, the agent's `Load` names the backend).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
 }
@@ -90,6 +91,7 @@ fn load(
     threads: u32,
     backend: Backend,
 ) -> Result<Loaded, String> {
+    backend.check()?;
     let pool = pool(threads)?;
     let stage = Stage::open_on(model, layers.clone(), ctx, backend).map_err(|e| e.to_string())?;
     let c = stage.config().clone();
@@ -145,11 +147,11 @@ fn next_request(
     }
 }
 
-/// Waits for `Load` (a worker started without `--model`).
+/// Waits for `Load` (a worker started without `--model`); the `Load`
+/// names the backend.
 fn await_load(
     out: &mut StdoutLock<'_>,
     input: &mut FrameReader<StdinLock<'_>>,
-    backend: Backend,
 ) -> Result<Option<Loaded>, String> {
     send(out, &Reply::Hello { version: VERSION })?;
     loop {
@@ -162,6 +164,7 @@ fn await_load(
                 ctx,
                 sampling,
                 threads,
+                backend,
             })) => {
                 let sampling = Sampling {
                     temperature: sampling.temperature,
@@ -205,7 +208,7 @@ pub fn stage(a: &StageArgs) -> CliResult {
                 backend,
             )?)
         }
-        _ => await_load(&mut out, &mut input, backend)?,
+        _ => await_load(&mut out, &mut input)?,
     };
     let Some(mut loaded) = loaded else {
         return Ok(());

@@ -2,7 +2,7 @@
 //! ([`crate::cuda`]).
 
 /// A stage's compute backend.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Backend {
     /// The CPU kernels (`crate::kernels`).
     #[default]
@@ -18,6 +18,14 @@ impl Backend {
             "cpu" => Ok(Backend::Cpu),
             "cuda" => Ok(Backend::Cuda),
             other => Err(format!("--backend {other}: unknown (cpu, cuda)")),
+        }
+    }
+
+    /// Its name, as `--backend` and a plan take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
         }
     }
 
