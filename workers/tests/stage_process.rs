@@ -18,41 +18,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(layers: &str) -> (Worker, Reply) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
-            .args([
-                "stage",
-                "--ctx",
-                "64",
-                "--threads",
-                "1",
-                "--layers",
-                layers,
-                "--model",
-            ])
-            .arg(common::stories())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn drover-worker");
-        let stdin = child.stdin.take().expect("stdin");
-        let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
-        let ready = stdout.read::<Reply>().expect("ready");
-        (
-            Worker {
-                child,
-                stdin,
-                stdout,
-            },
-            ready,
-        )
-    }
-
-    /// A worker started as an agent starts it: no model, `Hello` first.
-    fn bare() -> (Worker, Reply) {
+    /// `drover-worker stage ARGS..` and its first reply.
+    fn spawn(args: &[&std::ffi::OsStr]) -> (Worker, Reply) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
             .arg("stage")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -60,13 +30,35 @@ impl Worker {
             .expect("spawn drover-worker");
         let stdin = child.stdin.take().expect("stdin");
         let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
-        let hello = stdout.read::<Reply>().expect("hello");
+        let first = stdout.read::<Reply>().expect("a first reply");
         let worker = Worker {
             child,
             stdin,
             stdout,
         };
-        (worker, hello)
+        (worker, first)
+    }
+
+    /// A stage of TinyStories 260K, one thread, and its `Ready`.
+    fn start(layers: &str) -> (Worker, Reply) {
+        let model = common::stories();
+        let args = [
+            "--ctx",
+            "64",
+            "--threads",
+            "1",
+            "--layers",
+            layers,
+            "--model",
+        ];
+        let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        args.push(model.as_os_str());
+        Worker::spawn(&args)
+    }
+
+    /// A worker started as an agent starts it: no model, `Hello` first.
+    fn bare() -> (Worker, Reply) {
+        Worker::spawn(&[])
     }
 
     fn ask(&mut self, r: &Request) -> Reply {

@@ -262,6 +262,21 @@ fn stage_rates(bin: &Path, r: &Rates<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// A table of a model whose compute is small: 200 decode tokens, the best
+/// of 5 interleaved rounds, every core.
+fn hop_rates(bin: &Path, model: &Path, name: &str) -> Result<(), String> {
+    let rates = Rates {
+        model,
+        name,
+        decode: 200,
+        repeats: 5,
+        threads: 0,
+        prefill: false,
+        reference: None,
+    };
+    stage_rates(bin, &rates)
+}
+
 /// The benchmark.
 pub fn bench_pipeline() -> Result<(), String> {
     let bin = build()?;
@@ -303,19 +318,7 @@ pub fn bench_pipeline() -> Result<(), String> {
         "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 5 interleaved rounds",
         stories().display()
     );
-    let tiny = stories();
-    stage_rates(
-        &bin,
-        &Rates {
-            model: &tiny,
-            name: "stories",
-            decode: 200,
-            repeats: 5,
-            threads: 0,
-            prefill: false,
-            reference: None,
-        },
-    )?;
+    hop_rates(&bin, &stories(), "stories")?;
     // The hop at the 0.5B fixture's width: its 1536-wide activations (6 KiB
     // a token) with almost no arithmetic (4 blocks, ff 64), so what an extra
     // stage adds is the hop of a real activation row, which the 0.5B's own
@@ -329,18 +332,7 @@ pub fn bench_pipeline() -> Result<(), String> {
         "model {} (the 0.5B's width, 1536, with little compute: the hop of a 6 KiB activation row); 200 decode tokens, the best of 5 interleaved rounds",
         wide.display()
     );
-    stage_rates(
-        &bin,
-        &Rates {
-            model: &wide,
-            name: "wide",
-            decode: 200,
-            repeats: 5,
-            threads: 0,
-            prefill: false,
-            reference: None,
-        },
-    )?;
+    hop_rates(&bin, &wide, "wide")?;
     // The README's example, from `up` to the first token.
     let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");
