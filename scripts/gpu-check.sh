@@ -8,18 +8,26 @@
 # on any mismatch or failure. Writes gpu-check.txt and results.jsonl under
 # $OUT when set (else target/gpu-check/out).
 #
-# Models: ../shared/models/stories260k.gguf, and fixtures made here by
+# Models: stories260k.gguf (target/gpu-check/, carried; else
+# ../shared/models/ or shared/models/), and fixtures made here by
 # `drover-worker make-model` with stories260k's vocabulary: the `small`
 # shape (256 wide, 4 blocks, 8 heads over 4 KV heads) as llama and as
 # qwen2 (NEOX rope, QKV biases), in f32, f16, bf16, q8_0, q4_0, q4_k,
-# q6_k and q4_k_m; the llama q4_k_m one also split into two stages. Float
+# q6_k and q4_k_m; the llama q4_k_m one also split into two stages; a
+# tied head (tied=1) in q8_0 and q4_k_m; a rope over 16 of each head's 32
+# dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k. On a mismatch
+# the first differing position and both token ids are printed (`generate
+# --json` gives no logits). Truncate and resume are not checked here:
+# neither `generate` nor `bench` resumes from a cut (bench's --repeat cuts
+# to 0 and starts over, untimed for tokens). Float
 # models run twice on the GPU when cuBLAS loads: with cuBLAS, and with
 # DROVER_CUBLAS=0 (the NVRTC kernel that stands in for it). A 0.5b-shape
 # q4_0 model is made for `bench` (CPU and GPU tokens/s side by side).
 #
 # What it needs, and where it finds it:
 # - drover-worker: target/gpu-check/drover-worker (a release build made
-#   beforehand, as below), else `cargo build --release --offline`.
+#   beforehand, as below; it needs GLIBC >= 2.34, and the report's header
+#   names the machine's), else `cargo build --release --offline`.
 # - NVRTC (libnvrtc.so.12 and libnvrtc-builtins.so.12.*, both needed: NVRTC
 #   dlopens the builtins at compile time): the system's when the loader
 #   finds it, else target/gpu-check/nvrtc-12.4.127.tar.xz, unpacked here
@@ -36,6 +44,7 @@
 #   tar -C "$L" -cf - libnvrtc.so.12 libnvrtc-builtins.so.12.4 | xz -6 > target/gpu-check/nvrtc-12.4.127.tar.xz
 #   cargo build --release --locked -p workers --bin drover-worker
 #   cp "${CARGO_TARGET_DIR:-target}/release/drover-worker" target/gpu-check/
+#   cp ../shared/models/stories260k.gguf target/gpu-check/  # ~1 MB; never committed
 # Run (the device tool; carry the one folder, ~30 MB):
 #   run command="bash scripts/gpu-check.sh" carry=["target/gpu-check"] timeout_s=480
 set -uo pipefail
@@ -53,8 +62,10 @@ say() { echo "$*" | tee -a "$REPORT"; }
 
 say "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi -L 2>&1 | tee -a "$REPORT" || say "nvidia-smi: not found"
+say "glibc: $(ldd --version 2>&1 | head -1) (the carried binary needs >= 2.34)"
 
 W=$CARRY/drover-worker
+[ -f "$W" ] && chmod +x "$W" # the carry may drop the mode
 if [ ! -x "$W" ]; then
   say "== building drover-worker (release, offline)"
   cargo build --release --offline -p workers --bin drover-worker >>"$REPORT" 2>&1 || {
@@ -67,7 +78,14 @@ fi
 if ldconfig -p 2>/dev/null | grep -q 'libnvrtc.so.12 '; then
   say "NVRTC: the system's"
 elif [ -f "$CARRY/nvrtc-12.4.127.tar.xz" ]; then
-  tar -xJf "$CARRY/nvrtc-12.4.127.tar.xz" -C "$WORK/lib"
+  command -v xz >/dev/null || {
+    say "FAIL: xz not found: cannot unpack $CARRY/nvrtc-12.4.127.tar.xz (install xz-utils, or carry the libraries unpacked)"
+    exit 1
+  }
+  tar -xJf "$CARRY/nvrtc-12.4.127.tar.xz" -C "$WORK/lib" || {
+    say "FAIL: cannot unpack $CARRY/nvrtc-12.4.127.tar.xz"
+    exit 1
+  }
   export LD_LIBRARY_PATH="$PWD/$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   say "NVRTC: the carried 12.4.127 ($WORK/lib)"
 else
@@ -84,12 +102,18 @@ fi
 
 say "== compiling the kernels for this GPU"
 "$W" cuda-compile --arch sm_90 2>&1 | tee -a "$REPORT"
+[ "${PIPESTATUS[0]}" = 0 ] || {
+  say "FAIL: cuda-compile"
+  exit 1
+}
 
-STORIES=../shared/models/stories260k.gguf
-[ -f "$STORIES" ] || STORIES=shared/models/stories260k.gguf
+STORIES=
+for s in "$CARRY/stories260k.gguf" ../shared/models/stories260k.gguf shared/models/stories260k.gguf; do
+  [ -f "$s" ] && { STORIES=$s; break; }
+done
 MODELS=()
 VOCAB=()
-if [ -f "$STORIES" ]; then
+if [ -n "$STORIES" ]; then
   MODELS+=("stories260k=$STORIES")
   VOCAB=(--vocab-from "$STORIES")
 else
@@ -100,14 +124,36 @@ for arch in llama qwen2; do
     path=$WORK/models/small-$arch-$ty.gguf
     if [ ! -f "$path" ]; then
       "$W" make-model --shape "small,arch=$arch" --type "$ty" --seed 7 \
-        "${VOCAB[@]}" "$path" >>"$REPORT" 2>&1 || say "FAIL: make-model $arch $ty"
+        ${VOCAB[@]+"${VOCAB[@]}"} "$path" >>"$REPORT" 2>&1 || say "FAIL: make-model $arch $ty"
     fi
     MODELS+=("$arch-$ty=$path")
   done
 done
+for entry in tied-q8_0:small,tied=1:q8_0 tied-q4_k_m:small,tied=1:q4_k_m \
+  rope16-q8_0:small,rope_dims=16:q8_0 qwen2-rope16-q4_k:small,arch=qwen2,rope_dims=16:q4_k; do
+  IFS=: read -r name shape ty <<<"$entry"
+  path=$WORK/models/$name.gguf
+  [ -f "$path" ] || "$W" make-model --shape "$shape" --type "$ty" --seed 7 \
+    ${VOCAB[@]+"${VOCAB[@]}"} "$path" >>"$REPORT" 2>&1 || say "FAIL: make-model $shape $ty"
+  MODELS+=("$name=$path")
+done
 
 FAILED=0
 tokens() { grep -o '"tokens":\[[^]]*\]' <<<"$1"; }
+# The first position where two `"tokens":[...]` lists differ, and the ids
+# there (`-` past a list's end).
+first_difference() {
+  local -a a b
+  IFS=, read -r -a a <<<"$(sed 's/.*\[//; s/\]//' <<<"$1")"
+  IFS=, read -r -a b <<<"$(sed 's/.*\[//; s/\]//' <<<"$2")"
+  local i n=$((${#a[@]} > ${#b[@]} ? ${#a[@]} : ${#b[@]}))
+  for ((i = 0; i < n; i++)); do
+    if [ "${a[i]-}" != "${b[i]-}" ]; then
+      say "  first difference at generated token $i: cpu ${a[i]:--} gpu ${b[i]:--}"
+      return
+    fi
+  done
+}
 gen() { # model backend [extra args...]
   local model=$1 backend=$2
   shift 2
@@ -122,14 +168,14 @@ check() { # name model label cublas(1|0) [extra args...]
   gpu=$(tokens "$(DROVER_CUBLAS=$cublas gen "$model" cuda "$@")")
   if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then verdict=same; else verdict=DIFFERENT; FAILED=1; fi
   printf '%-22s %-16s %s\n' "$name" "$label" "$verdict" | tee -a "$REPORT"
-  [ "$verdict" = same ] || { say "  cpu: $cpu"; say "  gpu: $gpu"; }
+  [ "$verdict" = same ] || { first_difference "$cpu" "$gpu"; say "  cpu: $cpu"; say "  gpu: $gpu"; }
   printf '{"model":"%s","run":"%s","match":%s}\n' "$name" "$label" \
     "$([ "$verdict" = same ] && echo true || echo false)" >>"$RESULTS"
 }
 
 say "== greedy tokens, cpu vs cuda (32 tokens)"
 printf '%-22s %-16s %s\n' model run tokens | tee -a "$REPORT"
-for entry in "${MODELS[@]}"; do
+for entry in ${MODELS[@]+"${MODELS[@]}"}; do
   name=${entry%%=*}
   model=${entry#*=}
   [ -f "$model" ] || { say "FAIL: $model missing"; FAILED=1; continue; }
@@ -146,9 +192,9 @@ check "llama-q4_k_m split" "$WORK/models/small-llama-q4_k_m.gguf" "cuda --split 
 say "== tokens/s"
 BIG=$WORK/models/0.5b-q4_0.gguf
 STORIES_BENCH=()
-[ -f "$STORIES" ] && STORIES_BENCH=("$STORIES")
+[ -n "$STORIES" ] && STORIES_BENCH=("$STORIES")
 [ -f "$BIG" ] || "$W" make-model --shape 0.5b --type q4_0 --seed 7 "$BIG" >>"$REPORT" 2>&1
-for model in "${STORIES_BENCH[@]}" "$BIG"; do
+for model in ${STORIES_BENCH[@]+"${STORIES_BENCH[@]}"} "$BIG"; do
   for backend in cpu cuda; do
     line=$(timeout 180 "$W" bench --model "$model" --backend "$backend" --prefill 128 \
       --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $backend $model"; FAILED=1; continue; }

@@ -29,6 +29,8 @@ pub struct Shape {
     pub ctx: usize,
     /// Output projection tied to the embedding.
     pub tied: bool,
+    /// Rotated dimensions of each head (`rope.dimension_count`); None: all.
+    pub rope_dims: Option<usize>,
 }
 
 impl Shape {
@@ -45,6 +47,7 @@ impl Shape {
             vocab,
             ctx,
             tied: false,
+            rope_dims: None,
         };
         Some(match name {
             "tiny" => s(64, 5, 8, 4, 172, 512, 512),
@@ -56,7 +59,7 @@ impl Shape {
     }
 
     /// Parses `PRESET[,key=value...]` or `key=value,...` (keys: arch, dim,
-    /// layers, heads, kv_heads, ff, vocab, ctx, tied).
+    /// layers, heads, kv_heads, ff, vocab, ctx, tied, rope_dims).
     pub fn parse(spec: &str) -> Result<Shape, String> {
         let mut parts = spec
             .split(',')
@@ -92,6 +95,7 @@ impl Shape {
                 "vocab" => shape.vocab = num()?,
                 "ctx" => shape.ctx = num()?,
                 "tied" => shape.tied = value == "true" || value == "1",
+                "rope_dims" => shape.rope_dims = Some(num()?),
                 _ => return Err(format!("unknown shape key {key:?}")),
             }
         }
@@ -102,10 +106,14 @@ impl Shape {
             && shape.dim % shape.heads == 0
             && shape.heads % shape.kv_heads == 0
             && (shape.dim / shape.heads) % 2 == 0
+            && shape
+                .rope_dims
+                .is_none_or(|r| r > 0 && r.is_multiple_of(2) && r <= shape.dim / shape.heads)
             && shape.vocab >= 259;
         if !ok {
             return Err(format!(
-                "{shape:?}: dims must divide into heads, heads into kv heads, vocab >= 259"
+                "{shape:?}: dims must divide into heads, heads into kv heads, vocab >= 259, \
+                 rope_dims even and at most the head's"
             ));
         }
         Ok(shape)
@@ -200,7 +208,7 @@ pub fn make_model(
         )
         .meta(
             &k("rope.dimension_count"),
-            Value::U32((shape.dim / shape.heads) as u32),
+            Value::U32(shape.rope_dims.unwrap_or(shape.dim / shape.heads) as u32),
         )
         .meta(&k("rope.freq_base"), Value::F32(10000.0))
         .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))

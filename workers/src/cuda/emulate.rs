@@ -2,6 +2,7 @@
 //! held against the CPU path: the check, without a GPU, that `quant.cu`
 //! reads every block layout as the CPU does. Each function follows its
 //! kernel line for line (one warp of 32 lanes, integer group sums exact).
+//! `emulate_ops` does the same for `ops.cu`.
 
 use crate::kernels::scalar;
 use crate::tensor::GgmlType;

@@ -256,7 +256,10 @@ impl Gpu {
     }
 
     /// Causal grouped-query attention of `n` new tokens from `pos` over the
-    /// cache `keys`/`values` (already holding them).
+    /// cache `keys`/`values` (already holding them). A long prefill runs in
+    /// chunks of tokens, so the score scratch (chunk × heads × (pos + n)
+    /// floats) stays within [`launch::SCORES_FLOATS`] and the grid's y
+    /// within [`launch::MAX_GRID_Y`].
     pub fn attention(
         &self,
         c: &Config,
@@ -267,8 +270,9 @@ impl Gpu {
         n: usize,
     ) -> Result<CudaSlice<f32>, String> {
         let stride = pos + n;
+        let chunk = launch::attention_chunk(c.heads, stride, n);
         let mut out = self.alloc::<f32>(n * c.q_dim())?;
-        let mut scores = self.alloc::<f32>(n * c.heads * stride)?;
+        let mut scores = self.alloc::<f32>(chunk * c.heads * stride)?;
         let args = [
             int(c.heads)?,
             int(c.kv_heads)?,
@@ -277,17 +281,21 @@ impl Gpu {
             int(stride)?,
         ];
         let scale = 1.0 / (c.head_dim as f32).sqrt();
-        self.launch("attention", launch::per_head(c.heads, n)?, |b| {
-            b.arg(q)
-                .arg(keys)
-                .arg(values)
-                .arg(&mut out)
-                .arg(&mut scores);
-            for a in &args {
-                b.arg(a);
-            }
-            b.arg(&scale);
-        })?;
+        for t0 in (0..n).step_by(chunk) {
+            let t0_arg = int(t0)?;
+            let tokens = chunk.min(n - t0);
+            self.launch("attention", launch::per_head(c.heads, tokens)?, |b| {
+                b.arg(q)
+                    .arg(keys)
+                    .arg(values)
+                    .arg(&mut out)
+                    .arg(&mut scores);
+                for a in &args {
+                    b.arg(a);
+                }
+                b.arg(&scale).arg(&t0_arg);
+            })?;
+        }
         Ok(out)
     }
 }

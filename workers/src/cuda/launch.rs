@@ -23,13 +23,40 @@ fn count(n: usize) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("{n} blocks do not fit a CUDA grid"))
 }
 
+/// The most blocks a CUDA grid has along y, where the kernels put tokens.
+pub const MAX_GRID_Y: usize = 65_535;
+
+/// The floats of attention score scratch one launch may use (1 GiB).
+pub const SCORES_FLOATS: usize = 1 << 28;
+
+/// Tokens along a grid's y, or why a batch has too many for one launch.
+fn tokens_y(tokens: usize) -> Result<u32, String> {
+    if tokens > MAX_GRID_Y {
+        return Err(format!(
+            "a batch of {tokens} tokens: the CUDA backend takes at most {MAX_GRID_Y} \
+             tokens a forward (a grid's y limit); forward fewer at a time"
+        ));
+    }
+    count(tokens)
+}
+
+/// Tokens per attention launch over `n` new tokens, each with `stride`
+/// positions of scores per head: as many as keep the scratch within
+/// [`SCORES_FLOATS`] and the grid within [`MAX_GRID_Y`], at least one.
+pub fn attention_chunk(heads: usize, stride: usize, n: usize) -> usize {
+    let per_token = (heads * stride).max(1);
+    (SCORES_FLOATS / per_token)
+        .clamp(1, MAX_GRID_Y)
+        .min(n.max(1))
+}
+
 /// One warp per output row for each of `tokens` tokens: grid
 /// (ceil(rows / warps), tokens).
 pub fn per_row(rows: usize, tokens: usize) -> Result<LaunchConfig, String> {
     Ok(LaunchConfig {
         grid_dim: (
             count(rows.div_ceil(WARPS_PER_BLOCK as usize))?,
-            count(tokens)?,
+            tokens_y(tokens)?,
             1,
         ),
         block_dim: (WARPS_PER_BLOCK * 32, 1, 1),
@@ -63,7 +90,7 @@ pub fn per_norm_row(rows: usize) -> Result<LaunchConfig, String> {
 /// One reducing block per (query head, token) (attention).
 pub fn per_head(heads: usize, tokens: usize) -> Result<LaunchConfig, String> {
     Ok(LaunchConfig {
-        grid_dim: (count(heads)?, count(tokens)?, 1),
+        grid_dim: (count(heads)?, tokens_y(tokens)?, 1),
         block_dim: (REDUCE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     })
@@ -111,5 +138,25 @@ mod tests {
         assert!(int(1 << 31).is_err());
         assert_eq!(int(7), Ok(7));
         assert!(per_row(usize::MAX, 1).is_err());
+    }
+
+    #[test]
+    fn batches_past_the_grid_y_limit_are_errors_that_name_it() {
+        assert_eq!(per_row(8, MAX_GRID_Y).unwrap().grid_dim.1, 65_535);
+        for e in [per_row(8, MAX_GRID_Y + 1), per_head(8, MAX_GRID_Y + 1)] {
+            assert!(e.unwrap_err().contains("at most 65535 tokens"));
+        }
+    }
+
+    #[test]
+    fn attention_chunks_bound_the_scratch_and_the_grid() {
+        assert_eq!(attention_chunk(8, 40, 7), 7);
+        assert_eq!(attention_chunk(8, 100_000, 100_000), 335);
+        assert_eq!(attention_chunk(1, 1, 200_000), MAX_GRID_Y);
+        assert_eq!(attention_chunk(64, SCORES_FLOATS, 9), 1);
+        for (heads, n) in [(8, 7), (14, 32_768), (64, 200_000)] {
+            let chunk = attention_chunk(heads, n, n);
+            assert!(chunk <= MAX_GRID_Y && (chunk == 1 || chunk * heads * n <= SCORES_FLOATS));
+        }
     }
 }

@@ -23,6 +23,8 @@ pub mod compile;
 mod device;
 #[cfg(test)]
 mod emulate;
+#[cfg(test)]
+mod emulate_ops;
 mod forward;
 mod kernels;
 pub mod launch;

@@ -1,8 +1,96 @@
 // The element-wise parts of a block, computed as the CPU path computes
 // them (`model::ops`): sums of squares and softmax denominators in double,
-// the rope angle stepped by multiplication.
+// the rope angle stepped by multiplication, exponentials by the CPU's
+// formulas and every per-thread sum in the CPU's order (`cuda::emulate`
+// replays these functions on the host against the CPU's).
 
 #define THREADS 256
+
+// `model::ops::v_expf` (ggml's AVX2 exp, lane by lane), line for line:
+// explicit fmaf, which --fmad=false leaves fused.
+__device__ __forceinline__ float v_expf(float x) {
+    const float r = __uint_as_float(0x4b400000u); // 0x1.8p23
+    float z = fmaf(x, __uint_as_float(0x3fb8aa3bu), r);
+    float n = z - r;
+    float b = fmaf(-n, __uint_as_float(0x35bfbe8eu), fmaf(-n, __uint_as_float(0x3f317200u), x));
+    u32 e = __float_as_uint(z) << 23;
+    float k = __uint_as_float(e + __float_as_uint(1.0f));
+    float u = b * b;
+    float p = fmaf(fmaf(__uint_as_float(0x3c072010u), b, __uint_as_float(0x3d2b9f17u)), u,
+                   fmaf(__uint_as_float(0x3e2aaf33u), b, __uint_as_float(0x3efffedbu)));
+    float j = fmaf(p, u, __uint_as_float(0x3f7ffff6u) * b);
+    if (fabsf(n) <= 126.0f) return fmaf(j, k, k);
+    u32 g = n <= 0.0f ? 0x82000000u : 0u;
+    float s1 = __uint_as_float(g + 0x7f000000u);
+    float s2 = __uint_as_float(e - g);
+    if (fabsf(n) > 192.0f) return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
+}
+
+// 2^(i/32) as binary64 words less i << 47 (glibc's exp2f_data.c).
+__device__ const unsigned long long EXPF_TABLE[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+// Rust's `f32::exp` on Linux: glibc's expf, as its FMA build (the one
+// every x86-64 with FMA selects) computes it, multiply-adds fused. CUDA's
+// own expf differs from it by an ulp here and there.
+__device__ float libm_expf(float x) {
+    u32 ix = __float_as_uint(x);
+    u32 abstop = (ix >> 20) & 0x7ffu;
+    if (abstop >= 0x42bu) { // |x| >= 88, or NaN
+        if (ix == 0xff800000u) return 0.0f;
+        if (abstop >= 0x7f8u) return x + x;
+        if (x > 0x1.62e42ep6f) return __uint_as_float(0x7f800000u);
+        if (x < -0x1.9fe368p6f) return 0.0f;
+    }
+    const double inv_ln2_n = 0x1.71547652b82fep+0 * 32, shift = 0x1.8p+52;
+    const double c0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, c1 = 0x1.ebfce50fac4f3p-3 / 32 / 32;
+    const double c2 = 0x1.62e42ff0c52d6p-1 / 32;
+    double xd = (double)x;
+    double kd = fma(inv_ln2_n, xd, shift);
+    unsigned long long ki = (unsigned long long)__double_as_longlong(kd);
+    kd -= shift;
+    double r = fma(inv_ln2_n, xd, -kd);
+    double s = __longlong_as_double((long long)(EXPF_TABLE[ki % 32] + (ki << 47)));
+    double z = fma(c0, r, c1);
+    double r2 = r * r;
+    double y = fma(c2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * s);
+}
+
+// ggml's horizontal add of 8 lanes (`model::ops::hsum8`).
+__device__ __forceinline__ float hsum8(const float* v) {
+    float s0 = v[4] + v[0], s1 = v[5] + v[1], s2 = v[6] + v[2], s3 = v[7] + v[3];
+    return (s0 + s2) + (s1 + s3);
+}
+
+// `model::ops::dot`: eight interleaved sums, hsum8, then the tail.
+__device__ float dot8(const float* a, const float* b, int n) {
+    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int whole = n / 8 * 8;
+    for (int i = 0; i < whole; i += 8) {
+        for (int l = 0; l < 8; l++) lanes[l] += a[i + l] * b[i + l];
+    }
+    float sum = hsum8(lanes);
+    for (int i = whole; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+// The sum of the group of 8 at `v` of which `n` exist (the rest zeros).
+__device__ float group8(const float* v, int n) {
+    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < n && l < 8; l++) lanes[l] = v[l];
+    return hsum8(lanes);
+}
 
 // The sum of `v` over the block (THREADS threads); every thread gets it.
 __device__ double block_sum(double v, double* scratch) {
@@ -54,12 +142,14 @@ extern "C" __global__ void add(float* x, const float* y, int total) {
     if (i < total) x[i] += y[i];
 }
 
-// gate = silu(gate) * up.
+// gate = silu(gate) * up over the whole buffer as `model::ops::swiglu`:
+// whole groups of 8 with v_expf, the last total % 8 with libm's expf.
 extern "C" __global__ void swiglu(float* gate, const float* up, int total) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) {
         float g = gate[i];
-        gate[i] = g / (1.0f + expf(0.0f - g)) * up[i];
+        float e = i < total / 8 * 8 ? v_expf(0.0f - g) : libm_expf(-g);
+        gate[i] = g / (1.0f + e) * up[i];
     }
 }
 
@@ -86,36 +176,46 @@ extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, i
 }
 
 // Causal grouped-query attention: block (head, token) attends over the
-// cached positions 0..=pos0 + token. `scores` holds `stride` floats per
-// (token, head), at least pos0 + tokens. Query head h reads key/value head h / (heads / kv_heads).
+// cached positions 0..=pos0 + token. Block y is token t0 + y; `scores`
+// holds `stride` floats (at least pos0 + t0 + gridDim.y) per (y, head).
+// Query head h reads key/value head h / (heads / kv_heads). As
+// `model::ops::attend`: scores by dot8, softmax with v_expf and its
+// denominator summed group by group of 8 in order, values added in order.
 extern "C" __global__ void attention(const float* q, const float* keys, const float* values,
                                      float* out, float* scores, int heads, int kv_heads,
-                                     int head_dim, int pos0, int stride, float scale) {
-    __shared__ double scratch[THREADS];
+                                     int head_dim, int pos0, int stride, float scale, int t0) {
     __shared__ float fscratch[THREADS];
-    int head = blockIdx.x, t = blockIdx.y;
+    __shared__ double total;
+    int head = blockIdx.x, t = t0 + blockIdx.y;
     int len = pos0 + t + 1;
     int kv_dim = kv_heads * head_dim;
     int offset = (head / (heads / kv_heads)) * head_dim;
     const float* qh = q + ((size_t)t * heads + head) * head_dim;
-    float* s = scores + ((size_t)t * heads + head) * stride;
+    float* s = scores + ((size_t)blockIdx.y * heads + head) * stride;
     float max = __int_as_float(0xff800000); // -infinity
     for (int j = threadIdx.x; j < len; j += blockDim.x) {
         const float* k = keys + (size_t)j * kv_dim + offset;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; d++) dot += qh[d] * k[d];
-        s[j] = dot * scale;
+        s[j] = dot8(qh, k, head_dim) * scale;
         max = fmaxf(max, s[j]);
     }
     max = block_max(max, fscratch);
-    double sum = 0.0;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
-        float e = expf(s[j] - max);
-        s[j] = e;
-        sum += (double)e;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) s[j] = v_expf(s[j] - max);
+    if (threadIdx.x == 0) total = 0.0;
+    __syncthreads();
+    // Each group's sum in parallel, THREADS groups at a time; thread 0 adds
+    // them to the double in group order, as the CPU's loop does.
+    int groups = (len + 7) / 8;
+    for (int g0 = 0; g0 < groups; g0 += blockDim.x) {
+        int g = g0 + threadIdx.x;
+        if (g < groups) fscratch[threadIdx.x] = group8(s + 8 * g, len - 8 * g);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int n = min((int)blockDim.x, groups - g0);
+            for (int i = 0; i < n; i++) total += (double)fscratch[i];
+        }
+        __syncthreads();
     }
-    sum = block_sum(sum, scratch);
-    float inverse = (float)(1.0 / sum);
+    float inverse = (float)(1.0 / total);
     float* o = out + ((size_t)t * heads + head) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float acc = 0.0f;
