@@ -78,7 +78,8 @@ fn it_gives_up_only_once_the_link_was_down_for_reconnect_for() {
     let mut m = Machine::new(config());
     m.handle(Instant(0), Input::Start);
     let mut now = Instant(0);
-    loop {
+    // 100 ms doubling to 2 s: the 10 s deadline passes within 12 dials.
+    for _ in 0..12 {
         let (effects, after) = step(&mut m, now, failed());
         if let Some(Effect::Exit(exit)) = effects.last() {
             assert_eq!(*exit, Exit::Unreachable);
@@ -90,6 +91,7 @@ fn it_gives_up_only_once_the_link_was_down_for_reconnect_for() {
         assert!(now < Instant(10_000), "still dialling at {now}");
         now = after;
     }
+    assert!(matches!(m.phase(), Phase::Exited(_)), "{:?}", m.phase());
     // Ended: anything more is ignored.
     assert!(m.handle(now, Input::Welcomed).is_empty());
     assert_eq!(m.ignored().out_of_phase, 1);
@@ -187,6 +189,7 @@ fn a_refused_first_join_and_a_shutdown_are_final() {
         m.handle(Instant(9), Input::Shutdown),
         vec![Effect::Exit(Exit::Shutdown)]
     );
+    assert_eq!(Exit::Shutdown.code(), 0);
 }
 
 fn input() -> impl Strategy<Value = Input> {
@@ -246,6 +249,16 @@ proptest! {
                 _ => {}
             }
             for effect in &effects {
+                match effect {
+                    Effect::Dial { .. } if matches!(input, Input::Tick) => {
+                        // A wait ends at its time, never before.
+                        let Phase::Waiting { until, .. } = phase else {
+                            panic!("a dial on a tick outside a wait: {phase:?}");
+                        };
+                        prop_assert!(now >= until, "dialled at {now}, before {until}");
+                    }
+                    _ => {}
+                }
                 match effect {
                     Effect::Dial { hello, deadline } => {
                         let since = down_since.expect("a dial while the link is up");
