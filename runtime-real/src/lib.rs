@@ -10,6 +10,7 @@ pub mod pipeline;
 pub mod plan_toml;
 pub mod prompt;
 pub mod provider;
+pub mod retry;
 pub mod say;
 pub mod ssh;
 pub mod state_dir;

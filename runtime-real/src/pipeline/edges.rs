@@ -18,6 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a dial of an edge keeps retrying (the receiver may still be
 /// starting).
 const DIAL_FOR: Duration = Duration::from_secs(30);
+/// The first pause between two dials of an edge; it doubles per failure.
+const DIAL_PAUSE_MIN: Duration = Duration::from_millis(20);
+/// The longest pause between two dials of an edge.
+const DIAL_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// An accepted inbound edge: who sent it and its stream.
 pub struct Inbound {
@@ -126,7 +130,7 @@ pub async fn dial(
     failed: impl FnOnce(String) + Send + 'static,
 ) -> Result<(mpsc::Sender<EdgeFrame>, Connection), String> {
     let deadline = tokio::time::Instant::now() + DIAL_FOR;
-    let mut backoff = Duration::from_millis(20);
+    let mut failures = 0;
     let conn = loop {
         match endpoint.connect(to.clone(), EDGE_ALPN).await {
             Ok(conn) => break conn,
@@ -134,8 +138,9 @@ pub async fn dial(
                 return Err(format!("dialing edge {edge}: {e}"));
             }
             Err(_) => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                failures += 1;
+                let pause = crate::retry::pause(failures, DIAL_PAUSE_MIN, DIAL_PAUSE_MAX);
+                tokio::time::sleep(pause).await;
             }
         }
     };

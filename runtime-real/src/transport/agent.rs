@@ -14,6 +14,7 @@
 use super::agent_log::{say, warn};
 use super::wire::{ALPN, Frame, FrameError, JoinToken, PROTOCOL_VERSION, read_frame, write_frame};
 use super::{CLOSE_DONE, CLOSE_REJECTED, CLOSE_SHUTDOWN, agent_id_of, build_endpoint};
+use crate::retry;
 use anyhow::Result;
 use core_fsm::Machine as _;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, RunId};
@@ -148,9 +149,9 @@ impl Agent {
         );
         let mut link = link::Machine::new(link::Config {
             node: node.clone(),
-            reconnect_for: millis(self.config.reconnect_for),
-            backoff_base: millis(self.config.backoff_base),
-            backoff_max: millis(self.config.backoff_max),
+            reconnect_for: retry::core(self.config.reconnect_for),
+            backoff_base: retry::core(self.config.backoff_base),
+            backoff_max: retry::core(self.config.backoff_max),
         });
         let epoch = Instant::now();
         let now = || core_fsm::Instant(epoch.elapsed().as_millis() as u64);
@@ -424,10 +425,6 @@ fn tell(node: &LogicalNodeId, effect: link::Effect) {
         link::Effect::Warn(line) => warn(node, &line),
         link::Effect::Dial { .. } | link::Effect::Exit(_) => {}
     }
-}
-
-fn millis(d: Duration) -> core_fsm::Duration {
-    core_fsm::Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn default_bind(orchestrator: &EndpointAddr) -> SocketAddr {

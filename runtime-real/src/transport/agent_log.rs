@@ -164,16 +164,14 @@ pub fn worker_telemetry(line: &str) {
 /// the log stream (with a bounded backoff) whenever it fails. Never
 /// returns: it ends when its caller drops it (the control connection ended).
 pub async fn forward(endpoint: &Endpoint, orchestrator: &EndpointAddr, node: &LogicalNodeId) {
-    let mut pause = RETRY_BASE;
+    let mut failures = 0;
     loop {
         let sent_any = stream_once(endpoint, orchestrator, node).await;
-        if sent_any {
-            pause = RETRY_BASE;
-        }
+        failures = if sent_any { 1 } else { failures + 1 };
+        let pause = crate::retry::pause(failures, RETRY_BASE, RETRY_MAX);
         // Not `warn`: a line about the log stream would feed the log stream.
         eprintln!("drover-agent[{node}]: log stream lost; retrying in {pause:?}");
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RETRY_MAX);
     }
 }
 

@@ -26,7 +26,8 @@ pub fn follow(
     tokio::spawn(async move {
         let mut since = since;
         let mut lines = Lines::default();
-        let mut wait = RETRY_MIN;
+        // Polls of a container not running yet, in a row.
+        let mut polls = 0;
         loop {
             if !stream_into(&docker, &id, since, &mut lines, &tx).await {
                 return;
@@ -36,11 +37,11 @@ pub fn follow(
                 Some(Running::Yes) => {
                     // The stream ended under a live container: on from now.
                     since = Some(now_unix());
-                    wait = RETRY_MIN;
+                    polls = 0;
                 }
                 Some(Running::NotYet) => {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RETRY_MAX);
+                    polls += 1;
+                    tokio::time::sleep(crate::retry::pause(polls, RETRY_MIN, RETRY_MAX)).await;
                 }
                 Some(Running::Ended) => break,
             }
