@@ -17,26 +17,27 @@ pub mod host;
 pub mod lives;
 pub mod model;
 pub mod node;
+mod prepared;
 pub mod shared;
 pub mod spec;
 pub mod status;
 pub mod wire;
 pub mod worker;
 
+pub use prepared::{PrepareError, Prepared, model_file, prepare};
+
 use crate::transport::ControlPlane;
 use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
-use core_fsm::plan::RunPlan;
-use core_fsm::run::{self, RunError, StageAssignment};
+use core_fsm::run::{self, RunError};
 use core_fsm::time::Duration;
 use driver::{Driver, NoJournal, Ports};
 use host::{HostShared, HostSink};
 use model::Model;
-use spec::{ModelSource, PipelineSpec};
+use spec::PipelineSpec;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-use wire::WeightsRef;
 
 /// Most steps of one prompt in flight at once: a prompt travels in at most
 /// this many chunks, so that stage `k + 1` computes chunk `i` while stage
@@ -50,152 +51,6 @@ pub const PREFILL_CHUNK_MIN: usize = 32;
 /// (`core_fsm::run::prefill_chunks` with this runtime's sizes).
 pub fn prefill_chunks(len: usize) -> Vec<usize> {
     core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
-}
-
-/// A pipeline checked against its model before anything is rented.
-pub struct Prepared {
-    /// The plan's sections.
-    pub spec: PipelineSpec,
-    /// The model.
-    pub model: Arc<Model>,
-    /// The stages.
-    pub plan: Vec<StageAssignment>,
-    /// Each stage's weights.
-    pub weights: Vec<WeightsRef>,
-    /// Repairs the run may make (the plan's replacements: 0 with policy
-    /// `none`, `attempts_max - 1` per stage's node with `bounded`).
-    pub repairs_max: u32,
-}
-
-impl Prepared {
-    /// The stage table as JSON (`drover plan --json`).
-    pub fn to_json(&self) -> serde_json::Value {
-        let stages: Vec<_> = self
-            .plan
-            .iter()
-            .zip(&self.weights)
-            .map(|(a, w)| {
-                serde_json::json!({
-                    "stage": a.stage, "node": a.node.as_str(), "layers": a.layers.to_string(),
-                    "tensor_bytes": w.slice_bytes, "header_bytes": w.header_len,
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "model": self.model.path.display().to_string(), "layers": self.model.layers(),
-            "model_bytes": self.model.size, "sha256": self.model.digest, "stages": stages,
-        })
-    }
-
-    /// The stage table `drover plan` shows.
-    pub fn table(&self) -> String {
-        let mut out = format!(
-            "model {} ({} layers, {} bytes, sha256 {})\n",
-            self.model.path.display(),
-            self.model.layers(),
-            self.model.size,
-            &self.model.digest[..16]
-        );
-        out.push_str("stage  node          layers   slice bytes (header + tensors)\n");
-        for (a, w) in self.plan.iter().zip(&self.weights) {
-            out.push_str(&format!(
-                "{:<6} {:<13} {:<8} {}\n",
-                a.stage,
-                a.node.as_str(),
-                a.layers.to_string(),
-                w.slice_bytes + w.header_len
-            ));
-        }
-        out
-    }
-}
-
-/// Why a pipeline could not be prepared.
-#[derive(Debug)]
-pub enum PrepareError {
-    /// The plan, the model file or its digest is wrong (exit code 2).
-    Plan(String),
-    /// The model could not be fetched; running again resumes (exit code 1).
-    Fetch(String),
-}
-
-impl std::fmt::Display for PrepareError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PrepareError::Plan(e) | PrepareError::Fetch(e) => f.write_str(e),
-        }
-    }
-}
-
-/// The model file of `spec`: its path, or the file a url names, fetched
-/// into the state dir unless it is there (`fetch` false: only if there).
-pub async fn model_file(
-    spec: &PipelineSpec,
-    state_dir: &Path,
-    fetch: bool,
-) -> Result<std::path::PathBuf, PrepareError> {
-    match &spec.model {
-        ModelSource::Path(path) => Ok(path.clone()),
-        ModelSource::Url { url, sha256 } => {
-            let kept = crate::state_dir::StateDir::at(state_dir)
-                .models()
-                .join(format!("{sha256}.gguf"));
-            if !fetch && !kept.is_file() {
-                return Err(PrepareError::Fetch(format!(
-                    "model url {url}: not fetched yet (`drover up` fetches it into {})",
-                    kept.display()
-                )));
-            }
-            download::model(state_dir, url, sha256).await
-        }
-    }
-}
-
-/// Opens the model at `path` and plans the stages; every problem is a plan
-/// error.
-pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepared, String> {
-    let model = Arc::new(Model::open(path)?);
-    if let ModelSource::Url { sha256, .. } = &spec.model
-        && model.digest != *sha256
-    {
-        return Err(format!(
-            "{}: sha256 {}, the plan says {sha256}",
-            path.display(),
-            model.digest
-        ));
-    }
-    let nodes = nodes_of(plan, &spec)?;
-    let stages = nodes.len() as u32;
-    let repairs_max = match plan.replacement {
-        core_fsm::plan::ReplacementPolicy::None => 0,
-        core_fsm::plan::ReplacementPolicy::Bounded { attempts_max, .. } => {
-            attempts_max.saturating_sub(1).saturating_mul(stages)
-        }
-    };
-    let plan = run::plan_split(model.layers(), stages, &nodes, &spec.split)
-        .map_err(|e| format!("pipeline: {e}"))?;
-    let weights = plan
-        .iter()
-        .map(|a| model.weights_for(a.layers.start as usize..a.layers.end_exclusive as usize))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Prepared {
-        spec,
-        model,
-        plan,
-        weights,
-        repairs_max,
-    })
-}
-
-fn nodes_of(plan: &RunPlan, spec: &PipelineSpec) -> Result<Vec<LogicalNodeId>, String> {
-    let group = plan
-        .groups
-        .iter()
-        .find(|g| g.group_id.as_str() == spec.group)
-        .ok_or_else(|| format!("pipeline.group: no group `{}`", spec.group))?;
-    Ok((0..group.count)
-        .map(|i| core_fsm::plan::node_id(&group.group_id, i))
-        .collect())
 }
 
 /// The host's input and shared state, as the tap reaches them.

@@ -7,6 +7,9 @@
 //! sent to the node, and any output line that echoes it is redacted.
 
 pub mod identity;
+mod text;
+
+pub use text::{Placeholders, REDACTED, redact, substitute};
 
 use core_fsm::ids::{LeaseId, OpId};
 use core_fsm::port::{Input, LogStream, SshEndpoint, SshError, SshErrorKind};
@@ -16,15 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use text::LineSplitter;
 use tokio::sync::mpsc;
 
 /// The port's own bound on one connect attempt (TCP, handshake and auth).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// Longest output line forwarded; longer lines are cut (and say so).
-const LINE_MAX_BYTES: usize = 16 * 1024;
-
-/// What replaces the join token in any output line that echoes it.
-pub const REDACTED: &str = "[redacted]";
 
 /// An open, authenticated connection to one node.
 pub struct Connection {
@@ -305,16 +304,6 @@ async fn forward(
     let _ = lines.send(Input::SshOutput { op, stream, line }).await;
 }
 
-/// `line` with every occurrence of `secret` replaced.
-pub fn redact(line: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() && line.contains(secret) => {
-            line.replace(secret, REDACTED)
-        }
-        _ => line,
-    }
-}
-
 fn signal_number(name: &russh::Sig) -> i32 {
     match name {
         russh::Sig::KILL => 9,
@@ -323,40 +312,6 @@ fn signal_number(name: &russh::Sig) -> i32 {
         russh::Sig::HUP => 1,
         _ => 0,
     }
-}
-
-/// Splits a byte stream into lines (without their newline), bounding the
-/// length of a line that never ends.
-#[derive(Default)]
-struct LineSplitter {
-    partial: Vec<u8>,
-}
-
-impl LineSplitter {
-    fn push(&mut self, data: &[u8]) -> Vec<String> {
-        let mut lines = Vec::new();
-        for &byte in data {
-            if byte == b'\n' {
-                lines.push(take_line(&mut self.partial));
-            } else if self.partial.len() < LINE_MAX_BYTES {
-                self.partial.push(byte);
-            }
-        }
-        lines
-    }
-
-    fn finish(&mut self) -> Option<String> {
-        (!self.partial.is_empty()).then(|| take_line(&mut self.partial))
-    }
-}
-
-fn take_line(partial: &mut Vec<u8>) -> String {
-    let mut line = String::from_utf8_lossy(partial).into_owned();
-    partial.clear();
-    if line.ends_with('\r') {
-        line.pop();
-    }
-    line
 }
 
 fn ssh_error(kind: SshErrorKind, message: impl Into<String>) -> SshError {
@@ -396,35 +351,9 @@ pub fn classify(error: &russh::Error, host_key_mismatch: bool) -> SshError {
     ssh_error(kind, message)
 }
 
-/// The values the start command's placeholders take.
-pub struct Placeholders<'a> {
-    /// `${ORCH_ADDR}`: the control plane's address.
-    pub orch_addr: &'a str,
-    /// `${LOGICAL_NODE_ID}`.
-    pub node: &'a str,
-    /// `${RUN_ID}`.
-    pub run_id: &'a str,
-    /// `${LEASE_ID}`.
-    pub lease_id: &'a str,
-    /// `${JOIN_TOKEN}`: the secret, only for the start command.
-    pub join_token: Option<&'a str>,
-}
-
-/// `command` with its placeholders substituted.
-pub fn substitute(command: &str, values: &Placeholders<'_>) -> String {
-    let mut out = command
-        .replace("${ORCH_ADDR}", values.orch_addr)
-        .replace("${LOGICAL_NODE_ID}", values.node)
-        .replace("${RUN_ID}", values.run_id)
-        .replace("${LEASE_ID}", values.lease_id);
-    if let Some(token) = values.join_token {
-        out = out.replace("${JOIN_TOKEN}", token);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::text::LINE_MAX_BYTES;
     use super::*;
 
     #[test]

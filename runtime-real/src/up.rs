@@ -12,39 +12,29 @@
 //! on stdin, `drover down`), deliver `Teardown`, run until torn down.
 
 pub mod control;
+mod drive;
 pub mod ports;
 pub mod seqs;
 mod serve;
 pub mod sink;
+mod stop;
 pub mod view;
 pub mod wiring;
 
-use crate::exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
+pub use drive::drive;
+
+use crate::exit::{EXIT_CONFIG, EXIT_FAILURE};
 use crate::journal::{Journal, Tail};
 use crate::provider::Provider;
 use crate::ssh::identity;
 use core_fsm::Machine;
-use core_fsm::node::Lifecycle;
 use core_fsm::plan::{ProviderKind, RunPlan};
 use core_fsm::port::{Input, JournalRecord};
-use driver::Driver;
 use russh::keys::PrivateKey;
-use sink::{Joins, RealSink, SinkParts};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 use tokio::sync::mpsc;
-use view::LiveView;
-
-/// Inputs that may wait in the channel before senders are slowed down.
-const INPUT_QUEUE_MAX: usize = 1024;
-/// How long teardown may take before `up` gives up (leases then stay in the
-/// journal for `drover down`).
-const TEARDOWN_BOUND: Duration = Duration::from_secs(300);
-/// How often the terminal table is redrawn for its clocks.
-const VIEW_TICK: Duration = Duration::from_millis(250);
 
 /// What `up` needs of the orchestrator composite beyond [`Machine`].
 pub trait Orchestrated: Machine<Input = Input, Effect = core_fsm::port::Effect> {
@@ -307,270 +297,4 @@ fn archive_ended_run(state_dir: &Path) -> anyhow::Result<PathBuf> {
 /// [`crate::provider::for_state_dir`]); `up` builds its own from its plan.
 pub fn providers(state_dir: &Path) -> anyhow::Result<BTreeMap<ProviderKind, Arc<dyn Provider>>> {
     crate::provider::for_state_dir(state_dir).map_err(anyhow::Error::msg)
-}
-
-/// Drives `machine` until it is torn down; returns the exit code.
-pub async fn drive<M: Orchestrated, J: Joins + 'static>(
-    runtime: Runtime<J>,
-    machine: M,
-    journal: Journal,
-) -> anyhow::Result<i32> {
-    let Runtime {
-        state_dir,
-        plan,
-        key,
-        json,
-        joins,
-        leases,
-        mut control_inputs,
-        host,
-        datastream,
-        controls,
-    } = runtime;
-    let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
-    // The dashboard's controls: its inputs join the loop's, its stop is
-    // the stop of Ctrl-C.
-    let (dashboard_stop, dashboard_stops) = mpsc::channel(1);
-    controls.connect(tx.clone(), dashboard_stop, host.tap.clone());
-    let forward = tx.clone();
-    tokio::spawn(async move {
-        while let Some(input) = control_inputs.recv().await {
-            if forward.send(input).await.is_err() {
-                return;
-            }
-        }
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let view = Arc::new(Mutex::new(LiveView::new(
-        state_dir.clone(),
-        view::Mode::detect(json),
-    )));
-    tokio::spawn(stop_requests(
-        tx.clone(),
-        stop.clone(),
-        view.clone(),
-        dashboard_stops,
-    ));
-    let wake = tx.clone();
-    // The host watches every handed-off node from its join on.
-    let (stop_tx, stop_rx) = mpsc::channel(4);
-    let hooks = {
-        let (a, b) = (view.clone(), view.clone());
-        let lost = tx.clone();
-        let control = host.control.clone();
-        crate::pipeline::ViewHooks {
-            json,
-            stop: stop_tx,
-            // Membership's Dead is a fact for the composite: the node fails
-            // (and is replaced when the policy says).
-            liveness: Box::new(move |node, agent, l| {
-                a.lock().expect("view").liveness(node, l);
-                if l == core_fsm::membership::Liveness::Dead {
-                    // Its connection would linger until it timed out.
-                    control.close_dead(agent);
-                    let input = Input::AgentLost {
-                        node: node.clone(),
-                        agent: agent.clone(),
-                        reason: "its agent stopped heartbeating (membership: Dead)".to_owned(),
-                    };
-                    let lost = lost.clone();
-                    tokio::spawn(async move {
-                        let _ = lost.send(input).await;
-                    });
-                }
-            }),
-            heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
-            datastream: Some(datastream.clone()),
-        }
-    };
-    let spec = host
-        .prepared
-        .as_ref()
-        .map(|p| (p.model.clone(), p.spec.clone()));
-    let running = crate::pipeline::start(
-        plan.run_id,
-        host.control.clone(),
-        &state_dir,
-        &host.tap,
-        hooks,
-        spec,
-        host.liveness,
-    );
-    if view.lock().expect("view").is_tty() {
-        tokio::spawn(tick_view(view.clone()));
-    }
-    // A restarted `up` shows the nodes it restored (and adopts) at once:
-    // their ledger says where they are before any of them changes.
-    for row in machine.node_rows() {
-        let lease = leases.lease_of(&row.id);
-        view.lock().expect("view").changed(row, lease);
-    }
-    let sink = RealSink::new(SinkParts {
-        state_dir: state_dir.clone(),
-        run_id: plan.run_id,
-        key,
-        providers: crate::provider::for_plan(&state_dir, Some(&plan))
-            .map_err(anyhow::Error::msg)?,
-        joins,
-        tx,
-        view: view.clone(),
-        leases: leases.clone(),
-        datastream,
-    });
-    let ports = ports::orchestrator_ports(journal, leases, rx, sink);
-    let mut driver = Driver::new(machine, ports);
-    let started = std::time::Instant::now();
-    driver.step(Input::Start).await?;
-    driver
-        .run_until(|m| m.is_settled() || stop.load(Ordering::SeqCst))
-        .await?;
-    let mut run_outcome: Option<Result<(), core_fsm::run::RunError>> = None;
-    let mut pipeline_unready = false;
-    if !stop.load(Ordering::SeqCst) {
-        view.lock()
-            .expect("view")
-            .print_summary(started.elapsed().as_millis());
-        let open = driver.ports().sink.open_sessions();
-        if open > 0 {
-            crate::say::err!("drover: {open} SSH session(s) still open after settling");
-        }
-        match &host.prepared {
-            None => {
-                driver.run_until(|_| stop.load(Ordering::SeqCst)).await?;
-            }
-            Some(prepared) if !serve::pipeline_ready(&view, prepared) => {
-                // A stage without its node cannot run: say so, then tear down.
-                let unready: Vec<String> = prepared
-                    .plan
-                    .iter()
-                    .filter(|a| !view.lock().expect("view").is_ready(&a.node))
-                    .map(|a| a.node.to_string())
-                    .collect();
-                let error = format!(
-                    "the pipeline's nodes are not all ready: {}",
-                    unready.join(", ")
-                );
-                if json {
-                    let line = serde_json::json!({"event": "pipeline_failed", "error": error});
-                    view::println_flush(&line.to_string());
-                }
-                crate::say::err!("drover: {error}");
-                pipeline_unready = true;
-            }
-            Some(prepared) => {
-                let serve = serve::ServeParts {
-                    prepared,
-                    running: &running,
-                    stop_rx,
-                    run_id: plan.run_id,
-                    stop: &stop,
-                    wake: &wake,
-                };
-                run_outcome = Some(serve::serve_pipeline(&mut driver, serve).await?);
-            }
-        }
-    }
-    running.task.abort();
-    // Stages are stopped and workers gone before any lease goes.
-    driver.step(Input::Teardown).await?;
-    let torn = tokio::time::timeout(TEARDOWN_BOUND, driver.run_until(|m| m.is_torn_down())).await;
-    let (_, mut ports) = driver.into_parts();
-    ports.sink.flush();
-    let _ = std::fs::remove_file(control::pid_file(&state_dir));
-    let _ = std::fs::remove_file(control::live_file(&state_dir));
-    let view = view.lock().expect("view");
-    let all_destroyed = view.nodes().all(|n| n.stage == Lifecycle::Destroyed);
-    if let Some(Err(error)) = &run_outcome {
-        if json {
-            let line = serde_json::json!({"event": "pipeline_failed", "error": error.to_string()});
-            view::println_flush(&line.to_string());
-        }
-        crate::say::err!("drover: the pipeline failed: {error}");
-    }
-    let run_ok = !matches!(run_outcome, Some(Err(_))) && !pipeline_unready;
-    let code = match torn {
-        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed && run_ok => EXIT_OK,
-        Ok(Ok(_)) if view.failed.is_empty() && all_destroyed => EXIT_FAILURE,
-        Ok(Ok(_)) => {
-            for (node, reason) in &view.failed {
-                crate::say::err!("drover: {node} failed: {reason}");
-            }
-            EXIT_FAILURE
-        }
-        Ok(Err(e)) => return Err(e.into()),
-        Err(_) => {
-            crate::say::err!(
-                "drover: teardown did not finish in {TEARDOWN_BOUND:?}; run `drover down`"
-            );
-            EXIT_FAILURE
-        }
-    };
-    controls.disconnect();
-    Ok(code)
-}
-
-/// Redraws the terminal table so its clocks move (a display refresh, not
-/// a wait on anything: nothing is decided by it).
-async fn tick_view(view: Arc<Mutex<LiveView>>) {
-    let mut every = tokio::time::interval(VIEW_TICK);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        every.tick().await;
-        view.lock().expect("view").tick();
-    }
-}
-
-/// Waits for the first stop request, delivers `Teardown`; a second one
-/// leaves at once (the journal keeps the leases for `drover down`).
-async fn stop_requests(
-    tx: mpsc::Sender<Input>,
-    stop: Arc<AtomicBool>,
-    view: Arc<Mutex<LiveView>>,
-    mut dashboard: mpsc::Receiver<()>,
-) {
-    use tokio::io::AsyncBufReadExt;
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        crate::say::err!("drover: cannot install signal handlers; stop with `stop` on stdin");
-        return;
-    };
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    let mut stdin_open = true;
-    // A terminal echoes what is typed, a line under the live table.
-    let echoed = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    loop {
-        tokio::select! {
-            biased;
-            _ = interrupt.recv() => break,
-            _ = terminate.recv() => break,
-            Some(()) = dashboard.recv() => break,
-            line = stdin.next_line(), if stdin_open => match line {
-                Ok(Some(word)) => {
-                    if echoed {
-                        view.lock().expect("view").typed_line();
-                    }
-                    if matches!(word.trim(), "stop" | "shutdown" | "quit") {
-                        break;
-                    }
-                }
-                Ok(None) | Err(_) => stdin_open = false,
-            },
-        }
-    }
-    stop.store(true, Ordering::SeqCst);
-    view.lock()
-        .expect("view")
-        .message("drover: stopping: tearing down every lease");
-    // Wakes the loop, which sees the stop and begins the ordered shutdown.
-    let _ = tx.send(Input::Tick).await;
-    tokio::select! {
-        biased;
-        _ = interrupt.recv() => {},
-        _ = terminate.recv() => {},
-    }
-    crate::say::err!("drover: second stop: leaving now; `drover down` destroys what is left");
-    std::process::exit(EXIT_FAILURE);
 }

@@ -31,7 +31,12 @@
 //! folder removed) is stale and is taken over. Claims cover one user on one
 //! workstation; two workstations sharing machines are not coordinated.
 
+mod claims;
 pub mod hosts;
+mod stop;
+
+pub use claims::default_claims_dir;
+pub use stop::pid_file;
 
 use super::{BoxFuture, Provider, error};
 use crate::ssh;
@@ -47,26 +52,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long stopping the agent over SSH may take, connect included.
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
-/// Output lines of the stop command kept for an error message.
-const STOP_OUTPUT_LINES: usize = 8;
+use stop::{STOP_TIMEOUT, stop_agent};
 
 /// A reservation as stored on disk.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Reservation {
     run_id: RunId,
     lease: LeaseFacts,
-}
-
-/// A claim as stored in the user's claims folder: which state dir holds
-/// the reservation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Claim {
-    state_dir: PathBuf,
-    lease_id: LeaseId,
 }
 
 /// The static provider of one state dir and plan.
@@ -78,25 +70,9 @@ pub struct StaticProvider {
     claims: Option<PathBuf>,
 }
 
-/// The user's claims folder: `$XDG_STATE_HOME/drover/static-claims`, else
-/// `~/.local/state/drover/static-claims`.
-pub fn default_claims_dir() -> Option<PathBuf> {
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
-    Some(state.join("drover").join("static-claims"))
-}
-
 /// The file name a lease is kept under (reservations and claims alike).
 fn file_name(lease: &LeaseId) -> String {
     format!("{}.json", ssh::lease_file_stem(lease))
-}
-
-/// The claim in `path`; `None` when there is none or it does not read.
-fn read_claim(path: &Path) -> Option<Claim> {
-    let bytes = std::fs::read(path).ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
 
 /// Where the state dir `state_dir` keeps its reservation of `lease`.
@@ -138,69 +114,6 @@ impl StaticProvider {
 
     fn file(&self, lease: &LeaseId) -> PathBuf {
         reservation_file(&self.state_dir, lease)
-    }
-
-    /// Claims `lease` for this state dir: refused while another state dir
-    /// still holds its reservation; a stale claim is taken over.
-    fn claim(&self, host: &StaticHost, lease: &LeaseId) -> Result<(), ProviderError> {
-        let Some(dir) = &self.claims else {
-            return Ok(());
-        };
-        let path = dir.join(file_name(lease));
-        let failed = |e: std::io::Error| {
-            error(
-                Rejected,
-                format!("claiming {host} in {}: {e}", path.display()),
-            )
-        };
-        std::fs::create_dir_all(dir).map_err(failed)?;
-        let ours = Claim {
-            state_dir: self.state_dir.clone(),
-            lease_id: lease.clone(),
-        };
-        let bytes = serde_json::to_vec_pretty(&ours).expect("a claim serialises");
-        // The usual case: nobody claimed it; `create_new` makes two
-        // claimants race fairly.
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut file) => {
-                use std::io::Write as _;
-                return file.write_all(&bytes).map_err(failed);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(failed(e)),
-        }
-        if let Some(held) = read_claim(&path)
-            && held.state_dir != self.state_dir
-            && reservation_file(&held.state_dir, lease).exists()
-        {
-            return Err(error(
-                Rejected,
-                format!(
-                    "{host} is reserved by the run in {}; `drover --state-dir {} down` releases it",
-                    held.state_dir.display(),
-                    held.state_dir.display()
-                ),
-            ));
-        }
-        // Ours already, or stale (or unreadable): take it.
-        super::local::write_atomic(&path, &bytes).map_err(failed)
-    }
-
-    /// Gives up this state dir's claim of `lease` (another's is left).
-    fn release_claim(&self, lease: &LeaseId) {
-        let Some(dir) = &self.claims else {
-            return;
-        };
-        let path = dir.join(file_name(lease));
-        if read_claim(&path).is_some_and(|c| c.state_dir == self.state_dir) {
-            // Gone already is as good as removed; a claim left behind is
-            // stale once the reservation is gone, and is taken over.
-            let _ = std::fs::remove_file(&path);
-        }
     }
 
     fn read(&self, lease: &LeaseId) -> Result<Option<Reservation>, ProviderError> {
@@ -340,57 +253,6 @@ impl StaticProvider {
     }
 }
 
-/// Stops the node's agent over SSH: the pid in its pid file is signalled
-/// only if that process is a `drover-agent`, and the pid file is removed.
-async fn stop_agent(
-    state_dir: &Path,
-    held: &Reservation,
-    host: &StaticHost,
-    node: &str,
-) -> Result<(), ProviderError> {
-    let ssh_failed = |e: core_fsm::port::SshError| {
-        error(
-            Transient,
-            format!("stopping the agent on {host}: {}", e.message),
-        )
-    };
-    let key = ssh::load_key(Path::new(&host.key_file)).map_err(ssh_failed)?;
-    let connection = ssh::connect(state_dir, &endpoint_of(host), &held.lease.lease_id, key)
-        .await
-        .map_err(ssh_failed)?;
-    let result = connection
-        .exec_collect(&stop_command(held.run_id, node), STOP_OUTPUT_LINES)
-        .await;
-    connection.close().await;
-    match result.map_err(ssh_failed)? {
-        (0, _) => Ok(()),
-        (code, output) => Err(error(
-            Transient,
-            format!(
-                "stopping the agent on {host}: exit {code}: {}",
-                output.join(" | ")
-            ),
-        )),
-    }
-}
-
-/// The pid file a static node's start command passes to `drover-agent
-/// --pid-file`, relative to the SSH login directory.
-pub fn pid_file(run_id: RunId, node: &str) -> String {
-    format!(".drover/run-{}/{node}.pid", run_id.0)
-}
-
-/// The shell command that stops the agent of `node` (names are checked
-/// DNS-label-like by the plan rules, so they need no quoting).
-fn stop_command(run_id: RunId, node: &str) -> String {
-    let file = pid_file(run_id, node);
-    format!(
-        "f={file}; if [ -f \"$f\" ]; then p=$(cat \"$f\"); \
-         if [ -n \"$p\" ] && grep -qa drover-agent \"/proc/$p/cmdline\" 2>/dev/null; \
-         then kill \"$p\" 2>/dev/null; fi; rm -f \"$f\"; fi; exit 0"
-    )
-}
-
 fn host_of(lease: &LeaseFacts) -> Option<StaticHost> {
     let get = |k: &str| lease.metadata.get(k).cloned();
     Some(StaticHost {
@@ -442,6 +304,7 @@ impl Provider for StaticProvider {
 
 #[cfg(test)]
 mod tests {
+    use super::claims::Claim;
     use super::*;
     use core_fsm::ids::{GroupId, Nonce};
     use core_fsm::plan::DesiredShape;

@@ -12,10 +12,12 @@
 
 mod dispatch;
 pub mod faults;
+mod incarnation;
 mod phases;
 pub mod provider;
 pub mod ssh;
 mod ssh_ops;
+mod step;
 
 use crate::plan;
 use conformance::case::{Action, Case, OpKind};
@@ -32,7 +34,6 @@ use faults::Faults;
 use provider::Provider;
 use ssh::Ssh;
 use std::collections::{BTreeMap, VecDeque};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Steps after which a run is declared runaway (a tick that never advances
 /// time, a retry without bound).
@@ -239,72 +240,6 @@ impl<'c, S: System> World<'c, S> {
         self.coverage.faults.insert(name);
     }
 
-    /// Starts incarnation 1 (`journal` None) or restores the next one.
-    fn start_incarnation(&mut self, journal: Option<Vec<JournalRecord>>) {
-        self.inc += 1;
-        let seed = self.case.profile.system_seed ^ u64::from(self.inc).rotate_left(32);
-        let plan = &self.plan;
-        let built = catch_unwind(AssertUnwindSafe(|| match &journal {
-            None => S::boot(plan, seed),
-            Some(records) => S::restore(plan, seed, records),
-        }));
-        let sys = match built {
-            Ok(sys) => sys,
-            Err(panic) => {
-                let what = if journal.is_some() { "restore" } else { "boot" };
-                self.violate(
-                    "W7",
-                    format!(
-                        "{what} panicked: {}",
-                        conformance::backend::panic_text(&*panic)
-                    ),
-                );
-                return;
-            }
-        };
-        self.digest.update_debug(&("start", self.now, self.inc));
-        let inc = self.inc;
-        self.note(|| format!("world: orchestrator #{inc} started"));
-        self.observe(Observation::Started { inc });
-        let first = if self.teardown_wanted {
-            Input::Teardown
-        } else {
-            Input::Start
-        };
-        self.orch = Some(Orch {
-            sys,
-            pending: VecDeque::new(),
-            inbox: VecDeque::from([first]),
-            syncing: false,
-            armed: None,
-        });
-    }
-
-    fn crash(&mut self, restart_after_ms: u64, why: &'static str) {
-        if self.orch.is_none() || !self.faulty() {
-            return;
-        }
-        self.injected(why);
-        self.orch = None;
-        self.disk.unsynced = None;
-        for session in self.ssh.open_sessions() {
-            self.close_connection(session);
-        }
-        self.ssh.tails.clear();
-        self.observe(Observation::Crashed);
-        self.op_node.clear();
-        self.session_node.clear();
-        self.connecting.clear();
-        self.stats.restarts += 1;
-        self.digest.update_debug(&("crash", self.now, self.inc));
-        let inc = self.inc;
-        self.note(|| format!("world: orchestrator #{inc} killed ({why})"));
-        self.schedule(
-            self.now + Duration::from_millis(restart_after_ms),
-            Event::Restart,
-        );
-    }
-
     fn event(&mut self, event: Event) {
         match event {
             Event::Deliver { inc, input } => self.deliver(inc, input),
@@ -418,133 +353,4 @@ impl<'c, S: System> World<'c, S> {
             }
         }
     }
-
-    /// Runs the effect loop until it blocks on a sync or has nothing to do.
-    fn pump(&mut self) {
-        while self.violation.is_none() {
-            let Some(orch) = self.orch.as_mut() else {
-                return;
-            };
-            if orch.syncing {
-                return;
-            }
-            if let Some(effect) = orch.pending.pop_front() {
-                self.dispatch(effect);
-            } else if let Some(input) = orch.inbox.pop_front() {
-                self.step_input(input);
-            } else {
-                return;
-            }
-        }
-    }
-
-    /// Hands one input to the orchestrator and records the transition.
-    fn step_input(&mut self, input: Input) {
-        self.step += 1;
-        self.oracle.at(self.step, self.now.as_millis());
-        self.observe(Observation::Delivered(&input));
-        let stage = conformance::coverage::stage_of_input(&input, &self.op_node, &self.stages);
-        self.coverage.pairs.insert((stage, input.kind()));
-        let line = self.transcript.as_ref().map(|_| input.to_string());
-        fold(&mut self.digest, &(self.now, self.inc, &input));
-        let now = self.now;
-        let Some(orch) = self.orch.as_mut() else {
-            return;
-        };
-        let handled = catch_unwind(AssertUnwindSafe(|| orch.sys.handle(now, input)));
-        let effects = match handled {
-            Ok(effects) => effects,
-            Err(panic) => {
-                return self.violate(
-                    "W7",
-                    format!(
-                        "handle panicked: {}",
-                        conformance::backend::panic_text(&*panic)
-                    ),
-                );
-            }
-        };
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| orch.sys.check_invariants())) {
-            return self.violate(
-                "W8",
-                format!(
-                    "check_invariants: {}",
-                    conformance::backend::panic_text(&*panic)
-                ),
-            );
-        }
-        fold(&mut self.digest, &effects);
-        self.step_digests.push(self.digest.0);
-        for effect in &effects {
-            self.observe(Observation::Emitted(effect));
-            self.track(effect);
-        }
-        if let (Some(t), Some(line)) = (self.transcript.as_mut(), line) {
-            let out: Vec<String> = effects.iter().map(Effect::to_string).collect();
-            t.push(format!(
-                "t={} #{} <- {line}{}{}",
-                now.as_millis(),
-                self.inc,
-                if out.is_empty() { "" } else { " => " },
-                out.join(" | ")
-            ));
-        }
-        if let Some(orch) = self.orch.as_mut() {
-            orch.pending.extend(effects);
-        }
-        self.after_step();
-    }
-
-    /// Checks every node record and re-arms the tick.
-    fn after_step(&mut self) {
-        let Some(orch) = self.orch.as_mut() else {
-            return;
-        };
-        let oracle = &mut self.oracle;
-        let coverage = &mut self.coverage;
-        let stages = &mut self.stages;
-        let mut failed = None;
-        orch.sys.visit_nodes(&mut |view| {
-            coverage.stages.insert(view.stage);
-            match stages.get_mut(view.node) {
-                Some(stage) => *stage = view.stage,
-                None => {
-                    stages.insert(view.node.clone(), view.stage);
-                }
-            }
-            if failed.is_none() {
-                failed = oracle.node(view).err();
-            }
-        });
-        orch.sys.probe_labels(&mut |label| {
-            if !coverage.labels.contains(label) {
-                coverage.labels.insert(label.to_owned());
-            }
-        });
-        let deadline = orch.sys.next_deadline();
-        let rearm = deadline.filter(|d| orch.armed != Some(*d));
-        if let Some(d) = rearm {
-            orch.armed = Some(d);
-        }
-        if let Some(v) = failed {
-            self.violate(v.id, v.message);
-        }
-        if let Some(d) = rearm {
-            let inc = self.inc;
-            self.schedule(d, Event::Tick { inc });
-        }
-    }
-}
-
-/// Folds a value's `Debug` text into the digest without building a string.
-fn fold<T: std::fmt::Debug>(digest: &mut Digest, value: &T) {
-    struct Sink<'a>(&'a mut Digest);
-    impl std::fmt::Write for Sink<'_> {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            self.0.update(s.as_bytes());
-            Ok(())
-        }
-    }
-    let _ = std::fmt::Write::write_fmt(&mut Sink(digest), format_args!("{value:?}"));
-    digest.update(b"\n");
 }
