@@ -276,3 +276,54 @@ fn products_sharing_activations_equal_each_product_alone() {
         }
     }
 }
+
+#[test]
+fn decoding_long_q0_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
+    use workers::kernels::{Encoded, Matrix, matmul};
+    let mut rng = SplitMix64::new(55);
+    for kernels in kernel_sets() {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            // Whole chunks of eight blocks and remainders (the decode
+            // kernel's scales are converted eight blocks at a time), and
+            // row counts on and off its edges.
+            for (rows, blocks) in [
+                (1, 8),
+                (3, 19),
+                (4, 16),
+                (5, 1),
+                (9, 27),
+                (37, 9),
+                (258, 28),
+            ] {
+                let cols = 32 * blocks;
+                let data = matrix_bytes(&mut rng, ty, rows, cols);
+                let m = Matrix {
+                    ty,
+                    rows,
+                    cols,
+                    data: &data,
+                };
+                let n = 3;
+                let x = row(&mut rng, n * cols, 2.0);
+                let mut batched = vec![0f32; n * rows];
+                matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
+                let dot = kernels.dot(ty);
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let mut one = vec![0f32; rows];
+                    matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
+                    let a = quantized(ty.activation_type(), xt);
+                    for r in 0..rows {
+                        let want = dot(m.row(r), &a).to_bits();
+                        let (got, in_batch) = (one[r].to_bits(), batched[t * rows + r].to_bits());
+                        assert!(
+                            got == want && in_batch == want,
+                            "{} {ty} rows {rows} blocks {blocks}: row {r} token {t}",
+                            kernels.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -29,9 +29,25 @@ pub fn kernels() -> Option<Kernels> {
 pub fn kernels_vnni() -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
-        return build(true);
+        let mut kernels = build(true)?;
+        // 512-bit decode kernels where AVX-512 F and BW are there too
+        // (every processor with VNNI so far; the 256-bit tiles otherwise).
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
+            kernels.decode_q8_0 = Some(decode_tile(gemv_q8_0));
+            kernels.decode_q4_0 = Some(decode_tile(gemv_q4_0));
+        }
+        return Some(kernels);
     }
     None
+}
+
+/// A one-token tile of `gemv::ROWS` rows.
+#[cfg(target_arch = "x86_64")]
+fn decode_tile(f: TileFn) -> Tile {
+    Tile {
+        single_token: true,
+        ..tile(gemv::ROWS, 1, f)
+    }
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
@@ -72,6 +88,8 @@ fn build(vnni: bool) -> Option<Kernels> {
                 }),
                 tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
+                decode_q8_0: None,
+                decode_q4_0: None,
             });
         }
     }
@@ -264,6 +282,10 @@ mod ktile;
 mod vnni;
 
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod gemv;
+
+#[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};
 #[cfg(target_arch = "x86_64")]
 use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
@@ -329,6 +351,10 @@ q0_shapes!(tile_q4_0, tile::q4_0);
 q0_shapes!(vnni_q8_0, vnni::q8_0);
 #[cfg(target_arch = "x86_64")]
 q0_shapes!(vnni_q4_0, vnni::q4_0);
+#[cfg(target_arch = "x86_64")]
+tile_shapes!(gemv_q8_0, gemv::q8_0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
+#[cfg(target_arch = "x86_64")]
+tile_shapes!(gemv_q4_0, gemv::q4_0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
 #[cfg(target_arch = "x86_64")]
 tile_shapes!(
     tile_f16,

@@ -66,6 +66,8 @@ pub struct Kernels {
     tile_f16: Option<Tile>,
     tile_q4k: Option<Tile>,
     tile_q6k: Option<Tile>,
+    decode_q8_0: Option<Tile>,
+    decode_q4_0: Option<Tile>,
 }
 
 impl Kernels {
@@ -87,6 +89,8 @@ impl Kernels {
             tile_f16: None,
             tile_q4k: None,
             tile_q6k: None,
+            decode_q8_0: None,
+            decode_q4_0: None,
         }
     }
 
@@ -118,6 +122,17 @@ impl Kernels {
             GgmlType::Q4K => self.q4k,
             GgmlType::Q6K => self.q6k,
             GgmlType::Q8K => panic!("q8_K is an activation type, not a weight type"),
+        }
+    }
+
+    /// The kernel for a single token (decode) against weights of `ty`,
+    /// where one beats both the tile and the one-row kernel; a tile of
+    /// one token.
+    pub fn decode(&self, ty: GgmlType) -> Option<Tile> {
+        match ty {
+            GgmlType::Q8_0 => self.decode_q8_0,
+            GgmlType::Q4_0 => self.decode_q4_0,
+            _ => None,
         }
     }
 
