@@ -130,6 +130,12 @@ impl LiveView {
             self.save();
             return;
         }
+        // A node whose Dormant came before its new agent's first heartbeat
+        // (a replacement keeps the Dead of the agent it replaced until
+        // then) is ready once that agent is Alive.
+        if liveness == Liveness::Alive && row.live.stage == Lifecycle::Dormant {
+            row.live.ready = true;
+        }
         if liveness == Liveness::Dead {
             row.live.ready = false;
             let reason = "its agent stopped heartbeating (Dead)".to_owned();
@@ -328,6 +334,29 @@ mod tests {
             lease: lease.map(LeaseId::from),
             settled_ms,
         }
+    }
+
+    /// A replacement's Dormant that comes before its new agent's first
+    /// heartbeat is not ready until that agent is Alive, then it is.
+    #[test]
+    fn a_replacement_dormant_before_its_agent_is_alive_becomes_ready_when_it_is() {
+        use core_fsm::membership::Liveness;
+        let dir = std::env::temp_dir().join(format!("drover-view-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut view = LiveView::new(dir.clone(), Mode::Json);
+        let id = LogicalNodeId::from("workers-1");
+        let old = row("workers-1", Lifecycle::Dormant, Some("local:1"), None);
+        view.changed(old.live, old.lease);
+        view.liveness(&id, Liveness::Alive);
+        assert!(view.is_ready(&id));
+        view.liveness(&id, Liveness::Dead);
+        assert!(!view.is_ready(&id), "a Dead node is never ready");
+        let new = row("workers-1", Lifecycle::Dormant, Some("local:3"), None);
+        view.changed(new.live, new.lease);
+        assert!(!view.is_ready(&id), "the Dead of the agent it replaced");
+        view.liveness(&id, Liveness::Alive);
+        assert!(view.is_ready(&id), "its new agent is Alive");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A typed line echoed under a drawn table is erased with it; with no
