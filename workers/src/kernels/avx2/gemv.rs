@@ -25,6 +25,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::imp::{f16, hsum};
+use super::vnni::unsigned_quants;
 use std::arch::x86_64::*;
 
 /// Weight rows per decode call.
@@ -208,24 +209,6 @@ fn q0<const Q4: bool, const R: usize>(w: &[&[u8]], a: &[&[u8]], out: &mut [f32],
     }
     for r in 0..R {
         out[r * stride] = hsum(acc[r]);
-    }
-}
-
-/// The unsigned quants of one q4_0 (`Q4`) or q8_0 block.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn unsigned_quants<const Q4: bool>(block: &[u8]) -> __m256i {
-    if Q4 {
-        assert!(block.len() >= 18);
-        // SAFETY: the block has 18 bytes; the load reads bytes 2..18.
-        let nibbles = unsafe { _mm_loadu_si128(block.as_ptr().add(2) as *const __m128i) };
-        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-    } else {
-        assert!(block.len() >= 34);
-        // SAFETY: the block has 34 bytes; the load reads bytes 2..34.
-        let q = unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) };
-        _mm256_xor_si256(q, _mm256_set1_epi8(-128))
     }
 }
 

@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 /// (quants + 128) block.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn unsigned_quants<const Q4: bool>(block: &[u8]) -> __m256i {
+pub(super) fn unsigned_quants<const Q4: bool>(block: &[u8]) -> __m256i {
     if Q4 {
         assert!(block.len() >= 18);
         // SAFETY: the block has 18 bytes; the load reads bytes 2..18.
