@@ -123,7 +123,8 @@ pub fn stage_of_input(
         | Input::Tick
         | Input::Start
         | Input::Teardown
-        | Input::SetDesired { .. } => None,
+        | Input::SetDesired { .. }
+        | Input::Pipeline(_) => None,
     };
     match node.and_then(|n| stages.get(n)) {
         Some(stage) => format!("{stage:?}"),

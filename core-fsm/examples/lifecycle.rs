@@ -142,6 +142,7 @@ fn run(plan: &RunPlan, seed: u64, world: &mut World) -> u64 {
     let mut orchestrator = Orchestrator::new(Config {
         plan: plan.clone(),
         seed,
+        membership: None,
     });
     let mut now = 0;
     drive(&mut orchestrator, &mut now, Input::Start, world);

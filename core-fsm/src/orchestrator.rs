@@ -14,11 +14,13 @@
 //! `next_deadline`, `is_settled` and `is_torn_down` read the children.
 
 mod commands;
+mod host;
 mod invariants;
 mod restore;
 mod routing;
 mod scale;
 
+pub use host::DEAD_REASON;
 pub use scale::ScaleRefusal;
 
 use crate::ids::{Counter, GroupId, LogicalNodeId, OpId, SessionId};
@@ -40,6 +42,11 @@ pub struct Config {
     pub plan: RunPlan,
     /// The seed every random draw (nonces) derives from.
     pub seed: u64,
+    /// The pipeline host's membership, when the composite watches its
+    /// handed-off nodes (and runs a pipeline) itself; a world without one
+    /// reports a lost agent with `Input::AgentLost`.
+    #[serde(default)]
+    pub membership: Option<crate::membership::Config>,
 }
 
 /// Inputs the composite ignored, by why. None of them is an error: under
@@ -66,6 +73,8 @@ pub struct Counters {
     pub stray_leases: u64,
     /// Journaled nodes the plan no longer has, restored to be destroyed.
     pub unplanned_journal_nodes: u64,
+    /// Pipeline inputs to a composite without a pipeline host.
+    pub no_pipeline: u64,
 }
 
 /// A node's slot: its rank in node-id order among the plan's nodes.
@@ -153,6 +162,8 @@ pub struct Orchestrator {
     /// When the reconciler asked to look again.
     pub(crate) requeue_at: Option<Instant>,
     pub(crate) counters: Counters,
+    /// The pipeline host (membership and the run), if any.
+    pub(crate) pipeline: Option<crate::pipeline::Machine>,
 }
 
 impl Orchestrator {
@@ -201,6 +212,7 @@ impl Orchestrator {
             reconcile_due: false,
             requeue_at: None,
             counters: Counters::default(),
+            pipeline: config.membership.map(crate::pipeline::Machine::new),
         }
     }
 
@@ -350,17 +362,16 @@ impl crate::Machine for Orchestrator {
                 node,
                 lease_id,
                 agent,
-            } => self.on_joined(now, node, lease_id, agent, out),
+            } => {
+                self.on_joined(now, node.clone(), lease_id.clone(), agent.clone(), out);
+                self.track_join(now, node, &lease_id, agent, out);
+            }
             Input::AgentLost {
                 node,
                 agent,
                 reason,
-            } => match self.slot_of(&node) {
-                Some(slot) if self.nodes.contains_key(&slot) => {
-                    self.deliver_node(now, slot, node::Input::AgentLost { agent, reason }, out)
-                }
-                _ => self.counters.unknown_nodes += 1,
-            },
+            } => self.lose_agent(now, node, agent, reason, out),
+            Input::Pipeline(input) => self.on_pipeline(now, *input, out),
             answer => self.route_answer(now, answer, out),
         }
         // Most inputs leave no pass due: checked here, so that they skip
@@ -374,7 +385,9 @@ impl crate::Machine for Orchestrator {
     fn next_deadline(&self) -> Option<Instant> {
         let nodes = self.nodes.values().filter_map(|n| n.next_deadline());
         let sessions = (self.sessions.values()).filter_map(|s| s.machine.next_deadline());
-        nodes.chain(sessions).chain(self.requeue_at).min()
+        (nodes.chain(sessions).chain(self.requeue_at))
+            .chain(self.pipeline_deadline())
+            .min()
     }
 
     fn check_invariants(&self) {

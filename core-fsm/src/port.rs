@@ -417,7 +417,9 @@ pub enum Input {
         /// The agent's authenticated identity.
         agent: AgentId,
     },
-    /// Membership holds `node`'s agent Dead after the handoff.
+    /// `node`'s agent is lost after the handoff (a world without a
+    /// pipeline host, whose membership would find it Dead, says so with
+    /// this; the composite's own host feeds its nodes the same).
     AgentLost {
         /// The logical node.
         node: LogicalNodeId,
@@ -426,6 +428,9 @@ pub enum Input {
         /// Why, for people.
         reason: String,
     },
+    /// For the pipeline host (membership and the run), when the composite
+    /// has one (`Config::membership`); ignored and counted otherwise.
+    Pipeline(Box<crate::pipeline::Input>),
 }
 
 /// What the orchestrator composite asks for.
@@ -510,4 +515,6 @@ pub enum Effect {
         /// Why it failed, if it did.
         failed_reason: Option<String>,
     },
+    /// The pipeline host's effect (liveness changes, the run's effects).
+    Pipeline(Box<crate::pipeline::Effect>),
 }

@@ -266,6 +266,7 @@ pub fn run_is_over(plan: &RunPlan, records: &[JournalRecord]) -> bool {
     let config = core_fsm::orchestrator::Config {
         plan: plan.clone(),
         seed: 0,
+        membership: None,
     };
     core_fsm::orchestrator::Orchestrator::restore(config, records).holds_no_lease()
 }

@@ -34,6 +34,7 @@ impl System for Composite {
         Composite(Orchestrator::new(Config {
             plan: plan.clone(),
             seed,
+            membership: None,
         }))
     }
 
@@ -42,6 +43,7 @@ impl System for Composite {
             Config {
                 plan: plan.clone(),
                 seed,
+                membership: None,
             },
             journal,
         ))

@@ -85,6 +85,7 @@ impl Orchestrator {
             self.requeue_at = None;
             self.reconcile_due = true;
         }
+        self.tick_pipeline(now, out);
     }
 
     /// The ledger's nodes with their slots, in node-id order.

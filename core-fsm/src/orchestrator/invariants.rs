@@ -18,6 +18,25 @@ impl Orchestrator {
         self.check_ids();
         self.check_ledger();
         self.check_index();
+        self.check_pipeline();
+    }
+
+    /// O11: with a pipeline host, no node is ready with an agent its
+    /// membership holds Dead.
+    fn check_pipeline(&self) {
+        use crate::Machine as _;
+        let Some(host) = &self.pipeline else {
+            return;
+        };
+        host.check_invariants();
+        for slot in self.nodes.keys() {
+            let dead = self.dead_ready_agent(*slot);
+            assert!(
+                dead.is_none(),
+                "O11: {} is ready with {dead:?}, whom membership holds Dead",
+                self.ids[slot.at()]
+            );
+        }
     }
 
     fn check_sessions(&self) {

@@ -59,7 +59,8 @@ impl Orchestrator {
             | Input::Destroy { .. }
             | Input::SetDesired { .. }
             | Input::AgentJoined { .. }
-            | Input::AgentLost { .. } => {
+            | Input::AgentLost { .. }
+            | Input::Pipeline(_) => {
                 unreachable!("route_answer is given answers only")
             }
         }
@@ -140,6 +141,10 @@ impl Orchestrator {
         self.counters.stray_leases += machine.stray_leases() - strays;
         for effect in effects {
             self.node_effect(now, slot, effect, out);
+        }
+        if let Some(agent) = self.dead_ready_agent(slot) {
+            let reason = super::DEAD_REASON.to_owned();
+            self.deliver_node(now, slot, node::Input::AgentLost { agent, reason }, out);
         }
     }
 

@@ -41,6 +41,7 @@ impl Input {
             Input::SshClosed { .. } => "SshClosed",
             Input::AgentJoined { .. } => "AgentJoined",
             Input::AgentLost { .. } => "AgentLost",
+            Input::Pipeline(_) => "Pipeline",
         }
     }
 }
@@ -73,6 +74,7 @@ impl Effect {
             Effect::RevokeJoin(_) => "RevokeJoin",
             Effect::Log(_) => "Log",
             Effect::NodeChanged { .. } => "NodeChanged",
+            Effect::Pipeline(_) => "Pipeline",
         }
     }
 }
@@ -143,6 +145,7 @@ impl fmt::Display for Input {
                 agent,
                 reason,
             } => write!(f, "AgentLost {node} {agent} {reason:?}"),
+            Input::Pipeline(input) => write!(f, "Pipeline {input:?}"),
         }
     }
 }
@@ -189,6 +192,7 @@ impl fmt::Display for Effect {
                 Some(reason) => write!(f, "NodeChanged {node} {stage:?} ready={ready} ({reason})"),
                 None => write!(f, "NodeChanged {node} {stage:?} ready={ready}"),
             },
+            Effect::Pipeline(effect) => write!(f, "Pipeline {effect:?}"),
         }
     }
 }

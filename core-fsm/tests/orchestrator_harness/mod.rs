@@ -28,11 +28,32 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(plan: RunPlan) -> Harness {
-        Harness::wrap(Orchestrator::new(Config { plan, seed: 7 }))
+        Harness::wrap(Orchestrator::new(Config {
+            plan,
+            seed: 7,
+            membership: None,
+        }))
+    }
+
+    /// A composite with a pipeline host watching its nodes.
+    #[allow(dead_code)]
+    pub fn with_pipeline(plan: RunPlan, membership: core_fsm::membership::Config) -> Harness {
+        Harness::wrap(Orchestrator::new(Config {
+            plan,
+            seed: 7,
+            membership: Some(membership),
+        }))
     }
 
     pub fn restore(plan: RunPlan, journal: &[JournalRecord]) -> Harness {
-        let mut h = Harness::wrap(Orchestrator::restore(Config { plan, seed: 7 }, journal));
+        let mut h = Harness::wrap(Orchestrator::restore(
+            Config {
+                plan,
+                seed: 7,
+                membership: None,
+            },
+            journal,
+        ));
         writeln!(
             h.transcript,
             "restored from {} journal records",
@@ -360,6 +381,7 @@ pub fn input_line(input: &Input) -> String {
             lease_id,
             agent,
         } => format!("agent-joined {node} {lease_id} {agent}"),
+        Input::Pipeline(input) => format!("pipeline {input:?}"),
     }
 }
 
@@ -420,6 +442,7 @@ pub fn effect_line(effect: &Effect) -> String {
                 .unwrap_or_default();
             format!("node {node} -> {stage:?}{ready}{reason}")
         }
+        Effect::Pipeline(effect) => format!("pipeline {effect:?}"),
     }
 }
 

@@ -318,6 +318,7 @@ impl driver::EffectSink for RealSink {
                 };
                 self.view.lock().expect("view").changed(node, lease);
             }
+            Effect::Pipeline(_) => {}
         }
     }
 }

@@ -173,6 +173,7 @@ pub async fn up(
     let config = Config {
         plan: plan.clone(),
         seed: seed(),
+        membership: None,
     };
     let machine = if records.is_empty() {
         Orchestrator::new(config)

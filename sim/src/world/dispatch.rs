@@ -191,7 +191,9 @@ impl<S: System> World<'_, S> {
                     token.revoked = true;
                 }
             }
-            Effect::Log(_) | Effect::NodeChanged { .. } => {}
+            // This world says a lost agent with `AgentLost`: its composite
+            // has no pipeline host.
+            Effect::Log(_) | Effect::NodeChanged { .. } | Effect::Pipeline(_) => {}
         }
         self.after_dispatch();
     }

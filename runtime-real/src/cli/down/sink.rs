@@ -152,7 +152,11 @@ impl driver::EffectSink for DownSink {
             // No control plane runs (the tokens of a dead `up` died with
             // it), nothing is bootstrapped, and the per-lease lines say what
             // `down` did.
-            Effect::RevokeJoin(_) | Effect::Log(_) | Effect::NodeChanged { .. } => {}
+            // `down`'s composite has no pipeline host: no agent is watched.
+            Effect::RevokeJoin(_)
+            | Effect::Log(_)
+            | Effect::NodeChanged { .. }
+            | Effect::Pipeline(_) => {}
         }
     }
 }

@@ -49,7 +49,11 @@ pub(super) async fn from_journal(
     let plan = plan_of(plan_copy, &recovered.records);
     let bound = bound(&plan);
     // `down` creates nothing, so it draws no nonce: any seed will do.
-    let config = Config { plan, seed: 0 };
+    let config = Config {
+        plan,
+        seed: 0,
+        membership: None,
+    };
     let machine = Orchestrator::restore(config, &recovered.records);
     // Each release is said once it is durable.
     let leases = Arc::new(Leases::new(move |node, lease| {
