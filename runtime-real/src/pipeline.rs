@@ -3,8 +3,8 @@
 //!
 //! - [`spec`]: the plan's sections; [`model`]: the model on the
 //!   orchestrator, its digests and its byte ranges served over iroh;
-//! - [`host`]: the orchestrator side, `core_fsm::pipeline` (run and
-//!   membership) through the shared effect loop;
+//! - [`host`]: the orchestrator side, the effects of `core_fsm::pipeline`
+//!   (run and membership), a child of the composite, in `up`'s loop;
 //! - [`node`]: the node side, `core_fsm::agent` through the same loop, with
 //!   [`worker`] (the `drover-worker stage` child), [`fetch`] (slice-only
 //!   weights and their cache) and [`edges`] (activation and token edges);
@@ -28,9 +28,9 @@ pub use prepared::{PrepareError, Prepared, model_file, prepare};
 
 use crate::transport::ControlPlane;
 use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
-use core_fsm::run::{self, RunError};
+use core_fsm::port::Input;
+use core_fsm::run;
 use core_fsm::time::Duration;
-use driver::{Driver, NoJournal, Ports};
 use host::{HostShared, HostSink};
 use model::Model;
 use spec::PipelineSpec;
@@ -53,8 +53,19 @@ pub fn prefill_chunks(len: usize) -> Vec<usize> {
     core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
 }
 
-/// The host's input and shared state, as the tap reaches them.
-type TapTarget = (mpsc::Sender<core_fsm::pipeline::Input>, Arc<HostShared>);
+/// A pipeline host input, as the composite takes it.
+pub fn host_input(input: core_fsm::pipeline::Input) -> Input {
+    Input::Pipeline(Box::new(input))
+}
+
+/// A run input, as the composite takes it.
+pub fn run_input(input: run::Input) -> Input {
+    host_input(core_fsm::pipeline::Input::Run(input))
+}
+
+/// The composite's input and the host's shared state, as the tap reaches
+/// them.
+type TapTarget = (mpsc::Sender<Input>, Arc<HostShared>);
 
 /// Where control-plane events of a running pipeline go.
 #[derive(Clone, Default)]
@@ -78,24 +89,24 @@ impl Tap {
         }
     }
 
-    /// A heartbeat of `agent` (dropped when the host is busy: membership
+    /// A heartbeat of `agent` (dropped when the loop is busy: membership
     /// only needs one now and then).
     pub fn heartbeat(&self, agent: AgentId, node: LogicalNodeId) {
         let target = self.inner.lock().expect("tap").clone();
         if let Some((tx, shared)) = target {
             (shared.on_heartbeat)(&node);
             let input = core_fsm::membership::Input::Heartbeat { node, agent };
-            let _ = tx.try_send(core_fsm::pipeline::Input::Membership(input));
+            let _ = tx.try_send(host_input(core_fsm::pipeline::Input::Membership(input)));
         }
     }
 
     /// The operator's drill: `node`'s agent is to die as a crash would
-    /// (`core_fsm::pipeline::Input::Kill`). False when no host runs or its
-    /// queue is full.
+    /// (`core_fsm::pipeline::Input::Kill`). False when no host runs or the
+    /// loop's queue is full.
     pub fn kill(&self, node: LogicalNodeId) -> bool {
         let target = self.inner.lock().expect("tap").clone();
         target.is_some_and(|(tx, _)| {
-            tx.try_send(core_fsm::pipeline::Input::Kill { node })
+            tx.try_send(host_input(core_fsm::pipeline::Input::Kill { node }))
                 .is_ok()
         })
     }
@@ -105,17 +116,9 @@ impl Tap {
         let target = self.inner.lock().expect("tap").clone();
         if let Some((tx, _)) = target {
             let input = core_fsm::membership::Input::ConnectionLost { node, agent };
-            let _ = tx.send(core_fsm::pipeline::Input::Membership(input)).await;
-        }
-    }
-
-    /// A node was handed to `agent` (a join or a rejoin): membership
-    /// watches it from now.
-    pub async fn track(&self, agent: AgentId, node: LogicalNodeId) {
-        let target = self.inner.lock().expect("tap").clone();
-        if let Some((tx, _)) = target {
-            let input = core_fsm::membership::Input::Track { node, agent };
-            let _ = tx.send(core_fsm::pipeline::Input::Membership(input)).await;
+            let _ = tx
+                .send(host_input(core_fsm::pipeline::Input::Membership(input)))
+                .await;
         }
     }
 }
@@ -134,20 +137,21 @@ pub struct ViewHooks {
     pub datastream: Option<crate::datastream::Hub>,
 }
 
-/// A running pipeline host.
+/// The pipeline host's runtime side: the composite owns the host
+/// (`Config::membership`); this carries out its effects ([`HostSink`],
+/// which `up`'s sink is given) and feeds it control-plane events and
+/// prompt calls through the composite's channel.
 pub struct Running {
-    /// Its inputs (a stop is `Run(Shutdown)`).
-    pub tx: mpsc::Sender<core_fsm::pipeline::Input>,
+    /// The composite's inputs (a stop is `run_input(Shutdown)`).
+    pub tx: mpsc::Sender<Input>,
     /// Its shared state.
     pub shared: Arc<HostShared>,
-    /// The loop; ends with the run's outcome.
-    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
     control: Arc<ControlPlane>,
 }
 
-/// Starts the host (membership only, until [`Running::begin`]); its
-/// liveness changes go to `on_liveness`, and a client's `Shutdown` to
-/// `stop`.
+/// Connects the host's runtime side to the composite's channel `tx`; its
+/// liveness changes go to `views.liveness`, and a client's `Shutdown` to
+/// `views.stop`. Returns it with the sink of the host's effects.
 pub fn start(
     run_id: RunId,
     control: Arc<ControlPlane>,
@@ -155,8 +159,8 @@ pub fn start(
     tap: &Tap,
     views: ViewHooks,
     spec: Option<(Arc<Model>, PipelineSpec)>,
-    membership: core_fsm::membership::Config,
-) -> Running {
+    tx: mpsc::Sender<Input>,
+) -> (Running, HostSink) {
     let (model, spec) = match spec {
         Some((model, spec)) => (Some(model), Some(spec)),
         None => (None, None),
@@ -168,7 +172,6 @@ pub fn start(
     shared.on_heartbeat = views.heartbeat;
     shared.datastream = views.datastream;
     let shared = Arc::new(shared);
-    let (tx, rx) = mpsc::channel(1024);
     *tap.inner.lock().expect("tap") = Some((tx.clone(), shared.clone()));
     let (calls_tx, mut calls_rx) = mpsc::channel(64);
     let call_shared = shared.clone();
@@ -186,33 +189,13 @@ pub fn start(
             }
         }
     });
-    let clock = crate::up::ports::TokioClock::start();
-    let machine = core_fsm::pipeline::Machine::new(membership);
     let sink = HostSink::new(shared.clone(), tx.clone(), calls_tx);
-    let ports = Ports {
-        clock,
-        source: crate::up::ports::ChannelSource { rx, clock },
-        disk: NoJournal,
-        sink,
-    };
-    let task_shared = shared.clone();
-    let task = tokio::spawn(async move {
-        let mut driver = Driver::new(machine, ports);
-        // Membership outlives the run: the host runs until `up` ends it.
-        let _ = driver.run_until(|_| false).await;
-        task_shared
-            .outcome
-            .lock()
-            .expect("outcome")
-            .clone()
-            .unwrap_or(Ok(()))
-    });
-    Running {
+    let running = Running {
         tx,
         shared,
-        task,
         control,
-    }
+    };
+    (running, sink)
 }
 
 impl Running {
@@ -289,10 +272,8 @@ impl Running {
         tokio::spawn(prepared.model.clone().serve(conns_rx));
         // The run tells each node's agent its stage (`Enlist`) once
         // membership holds it Alive.
-        let _ = self
-            .tx
-            .send(core_fsm::pipeline::Input::Begin(Box::new(config)))
-            .await;
+        let begin = core_fsm::pipeline::Input::Begin(Box::new(config));
+        let _ = self.tx.send(host_input(begin)).await;
     }
 }
 

@@ -215,8 +215,6 @@ pub struct HostParts {
     pub control: Arc<crate::transport::ControlPlane>,
     /// Where control-plane events reach the host.
     pub tap: crate::pipeline::Tap,
-    /// Membership's bounds (the plan's `[liveness]`).
-    pub liveness: core_fsm::membership::Config,
 }
 
 /// Prepares the state dir (pid file, plan copy, journal, identity) and

@@ -11,12 +11,14 @@ pub use super::shared::{HostShared, LivenessHook, RunParts};
 use tokens::token_out;
 
 use super::edges;
+use super::run_input;
 use super::wire::{self, EdgeFrame, Payload, StageOrder, Step, WorkerSettings};
 use crate::prompt::Call;
 use crate::transport::parse_addr;
 use crate::transport::wire::Frame;
 use core_fsm::ids::{AgentId, LogicalNodeId};
-use core_fsm::pipeline::{Effect, Input};
+use core_fsm::pipeline::Effect;
+use core_fsm::port::Input;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -64,7 +66,7 @@ impl HostSink {
     fn input(&self, input: run::Input) {
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let _ = tx.send(Input::Run(input)).await;
+            let _ = tx.send(run_input(input)).await;
         });
     }
 
@@ -95,7 +97,7 @@ impl HostSink {
         let token_in = self.token_in.clone();
         let endpoint = shared.control.endpoint().clone();
         tokio::spawn(async move {
-            let fault = |reason: String| Input::Run(run::Input::EndpointFault { run_id, reason });
+            let fault = |reason: String| run_input(run::Input::EndpointFault { run_id, reason });
             let Some(addr) = addr else {
                 let _ = tx
                     .send(fault("stage 0 reported no edge address".to_owned()))
@@ -113,7 +115,7 @@ impl HostSink {
             let failed = move |reason: String| {
                 tokio::spawn(async move {
                     let _ = failed_tx
-                        .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+                        .send(run_input(run::Input::EndpointFault { run_id, reason }))
                         .await;
                 });
             };
@@ -124,7 +126,7 @@ impl HostSink {
                         run_id,
                         endpoint: TokenEndpoint::In,
                     };
-                    let _ = tx.send(Input::Run(ready)).await;
+                    let _ = tx.send(run_input(ready)).await;
                 }
                 Err(reason) => {
                     let _ = tx.send(fault(reason)).await;
@@ -234,7 +236,7 @@ impl HostSink {
             if !sent {
                 let reason = "the token-in edge is closed".to_owned();
                 let _ = tx
-                    .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+                    .send(run_input(run::Input::EndpointFault { run_id, reason }))
                     .await;
             }
         });
@@ -258,7 +260,7 @@ impl HostSink {
             .update(|s| s.prompt_addr = Some(bound.to_string()));
         // The run hears it is open before the first client can be heard:
         // both go through the host's one channel, this first.
-        let opened = Input::Run(run::Input::PromptServiceOpened { op, result: Ok(()) });
+        let opened = run_input(run::Input::PromptServiceOpened { op, result: Ok(()) });
         if let Err(mpsc::error::TrySendError::Full(opened)) = self.tx.try_send(opened) {
             let tx = self.tx.clone();
             tokio::spawn(async move {

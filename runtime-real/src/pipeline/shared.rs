@@ -10,7 +10,7 @@ use crate::transport::ControlPlane;
 use crate::transport::wire::Frame;
 use core_fsm::ids::{AgentId, LogicalNodeId, RunId};
 use core_fsm::membership::Liveness;
-use core_fsm::pipeline::Input;
+use core_fsm::port::Input;
 use core_fsm::run::{self, PromptEvent, PromptFault, RequestId, RunError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -177,7 +177,7 @@ impl HostShared {
             }
             _ => return None,
         };
-        Some(Input::Run(input))
+        Some(super::run_input(input))
     }
 
     /// A prompt-service call, as the host's input (or answered here).
@@ -214,13 +214,13 @@ impl HostShared {
                 ));
                 // No cap named: EOS or the context ends it.
                 let max_tokens = max_tokens.unwrap_or(0);
-                Some(Input::Run(run::Input::Submit {
+                Some(super::run_input(run::Input::Submit {
                     request,
                     prompt,
                     max_tokens,
                 }))
             }
-            Call::Shutdown { .. } => Some(Input::Run(run::Input::Shutdown)),
+            Call::Shutdown { .. } => Some(super::run_input(run::Input::Shutdown)),
             // Its request runs to its end; what it says goes nowhere.
             Call::Disconnected { .. } => None,
         }

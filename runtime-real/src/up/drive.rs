@@ -71,27 +71,18 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
     let (stop_tx, stop_rx) = mpsc::channel(4);
     let hooks = {
         let (a, b) = (view.clone(), view.clone());
-        let lost = tx.clone();
         let control = host.control.clone();
         crate::pipeline::ViewHooks {
             json,
             stop: stop_tx,
-            // Membership's Dead is a fact for the composite: the node fails
-            // (and is replaced when the policy says).
+            // Membership's Dead already failed the node in the composite
+            // (which replaces it when the policy says); here it is shown,
+            // and the dead agent's connection, which would linger until it
+            // timed out, is closed.
             liveness: Box::new(move |node, agent, l| {
                 a.lock().expect("view").liveness(node, l);
                 if l == core_fsm::membership::Liveness::Dead {
-                    // Its connection would linger until it timed out.
                     control.close_dead(agent);
-                    let input = Input::AgentLost {
-                        node: node.clone(),
-                        agent: agent.clone(),
-                        reason: "its agent stopped heartbeating (membership: Dead)".to_owned(),
-                    };
-                    let lost = lost.clone();
-                    tokio::spawn(async move {
-                        let _ = lost.send(input).await;
-                    });
                 }
             }),
             heartbeat: Box::new(move |node| b.lock().expect("view").heartbeat(node)),
@@ -102,14 +93,14 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         .prepared
         .as_ref()
         .map(|p| (p.model.clone(), p.spec.clone()));
-    let running = crate::pipeline::start(
+    let (running, host_sink) = crate::pipeline::start(
         plan.run_id,
         host.control.clone(),
         &state_dir,
         &host.tap,
         hooks,
         spec,
-        host.liveness,
+        tx.clone(),
     );
     if view.lock().expect("view").is_tty() {
         tokio::spawn(tick_view(view.clone()));
@@ -131,6 +122,7 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
         view: view.clone(),
         leases: leases.clone(),
         datastream,
+        host: host_sink,
     });
     let ports = ports::orchestrator_ports(journal, leases, rx, sink);
     let mut driver = Driver::new(machine, ports);
@@ -185,7 +177,6 @@ pub async fn drive<M: Orchestrated, J: Joins + 'static>(
             }
         }
     }
-    running.task.abort();
     // Stages are stopped and workers gone before any lease goes.
     driver.step(Input::Teardown).await?;
     let torn = tokio::time::timeout(TEARDOWN_BOUND, driver.run_until(|m| m.is_torn_down())).await;

@@ -66,12 +66,8 @@ where
         .run_composite(&|| stop.load(Ordering::SeqCst) || over.load(Ordering::SeqCst))
         .await?;
     if !over.load(Ordering::SeqCst) {
-        let _ = running
-            .tx
-            .send(core_fsm::pipeline::Input::Run(
-                core_fsm::run::Input::Shutdown,
-            ))
-            .await;
+        let shutdown = crate::pipeline::run_input(core_fsm::run::Input::Shutdown);
+        let _ = running.tx.send(shutdown).await;
         let until = tokio::time::timeout(
             RUN_STOP_BOUND,
             driver.run_composite(&|| over.load(Ordering::SeqCst)),

@@ -69,6 +69,8 @@ pub struct RealSink {
     view: Arc<Mutex<LiveView>>,
     /// The last lifecycle line of each node (a repeat is not written again).
     lifecycle: BTreeMap<LogicalNodeId, String>,
+    /// The pipeline host's effects (membership's and the run's).
+    host: crate::pipeline::host::HostSink,
 }
 
 /// What a [`RealSink`] is built from.
@@ -91,6 +93,8 @@ pub struct SinkParts {
     pub leases: Arc<Leases>,
     /// The datastream, shared with the control plane's log streams.
     pub datastream: datastream::Hub,
+    /// The pipeline host's effects.
+    pub host: crate::pipeline::host::HostSink,
 }
 
 impl RealSink {
@@ -114,6 +118,7 @@ impl RealSink {
             datastream,
             view: parts.view,
             lifecycle: BTreeMap::new(),
+            host: parts.host,
         }
     }
 
@@ -152,7 +157,7 @@ impl RealSink {
 }
 
 impl driver::EffectSink for RealSink {
-    async fn dispatch(&mut self, _now: Instant, effect: Effect) {
+    async fn dispatch(&mut self, now: Instant, effect: Effect) {
         match effect {
             Effect::Persist(_) => unreachable!("the driver completes Persist itself"),
             Effect::CreateLease { op, request } => self.spawn(|s| async move {
@@ -318,7 +323,9 @@ impl driver::EffectSink for RealSink {
                 };
                 self.view.lock().expect("view").changed(node, lease);
             }
-            Effect::Pipeline(_) => {}
+            Effect::Pipeline(effect) => {
+                driver::EffectSink::dispatch(&mut self.host, now, *effect).await
+            }
         }
     }
 }

@@ -173,7 +173,9 @@ pub async fn up(
     let config = Config {
         plan: plan.clone(),
         seed: seed(),
-        membership: None,
+        // The composite watches every handed-off node from its join on,
+        // and runs the plan's pipeline.
+        membership: Some(liveness),
     };
     let machine = if records.is_empty() {
         Orchestrator::new(config)
@@ -196,7 +198,6 @@ pub async fn up(
             prepared: pipeline,
             control: control.clone(),
             tap,
-            liveness,
         },
         datastream,
         controls,
@@ -271,7 +272,6 @@ async fn forward_events(
             .lock()
             .expect("admitted")
             .insert(binding.node.clone(), binding.lease_id.clone());
-        tap.track(agent.clone(), binding.node.clone()).await;
         let input = Input::AgentJoined {
             node: binding.node,
             lease_id: binding.lease_id,

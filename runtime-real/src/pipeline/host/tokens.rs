@@ -2,11 +2,12 @@
 //! the run's inputs.
 
 use super::super::edges;
+use super::super::run_input;
 use super::super::shared::HostShared;
 use super::super::wire::{self, EdgeFrame};
 use crate::transport::agent_id_of;
 use core_fsm::ids::AgentId;
-use core_fsm::pipeline::Input;
+use core_fsm::port::Input;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use iroh::endpoint::Connection;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ pub(super) async fn token_out(
             run_id,
             endpoint: TokenEndpoint::Out,
         };
-        if tx.send(Input::Run(ready)).await.is_err() {
+        if tx.send(run_input(ready)).await.is_err() {
             return;
         }
         let reason = loop {
@@ -62,7 +63,7 @@ pub(super) async fn token_out(
                         token,
                         eos,
                     };
-                    if tx.send(Input::Run(input)).await.is_err() {
+                    if tx.send(run_input(input)).await.is_err() {
                         return;
                     }
                 }
@@ -72,7 +73,7 @@ pub(super) async fn token_out(
             }
         };
         let _ = tx
-            .send(Input::Run(run::Input::EndpointFault { run_id, reason }))
+            .send(run_input(run::Input::EndpointFault { run_id, reason }))
             .await;
         return;
     }
