@@ -7,10 +7,9 @@ mod orchestrator_harness;
 use core_fsm::Machine as _;
 use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId, Nonce, OpId};
 use core_fsm::node::Lifecycle;
-use core_fsm::plan::{ReplacementPolicy, RunPlan};
+use core_fsm::plan::RunPlan;
 use core_fsm::port::{Input, JournalRecord, LogStream, ProviderErrorKind, SshErrorKind};
-use core_fsm::time::Duration;
-use orchestrator_harness::{Harness, joined, lease, provider_error, ssh_error};
+use orchestrator_harness::{Harness, bounded_plan, joined, lease, provider_error, ssh_error};
 
 fn id(node: &str) -> LogicalNodeId {
     LogicalNodeId::from(node)
@@ -396,18 +395,6 @@ fn restart_finishes_a_requested_destroy() {
     let ended = Harness::restore(plan, &whole);
     assert!(ended.orchestrator.holds_no_lease());
     insta::assert_snapshot!(h.transcript);
-}
-
-fn bounded_plan() -> RunPlan {
-    let mut plan = RunPlan::example_two_workers();
-    plan.groups[0].count = 1;
-    plan.replacement = ReplacementPolicy::Bounded {
-        attempts_max: 2,
-        backoff_base: Duration::from_secs(10),
-        backoff_max: Duration::from_secs(60),
-        quarantine_after_failures: 1,
-    };
-    plan
 }
 
 #[test]

@@ -10,29 +10,15 @@ use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::membership::{self, Liveness};
 use core_fsm::node::Lifecycle;
 use core_fsm::pipeline;
-use core_fsm::plan::{ReplacementPolicy, RunPlan};
 use core_fsm::port::{Effect, Input};
-use core_fsm::time::Duration;
-use orchestrator_harness::{Harness, joined};
+use orchestrator_harness::{Harness, bounded_plan, joined};
 
 fn id(node: &str) -> LogicalNodeId {
     LogicalNodeId::from(node)
 }
 
-fn plan() -> RunPlan {
-    let mut plan = RunPlan::example_two_workers();
-    plan.groups[0].count = 1;
-    plan.replacement = ReplacementPolicy::Bounded {
-        attempts_max: 2,
-        backoff_base: Duration::from_secs(10),
-        backoff_max: Duration::from_secs(60),
-        quarantine_after_failures: 1,
-    };
-    plan
-}
-
 fn watched() -> Harness {
-    Harness::with_pipeline(plan(), membership::Config::default())
+    Harness::with_pipeline(bounded_plan(), membership::Config::default())
 }
 
 fn liveness(h: &Harness, node: &str) -> Option<(AgentId, Liveness)> {
@@ -156,7 +142,7 @@ fn only_an_agent_on_the_nodes_current_lease_is_watched() {
 
 #[test]
 fn a_composite_without_a_host_counts_pipeline_inputs_and_watches_nobody() {
-    let mut h = Harness::new(plan());
+    let mut h = Harness::new(bounded_plan());
     to_join(&mut h);
     h.join_and_close(2_000, "workers-0", 123, "agent-a");
     assert!(h.orchestrator.pipeline().is_none());

@@ -274,6 +274,20 @@ impl Harness {
     }
 }
 
+/// One worker node, replaced once at most (`bounded`, 10 s backoff).
+#[allow(dead_code)]
+pub fn bounded_plan() -> RunPlan {
+    let mut plan = RunPlan::example_two_workers();
+    plan.groups[0].count = 1;
+    plan.replacement = core_fsm::plan::ReplacementPolicy::Bounded {
+        attempts_max: 2,
+        backoff_base: core_fsm::time::Duration::from_secs(10),
+        backoff_max: core_fsm::time::Duration::from_secs(60),
+        quarantine_after_failures: 1,
+    };
+    plan
+}
+
 pub fn lease(contract: u32, nonce: Nonce) -> Arc<LeaseFacts> {
     Arc::new(LeaseFacts {
         provider: ProviderKind::Vastai,
