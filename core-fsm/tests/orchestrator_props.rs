@@ -2,7 +2,9 @@
 //! invariants after every step (the harness checks them), byte-identical
 //! transcripts for identical inputs, and the journal rule: an intent is
 //! persisted before its create, a nonce is created at most once, and only
-//! leases the world granted are ever destroyed.
+//! leases the world granted are ever destroyed. Half the runs have a
+//! pipeline host (membership): random heartbeats and lost connections then
+//! reach it, and O11 is checked after every step.
 
 mod orchestrator_harness;
 
@@ -44,10 +46,24 @@ struct World {
     contracts: u32,
 }
 
+/// The membership of watched runs: short bounds, so random time jumps
+/// reach Suspect and Dead.
+fn membership() -> core_fsm::membership::Config {
+    core_fsm::membership::Config {
+        suspect_after: Duration::from_secs(2),
+        dead_after: Duration::from_secs(5),
+        ..core_fsm::membership::Config::default()
+    }
+}
+
 impl World {
-    fn new(plan: RunPlan) -> World {
+    fn new(plan: RunPlan, watched: bool) -> World {
+        let h = match watched {
+            true => Harness::with_pipeline(plan, membership()),
+            false => Harness::new(plan),
+        };
         World {
-            h: Harness::new(plan),
+            h,
             pending: Vec::new(),
             granted: BTreeSet::new(),
             transient: std::collections::BTreeMap::new(),
@@ -86,6 +102,9 @@ impl World {
             5 => self.join(pick, dt),
             6 => self.garbage(pick, n, dt),
             7 => self.output(pick, dt),
+            8 | 9 if self.h.orchestrator.pipeline().is_some() => {
+                self.membership(what % 16 == 8, pick, dt)
+            }
             _ => self.answer(pick, n, dt),
         }
     }
@@ -237,6 +256,24 @@ impl World {
         );
     }
 
+    /// A heartbeat (or a lost connection) of a node's recorded agent, or of
+    /// one the join steps may use.
+    fn membership(&mut self, beat: bool, pick: u8, dt: u64) {
+        let node = LogicalNodeId::new(format!("workers-{}", pick % 2));
+        let recorded = (self.h.orchestrator.node(&node))
+            .and_then(|m| m.record().agent.as_ref().map(|a| a.agent.clone()));
+        let agent = match recorded {
+            Some(agent) if !pick.is_multiple_of(4) => agent,
+            _ => core_fsm::ids::AgentId::new(format!("agent-{pick}")),
+        };
+        let input = match beat {
+            true => core_fsm::membership::Input::Heartbeat { node, agent },
+            false => core_fsm::membership::Input::ConnectionLost { node, agent },
+        };
+        let input = core_fsm::pipeline::Input::Membership(input);
+        self.send(dt, Input::Pipeline(Box::new(input)));
+    }
+
     /// Answers with operation ids nobody issued, or issued long ago.
     fn garbage(&mut self, pick: u8, n: u16, dt: u64) {
         let op = OpId(u64::from(n % 64));
@@ -280,8 +317,8 @@ fn op_of(effect: &Effect) -> Option<OpId> {
     }
 }
 
-fn run(bounded: bool, steps: &[Step]) -> World {
-    let mut world = World::new(plan(bounded));
+fn run(bounded: bool, watched: bool, steps: &[Step]) -> World {
+    let mut world = World::new(plan(bounded), watched);
     for step in steps {
         world.step(*step);
     }
@@ -330,22 +367,22 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_inputs_keep_every_invariant(bounded in any::<bool>(), steps in steps()) {
-        let world = run(bounded, &steps);
+    fn random_inputs_keep_every_invariant(bounded in any::<bool>(), watched in any::<bool>(), steps in steps()) {
+        let world = run(bounded, watched, &steps);
         check_journal_rule(&world);
     }
 
     #[test]
-    fn same_inputs_same_transcript(bounded in any::<bool>(), steps in steps()) {
-        let a = run(bounded, &steps);
-        let b = run(bounded, &steps);
+    fn same_inputs_same_transcript(bounded in any::<bool>(), watched in any::<bool>(), steps in steps()) {
+        let a = run(bounded, watched, &steps);
+        let b = run(bounded, watched, &steps);
         prop_assert_eq!(a.h.transcript, b.h.transcript);
     }
 
     #[test]
     fn a_restart_at_any_point_keeps_every_invariant(steps in steps(), cut in any::<u16>(), more in steps()) {
         let plan = plan(false);
-        let world = run(false, &steps[..usize::from(cut) % (steps.len() + 1)]);
+        let world = run(false, false, &steps[..usize::from(cut) % (steps.len() + 1)]);
         let journal = world.h.journal();
         let mut restored = World { h: Harness::restore(plan, &journal), pending: Vec::new(), granted: world.granted, transient: world.transient, contracts: 500 };
         restored.h.now = world.h.now;
@@ -365,6 +402,7 @@ fn random_runs_reach_every_stage() {
     let mut rng = core_fsm::rng::DetRng::new(2024);
     let mut seen = BTreeSet::new();
     let mut session_stages = BTreeSet::new();
+    let mut dead_failed = 0u32;
     for case in 0..400u32 {
         let steps: Vec<Step> = (0..200)
             .map(|_| {
@@ -375,10 +413,18 @@ fn random_runs_reach_every_stage() {
                 )
             })
             .collect();
-        let world = run(case.is_multiple_of(2), &steps);
+        let world = run(case.is_multiple_of(2), case % 4 < 2, &steps);
         for effect in &world.h.effects {
-            if let Effect::NodeChanged { stage, .. } = effect {
+            if let Effect::NodeChanged {
+                stage,
+                failed_reason,
+                ..
+            } = effect
+            {
                 seen.insert(*stage);
+                if failed_reason.as_deref() == Some(core_fsm::orchestrator::DEAD_REASON) {
+                    dead_failed += 1;
+                }
             }
         }
         let mut destroying_step = false;
@@ -395,6 +441,10 @@ fn random_runs_reach_every_stage() {
             }
         }
     }
+    assert!(
+        dead_failed > 0,
+        "no watched run failed a node its membership held Dead"
+    );
     use Lifecycle::*;
     for stage in [
         LeaseRequested,
