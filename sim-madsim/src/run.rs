@@ -163,7 +163,6 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         nodes_failed: u32::from(matches!(outcome, Some(Err(_)))),
         restarts: w.inc.saturating_sub(1),
         leases_created: w.leases.len() as u32,
-        ..conformance::Stats::default()
     };
     RunOutcome {
         violation: w.violation.clone(),

@@ -12,8 +12,10 @@ use conformance::run::RunProfile;
 use core_fsm::ids::{GroupId, LeaseId, OpId};
 use core_fsm::orchestrator::Config;
 use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan};
-use core_fsm::port::{CreateLeaseRequest, Effect};
-use core_fsm::port::{EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted, SshEndpoint};
+use core_fsm::port::{
+    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted,
+    SshEndpoint,
+};
 use core_fsm::time::Duration;
 use driver::{Disk, DiskError};
 use sim::run_world::RUN;
