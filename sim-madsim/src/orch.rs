@@ -261,6 +261,8 @@ impl EffectSink for Sink {
             Effect::RevokeJoin(binding) => self.world.lock().revoke(&binding),
             // Observational: already folded into the digest and the oracle.
             Effect::Log(_) | Effect::NodeChanged { .. } => {}
+            // This world's composite has no pipeline host.
+            Effect::Pipeline(_) => {}
         }
         let crash = {
             let mut w = self.world.lock();

@@ -4,7 +4,10 @@
 //! a `driver::Driver` on a madsim node of their own; control frames,
 //! activation edges and token edges are madsim streams, so madsim's
 //! latency, partitions and kills act on them; the workers run tier 1's
-//! stand-in model, and tier 1's oracle judges every transition.
+//! stand-in model, and tier 1's oracle judges every transition. The
+//! orchestrator's node drives the composite (`core_fsm::orchestrator`),
+//! which provisions the nodes, starts their agents and owns the pipeline
+//! host, as `drover up` drives it.
 //!
 //! Of the run fault alphabet this tier plays the faults its effect sides
 //! can carry out ([`SUPPORTED`]: worker crashes, failed and slow steps,
@@ -12,8 +15,9 @@
 //! operator's kill, an orchestrator crash in every run phase); the rest
 //! act on single messages and are tier 1's. It adds its own: a stage's
 //! node cut off from everything for a while (`partition`), and latency on
-//! every hop. A node's death kills its madsim node; under a repairing
-//! profile a new node with a new identity replaces it.
+//! every hop. A node's death kills its madsim node; membership declares
+//! it Dead, the composite fails the node and, under a repairing profile
+//! (`Bounded`), replaces it: a new lease, a new node, a new identity.
 
 mod agent;
 mod host;
@@ -98,8 +102,10 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
     let stages = p.stages.max(1);
     let slot = Slot {
         generation: 0,
+        starts: 0,
+        lease: None,
         incarnation: 0,
-        alive: true,
+        alive: false,
         agent: None,
         stage_steps: 0,
     };
@@ -118,6 +124,8 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         inc: 0,
         inbox: None,
         host: None,
+        journal: Vec::new(),
+        leases: BTreeMap::new(),
         slots: vec![slot; stages as usize],
         steps_executed: 0,
         submitted: 0,
@@ -154,7 +162,7 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         nodes_ready: w.oracle.done_requests(),
         nodes_failed: u32::from(matches!(outcome, Some(Err(_)))),
         restarts: w.inc.saturating_sub(1),
-        ..conformance::Stats::default()
+        leases_created: w.leases.len() as u32,
     };
     RunOutcome {
         violation: w.violation.clone(),
@@ -225,6 +233,19 @@ impl Report {
         coverage
     }
 
+    /// Leases created beyond one per stage: the composite's replacements
+    /// (a restarted orchestrator re-creates a lease only for a node whose
+    /// create it lost, which happens before the run, where no crash is).
+    pub fn replacements(&self) -> u32 {
+        self.verdicts
+            .iter()
+            .map(|v| {
+                let stages = v.case.profile.stages.max(1);
+                v.outcome.stats.leases_created.saturating_sub(stages)
+            })
+            .sum()
+    }
+
     /// A readable summary: failures with their reproduce lines, hit rates,
     /// counts.
     pub fn summary(&self) -> String {
@@ -253,9 +274,15 @@ impl Report {
             .map(|v| v.outcome.stats.nodes_ready)
             .sum();
         let restarts: u32 = self.verdicts.iter().map(|v| v.outcome.stats.restarts).sum();
+        let leases: u32 = self
+            .verdicts
+            .iter()
+            .map(|v| v.outcome.stats.leases_created)
+            .sum();
+        let replaced = self.replacements();
         let failed = self.failures().count();
         out.push_str(&format!(
-            "madsim {SCENARIO}: {} passed, {failed} failed ({} seeds, each run twice, in {:.1}s); {steps} steps, {done} requests done, {restarts} orchestrator restarts\n",
+            "madsim {SCENARIO}: {} passed, {failed} failed ({} seeds, each run twice, in {:.1}s); {steps} steps, {done} requests done, {leases} leases created, {replaced} nodes replaced, {restarts} orchestrator restarts\n",
             self.verdicts.len() - failed,
             self.verdicts.len(),
             self.elapsed.as_secs_f64(),

@@ -14,9 +14,9 @@ fn seeds() -> u64 {
         .unwrap_or(200)
 }
 
-/// Every phase the run passes through, and the repairs and resumes the
-/// faults must cause.
-const LABELS: [&str; 17] = [
+/// Every phase the run passes through, the repairs and resumes the
+/// faults must cause, and a node the composite replaced.
+const LABELS: [&str; 18] = [
     "agent:respawned",
     "run:AwaitingReadiness",
     "run:Acknowledging",
@@ -34,6 +34,7 @@ const LABELS: [&str; 17] = [
     "outcome:Stopped",
     "request:Done/MaxTokens",
     "stage:Busy",
+    "composite:replaced",
 ];
 
 #[test]

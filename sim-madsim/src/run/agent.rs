@@ -13,6 +13,7 @@ use super::worker::{self, Job, WorkerHandle};
 use crate::orch::SimClock;
 use conformance::run::RunFault;
 use core_fsm::agent::{self, Effect, Input, Report};
+use core_fsm::ids::LeaseId;
 use core_fsm::pipeline;
 use core_fsm::stage::{self, Provision};
 use core_fsm::time::Instant;
@@ -60,9 +61,15 @@ pub(super) struct SideState {
 
 type Current = Rc<RefCell<Option<Rc<Side>>>>;
 
-/// Runs stage `stage`'s agent of generation `generation` until its node
-/// is killed.
-pub(crate) async fn serve(shared: Arc<Shared>, clock: SimClock, stage: u32, generation: u32) {
+/// Runs stage `stage`'s agent of generation `generation`, started on
+/// lease `lease`, until its node is killed.
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    clock: SimClock,
+    stage: u32,
+    generation: u32,
+    lease: LeaseId,
+) {
     let edges = Endpoint::bind((std::net::Ipv4Addr::UNSPECIFIED, EDGE_PORT))
         .await
         .expect("the edge port is free on a fresh node");
@@ -70,7 +77,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, clock: SimClock, stage: u32, gene
     madsim::task::spawn_local(accept_edges(edges, Rc::clone(&current)));
     let mut first = true;
     loop {
-        let (host, mut control) = join(stage, generation).await;
+        let (host, mut control) = join(stage, generation, &lease).await;
         let incarnation = {
             let mut w = shared.lock();
             let slot = &mut w.slots[stage as usize];
@@ -125,8 +132,8 @@ pub(crate) async fn serve(shared: Arc<Shared>, clock: SimClock, stage: u32, gene
 }
 
 /// Dials the orchestrator's control plane until it answers, and says who
-/// this agent is.
-async fn join(stage: u32, generation: u32) -> (Sender, Receiver) {
+/// this agent is and on which lease it runs.
+async fn join(stage: u32, generation: u32, lease: &LeaseId) -> (Sender, Receiver) {
     let to = SocketAddr::new(ORCHESTRATOR_IP, CONTROL_PORT);
     loop {
         if let Ok(ep) = Endpoint::bind("0.0.0.0:0").await
@@ -135,6 +142,7 @@ async fn join(stage: u32, generation: u32) -> (Sender, Receiver) {
             let hello = Msg::Hello {
                 stage,
                 node: node_id(stage),
+                lease_id: lease.clone(),
                 agent: agent_id_of(stage, generation),
             };
             if send(&sender, hello) {

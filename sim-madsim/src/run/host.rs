@@ -1,30 +1,38 @@
-//! The orchestrator's node: `driver::Driver` over the pipeline host (run
-//! and membership), with the effect side `runtime-real/src/pipeline/
-//! host.rs` has: a control connection per agent (a join is tracked, a
-//! closed connection is reported), the token edges, the prompt service.
-//! A restart runs [`incarnation`] again: nothing is journaled, the agents
-//! rejoin, and the run begins afresh.
+//! The orchestrator's node: `driver::Driver` over the orchestrator
+//! composite (`core_fsm::orchestrator`), which owns the pipeline host (run
+//! and membership), as `drover up` drives it: `Start` brings the plan's
+//! nodes up through the provisioning effects ([`provision`]), each stage's
+//! agent joins on its node's lease, and once the composite is settled with
+//! every node ready the run begins. The pipeline's effects are carried out
+//! as `runtime-real/src/pipeline/host.rs` does: a control connection per
+//! agent (its join an `AgentJoined`, its end reported), the token edges,
+//! the prompt service. A restart runs [`incarnation`] again: the composite
+//! is restored from its journal, the agents rejoin, the run begins afresh.
 
 mod accept;
+mod provision;
 
 use super::net::{EdgeOpen, Inbox, Msg, dial, send};
 use super::seen::HostSeen;
-use super::shared::{CONTROL_PORT, Control, EDGE_PORT, Shared, TOKEN_PORT, agent_ip};
+use super::shared::{CONTROL_PORT, Control, EDGE_PORT, Shared, TOKEN_PORT, agent_ip, pipe};
 use crate::orch::SimClock;
 use conformance::run::RunFault;
 use core_fsm::agent;
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::membership;
-use core_fsm::pipeline::{self, Effect, Input};
+use core_fsm::orchestrator::Orchestrator;
+use core_fsm::pipeline::{self, Effect};
+use core_fsm::port;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use core_fsm::time::Instant;
-use driver::{Driver, EffectSink, NoJournal, Ports};
+use driver::{Driver, EffectSink, Ports};
 use madsim::net::{Endpoint, Sender};
-use sim::run_world::kit::{Frame, prefill_chunks, run_config};
+use sim::run_world::kit::{Frame, prefill_chunks};
 use sim::run_world::{RUN, model, orchestrator_id};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +40,6 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 /// How long a dial of an edge may take.
 const DIAL_FOR: Duration = Duration::from_secs(10);
-/// How long the first incarnation waits for every agent before it begins.
-const BEGIN_WAIT: Duration = Duration::from_secs(5);
 
 /// One joined agent's control connection.
 struct Joined {
@@ -51,7 +57,6 @@ struct Io {
     token_out_open: bool,
     token_out: Option<u64>,
     next_step: u64,
-    begun: bool,
 }
 
 type Shelf = Rc<RefCell<Io>>;
@@ -59,7 +64,7 @@ type Shelf = Rc<RefCell<Io>>;
 /// Runs one incarnation of the orchestrator until its node is killed.
 pub(crate) async fn incarnation(shared: Arc<Shared>, clock: SimClock) {
     let (tx, rx) = unbounded_channel();
-    let (inc, config) = {
+    let (inc, config, journal, hop) = {
         let mut w = shared.lock();
         w.inc += 1;
         if w.inc > 1 {
@@ -71,7 +76,26 @@ pub(crate) async fn incarnation(shared: Arc<Shared>, clock: SimClock) {
         let at = clock_ms(clock);
         let line = format!("world: orchestrator #{} starts", w.inc);
         w.note(at, &line);
-        (w.inc, run_config(&w.case.profile))
+        let p = &w.case.profile;
+        let journal = (w.inc > 1).then(|| w.journal.clone());
+        let hop = Duration::from_millis((p.latency_ms / 2).max(1));
+        (w.inc, provision::config(p, w.case.seed), journal, hop)
+    };
+    let built = catch_unwind(AssertUnwindSafe(|| match &journal {
+        None => Orchestrator::new(config),
+        Some(records) => Orchestrator::restore(config, records),
+    }));
+    let composite = match built {
+        Ok(composite) => composite,
+        Err(panic) => {
+            let message = format!(
+                "the composite's restore panicked: {}",
+                conformance::backend::panic_text(&*panic)
+            );
+            shared.lock().violate("RW0", message);
+            shared.wake.notify_one();
+            return std::future::pending().await;
+        }
     };
     let io: Shelf = Rc::default();
     let control = Endpoint::bind((std::net::Ipv4Addr::UNSPECIFIED, CONTROL_PORT))
@@ -80,45 +104,33 @@ pub(crate) async fn incarnation(shared: Arc<Shared>, clock: SimClock) {
     let tokens = Endpoint::bind((std::net::Ipv4Addr::UNSPECIFIED, TOKEN_PORT))
         .await
         .expect("the token port is free on a fresh node");
-    let begin = Input::Begin(Box::new(config));
-    madsim::task::spawn_local(accept::accept_agents(
-        Arc::clone(&shared),
-        control,
-        Rc::clone(&io),
-        tx.clone(),
-        begin.clone(),
-    ));
+    madsim::task::spawn_local(accept::accept_agents(control, Rc::clone(&io), tx.clone()));
     madsim::task::spawn_local(accept::accept_token_out(
         Arc::clone(&shared),
         tokens,
         Rc::clone(&io),
         tx.clone(),
     ));
-    // A node that never joins does not hold the run back for ever.
-    let (late_io, late_tx) = (Rc::clone(&io), tx.clone());
-    madsim::task::spawn_local(async move {
-        madsim::time::sleep(BEGIN_WAIT).await;
-        if !std::mem::replace(&mut late_io.borrow_mut().begun, true) {
-            let _ = late_tx.send(begin);
-        }
-    });
     let sink = HostSink {
         shared: Arc::clone(&shared),
         io,
-        tx,
+        tx: tx.clone(),
         inc,
+        hop,
     };
     let machine = HostSeen {
-        machine: pipeline::Machine::new(sim::run_world::kit::membership_config()),
+        machine: composite,
         shared: Arc::clone(&shared),
         inc,
+        begun: false,
     };
     let ports = Ports {
         clock,
         source: Inbox { rx, clock },
-        disk: NoJournal,
+        disk: provision::Journal(Arc::clone(&shared)),
         sink,
     };
+    let _ = tx.send(port::Input::Start);
     let _ = Driver::new(machine, ports).run_until(|_| false).await;
     std::future::pending::<()>().await;
 }
@@ -132,12 +144,24 @@ fn clock_ms(clock: SimClock) -> u64 {
 struct HostSink {
     shared: Arc<Shared>,
     io: Shelf,
-    tx: UnboundedSender<Input>,
+    tx: UnboundedSender<port::Input>,
     inc: u32,
+    /// How long a provisioning answer takes.
+    hop: Duration,
 }
 
-impl EffectSink<Effect> for HostSink {
-    async fn dispatch(&mut self, _now: Instant, effect: Effect) {
+impl EffectSink for HostSink {
+    async fn dispatch(&mut self, _now: Instant, effect: port::Effect) {
+        match effect {
+            port::Effect::Pipeline(effect) => self.pipeline(*effect),
+            other => self.provision(other),
+        }
+    }
+}
+
+impl HostSink {
+    /// Carries out a pipeline host's effect.
+    fn pipeline(&mut self, effect: Effect) {
         let effect = match effect {
             Effect::Liveness {
                 node,
@@ -206,7 +230,7 @@ impl EffectSink<Effect> for HostSink {
             run::Effect::OpenTokenEndpoints => self.open_token_endpoints(),
             run::Effect::OpenPromptService { op } => {
                 let opened = run::Input::PromptServiceOpened { op, result: Ok(()) };
-                let _ = self.tx.send(Input::Run(opened));
+                let _ = self.tx.send(pipe(pipeline::Input::Run(opened)));
                 self.shared.lock().ask(Control::Serving { inc: self.inc });
             }
             run::Effect::Inject {
@@ -221,7 +245,7 @@ impl EffectSink<Effect> for HostSink {
                 io.token_out = None;
                 io.token_out_open = false;
                 let closed = run::Input::TokenEndpointsClosed { run_id: RUN };
-                let _ = self.tx.send(Input::Run(closed));
+                let _ = self.tx.send(pipe(pipeline::Input::Run(closed)));
             }
             run::Effect::Enlist { stage, agent, .. } => {
                 let mut w = self.shared.lock();
@@ -245,17 +269,15 @@ impl EffectSink<Effect> for HostSink {
             | run::Effect::Finished(_) => {}
         }
     }
-}
 
-impl HostSink {
-    /// A Dead agent's lease is destroyed (its node killed); the drill
-    /// kills it too.
+    /// A Dead agent's node is gone for good (the composite fails it, and
+    /// destroys its lease when it replaces it); the drill kills it too.
     fn dead(&self, node: &LogicalNodeId, agent: &AgentId) {
         let w = self.shared.lock();
-        let stages = w.slots.len() as u32;
-        if let Some(stage) = (0..stages).find(|s| sim::run_world::node_id(*s) == *node) {
-            let generation = w.slots[stage as usize].generation;
-            if *agent == sim::run_world::agent_id_of(stage, generation) {
+        if let Some(stage) = w.stage_of(node) {
+            let slot = &w.slots[stage as usize];
+            let generation = slot.generation;
+            if slot.alive && *agent == sim::run_world::agent_id_of(stage, generation) {
                 w.ask(Control::Kill { stage, generation });
             }
         }
@@ -276,7 +298,7 @@ impl HostSink {
                 node: node.clone(),
                 reason,
             };
-            let _ = self.tx.send(Input::Run(failed));
+            let _ = self.tx.send(pipe(pipeline::Input::Run(failed)));
         }
     }
 
@@ -305,7 +327,7 @@ impl HostSink {
                     reason: "dialing edge 0: unreachable".to_owned(),
                 },
             };
-            let _ = tx.send(Input::Run(input));
+            let _ = tx.send(pipe(pipeline::Input::Run(input)));
         });
     }
 
@@ -338,7 +360,7 @@ impl HostSink {
                 run_id: RUN,
                 reason,
             };
-            let _ = self.tx.send(Input::Run(fault));
+            let _ = self.tx.send(pipe(pipeline::Input::Run(fault)));
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::orch::SimClock;
 use core_fsm::agent;
-use core_fsm::ids::{AgentId, LogicalNodeId};
+use core_fsm::ids::{AgentId, LeaseId, LogicalNodeId};
 use core_fsm::pipeline;
 use core_fsm::time::Instant;
 use driver::InputSource;
@@ -21,12 +21,15 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// A frame on a control connection.
 #[derive(Clone, Debug)]
 pub enum Msg {
-    /// The agent's first frame: who it is.
+    /// The agent's first frame: who it is, and the lease its start
+    /// command bound it to (the join token's binding).
     Hello {
         /// Its stage.
         stage: u32,
         /// Its node.
         node: LogicalNodeId,
+        /// The lease it runs on.
+        lease_id: LeaseId,
         /// Its identity.
         agent: AgentId,
     },

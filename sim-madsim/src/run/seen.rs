@@ -8,21 +8,26 @@ use super::shared::{Control, STEP_MAX, Shared, State};
 use conformance::run::RunFault;
 use core_fsm::Machine;
 use core_fsm::agent;
+use core_fsm::orchestrator::Orchestrator;
 use core_fsm::pipeline;
+use core_fsm::port::{self, JournalRecord};
 use core_fsm::run;
 use core_fsm::time::Instant;
 use sim::run_world::kit::{debug_head, phase_label};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-/// The orchestrator's pipeline host of incarnation `inc`.
+/// The orchestrator composite (with its pipeline host) of incarnation
+/// `inc`.
 pub struct HostSeen {
     /// The machine.
-    pub machine: pipeline::Machine,
+    pub machine: Orchestrator,
     /// The world.
     pub shared: Arc<Shared>,
     /// The incarnation.
     pub inc: u32,
+    /// Whether this incarnation began the run.
+    pub begun: bool,
 }
 
 /// Stage `stage`'s agent of generation `generation`, pipeline side
@@ -62,17 +67,19 @@ fn guarded<M: Machine>(
 }
 
 impl Machine for HostSeen {
-    type Input = pipeline::Input;
-    type Effect = pipeline::Effect;
+    type Input = port::Input;
+    type Effect = port::Effect;
 
-    fn handle(&mut self, now: Instant, input: pipeline::Input) -> Vec<pipeline::Effect> {
+    fn handle(&mut self, now: Instant, input: port::Input) -> Vec<port::Effect> {
         let shared = Arc::clone(&self.shared);
         let mut w = shared.lock();
         if w.violation.is_some() || w.inc != self.inc {
             return Vec::new();
         }
         w.now_ms = now.as_millis();
-        w.oracle.host_input(&input);
+        if let port::Input::Pipeline(input) = &input {
+            w.oracle.host_input(input);
+        }
         let who = format!("host#{} <-", self.inc);
         w.record(now.as_millis(), &who, &input);
         let Some(effects) = guarded(&mut w, &mut self.machine, now, input) else {
@@ -80,14 +87,24 @@ impl Machine for HostSeen {
         };
         for effect in &effects {
             w.record(now.as_millis(), "host ->", effect);
-            if let Err((id, what)) = w.oracle.host_effect(effect) {
-                w.violate(id, what);
-                return Vec::new();
+            match effect {
+                port::Effect::Pipeline(effect) => {
+                    if let Err((id, what)) = w.oracle.host_effect(effect) {
+                        w.violate(id, what);
+                        return Vec::new();
+                    }
+                }
+                // The composite replaces a failed node (Bounded policy).
+                port::Effect::Persist(JournalRecord::ReplaceRequested { .. }) => {
+                    w.coverage.labels.insert("composite:replaced".to_owned());
+                }
+                _ => {}
             }
         }
-        w.host = Some(self.machine.clone());
+        w.host = self.machine.pipeline().cloned();
         after_step(&mut w);
         host_after(&mut w);
+        self.begin_when_ready(&mut w);
         drop(w);
         shared.wake.notify_one();
         effects
@@ -103,6 +120,20 @@ impl Machine for HostSeen {
 
     fn check_invariants(&self) {
         self.machine.check_invariants();
+    }
+}
+
+impl HostSeen {
+    /// The run begins as `drover up` begins it: once, when the composite
+    /// is settled and every planned node is ready.
+    fn begin_when_ready(&mut self, w: &mut State) {
+        let stages = w.slots.len();
+        let ready = self.machine.is_settled()
+            && self.machine.nodes().filter(|m| m.is_ready()).count() == stages;
+        if ready && !std::mem::replace(&mut self.begun, true) {
+            let config = sim::run_world::kit::run_config(&w.case.profile);
+            w.to_host(pipeline::Input::Begin(Box::new(config)));
+        }
     }
 }
 

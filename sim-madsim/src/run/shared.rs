@@ -7,7 +7,9 @@ use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault};
 use core_fsm::agent;
 use core_fsm::digest::Digest;
+use core_fsm::ids::LeaseId;
 use core_fsm::pipeline;
+use core_fsm::port::{self, JournalRecord, LeaseFacts};
 use sim::run_world::kit::RunOracle;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -37,6 +39,11 @@ pub fn agent_ip(stage: u32, generation: u32) -> IpAddr {
     ))
 }
 
+/// A pipeline input, as the composite takes it.
+pub fn pipe(input: pipeline::Input) -> port::Input {
+    port::Input::Pipeline(Box::new(input))
+}
+
 /// What a node asks of the supervisor (who holds the madsim handles).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -47,6 +54,15 @@ pub enum Control {
         stage: u32,
         /// Its agent's generation.
         generation: u32,
+    },
+    /// Start stage `stage`'s agent for lease `lease` (a start command
+    /// carrying its join binding): a new node with a new identity; a
+    /// live agent of the stage's node is killed first.
+    Boot {
+        /// The stage.
+        stage: u32,
+        /// The lease the agent runs on.
+        lease: LeaseId,
     },
     /// Kill the orchestrator now and start it again a little later.
     CrashOrchestrator,
@@ -60,8 +76,12 @@ pub enum Control {
 /// One stage's node as the world knows it.
 #[derive(Clone, Debug)]
 pub struct Slot {
-    /// 0 for the first agent, one more per replacement.
+    /// 0 for the first agent, one more per start command.
     pub generation: u32,
+    /// Agents started for the stage so far.
+    pub starts: u32,
+    /// The lease the current agent runs on.
+    pub lease: Option<LeaseId>,
     /// The agent's pipeline side, started again on each rejoin.
     pub incarnation: u32,
     /// Whether the agent's node runs.
@@ -99,9 +119,14 @@ pub struct State {
     /// The orchestrator's incarnation (1 for the first).
     pub inc: u32,
     /// The current incarnation's inbox.
-    pub inbox: Option<UnboundedSender<pipeline::Input>>,
-    /// The host machine after its last step.
+    pub inbox: Option<UnboundedSender<port::Input>>,
+    /// The composite's pipeline host after its last step.
     pub host: Option<pipeline::Machine>,
+    /// The orchestrator's journal (the driver's disk), for its restart.
+    pub journal: Vec<JournalRecord>,
+    /// The simulated provider's leases, by id: the stage each was
+    /// created for, its facts, and whether it is destroyed.
+    pub leases: BTreeMap<LeaseId, (u32, LeaseFacts, bool)>,
     /// Each stage's node.
     pub slots: Vec<Slot>,
     /// Steps executed, every stage (the step faults' index).
@@ -175,11 +200,22 @@ impl State {
         }
     }
 
-    /// Sends `input` to the current orchestrator, if it runs.
+    /// Sends `input` to the current orchestrator's pipeline host, if it
+    /// runs.
     pub fn to_host(&self, input: pipeline::Input) {
+        self.to_orchestrator(pipe(input));
+    }
+
+    /// Sends `input` to the current orchestrator, if it runs.
+    pub fn to_orchestrator(&self, input: port::Input) {
         if let Some(tx) = &self.inbox {
             let _ = tx.send(input);
         }
+    }
+
+    /// The stage whose node is `node`.
+    pub fn stage_of(&self, node: &core_fsm::ids::LogicalNodeId) -> Option<u32> {
+        (0..self.slots.len() as u32).find(|s| sim::run_world::node_id(*s) == *node)
     }
 }
 

@@ -1,11 +1,14 @@
 //! The run world's supervisor: builds the madsim world of one case (the
-//! orchestrator's node and one node per stage), plays its timed events
-//! (clients' submits, partitions, the heal), kills the nodes the world
-//! asks it to, starts the replacements and the restarted orchestrator,
-//! and judges the end exactly as tier 1 does.
+//! orchestrator's node, then a node per agent each start command starts),
+//! plays its timed events (clients' submits, partitions, the heal), kills
+//! the nodes the world asks it to, starts the agents and the restarted
+//! orchestrator, and judges the end exactly as tier 1 does. No node is
+//! replaced here: the composite replaces a failed one (`Bounded`) through
+//! its provisioning effects.
 
 use super::shared::{Control, ORCHESTRATOR_IP, Shared, agent_ip};
 use crate::orch::SimClock;
+use core_fsm::ids::LeaseId;
 use core_fsm::pipeline;
 use core_fsm::rng::DetRng;
 use core_fsm::run::{self, RequestId};
@@ -36,7 +39,6 @@ const PARTITION_GAP_MS: u64 = 5_000;
 #[derive(Clone, Debug)]
 enum Event {
     Submit { inc: u32, index: u32 },
-    Replace(u32),
     RestartOrchestrator,
     Clog(u32),
     Unclog(u32),
@@ -79,10 +81,6 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         queue: BTreeMap::new(),
         seq: 0,
     };
-    let stages = sup.shared.lock().slots.len() as u32;
-    for s in 0..stages {
-        sup.boot(s);
-    }
     sup.schedule_case();
     loop {
         if let Some(end) = sup.verdict_due() {
@@ -174,15 +172,42 @@ impl Supervisor {
         }
     }
 
-    fn boot(&mut self, stage: u32) {
+    /// Starts stage `stage`'s agent on `lease`: a new generation on a new
+    /// node (a live one of the stage is killed first).
+    fn boot(&mut self, stage: u32, lease: LeaseId) {
+        let now = self.now_ms();
+        let generation = {
+            let w = self.shared.lock();
+            let slot = &w.slots[stage as usize];
+            slot.alive.then_some(slot.generation)
+        };
+        if let Some(generation) = generation {
+            self.control(Control::Kill { stage, generation });
+        }
+        let generation = {
+            let mut w = self.shared.lock();
+            let slot = &mut w.slots[stage as usize];
+            slot.generation = slot.starts;
+            slot.starts += 1;
+            slot.incarnation = 0;
+            slot.alive = true;
+            slot.agent = None;
+            slot.stage_steps = 0;
+            slot.lease = Some(lease.clone());
+            let generation = slot.generation;
+            let line = format!("world: stage {stage}'s agent {generation} starts on {lease}");
+            w.note(now, &line);
+            generation
+        };
         let (shared, clock) = (Arc::clone(&self.shared), self.clock);
-        let generation = self.shared.lock().slots[stage as usize].generation;
         let node = self
             .handle
             .create_node()
             .name(format!("stage-{stage}.{generation}"))
             .ip(agent_ip(stage, generation))
-            .init(move || super::agent::serve(Arc::clone(&shared), clock, stage, generation))
+            .init(move || {
+                super::agent::serve(Arc::clone(&shared), clock, stage, generation, lease.clone())
+            })
             .build();
         self.nodes.insert(stage, node.id());
     }
@@ -191,7 +216,7 @@ impl Supervisor {
         let now = self.now_ms();
         match control {
             Control::Kill { stage, generation } => {
-                let replace_at = {
+                {
                     let mut w = self.shared.lock();
                     let slot = &mut w.slots[stage as usize];
                     if !slot.alive || slot.generation != generation {
@@ -203,16 +228,12 @@ impl Supervisor {
                         now,
                         &format!("world: stage {stage}'s node {generation} is killed"),
                     );
-                    let p = &w.case.profile;
-                    (p.repairs > 0 && p.replace_ms > 0).then_some(now + p.replace_ms)
-                };
+                }
                 if let Some(id) = self.nodes.get(&stage) {
                     self.handle.kill(*id);
                 }
-                if let Some(at) = replace_at {
-                    self.schedule(at, Event::Replace(stage));
-                }
             }
+            Control::Boot { stage, lease } => self.boot(stage, lease),
             Control::CrashOrchestrator => {
                 self.handle.kill(self.orch);
                 let mut w = self.shared.lock();
@@ -261,18 +282,6 @@ impl Supervisor {
                     prompt,
                     max_tokens,
                 }));
-            }
-            Event::Replace(stage) => {
-                {
-                    let mut w = self.shared.lock();
-                    let slot = &mut w.slots[stage as usize];
-                    slot.generation += 1;
-                    slot.incarnation = 0;
-                    slot.alive = true;
-                    slot.stage_steps = 0;
-                    w.note(now, &format!("world: stage {stage}'s replacement starts"));
-                }
-                self.boot(stage);
             }
             Event::RestartOrchestrator => self.handle.restart(self.orch),
             Event::Clog(stage) => {

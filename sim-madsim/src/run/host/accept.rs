@@ -1,12 +1,13 @@
-//! The orchestrator's listeners: agents' control connections (each
-//! tracked as it joins, its frames the host's inputs, its end reported)
-//! and the last stage's token-out edge.
+//! The orchestrator's listeners: agents' control connections (each join
+//! an `AgentJoined` on the agent's lease, its frames the host's inputs,
+//! its end reported) and the last stage's token-out edge.
 
 use super::{DIAL_FOR, Joined, Shelf};
 use crate::run::net::{EdgeOpen, Msg};
-use crate::run::shared::Shared;
+use crate::run::shared::{Shared, pipe};
 use core_fsm::membership;
 use core_fsm::pipeline::Input;
+use core_fsm::port;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use madsim::net::Endpoint;
 use sim::run_world::kit::Frame;
@@ -15,15 +16,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Agents dial in: each is tracked as it joins, its frames become the
-/// host's inputs, and its connection's end is reported.
-pub(super) async fn accept_agents(
-    shared: Arc<Shared>,
-    ep: Endpoint,
-    io: Shelf,
-    tx: UnboundedSender<Input>,
-    begin: Input,
-) {
+/// Agents dial in: each joins on its lease (the composite hands it the
+/// node, and membership watches it), its frames become the host's inputs,
+/// and its connection's end is reported.
+pub(super) async fn accept_agents(ep: Endpoint, io: Shelf, tx: UnboundedSender<port::Input>) {
     while let Ok((sender, mut receiver, _)) = ep.accept1().await {
         let Ok(Ok(first)) = madsim::time::timeout(DIAL_FOR, receiver.recv()).await else {
             continue;
@@ -31,7 +27,13 @@ pub(super) async fn accept_agents(
         let Ok(hello) = first.downcast::<Msg>() else {
             continue;
         };
-        let Msg::Hello { stage, node, agent } = *hello else {
+        let Msg::Hello {
+            stage,
+            node,
+            lease_id,
+            agent,
+        } = *hello
+        else {
             continue;
         };
         let conn = {
@@ -46,30 +48,19 @@ pub(super) async fn accept_agents(
             io.agents.insert(stage, joined);
             conn
         };
-        let track = membership::Input::Track {
+        let joined = port::Input::AgentJoined {
             node: node.clone(),
+            lease_id,
             agent: agent.clone(),
         };
-        let _ = tx.send(Input::Membership(track));
-        // The run begins once every live node's agent has joined.
-        let all = {
-            let w = shared.lock();
-            let joined = io.borrow();
-            w.slots
-                .iter()
-                .enumerate()
-                .all(|(s, slot)| !slot.alive || joined.agents.contains_key(&(s as u32)))
-        };
-        if all && !std::mem::replace(&mut io.borrow_mut().begun, true) {
-            let _ = tx.send(begin.clone());
-        }
+        let _ = tx.send(joined);
         let (io, tx) = (Rc::clone(&io), tx.clone());
         madsim::task::spawn_local(async move {
             while let Ok(payload) = receiver.recv().await {
                 if let Ok(msg) = payload.downcast::<Msg>()
                     && let Msg::ToHost(input) = *msg
                 {
-                    let _ = tx.send(input);
+                    let _ = tx.send(pipe(input));
                 }
             }
             let mut io = io.borrow_mut();
@@ -77,7 +68,7 @@ pub(super) async fn accept_agents(
                 io.agents.remove(&stage);
             }
             let lost = membership::Input::ConnectionLost { node, agent };
-            let _ = tx.send(Input::Membership(lost));
+            let _ = tx.send(pipe(Input::Membership(lost)));
         });
     }
 }
@@ -88,7 +79,7 @@ pub(super) async fn accept_token_out(
     shared: Arc<Shared>,
     ep: Endpoint,
     io: Shelf,
-    tx: UnboundedSender<Input>,
+    tx: UnboundedSender<port::Input>,
 ) {
     let last = shared.lock().case.profile.stages.max(1) - 1;
     while let Ok((_sender, mut receiver, _)) = ep.accept1().await {
@@ -109,7 +100,7 @@ pub(super) async fn accept_token_out(
             run_id: RUN,
             endpoint: TokenEndpoint::Out,
         };
-        let _ = tx.send(Input::Run(ready));
+        let _ = tx.send(pipe(Input::Run(ready)));
         let (io, tx) = (Rc::clone(&io), tx.clone());
         madsim::task::spawn_local(async move {
             while let Ok(payload) = receiver.recv().await {
@@ -131,7 +122,7 @@ pub(super) async fn accept_token_out(
                         token,
                         eos: token == model::EOS,
                     };
-                    let _ = tx.send(Input::Run(input));
+                    let _ = tx.send(pipe(Input::Run(input)));
                 }
             }
             let mut io = io.borrow_mut();
@@ -142,7 +133,7 @@ pub(super) async fn accept_token_out(
                     run_id: RUN,
                     reason,
                 };
-                let _ = tx.send(Input::Run(fault));
+                let _ = tx.send(pipe(Input::Run(fault)));
             }
         });
     }
