@@ -50,6 +50,10 @@ fn run_battery_passes_and_hits_every_fault() {
         "run:Repairing",
         "run:enlist/first",
         "run:enlist/replacement",
+        // ... and that replacement came from the composite: the dead
+        // node's lease destroyed, a second one created for it.
+        "composite:lease-destroyed",
+        "composite:replaced",
         "run:resumed/mid-request",
         // A worker crash while serving, repaired on its own node with a
         // new worker.
@@ -73,6 +77,11 @@ fn run_battery_passes_and_hits_every_fault() {
     ] {
         assert!(labels.contains(&label), "never hit: {label}");
     }
+    assert!(
+        report.replacements > SEEDS / 2,
+        "too few nodes replaced: {}",
+        report.replacements
+    );
     assert!(
         report.done > SEEDS,
         "too few requests served: {}",
