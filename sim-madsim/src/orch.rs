@@ -260,9 +260,9 @@ impl EffectSink for Sink {
             }
             Effect::RevokeJoin(binding) => self.world.lock().revoke(&binding),
             // Observational: already folded into the digest and the oracle.
-            Effect::Log(_) | Effect::NodeChanged { .. } => {}
-            // This world's composite has no pipeline host.
-            Effect::Pipeline(_) => {}
+            // This composite has no pipeline host (`membership: None`): a
+            // lost agent is said with `AgentLost`.
+            Effect::Log(_) | Effect::NodeChanged { .. } | Effect::Pipeline(_) => {}
         }
         let crash = {
             let mut w = self.world.lock();

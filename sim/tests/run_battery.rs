@@ -50,6 +50,10 @@ fn run_battery_passes_and_hits_every_fault() {
         "run:Repairing",
         "run:enlist/first",
         "run:enlist/replacement",
+        // ... and that replacement came from the composite: the dead
+        // node's lease destroyed, a second one created for it.
+        "composite:lease-destroyed",
+        "composite:replaced",
         "run:resumed/mid-request",
         // A worker crash while serving, repaired on its own node with a
         // new worker.
@@ -74,6 +78,11 @@ fn run_battery_passes_and_hits_every_fault() {
         assert!(labels.contains(&label), "never hit: {label}");
     }
     assert!(
+        report.replacements > SEEDS / 2,
+        "too few nodes replaced: {}",
+        report.replacements
+    );
+    assert!(
         report.done > SEEDS,
         "too few requests served: {}",
         report.done
@@ -93,4 +102,44 @@ fn a_run_trace_replays_the_case_it_holds() {
     assert_eq!(replayed.digest, direct.digest);
     assert!(!replayed.transcript.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_dead_node_is_replaced_by_the_composite_on_a_new_lease() {
+    // Seed 0 of `run-repair`: an operator's kill of stage 2's agent, which
+    // membership finds Dead; the composite fails the node, destroys its
+    // lease and provisions another, whose agent rejoins the run.
+    let case = generate_run(RunScenario::Repair, 0);
+    let options = conformance::RunOptions { transcript: true };
+    let outcome = battery::run_case(&case, options);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    let starts: Vec<(&str, &str)> = outcome
+        .transcript
+        .iter()
+        .filter_map(|line| {
+            let rest = line.split_once("world: ")?.1;
+            let (agent, lease) = rest.split_once(" starts on ")?;
+            Some((agent, lease))
+        })
+        .collect();
+    let stages = case.profile.stages as usize;
+    assert!(
+        starts.len() > stages,
+        "a replacement agent started: {starts:?}"
+    );
+    let mut leases: Vec<&str> = starts.iter().map(|(_, lease)| *lease).collect();
+    leases.sort_unstable();
+    leases.dedup();
+    assert_eq!(leases.len(), starts.len(), "every agent on its own lease");
+    for label in [
+        "composite:lease-destroyed",
+        "composite:replaced",
+        "run:enlist/replacement",
+    ] {
+        assert!(
+            outcome.coverage.labels.contains(label),
+            "never hit: {label}"
+        );
+    }
+    assert_eq!(outcome.stats.leases_created as usize, starts.len());
 }

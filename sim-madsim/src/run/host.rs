@@ -79,7 +79,7 @@ pub(crate) async fn incarnation(shared: Arc<Shared>, clock: SimClock) {
         let p = &w.case.profile;
         let journal = (w.inc > 1).then(|| w.journal.clone());
         let hop = Duration::from_millis((p.latency_ms / 2).max(1));
-        (w.inc, provision::config(p, w.case.seed), journal, hop)
+        (w.inc, provision::config(p), journal, hop)
     };
     let built = catch_unwind(AssertUnwindSafe(|| match &journal {
         None => Orchestrator::new(config),

@@ -81,6 +81,11 @@ pub struct RunReport {
     pub done: u64,
     /// Runs that failed (cleanly: the oracle was silent).
     pub runs_failed: u64,
+    /// Leases the composite created beyond each node's first: the dead
+    /// nodes it replaced.
+    pub replacements: u64,
+    /// Orchestrator restarts.
+    pub restarts: u64,
     /// Failures.
     pub failures: Vec<RunFailure>,
     /// What was exercised.
@@ -127,12 +132,15 @@ impl RunReport {
             ));
         }
         out.push_str(&format!(
-            "{} run cases, {} failures, {} steps, {} requests done, {} runs failed cleanly\n",
+            "{} run cases, {} failures, {} steps, {} requests done, {} runs failed cleanly, \
+             {} nodes replaced, {} orchestrator restarts\n",
             self.cases,
             self.failures.len(),
             self.steps,
             self.done,
-            self.runs_failed
+            self.runs_failed,
+            self.replacements,
+            self.restarts
         ));
         out
     }
@@ -156,6 +164,9 @@ pub fn run_battery(
             report.steps += outcome.stats.steps;
             report.done += u64::from(outcome.stats.nodes_ready);
             report.runs_failed += u64::from(outcome.stats.nodes_failed);
+            let stages = case.profile.stages.max(1);
+            report.replacements += u64::from(outcome.stats.leases_created.saturating_sub(stages));
+            report.restarts += u64::from(outcome.stats.restarts);
             report.coverage.merge(&outcome.coverage);
             for name in case.enabled() {
                 let entry = report.hits.entry(name).or_insert((0, 0));

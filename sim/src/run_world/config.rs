@@ -9,9 +9,10 @@ use core_fsm::pipeline;
 use core_fsm::time::Duration;
 use std::collections::BTreeSet;
 
-/// Node `stage`'s logical id (node `i` runs stage `i`).
+/// Node `stage`'s logical id (node `i` runs stage `i`): the plan's
+/// `{group}-{index}`.
 pub fn node_id(stage: u32) -> LogicalNodeId {
-    LogicalNodeId::new(format!("w-{stage}"))
+    core_fsm::plan::node_id(&core_fsm::ids::GroupId::from(GROUP), stage)
 }
 
 /// Node `stage`'s agent identity.
@@ -45,6 +46,58 @@ pub fn membership_config() -> core_fsm::membership::Config {
         dead_after: Duration::from_secs(5),
         ..core_fsm::membership::Config::default()
     }
+}
+
+/// The plan the world's composite keeps: one group `w` of a node per stage
+/// (`w-0`, `w-1`, ..., as [`node_id`] names them), replaced under
+/// `Bounded` when the profile repairs (its backoff the profile's
+/// `replace_ms`), never otherwise.
+pub fn run_plan(p: &conformance::run::RunProfile) -> core_fsm::plan::RunPlan {
+    use core_fsm::plan::{ReplacementPolicy, RunPlan};
+    let mut plan = RunPlan::example_two_workers();
+    plan.run_id = RUN;
+    let group = &mut plan.groups[0];
+    group.group_id = core_fsm::ids::GroupId::from(GROUP);
+    group.count = p.stages.max(1);
+    group.boot.timeouts = crate::plan::timeouts();
+    plan.replacement = match repairs(p) {
+        true => ReplacementPolicy::Bounded {
+            attempts_max: (p.repairs + 1).min(16),
+            backoff_base: backoff(p),
+            backoff_max: backoff(p),
+            quarantine_after_failures: 1,
+        },
+        false => ReplacementPolicy::None,
+    };
+    plan
+}
+
+/// The composite's backoff before it replaces a dead node, the same for
+/// every attempt. Membership finds a silent agent Dead `dead_after` (5 s)
+/// after its last heartbeat, so the backoff is what is left of the
+/// profile's `replace_ms` after that (at least 100 ms): a replacement
+/// starts about `max(replace_ms, dead_after)` after the death.
+fn backoff(p: &conformance::run::RunProfile) -> Duration {
+    let detection = membership_config().dead_after.as_millis();
+    Duration::from_millis(p.replace_ms.saturating_sub(detection).max(100))
+}
+
+/// The plan's one group.
+const GROUP: &str = "w";
+
+/// The composite's config: the profile's plan, a pipeline host with
+/// `drover up`'s membership.
+pub fn orchestrator_config(p: &conformance::run::RunProfile) -> core_fsm::orchestrator::Config {
+    core_fsm::orchestrator::Config {
+        plan: run_plan(p),
+        seed: p.prompt_seed,
+        membership: Some(membership_config()),
+    }
+}
+
+/// Whether dead nodes are replaced (and the run repairs).
+pub fn repairs(p: &conformance::run::RunProfile) -> bool {
+    p.repairs > 0 && p.replace_ms > 0
 }
 
 /// An agent's config, as `runtime-real/src/pipeline/node.rs` sets it.
@@ -125,8 +178,7 @@ pub fn prefill_chunks(len: usize) -> Vec<usize> {
 /// Whether a fault of `case` ends its run: a fatal one, unless the run
 /// repairs and its dead nodes are replaced.
 pub fn fatal(case: &conformance::run::RunCase) -> bool {
-    let p = &case.profile;
-    let repairs = p.repairs > 0 && p.replace_ms > 0;
+    let repairs = repairs(&case.profile);
     case.items
         .iter()
         .any(|i| i.fault.is_fatal() && !(repairs && i.fault.is_repaired()))

@@ -331,8 +331,7 @@ impl RunWorld<'_> {
         let all = self.hs.submitted == self.case.profile.requests;
         // A restarted orchestrator serves before it is stopped.
         let serving = self
-            .host
-            .run()
+            .the_run()
             .is_some_and(|r| matches!(r.phase(), run::Phase::Serving(_)));
         if all
             && serving

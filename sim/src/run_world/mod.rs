@@ -1,10 +1,15 @@
-//! The tier-1 world of the run phase: one `core_fsm::pipeline::Machine` (the
-//! orchestrator's run and membership) and one `core_fsm::agent::Machine` per
-//! node, with simulated workers running a stand-in model ([`model`]),
-//! activation and token edges as ordered message queues with latency, and
-//! prompt clients.
+//! The tier-1 world of the run phase: the orchestrator composite
+//! (`core_fsm::orchestrator::Orchestrator`, owning the pipeline host: the
+//! run and membership) and one `core_fsm::agent::Machine` per node, with
+//! simulated workers running a stand-in model ([`model`]), activation and
+//! token edges as ordered message queues with latency, and prompt clients.
 //!
-//! It starts where provisioning ends: every node is handed off to its agent.
+//! The composite provisions a node per stage through a happy-path provider
+//! and SSH host (`provision.rs`); each start command launches the node's
+//! agent, which joins; once the composite is settled and every node ready,
+//! the run begins, as `drover up` begins it. A dead agent's node is failed
+//! by the composite's membership and, when the profile repairs, replaced by
+//! the composite (a new lease, a new agent).
 //! Events sit in one queue ordered by `(time, seq)`; a machine's deadline is
 //! served when it is due. Every answer goes through the queue, as the real
 //! effect sides answer through their channels (`runtime-real/src/pipeline/
@@ -13,12 +18,13 @@
 
 pub mod battery;
 mod config;
+mod death;
 mod edges;
 mod host;
 pub mod model;
 mod node;
 mod oracle;
-mod replace;
+mod provision;
 mod step;
 mod worker;
 
@@ -28,7 +34,8 @@ mod worker;
 pub mod kit {
     pub use super::config::{
         PREFILL_IN_FLIGHT, agent_config, debug_head, due_once, fatal, fault_index,
-        membership_config, phase_label, prefill_chunks, repaired_label, run_input,
+        membership_config, orchestrator_config, phase_label, prefill_chunks, repaired_label,
+        repairs, run_input, run_plan,
     };
     pub use super::edges::Frame;
     pub use super::host::run_config;
@@ -37,8 +44,8 @@ pub mod kit {
     pub use super::worker::forward;
 }
 
-use config::{agent_config, fatal, membership_config, run_input};
 pub use config::{agent_id, agent_id_of, fault_names, node_id, orchestrator_id};
+use config::{fatal, run_input};
 use conformance::coverage::Coverage;
 use conformance::run::{RunCase, RunFault};
 use conformance::{RunOptions, RunOutcome, Violation};
@@ -46,12 +53,14 @@ use core_fsm::Machine as _;
 use core_fsm::agent;
 use core_fsm::digest::Digest;
 use core_fsm::ids::RunId;
-use core_fsm::pipeline;
+use core_fsm::orchestrator::Orchestrator;
 use core_fsm::time::{Duration, Instant};
+use core_fsm::{pipeline, port};
 use edges::{Conn, Frame};
 use host::HostSide;
 use node::Node;
 use oracle::RunOracle;
+use provision::ProvisionSide;
 use std::collections::BTreeMap;
 use worker::Job;
 
@@ -71,8 +80,12 @@ pub const PREFILL_PER_TOKEN: Duration = Duration::from_millis(50);
 /// Something scheduled to happen.
 #[derive(Clone, Debug)]
 enum Ev {
-    /// An input reaches the orchestrator's pipeline host.
+    /// An input reaches the orchestrator's pipeline host (through the
+    /// composite).
     Host(pipeline::Input),
+    /// An input reaches the orchestrator composite (provisioning answers,
+    /// joins, `Start`).
+    Orch(port::Input),
     /// An input reaches node `node`'s agent.
     Agent { node: u32, input: agent::Input },
     /// A worker job of node `node`'s worker life `life` ends.
@@ -87,8 +100,6 @@ enum Ev {
     Submit(u32),
     /// A dead agent's connections are noticed gone.
     ConnectionsLost(u32),
-    /// A dead node's replacement agent starts (a new identity).
-    Replace(u32),
     /// The fault phase ends: the operator stops the run.
     Heal,
 }
@@ -100,8 +111,13 @@ pub struct RunWorld<'c> {
     now: Instant,
     seq: u64,
     queue: BTreeMap<(Instant, u64), Ev>,
-    host: pipeline::Machine,
+    host: Orchestrator,
+    /// The composite's next deadline, as of its last step.
+    host_due: Option<Instant>,
     hs: HostSide,
+    ps: ProvisionSide,
+    /// Whether this orchestrator's run began.
+    begun: bool,
     nodes: Vec<Node>,
     conns: Vec<Conn>,
     oracle: RunOracle,
@@ -124,23 +140,31 @@ pub struct RunWorld<'c> {
 }
 
 impl<'c> RunWorld<'c> {
-    /// A world for `case`: every node handed off, its agent about to start.
+    /// A world for `case`: the composite about to start, no node leased.
     pub fn new(case: &'c RunCase, options: RunOptions) -> RunWorld<'c> {
         let p = &case.profile;
         let faults = config::fault_index(case);
         let stages = p.stages.max(1);
+        // Each node's agent runs once the composite's start command ran.
         let nodes: Vec<Node> = (0..stages)
-            .map(|s| Node::new(s, agent_config(s, 0), Instant::ZERO))
+            .map(|s| {
+                let mut node = Node::new(s, config::agent_config(s, 0), Instant::ZERO);
+                (node.alive, node.lost) = (false, true);
+                node
+            })
             .collect();
-        let host = pipeline::Machine::new(membership_config());
+        let host = Orchestrator::new(config::orchestrator_config(p));
         let mut world = RunWorld {
             case,
             faults,
             now: Instant::ZERO,
             seq: 0,
             queue: BTreeMap::new(),
+            host_due: host.next_deadline(),
             host,
             hs: HostSide::new(stages),
+            ps: ProvisionSide::new(stages),
+            begun: false,
             nodes,
             conns: Vec::new(),
             oracle: RunOracle::new(p, fatal(case)),
@@ -158,23 +182,9 @@ impl<'c> RunWorld<'c> {
             transcript: options.transcript.then(Vec::new),
             violation: None,
         };
-        // As `runtime-real/src/pipeline.rs` does: track every node's agent,
-        // then each agent starts its boot.
-        for s in 0..stages {
-            let track = core_fsm::membership::Input::Track {
-                node: node_id(s),
-                agent: agent_id(s),
-            };
-            world.at(Duration::ZERO, Ev::Host(pipeline::Input::Membership(track)));
-        }
-        // Then the run begins, told the liveness membership holds.
-        let begin = pipeline::Input::Begin(Box::new(host::run_config(p)));
-        world.at(Duration::ZERO, Ev::Host(begin));
-        for s in 0..stages {
-            for input in node::boot_inputs(s) {
-                world.at(Duration::ZERO, Ev::Agent { node: s, input });
-            }
-        }
+        // As `drover up` does: the composite starts; the run begins once
+        // it is settled (`maybe_begin`).
+        world.at(Duration::ZERO, Ev::Orch(port::Input::Start));
         world.at(Duration::from_millis(p.heal_at_ms), Ev::Heal);
         world
     }
@@ -211,10 +221,11 @@ impl<'c> RunWorld<'c> {
             end_ms: self.now.as_millis(),
             nodes_ready: self.oracle.done_requests(),
             nodes_failed: u32::from(matches!(
-                self.host.run().and_then(|r| r.outcome()),
+                self.the_run().and_then(|r| r.outcome()),
                 Some(Err(_))
             )),
-            ..conformance::Stats::default()
+            leases_created: self.ps.leases_created(),
+            restarts: u32::from(self.fired.contains(&RunFault::OrchestratorCrash)),
         };
         RunOutcome {
             violation: self.violation,
@@ -229,7 +240,7 @@ impl<'c> RunWorld<'c> {
     /// Serves the earliest due deadline or event; false when none is left.
     fn next_event(&mut self) -> bool {
         let queued = self.queue.keys().next().map(|(t, _)| *t);
-        let host_due = self.host.next_deadline();
+        let host_due = self.host_due;
         let node_due = self
             .nodes
             .iter()
@@ -246,7 +257,7 @@ impl<'c> RunWorld<'c> {
             (Some((due, who)), q) if q.is_none_or(|q| due <= q) => {
                 self.now = self.now.max(due);
                 match who {
-                    None => self.feed_host(pipeline::Input::Tick),
+                    None => self.feed_orch(port::Input::Tick),
                     Some(s) => self.feed_agent(s, agent::Input::Tick),
                 }
                 true
@@ -266,6 +277,10 @@ impl<'c> RunWorld<'c> {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Host(input) => self.feed_host(input),
+            Ev::Orch(input) => {
+                self.ps.delivered(&input);
+                self.feed_orch(input);
+            }
             Ev::Agent { node, input } => self.deliver_to_agent(node, input),
             Ev::Worker { node, life, job } => self.worker_done(node, life, job),
             Ev::Arrive { conn, frame } => self.arrive(conn, frame),
@@ -273,7 +288,6 @@ impl<'c> RunWorld<'c> {
             Ev::Broken { conn } => self.broken(conn),
             Ev::Submit(index) => self.submit(index),
             Ev::ConnectionsLost(node) => self.connections_lost(node),
-            Ev::Replace(node) => self.replace(node),
             Ev::Heal => {
                 self.healed = true;
                 self.release_held();
@@ -320,13 +334,25 @@ impl<'c> RunWorld<'c> {
     fn final_checks(&mut self) {
         if let Err(v) = self.oracle.check_end(
             self.nodes.iter().filter(|n| n.alive).map(|n| &n.agent),
-            &self.host,
+            self.pipeline(),
         ) {
             self.violate(v.0, v.1);
         }
-        for label in self.oracle.end_labels(&self.host) {
+        for label in self.oracle.end_labels(self.pipeline()) {
             self.coverage.labels.insert(label);
         }
+    }
+
+    /// The composite's pipeline host (it always has one here).
+    fn pipeline(&self) -> &pipeline::Machine {
+        self.host
+            .pipeline()
+            .expect("the world's composite has a pipeline host")
+    }
+
+    /// The run, once begun.
+    fn the_run(&self) -> Option<&core_fsm::run::Machine> {
+        self.pipeline().run()
     }
 
     fn record<T: std::fmt::Debug>(&mut self, who: &str, what: &T) {

@@ -9,51 +9,21 @@
 use super::HostSink;
 use crate::run::shared::Control;
 use conformance::run::RunProfile;
-use core_fsm::ids::{GroupId, LeaseId, OpId};
+use core_fsm::ids::{LeaseId, OpId};
 use core_fsm::orchestrator::Config;
-use core_fsm::plan::{ProviderKind, ReplacementPolicy, RunPlan};
 use core_fsm::port::{
     CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted,
     SshEndpoint,
 };
-use core_fsm::time::Duration;
 use driver::{Disk, DiskError};
-use sim::run_world::RUN;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The composite's config for a case: the plan of `stages` nodes, the
-/// case's seed, membership as `drover up` sets it.
-pub(crate) fn config(p: &RunProfile, seed: u64) -> Config {
-    Config {
-        plan: plan(p),
-        seed,
-        membership: Some(sim::run_world::kit::membership_config()),
-    }
-}
-
-/// The run plan: group `w`, one node per stage, on the Vast-like
-/// provider; a repairing profile replaces a failed node (`Bounded`, its
-/// backoff the profile's `replace_ms`), any other never does.
-pub(crate) fn plan(p: &RunProfile) -> RunPlan {
-    let mut plan = RunPlan::local(p.stages.max(1));
-    plan.run_id = RUN;
-    let group = &mut plan.groups[0];
-    group.group_id = GroupId::from("w");
-    group.provider = ProviderKind::Vastai;
-    group.boot.timeouts = sim::plan::timeouts();
-    plan.replacement = if p.repairs > 0 && p.replace_ms > 0 {
-        let base = Duration::from_millis(p.replace_ms);
-        ReplacementPolicy::Bounded {
-            attempts_max: 2 * p.repairs + 2,
-            backoff_base: base,
-            backoff_max: base,
-            quarantine_after_failures: u32::MAX,
-        }
-    } else {
-        ReplacementPolicy::None
-    };
-    plan
+/// The composite's config for a case: tier 1's (`kit::orchestrator_config`:
+/// the plan of `stages` nodes of group `w`, membership as `drover up` sets
+/// it, `Bounded` replacement when the case repairs).
+pub(crate) fn config(p: &RunProfile) -> Config {
+    sim::run_world::kit::orchestrator_config(p)
 }
 
 /// Where lease `contract` answers SSH.

@@ -1,10 +1,14 @@
-//! A node's death and its replacement: its connections are noticed gone
-//! after `conn_loss_ms`; with `replace_ms`, a new agent (a new identity)
-//! takes the node over, as `bounded` replacement brings one.
+//! A node's death and the orchestrator's crash. A dead agent stops
+//! heartbeating and its connections are noticed gone after
+//! `conn_loss_ms`; the composite's membership finds it Dead, fails the node
+//! and, under `Bounded`, replaces it through the provisioning side
+//! (`provision.rs`). A crashed orchestrator is restored from its journal and
+//! the live agents rejoin it.
 
 use super::edges::End;
 use super::node::{Node, boot_inputs};
 use super::{Ev, RunWorld};
+use core_fsm::port::Input;
 use core_fsm::time::Duration;
 
 impl RunWorld<'_> {
@@ -16,40 +20,20 @@ impl RunWorld<'_> {
         node.worker = None;
         node.life += 1;
         node.pending.clear();
+        self.ps.agent_died(s);
         let loss = Duration::from_millis(self.case.profile.conn_loss_ms);
         self.at(loss, Ev::ConnectionsLost(s));
-        let replace = self.case.profile.replace_ms;
-        if replace > 0 {
-            self.at(Duration::from_millis(replace), Ev::Replace(s));
-        }
     }
 
-    /// Node `s`'s replacement: a new agent (a new identity) on a new
-    /// lease, handed off, as `bounded` replacement brings it. What was on
-    /// its way to the dead agent never reaches it.
-    pub(super) fn replace(&mut self, s: u32) {
+    /// Before node `s`'s new agent starts: the old one's connections are
+    /// gone, and what was on its way to it never reaches it.
+    pub(super) fn retire(&mut self, s: u32) {
         if !self.nodes[s as usize].lost {
             self.connections_lost(s);
         }
         self.forget_agent(s);
         self.queue
             .retain(|_, ev| !matches!(ev, Ev::ConnectionsLost(node) if *node == s));
-        let generation = self.nodes[s as usize].generation + 1;
-        let mut node = Node::new(s, super::config::agent_config(s, generation), self.now);
-        node.generation = generation;
-        self.nodes[s as usize] = node;
-        self.note(&format!("world: node {s}'s replacement agent starts"));
-        let track = core_fsm::membership::Input::Track {
-            node: super::node_id(s),
-            agent: super::agent_id_of(s, generation),
-        };
-        self.at(
-            Duration::ZERO,
-            Ev::Host(core_fsm::pipeline::Input::Membership(track)),
-        );
-        for input in boot_inputs(s) {
-            self.at(Duration::ZERO, Ev::Agent { node: s, input });
-        }
     }
 
     pub(super) fn connections_lost(&mut self, s: u32) {
@@ -82,7 +66,7 @@ impl RunWorld<'_> {
     /// The orchestrator crashes when the run first reaches a planned phase.
     pub(super) fn maybe_crash(&mut self) {
         use conformance::run::RunFault;
-        let phase = match self.host.run().map(|r| r.phase()) {
+        let phase = match self.the_run().map(|r| r.phase()) {
             Some(core_fsm::run::Phase::AwaitingReadiness(_)) => 0,
             Some(core_fsm::run::Phase::Acknowledging(_)) => 1,
             Some(core_fsm::run::Phase::LoadingWeights { .. }) => 2,
@@ -101,21 +85,29 @@ impl RunWorld<'_> {
     }
 
     /// `drover up` is killed and started again on the same state dir: what
-    /// was on its way to it and its clients' connections are lost; every
-    /// live agent's control connection breaks, and each rejoins the new
-    /// process, which tracks it and begins the run again; the agent's first
-    /// Pipeline frame on its new connection restarts its pipeline side
-    /// (`transport/agent.rs`), so each starts afresh under its identity.
+    /// was on its way to it and its clients' connections are lost; the new
+    /// composite is restored from the journal and started; every live
+    /// agent's control connection breaks, and each rejoins the new process
+    /// with its binding (its node and lease), which membership tracks; the
+    /// run begins again once the composite is settled (`maybe_begin`). The
+    /// agent's first Pipeline frame on its new connection restarts its
+    /// pipeline side (`transport/agent.rs`), so each starts afresh under its
+    /// identity.
     fn crash_orchestrator(&mut self) {
         const REJOIN: Duration = Duration::from_secs(1);
         self.oracle.orchestrator_crashed();
         self.queue
-            .retain(|_, ev| !matches!(ev, Ev::Host(_) | Ev::Submit(_)));
+            .retain(|_, ev| !matches!(ev, Ev::Host(_) | Ev::Orch(_) | Ev::Submit(_)));
         self.close_conns_of(End::Orch);
         let stages = self.nodes.len() as u32;
-        self.host = core_fsm::pipeline::Machine::new(super::config::membership_config());
+        let config = super::config::orchestrator_config(&self.case.profile);
+        self.host = core_fsm::orchestrator::Orchestrator::restore(config, &self.ps.journal);
+        self.host_due = core_fsm::Machine::next_deadline(&self.host);
+        self.ps.crashed();
+        self.begun = false;
         self.hs = super::host::HostSide::resumed(stages, &self.hs);
-        let mut tracked = Vec::new();
+        self.note("world: the orchestrator restarts from its journal; the live agents rejoin it");
+        self.at(Duration::ZERO, Ev::Orch(Input::Start));
         for s in 0..stages {
             if !self.nodes[s as usize].alive {
                 continue;
@@ -129,23 +121,14 @@ impl RunWorld<'_> {
             node.generation = generation;
             node.incarnation = incarnation;
             self.nodes[s as usize] = node;
-            tracked.push((s, super::agent_id_of(s, generation)));
-        }
-        self.note("world: the orchestrator restarts; the live agents rejoin it");
-        for (s, agent) in &tracked {
-            let track = core_fsm::membership::Input::Track {
-                node: super::node_id(*s),
-                agent: agent.clone(),
-            };
-            self.at(
-                REJOIN,
-                Ev::Host(core_fsm::pipeline::Input::Membership(track)),
-            );
-        }
-        let begin =
-            core_fsm::pipeline::Input::Begin(Box::new(super::host::run_config(&self.case.profile)));
-        self.at(REJOIN, Ev::Host(begin));
-        for (s, _) in tracked {
+            if let Some(lease_id) = self.ps.lease_of(s).cloned() {
+                let rejoin = Input::AgentJoined {
+                    node: super::node_id(s),
+                    lease_id,
+                    agent: super::agent_id_of(s, generation),
+                };
+                self.at(REJOIN, Ev::Orch(rejoin));
+            }
             for input in boot_inputs(s) {
                 self.at(REJOIN, Ev::Agent { node: s, input });
             }
