@@ -143,3 +143,27 @@ fn a_dead_node_is_replaced_by_the_composite_on_a_new_lease() {
     }
     assert_eq!(outcome.stats.leases_created as usize, starts.len());
 }
+
+#[test]
+fn requests_still_queued_when_the_fault_phase_ends_are_served_before_the_stop() {
+    // Seed 3958 of `run-repair`: three repairs and a slow stage leave a
+    // request queued when the fault phase ends. The operator's stop waits
+    // for it (liveness: every queued request completes), where it used to
+    // fault it with `Shutdown` (RW10).
+    let case = generate_run(RunScenario::Repair, 3958);
+    let options = conformance::RunOptions { transcript: true };
+    let outcome = battery::run_case(&case, options);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    let waited = outcome
+        .transcript
+        .iter()
+        .position(|l| l.contains("the fault phase ends; requests still wait"));
+    let stopped = outcome
+        .transcript
+        .iter()
+        .position(|l| l.contains("every client has its answer; the operator stops"));
+    assert!(
+        waited.is_some() && stopped > waited,
+        "the stop came after the last answer"
+    );
+}

@@ -308,12 +308,17 @@ impl Supervisor {
                 }
                 let mut w = self.shared.lock();
                 w.healed = true;
-                if w.ended_at.is_none() {
+                // As tier 1: requests still queued complete first (the
+                // operator stops once every client has its answer).
+                if w.ended_at.is_none() && w.oracle.all_answered() {
                     w.note(
                         now,
                         "world: the fault phase ends; the operator stops the run",
                     );
                     w.to_host(pipeline::Input::Run(run::Input::Shutdown));
+                } else if w.ended_at.is_none() {
+                    let line = "world: the fault phase ends; requests still wait for their answers";
+                    w.note(now, line);
                 }
             }
         }

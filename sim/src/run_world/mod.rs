@@ -291,12 +291,17 @@ impl<'c> RunWorld<'c> {
             Ev::Heal => {
                 self.healed = true;
                 self.release_held();
-                if self.ended_at.is_none() {
+                // Liveness: the requests still queued complete first (the
+                // operator stops once every client has its answer, RW8
+                // bounds the wait); with none waiting, the stop is now.
+                if self.ended_at.is_none() && self.oracle.all_answered() {
                     self.note("world: the fault phase ends; the operator stops the run");
                     self.at(
                         Duration::ZERO,
                         Ev::Host(run_input(core_fsm::run::Input::Shutdown)),
                     );
+                } else if self.ended_at.is_none() {
+                    self.note("world: the fault phase ends; requests still wait for their answers");
                 }
             }
         }
