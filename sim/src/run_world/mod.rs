@@ -360,7 +360,9 @@ impl<'c> RunWorld<'c> {
         self.pipeline().run()
     }
 
-    fn record<T: std::fmt::Debug>(&mut self, who: &str, what: &T) {
+    /// Digests `what`; with a transcript, writes it as `who`'s (formatted
+    /// only then).
+    fn record<T: std::fmt::Debug>(&mut self, who: impl std::fmt::Display, what: &T) {
         self.digest.update_debug(what);
         if let Some(t) = self.transcript.as_mut() {
             t.push(format!("{:>8} {who} {what:?}", self.now.as_millis()));

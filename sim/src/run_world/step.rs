@@ -81,7 +81,7 @@ impl RunWorld<'_> {
     }
 
     pub(super) fn feed_agent(&mut self, node: u32, input: agent::Input) {
-        self.record(&format!("agent {node} <-"), &input);
+        self.record(format_args!("agent {node} <-"), &input);
         let now = self.now;
         let agent = &mut self.nodes[node as usize].agent;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -94,7 +94,7 @@ impl RunWorld<'_> {
                 let n = &self.nodes[node as usize];
                 let life = (node, n.generation, n.incarnation, n.agent.reprovisions());
                 for effect in effects {
-                    self.record(&format!("agent {node} ->"), &effect);
+                    self.record(format_args!("agent {node} ->"), &effect);
                     if let Err(v) = self.oracle.agent_effect(life, &effect) {
                         self.violate(v.0, v.1);
                         return;
