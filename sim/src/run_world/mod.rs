@@ -337,6 +337,10 @@ impl<'c> RunWorld<'c> {
 
     /// After the run ended and the world drained: RW1 and RW7.
     fn final_checks(&mut self) {
+        if let Some(id) = self.ps.replaced_standing() {
+            let what = format!("{id} was replaced, yet never destroyed");
+            return self.violate("RW11", what);
+        }
         if let Err(v) = self.oracle.check_end(
             self.nodes.iter().filter(|n| n.alive).map(|n| &n.agent),
             self.pipeline(),

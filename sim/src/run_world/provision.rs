@@ -6,8 +6,9 @@
 //! persists is kept for its restarts.
 //!
 //! RW11 is judged here: a lease the composite was told is destroyed is never
-//! destroyed again, and a lease whose agent died never carries another (a
-//! dead node's replacement runs on a new lease).
+//! destroyed again, a lease whose agent died never carries another (a
+//! dead node's replacement runs on a new lease), and at the end a replaced
+//! lease stands no more.
 
 use super::node::{Node, boot_inputs};
 use super::{Ev, RunWorld, agent_id_of, node_id};
@@ -86,6 +87,22 @@ impl ProvisionSide {
     /// The lease stage `s`'s latest agent runs on.
     pub fn lease_of(&self, s: u32) -> Option<&LeaseId> {
         self.lease_of.get(s as usize)?.as_ref()
+    }
+
+    /// RW11's end: a lease another lease of its node replaced that still
+    /// stands (each replaced lease is destroyed, exactly once with the
+    /// check in `destroy`).
+    pub fn replaced_standing(&self) -> Option<&LeaseId> {
+        let newest = |stage: u32| {
+            (self.leases.values())
+                .filter(|l| l.stage == stage)
+                .map(|l| l.facts.contract_id.parse::<u32>().unwrap_or(0))
+                .max()
+        };
+        self.leases.iter().find_map(|(id, l)| {
+            let contract = l.facts.contract_id.parse::<u32>().unwrap_or(0);
+            (!l.destroyed && newest(l.stage) > Some(contract)).then_some(id)
+        })
     }
 
     /// Stage `s`'s agent died: its lease carries no other (RW11).
