@@ -340,6 +340,21 @@ impl Supervisor {
         if let Err((id, what)) = w.oracle.check_end(live.iter(), &host) {
             w.violate(id, what);
         }
+        // RW11's end (as tier 1): a lease a newer lease of its node
+        // replaced stands no more.
+        let newest = |stage: u32| {
+            (w.leases.values())
+                .filter(|(s, _, _)| *s == stage)
+                .map(|(_, facts, _)| facts.contract_id.parse::<u64>().unwrap_or(0))
+                .max()
+        };
+        let standing = w.leases.iter().find_map(|(id, (stage, facts, destroyed))| {
+            let contract = facts.contract_id.parse::<u64>().unwrap_or(0);
+            (!destroyed && newest(*stage) > Some(contract)).then(|| id.clone())
+        });
+        if let Some(id) = standing {
+            w.violate("RW11", format!("{id} was replaced, yet never destroyed"));
+        }
         for label in w.oracle.end_labels(&host) {
             w.coverage.labels.insert(label);
         }
