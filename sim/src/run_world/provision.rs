@@ -21,6 +21,21 @@ use core_fsm::time::Duration;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The facts of the lease the happy-path provider grants `request` as its
+/// contract `contract` (`vastai:{contract}` on `host-{contract}`); both
+/// tiers' run worlds grant these.
+pub fn lease_facts(request: &core_fsm::port::CreateLeaseRequest, contract: u32) -> LeaseFacts {
+    LeaseFacts {
+        provider: request.provider,
+        lease_id: LeaseId::new(format!("vastai:{contract}")),
+        contract_id: contract.to_string(),
+        offer_id: None,
+        host_id: Some(format!("host-{contract}")),
+        nonce: request.nonce,
+        metadata: BTreeMap::new(),
+    }
+}
+
 /// How long the provider or the SSH host takes to answer.
 const ANSWER: Duration = Duration::from_millis(3);
 
@@ -136,15 +151,7 @@ impl RunWorld<'_> {
                 };
                 self.ps.contracts += 1;
                 let contract = self.ps.contracts;
-                let facts = Arc::new(LeaseFacts {
-                    provider: request.provider,
-                    lease_id: LeaseId::new(format!("vastai:{contract}")),
-                    contract_id: contract.to_string(),
-                    offer_id: None,
-                    host_id: Some(format!("host-{contract}")),
-                    nonce: request.nonce,
-                    metadata: BTreeMap::new(),
-                });
+                let facts = Arc::new(lease_facts(&request, contract));
                 let endpoint = SshEndpoint {
                     host: format!("10.0.{}.{}", contract / 250, contract % 250).into(),
                     port: 22,

@@ -12,11 +12,9 @@ use conformance::run::RunProfile;
 use core_fsm::ids::{LeaseId, OpId};
 use core_fsm::orchestrator::Config;
 use core_fsm::port::{
-    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseFacts, LeaseGranted,
-    SshEndpoint,
+    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseGranted, SshEndpoint,
 };
 use driver::{Disk, DiskError};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The composite's config for a case: tier 1's (`kit::orchestrator_config`:
@@ -102,15 +100,7 @@ impl HostSink {
     fn create(&self, op: OpId, request: &CreateLeaseRequest) -> Input {
         let mut w = self.shared.lock();
         let contract = 1000 + w.leases.len();
-        let facts = LeaseFacts {
-            provider: request.provider,
-            lease_id: LeaseId::new(format!("vastai:{contract}")),
-            contract_id: contract.to_string(),
-            offer_id: None,
-            host_id: Some(format!("host-{contract}")),
-            nonce: request.nonce,
-            metadata: BTreeMap::new(),
-        };
+        let facts = sim::run_world::kit::lease_facts(request, contract as u32);
         let stage = w.stage_of(&request.node).unwrap_or(u32::MAX);
         w.leases
             .insert(facts.lease_id.clone(), (stage, facts.clone(), false));
