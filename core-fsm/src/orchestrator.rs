@@ -234,14 +234,6 @@ impl Orchestrator {
         self.nodes.get(&self.slot_of(id)?)
     }
 
-    /// The stage of a live bootstrap session, if it exists.
-    pub fn session_stage(&self, id: SessionId) -> Option<bootstrap::Step> {
-        self.sessions
-            .values()
-            .find(|s| s.id == id)
-            .map(|s| s.machine.stage())
-    }
-
     /// Every node is Dormant, Failed or Destroyed, or Destroying with its
     /// automatic retries spent (the failure is in `destroy_error`; another
     /// `Destroy` or `Teardown` tries again), and nothing is in flight.
@@ -284,11 +276,6 @@ impl Orchestrator {
     /// Ignored inputs, by why.
     pub fn counters(&self) -> &Counters {
         &self.counters
-    }
-
-    /// Operations issued and not yet answered (abandoned ones included).
-    pub fn pending_ops(&self) -> usize {
-        self.routes.len()
     }
 
     /// The slot of node `index` of a planned group.

@@ -1,7 +1,7 @@
 //! Dot products on encoded blocks: the detected SIMD kernels against the
 //! portable ones, and both against the dot product of the decoded rows.
 
-use workers::kernels::Kernels;
+use workers::kernels::{Kernels, Matrix};
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
@@ -99,6 +99,16 @@ fn q8_0_activations_round_half_to_even_like_ggml() {
 }
 
 /// A `rows × cols` weight matrix of `ty` with values from `rng`.
+/// `data` as a `rows` × `cols` matrix of `ty`.
+fn matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Matrix<'_> {
+    Matrix {
+        ty,
+        rows,
+        cols,
+        data,
+    }
+}
+
 fn matrix_bytes(rng: &mut SplitMix64, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let w: Vec<f32> = row(rng, rows * cols, 1.0);
     w.chunks_exact(cols)
@@ -117,7 +127,7 @@ fn cols_for(ty: GgmlType) -> usize {
 
 #[test]
 fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
-    use workers::kernels::{Encoded, Matrix, matmul};
+    use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(3);
     for kernels in kernel_sets() {
         for ty in WEIGHT_TYPES {
@@ -136,12 +146,7 @@ fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
             ] {
                 let cols = cols_for(ty);
                 let data = matrix_bytes(&mut rng, ty, rows, cols);
-                let m = Matrix {
-                    ty,
-                    rows,
-                    cols,
-                    data: &data,
-                };
+                let m = matrix(ty, rows, cols, &data);
                 let x = row(&mut rng, n * cols, 2.0);
                 let mut batched = vec![0f32; n * rows];
                 matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
@@ -166,17 +171,12 @@ fn a_batched_product_equals_one_row_at_a_time_bit_for_bit() {
 
 #[test]
 fn a_batched_product_is_close_to_the_portable_one() {
-    use workers::kernels::{Encoded, Matrix, matmul};
+    use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(8);
     for ty in WEIGHT_TYPES {
         let (rows, n, cols) = (37, 11, cols_for(ty));
         let data = matrix_bytes(&mut rng, ty, rows, cols);
-        let m = Matrix {
-            ty,
-            rows,
-            cols,
-            data: &data,
-        };
+        let m = matrix(ty, rows, cols, &data);
         let x = row(&mut rng, n * cols, 2.0);
         let encoded = Encoded::new(ty, &x, cols);
         let mut portable = vec![0f32; n * rows];
@@ -279,7 +279,7 @@ fn products_sharing_activations_equal_each_product_alone() {
 
 #[test]
 fn decoding_long_q0_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
-    use workers::kernels::{Encoded, Matrix, matmul};
+    use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(55);
     for kernels in kernel_sets() {
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
@@ -297,12 +297,7 @@ fn decoding_long_q0_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             ] {
                 let cols = 32 * blocks;
                 let data = matrix_bytes(&mut rng, ty, rows, cols);
-                let m = Matrix {
-                    ty,
-                    rows,
-                    cols,
-                    data: &data,
-                };
+                let m = matrix(ty, rows, cols, &data);
                 let n = 3;
                 let x = row(&mut rng, n * cols, 2.0);
                 let mut batched = vec![0f32; n * rows];
