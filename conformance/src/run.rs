@@ -61,15 +61,21 @@ pub enum RunFault {
     /// the pipeline host's `Kill`) at its `arg`-th step.
     OperatorKill,
     /// The orchestrator crashes, and `drover up` is started again, when the
-    /// run first reaches phase `target` (0 readiness, 1 acknowledgement,
-    /// 2 weight loading, 3 stage readiness, 4 prompt opening, 5 serving a
-    /// request).
+    /// run first reaches phase `target` (see [`crash_point`]).
     OrchestratorCrash,
+    /// The `target`-th lease create of a replacement (all stages, counted
+    /// from 0) fails: `arg` 0 answers `Transient` (nothing was created),
+    /// 1 answers `Ambiguous` though the lease was created, 2 answers
+    /// `Rejected` (the provider refuses, say, no offer fits).
+    ReplacementCreateFails,
+    /// The start command of the `target`-th replacement lease's bootstrap
+    /// (all stages, counted from 0) exits 1: no agent starts on it.
+    ReplacementBootFails,
 }
 
 impl RunFault {
     /// Every run fault, in a fixed order.
-    pub const ALL: [RunFault; 20] = [
+    pub const ALL: [RunFault; 22] = [
         RunFault::WorkerCrashLoad,
         RunFault::WorkerCrashStep,
         RunFault::StepFails,
@@ -90,6 +96,8 @@ impl RunFault {
         RunFault::ClientDisconnects,
         RunFault::OperatorKill,
         RunFault::OrchestratorCrash,
+        RunFault::ReplacementCreateFails,
+        RunFault::ReplacementBootFails,
     ];
 
     /// The fault's name in traces, profiles and coverage.
@@ -115,6 +123,8 @@ impl RunFault {
             RunFault::ClientDisconnects => "client-disconnects",
             RunFault::OperatorKill => "operator-kill",
             RunFault::OrchestratorCrash => "orchestrator-crash",
+            RunFault::ReplacementCreateFails => "replacement-create-fails",
+            RunFault::ReplacementBootFails => "replacement-boot-fails",
         }
     }
 
@@ -141,6 +151,12 @@ impl RunFault {
             RunFault::ClientDisconnects => "client: disconnects mid-stream",
             RunFault::OperatorKill => "operator: kills a stage's agent mid-request (a drill)",
             RunFault::OrchestratorCrash => "orchestrator: crashes in a run phase and restarts",
+            RunFault::ReplacementCreateFails => {
+                "provider: a replacement's lease create fails (transient, ambiguous or refused)"
+            }
+            RunFault::ReplacementBootFails => {
+                "ssh: a replacement's start command fails, so no agent starts on its lease"
+            }
         }
     }
 
@@ -163,6 +179,15 @@ impl RunFault {
         )
     }
 
+    /// Whether the fault strikes the provisioning of a dead node's
+    /// replacement: only a run that repairs reaches it.
+    pub fn is_replacement(self) -> bool {
+        matches!(
+            self,
+            RunFault::ReplacementCreateFails | RunFault::ReplacementBootFails
+        )
+    }
+
     /// Whether the fault, once injected, ends a run that does not repair
     /// (a lost stage fails it). At most one per case, so every fault a
     /// case enables is reached.
@@ -181,6 +206,24 @@ impl RunFault {
                 | RunFault::AgentDiesMidRequest
                 | RunFault::OperatorKill
         )
+    }
+}
+
+/// The `target` of an [`RunFault::OrchestratorCrash`] that strikes when
+/// the run is in `phase`: 0 readiness, 1 acknowledgement, 2 weight loading,
+/// 3 stage readiness, 4 prompt opening, 5 serving a request, 6 repairing
+/// (a replacement on its way, or a stage rebuilt).
+pub fn crash_point(phase: &core_fsm::run::Phase) -> Option<u32> {
+    use core_fsm::run::Phase;
+    match phase {
+        Phase::AwaitingReadiness(_) => Some(0),
+        Phase::Acknowledging(_) => Some(1),
+        Phase::LoadingWeights { .. } => Some(2),
+        Phase::AwaitingStageReady(_) => Some(3),
+        Phase::OpeningPrompt { .. } => Some(4),
+        Phase::Serving(s) if s.active.is_some() => Some(5),
+        Phase::Repairing(_) => Some(6),
+        _ => None,
     }
 }
 

@@ -38,6 +38,19 @@ pub struct Config {
     /// orchestrator itself was not listening (starved, paused), and no
     /// member's silence counts that time (M9).
     pub late_slack: Duration,
+    /// How much longer than a tracked agent an expected one (an agent the
+    /// journal says a restored node was handed to) may stay silent: the
+    /// time a live agent may take to notice its old connection is gone and
+    /// dial the restarted orchestrator again (`drover up`: the connections'
+    /// 10 s idle timeout, then the agents' longest wait between dials, 5 s).
+    #[serde(default = "Config::default_rejoin_grace")]
+    pub rejoin_grace: Duration,
+}
+
+impl Config {
+    fn default_rejoin_grace() -> Duration {
+        Duration::from_secs(15)
+    }
 }
 
 impl Default for Config {
@@ -48,6 +61,7 @@ impl Default for Config {
             members_max: 1024,
             buried_max: 4096,
             late_slack: Duration::from_secs(1),
+            rejoin_grace: Config::default_rejoin_grace(),
         }
     }
 }
@@ -117,6 +131,17 @@ pub enum Input {
         /// The logical node.
         node: LogicalNodeId,
         /// The agent that joined for it.
+        agent: AgentId,
+    },
+    /// A restored node's agent, not heard from since the orchestrator
+    /// restarted: Suspect from now (its first heartbeat makes it Alive),
+    /// Dead after `dead_after` plus `rejoin_grace` of silence. An agent
+    /// that never comes back is found Dead, as a silent tracked one is;
+    /// one that rejoins is tracked already.
+    Expect {
+        /// The logical node.
+        node: LogicalNodeId,
+        /// The agent the journal says the node was handed to.
         agent: AgentId,
     },
     /// The agent `agent` says it is there.

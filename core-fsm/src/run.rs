@@ -251,6 +251,9 @@ pub struct Machine {
     /// What a repair carries to the serving after it: `Some` from a
     /// repair's start until serving resumes (RN19).
     carry: Option<Carry>,
+    /// Whether the prompt service was opened (it stays open through
+    /// repairs; a repair during startup opens it after the rebuild).
+    prompt_open: bool,
 }
 
 impl Machine {
@@ -277,6 +280,7 @@ impl Machine {
             next_op: crate::ids::Counter::starting_at(1),
             repairs: 0,
             carry: None,
+            prompt_open: false,
         })
     }
 

@@ -16,6 +16,7 @@ fn config() -> Config {
         // These scripts tick sparsely on purpose; the lateness credit (M9)
         // has its own test.
         late_slack: Duration::from_secs(3_600),
+        rejoin_grace: Duration::from_millis(2_000),
     }
 }
 
@@ -37,6 +38,7 @@ fn show_input(input: &Input) -> String {
     match input {
         Input::Tick => "Tick".into(),
         Input::Track { node, agent } => format!("Track {node} {agent}"),
+        Input::Expect { node, agent } => format!("Expect {node} {agent}"),
         Input::Heartbeat { node, agent } => format!("Heartbeat {node} {agent}"),
         Input::Forget { node } => format!("Forget {node}"),
         Input::ConnectionLost { node, agent } => format!("ConnectionLost {node} {agent}"),
@@ -99,6 +101,44 @@ fn alive_suspect_revived_then_dead_for_good() {
     insta::assert_snapshot!(transcript(script));
 }
 
+fn expect(node: &str, agent: &str) -> Input {
+    Input::Expect {
+        node: LogicalNodeId::from(node),
+        agent: AgentId::from(agent),
+    }
+}
+
+#[test]
+fn an_expected_agent_is_suspect_until_heard_and_dead_after_the_grace() {
+    // A restarted orchestrator expects each restored node's agent: Suspect
+    // (not heard since the restart) until its first heartbeat. a0 never
+    // comes back: Dead after dead_after (3 s) plus rejoin_grace (2 s). a1
+    // rejoins (its track is a duplicate) and its heartbeat makes it Alive.
+    let script = vec![
+        (0, expect("workers-0", "a0")),
+        (0, expect("workers-1", "a1")),
+        (1_500, track("workers-1", "a1")),
+        (1_600, beat("workers-1", "a1")),
+        (2_400, beat("workers-1", "a1")),
+        (3_200, beat("workers-1", "a1")),
+        (4_000, beat("workers-1", "a1")),
+        (4_999, Input::Tick),
+        (4_999, beat("workers-1", "a1")),
+        (5_000, Input::Tick),
+        (5_100, beat("workers-0", "a0")),
+    ];
+    let text = transcript(script);
+    assert!(
+        text.contains(
+            "t=0     Expect workers-0 a0\n        members: workers-0=Suspect(a0, last=0)"
+        )
+    );
+    assert!(text.contains("t=1600  Heartbeat workers-1 a1\n        members: workers-0=Suspect(a0, last=0) workers-1=Alive(a1, last=1600)\n        => workers-1 (a1) is Alive"));
+    assert!(text.contains("t=4999  Tick\n        members: workers-0=Suspect(a0, last=0)"));
+    assert!(text.contains("t=5000  Tick\n        members: workers-0=Dead(a0)"));
+    insta::assert_snapshot!(text);
+}
+
 #[test]
 fn identities_unknown_nodes_capacity_and_forget() {
     let script = vec![
@@ -148,7 +188,7 @@ proptest! {
     /// identity is reported Dead it is never reported again, whatever its
     /// node went through since (re-track, another identity, forget).
     #[test]
-    fn deterministic_and_death_is_sticky(steps in prop::collection::vec((0u64..800, 0u8..4, 0u8..3, 0u8..2), 0..60)) {
+    fn deterministic_and_death_is_sticky(steps in prop::collection::vec((0u64..800, 0u8..5, 0u8..3, 0u8..2), 0..60)) {
         let script: Vec<(u64, Input)> = steps
             .iter()
             .scan(0u64, |t, (dt, kind, node, agent)| {
@@ -159,6 +199,7 @@ proptest! {
                     0 => Input::Tick,
                     1 => track(&node, &agent),
                     2 => beat(&node, &agent),
+                    3 => expect(&node, &agent),
                     _ => Input::Forget { node: LogicalNodeId::new(node) },
                 };
                 Some((*t, input))

@@ -311,3 +311,42 @@ fn a_repairs_repeated_stop_and_close_reports_are_ignored_and_counted() {
     assert!(matches!(m.phase(), Phase::Repairing(_)), "{:?}", m.phase());
     assert_eq!(m.ignored().duplicate, before + 2);
 }
+
+#[test]
+fn a_node_dead_at_the_barrier_waits_for_its_replacement_then_the_service_opens() {
+    // A restarted orchestrator: node 1's agent is expected (Suspect) and
+    // never comes back. With a repair allowed, the barrier waits for the
+    // node's replacement instead of failing the run; the rebuilt pipeline
+    // then opens the prompt service, which was never open.
+    let mut script = vec![
+        (0, alive(0)),
+        (0, alive(2)),
+        (0, liveness(1, Liveness::Suspect)),
+        (1, ready(0)),
+        (1, ready(2)),
+        (15, liveness(1, Liveness::Dead)),
+    ];
+    script.extend(replacement(200));
+    script.extend(rebuild(210));
+    script.push((230, opened()));
+    script.extend([(240, submit(1, 2)), (241, token(1, 0, false))]);
+    let mut m = Machine::new(repairing_config(1), Instant(0)).expect("plannable");
+    let text = drive(&mut m, script.clone());
+    assert!(matches!(m.phase(), Phase::Serving(_)), "{:?}", m.phase());
+    assert_eq!(m.repairs(), 1);
+    assert!(text.contains("Repairing { cause: NodeDead { node: workers-1, during: Readiness }, repair: 1, request: None }"), "{text}");
+    assert_eq!(text.matches("OpenPromptService").count(), 1, "{text}");
+    assert!(
+        text.contains("Repaired { repair: 1, resumed: None }"),
+        "{text}"
+    );
+    // Without a repair (policy `none`), the same death fails the run.
+    let mut none = Machine::new(repairing_config(0), Instant(0)).expect("plannable");
+    drive(&mut none, script[..6].to_vec());
+    assert!(
+        matches!(none.phase(), Phase::Failed(_)),
+        "{:?}",
+        none.phase()
+    );
+    insta::assert_snapshot!(text);
+}

@@ -26,10 +26,11 @@ pub use control::{ControlConfig, ControlPlane};
 use anyhow::{Context, Result, bail};
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::port::JoinBinding;
-use iroh::endpoint::{Endpoint, RelayMode, VarInt, presets};
+use iroh::endpoint::{Endpoint, IdleTimeout, QuicTransportConfig, RelayMode, VarInt, presets};
 use iroh::{EndpointAddr, EndpointId, SecretKey};
 use std::fmt;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// QUIC close code: the agent is done (after a `Shutdown`).
 pub const CLOSE_DONE: VarInt = VarInt::from_u32(0);
@@ -192,15 +193,38 @@ pub fn parse_addr(text: &str) -> Result<EndpointAddr> {
     Ok(addr)
 }
 
+/// How long a connection may stay silent before it is taken for dead; both
+/// ends send keep-alives each [`KEEP_ALIVE`]. An agent whose orchestrator
+/// was killed (no close reached it) notices within this and dials again,
+/// so a restarted `up` adopts it soon after (QUIC's default is 30 s).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Keep-alive period of every connection (see [`IDLE_TIMEOUT`]).
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// How long after a restarted `up` starts a live agent may take to rejoin
+/// it: its old connection's idle timeout, then its longest wait between
+/// dials ([`agent::BACKOFF_MAX`]). A restarted `up` holds a restored
+/// node's agent Dead only after this more than `dead_after` of silence.
+pub const REJOIN_WITHIN: Duration =
+    Duration::from_secs(IDLE_TIMEOUT.as_secs() + agent::BACKOFF_MAX.as_secs());
+
 /// An iroh endpoint for drover: relays and address lookup off (peers are
-/// reached on the direct addresses they are given), one IP socket at `bind`.
+/// reached on the direct addresses they are given), one IP socket at `bind`,
+/// connections kept alive and timed out as [`IDLE_TIMEOUT`] says.
 pub(crate) async fn build_endpoint(
     key: SecretKey,
     bind: SocketAddr,
     alpns: Vec<Vec<u8>>,
 ) -> Result<Endpoint> {
+    let idle = IdleTimeout::try_from(IDLE_TIMEOUT).context("the idle timeout")?;
+    let transport = QuicTransportConfig::builder()
+        .keep_alive_interval(KEEP_ALIVE)
+        .max_idle_timeout(Some(idle))
+        .build();
     let endpoint = Endpoint::builder(presets::Minimal)
         .secret_key(key)
+        .transport_config(transport)
         .relay_mode(RelayMode::Disabled)
         .clear_address_lookup()
         .clear_ip_transports()

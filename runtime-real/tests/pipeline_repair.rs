@@ -10,7 +10,6 @@
 mod up_support;
 
 use std::io::Read;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use up_support::*;
@@ -20,59 +19,20 @@ const REPAIR: Duration = Duration::from_secs(90);
 const EXIT: Duration = Duration::from_secs(90);
 const PROMPT: &str = "Once upon a time";
 
-fn repair_plan(dir: &Path) -> std::path::PathBuf {
-    let text = format!(
-        "{}\n[replacement]\npolicy = \"bounded\"\nattempts_max = 3\nbackoff_base = \"100ms\"\n\
-         backoff_max = \"1s\"\nquarantine_after_failures = 10\n",
-        pipeline_plan_text(3, "true", "")
-    );
-    let path = dir.join("plan.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The processes of the local node whose lease is `lease` (`local:N` runs
-/// in `<state>/nodes/N`): its agent, its node process, its worker.
-fn node_processes(state: &Path, lease: &str) -> Vec<u32> {
-    processes_named(state, lease, &["drover-agent", "drover", "drover-worker"])
-}
-
-/// The processes called one of `names` of the local node of `lease`.
-fn processes_named(state: &Path, lease: &str, names: &[&str]) -> Vec<u32> {
-    let n = lease.trim_start_matches("local:");
-    let folder = std::fs::canonicalize(state.join("nodes").join(n)).unwrap();
-    names
-        .iter()
-        .copied()
-        .flat_map(|name| processes(state, name))
-        .filter(|(_, cwd)| *cwd == folder)
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
 #[test]
 fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_text() {
-    let dir = scratch("pipe-repair");
-    let state = dir.join("state");
-    let plan = repair_plan(&dir);
-    let mut up = Up::start(&state, &plan);
-    up.wait_line(SERVE, |l| l["event"] == "serving");
-    let old_lease = node(&status(&state), "workers-1")["lease"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let victims = node_processes(&state, &old_lease);
-    assert!(victims.len() >= 2, "workers-1's processes: {victims:?}");
+    let Victim {
+        dir,
+        state,
+        mut up,
+        lease: old_lease,
+        pids: victims,
+        ..
+    } = serving_with_victim("pipe-repair", SERVE);
 
     // The client streams; at its first bytes, stage 1's node is killed.
     let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
-    for pid in &victims {
-        Command::new("kill")
-            .arg("-9")
-            .arg(pid.to_string())
-            .status()
-            .unwrap();
-    }
+    kill_9(&victims);
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
     let code = client.wait_with_output().unwrap().status.code();

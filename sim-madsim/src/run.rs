@@ -41,7 +41,7 @@ use std::time::Duration;
 pub const SCENARIO: &str = "pipeline";
 
 /// The run faults this tier plays.
-pub const SUPPORTED: [RunFault; 12] = [
+pub const SUPPORTED: [RunFault; 14] = [
     RunFault::WorkerCrashLoad,
     RunFault::WorkerCrashStep,
     RunFault::StepFails,
@@ -54,12 +54,14 @@ pub const SUPPORTED: [RunFault; 12] = [
     RunFault::AgentDiesMidRequest,
     RunFault::OperatorKill,
     RunFault::OrchestratorCrash,
+    RunFault::ReplacementCreateFails,
+    RunFault::ReplacementBootFails,
 ];
 
 /// The case of `seed`: tier 1's serving, repair and fatal scenarios in
 /// turn, keeping the faults this tier plays.
 pub fn generate(seed: u64) -> RunCase {
-    let scenario = RunScenario::ALL[(seed % 3) as usize];
+    let scenario = RunScenario::ALL[(seed % RunScenario::ALL.len() as u64) as usize];
     let mut case = generate_run(scenario, seed);
     case.items.retain(|i| SUPPORTED.contains(&i.fault));
     let enabled = case.enabled();
@@ -126,6 +128,8 @@ fn run_here(case: &RunCase, options: RunOptions) -> RunOutcome {
         host: None,
         journal: Vec::new(),
         leases: BTreeMap::new(),
+        replacement_creates: 0,
+        replacement_leases: BTreeMap::new(),
         slots: vec![slot; stages as usize],
         steps_executed: 0,
         submitted: 0,

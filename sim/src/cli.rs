@@ -305,7 +305,7 @@ pub fn bench_run(seeds: u64) -> (u64, f64, u64) {
     let started = std::time::Instant::now();
     let mut violations = 0;
     for seed in 0..seeds {
-        let scenario = RunScenario::ALL[(seed % 3) as usize];
+        let scenario = RunScenario::ALL[(seed % RunScenario::ALL.len() as u64) as usize];
         let case = generate_run(scenario, seed);
         let outcome =
             crate::run_world::battery::run_case(&case, conformance::RunOptions::default());

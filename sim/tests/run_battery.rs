@@ -167,3 +167,169 @@ fn requests_still_queued_when_the_fault_phase_ends_are_served_before_the_stop() 
         "the stop came after the last answer"
     );
 }
+
+/// Seed 0 of `run-repair` (a kill of a stage's agent, which the composite
+/// replaces) with `items` as its only replacement faults, run with its
+/// transcript.
+fn repair_with(items: &[conformance::run::RunItem]) -> conformance::RunOutcome {
+    let mut case = generate_run(RunScenario::Repair, 0);
+    case.items.retain(|i| !i.fault.is_replacement());
+    case.items.extend_from_slice(items);
+    let options = conformance::RunOptions { transcript: true };
+    battery::run_case(&case, options)
+}
+
+/// The text of the transcript's lines from the first holding `from` on.
+fn after<'a>(outcome: &'a conformance::RunOutcome, from: &str) -> Vec<&'a str> {
+    let lines = &outcome.transcript;
+    let at = lines.iter().position(|l| l.contains(from));
+    let at = at.unwrap_or_else(|| panic!("no line holds {from:?}"));
+    lines[at..].iter().map(String::as_str).collect()
+}
+
+/// The nonce of the first `CreateLease` for `node` among `lines`.
+fn create_nonce<'a>(lines: &[&'a str], node: &str) -> &'a str {
+    let create = format!(" {node} nonce-");
+    let line = lines
+        .iter()
+        .find(|l| l.contains("CreateLease") && l.contains(&create));
+    let line = line.unwrap_or_else(|| panic!("no create for {node}"));
+    let nonce = line.split(" nonce-").nth(1).expect("a nonce");
+    nonce.split(' ').next().expect("its digits")
+}
+
+#[test]
+fn a_replacement_whose_create_fails_is_still_made() {
+    use conformance::run::{RunFault, RunItem};
+    // Seed 0 kills stage 2's agent (node w-2); its replacement's first
+    // create fails in each of the three ways a provider fails.
+    for (arg, answer) in [
+        (0, "err Transient"),
+        (1, "err Ambiguous"),
+        (2, "err Rejected"),
+    ] {
+        let fault = RunFault::ReplacementCreateFails;
+        let outcome = repair_with(&[RunItem {
+            fault,
+            target: 0,
+            arg,
+        }]);
+        assert!(
+            outcome.violation.is_none(),
+            "{arg}: {:?}",
+            outcome.violation
+        );
+        let from_fault = after(&outcome, "fault: replacement-create-fails");
+        let failed_create = create_nonce(&after(&outcome, "NodeChanged w-2 Failed"), "w-2");
+        let answered = after(&outcome, answer);
+        let next = &answered[1..];
+        match arg {
+            // Nothing was created: the same intent is sent again.
+            0 => assert_eq!(create_nonce(next, "w-2"), failed_create),
+            // The lease exists: the node finds it by listing, creates no
+            // other, and its agent starts on it.
+            1 => {
+                assert!(next[0].contains("-> ListLeases"), "{}", next[0]);
+                assert!(!next.iter().any(|l| l.contains("CreateLease")));
+                assert!(next.iter().any(|l| l.contains("agent-2-r1 starts on")));
+            }
+            // Refused: the node fails, and the composite replaces it
+            // again with a new intent.
+            _ => {
+                let failed = "NodeFailed w-2 (lease create failed: no offer fits)";
+                let from_failure = after(&outcome, failed);
+                assert_ne!(create_nonce(&from_failure, "w-2"), failed_create);
+            }
+        }
+        assert!(
+            from_fault
+                .iter()
+                .any(|l| l.contains("agent-2-r1 starts on")),
+            "{arg}: the replacement's agent started"
+        );
+    }
+}
+
+#[test]
+fn a_replacement_whose_boot_fails_is_replaced_on_another_lease() {
+    use conformance::run::{RunFault, RunItem};
+    let fault = RunFault::ReplacementBootFails;
+    let outcome = repair_with(&[RunItem {
+        fault,
+        target: 0,
+        arg: 0,
+    }]);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    // The replacement lease: the one created after the kill.
+    let asked = after(&outcome, "w-2 asks for a new lease");
+    let granted = asked
+        .iter()
+        .find(|l| l.contains("<- LeaseCreated"))
+        .expect("granted");
+    let lease = granted
+        .split(" ok ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next());
+    let lease = lease.expect("a lease id");
+    // Its start command fails: the node fails with the session's reason,
+    // that lease is destroyed, and another one, on another host, carries
+    // the replacement's agent.
+    let failed = after(&outcome, "start command exited with 1");
+    assert!(failed[0].contains("NodeFailed w-2"), "{}", failed[0]);
+    let destroyed = format!("provider: {lease} destroyed");
+    assert!(
+        failed.iter().any(|l| l.contains(&destroyed)),
+        "{lease} destroyed"
+    );
+    let starts: Vec<&&str> = failed
+        .iter()
+        .filter(|l| l.contains(" starts on "))
+        .collect();
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    assert!(starts[0].contains("agent-2-r1") && !starts[0].ends_with(lease));
+    let host = format!("\"host-{}\"", lease.trim_start_matches("vastai:"));
+    let recreate = failed
+        .iter()
+        .find(|l| l.contains("CreateLease") && l.contains(" w-2 "));
+    assert!(
+        recreate.is_some_and(|l| l.contains(&host)),
+        "{host} excluded"
+    );
+}
+
+#[test]
+fn a_restart_while_repairing_finds_the_dead_agent_and_repairs_the_new_startup() {
+    // Seed 5 of `run-restart`: the operator kills stage 0's agent; `drover
+    // up` crashes while the run repairs and restarts from its journal. The
+    // journal says w-0 is ready with agent-0, which never rejoins: the
+    // restored composite expects it (Suspect), finds it Dead, fails and
+    // replaces the node, and the new run repairs its startup instead of
+    // failing.
+    let case = generate_run(RunScenario::Restart, 5);
+    let options = conformance::RunOptions { transcript: true };
+    let outcome = battery::run_case(&case, options);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    let restarted = after(&outcome, "the orchestrator restarts from its journal");
+    let expected =
+        "Liveness { node: LogicalNodeId(\"w-0\"), agent: AgentId(\"agent-0\"), liveness: Suspect }";
+    let dead =
+        "Liveness { node: LogicalNodeId(\"w-0\"), agent: AgentId(\"agent-0\"), liveness: Dead }";
+    let in_order = [
+        expected,
+        dead,
+        "NodeFailed w-0 (its agent stopped heartbeating (membership: Dead))",
+        "Repairing { cause: NodeDead { node: LogicalNodeId(\"w-0\"), during: Readiness }, repair: 1, request: None }",
+        "agent-0-r1 starts on",
+        "Enlist { node: LogicalNodeId(\"w-0\"), agent: AgentId(\"agent-0-r1\"), stage: 0 }",
+        "Repaired { repair: 1, resumed: None }",
+        "Finished(Ok(()))",
+    ];
+    let mut at = 0;
+    for needle in in_order {
+        let found = restarted[at..].iter().position(|l| l.contains(needle));
+        at += found.unwrap_or_else(|| panic!("after the restart, in order: {needle}"));
+    }
+    // The dead agent is never told its stage by the restarted run.
+    let told = "Enlist { node: LogicalNodeId(\"w-0\"), agent: AgentId(\"agent-0\")";
+    assert!(!restarted.iter().any(|l| l.contains(told)));
+}

@@ -21,17 +21,25 @@ pub enum RunScenario {
     /// A run that repairs: one or two agents die while serving, each dead
     /// node's replacement starts a little later; a worker crash and a
     /// failed step (each on for half the seeds) are repaired on their own
-    /// node; every other non-fatal fault is on for half the seeds. Every
-    /// request must be served whole.
+    /// node; every other non-fatal fault is on for half the seeds; the
+    /// replacement's provisioning faults too. Every request must be served
+    /// whole.
     Repair,
+    /// A repairing run whose orchestrator crashes while it repairs: an
+    /// agent dies while serving, and `drover up` restarts before the run is
+    /// whole again. The restarted composite expects the dead agent, finds
+    /// it Dead and replaces its node; the new run repairs its startup. The
+    /// replacement's provisioning faults are each on for half the seeds.
+    Restart,
 }
 
 impl RunScenario {
     /// Every run scenario.
-    pub const ALL: [RunScenario; 3] = [
+    pub const ALL: [RunScenario; 4] = [
         RunScenario::Serving,
         RunScenario::Fatal,
         RunScenario::Repair,
+        RunScenario::Restart,
     ];
 
     /// The scenario's name.
@@ -40,6 +48,7 @@ impl RunScenario {
             RunScenario::Serving => "run-serving",
             RunScenario::Fatal => "run-fatal",
             RunScenario::Repair => "run-repair",
+            RunScenario::Restart => "run-restart",
         }
     }
 
@@ -80,7 +89,7 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
         rates: Vec::new(),
     };
     let mut profile = profile;
-    if scenario == RunScenario::Repair {
+    if matches!(scenario, RunScenario::Repair | RunScenario::Restart) {
         // Drawn from a stream of its own: the other scenarios' cases stay
         // as they were.
         let mut r = root.derive(3);
@@ -91,7 +100,7 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
     let on: Vec<RunFault> = match scenario {
         RunScenario::Serving => RunFault::ALL
             .into_iter()
-            .filter(|f| !f.is_fatal() && rng.ratio(1, 2))
+            .filter(|f| !f.is_fatal() && !f.is_replacement() && rng.ratio(1, 2))
             .collect(),
         RunScenario::Fatal => {
             let fatal: Vec<RunFault> = RunFault::ALL.into_iter().filter(|f| f.is_fatal()).collect();
@@ -104,7 +113,12 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
         RunScenario::Repair => {
             let mut on: Vec<RunFault> = RunFault::ALL
                 .into_iter()
-                .filter(|f| !f.is_fatal() && *f != RunFault::OrchestratorCrash && rng.ratio(1, 2))
+                .filter(|f| {
+                    !f.is_fatal()
+                        && !f.is_replacement()
+                        && *f != RunFault::OrchestratorCrash
+                        && rng.ratio(1, 2)
+                })
                 .collect();
             let deaths = [RunFault::AgentDiesMidRequest, RunFault::OperatorKill];
             let picked: Vec<RunFault> = deaths.into_iter().filter(|_| rng.ratio(1, 2)).collect();
@@ -117,6 +131,24 @@ pub fn generate_run(scenario: RunScenario, seed: u64) -> RunCase {
             let mut r = root.derive(4);
             let stage_faults = [RunFault::WorkerCrashStep, RunFault::StepFails];
             on.extend(stage_faults.into_iter().filter(|_| r.ratio(1, 2)));
+            // The provisioning of a dead node's replacement fails, again
+            // from a stream of its own.
+            let mut r = root.derive(5);
+            let provisioning = [
+                RunFault::ReplacementCreateFails,
+                RunFault::ReplacementBootFails,
+            ];
+            on.extend(provisioning.into_iter().filter(|_| r.ratio(1, 2)));
+            on
+        }
+        RunScenario::Restart => {
+            let deaths = [RunFault::AgentDiesMidRequest, RunFault::OperatorKill];
+            let mut on = vec![deaths[rng.below(2) as usize], RunFault::OrchestratorCrash];
+            let provisioning = [
+                RunFault::ReplacementCreateFails,
+                RunFault::ReplacementBootFails,
+            ];
+            on.extend(provisioning.into_iter().filter(|_| rng.ratio(1, 2)));
             on
         }
     };
@@ -176,7 +208,12 @@ fn draw_items(fault: RunFault, p: &RunProfile, rng: &mut DetRng) -> Vec<RunItem>
         RunFault::ReadyWrongNode => vec![item(stage, rng.below(2))],
         RunFault::AgentDiesMidRequest | RunFault::OperatorKill => vec![item(stage, rng.below(2))],
         RunFault::ClientDisconnects => vec![item(rng.below(u64::from(p.requests)) as u32, 1)],
+        // A restarting case's crash strikes while the run repairs.
+        RunFault::OrchestratorCrash if p.repairs > 0 => vec![item(6, 0)],
         RunFault::OrchestratorCrash => vec![item(rng.below(6) as u32, 0)],
+        // The first replacement: every repairing case has a death.
+        RunFault::ReplacementCreateFails => vec![item(0, rng.below(3))],
+        RunFault::ReplacementBootFails => vec![item(0, 0)],
         RunFault::WorkerCrashLoad
         | RunFault::ProvisionLost
         | RunFault::ProvisionDuplicated

@@ -97,7 +97,16 @@ impl Machine {
         }
     }
 
-    fn on_track(&mut self, now: Instant, node: LogicalNodeId, agent: AgentId) -> Vec<Effect> {
+    /// A new identity for `node`: Alive from `now`, or, `expected`, Suspect
+    /// (not heard from since the restart) with `rejoin_grace` more before
+    /// it is Dead.
+    fn on_track(
+        &mut self,
+        now: Instant,
+        node: LogicalNodeId,
+        agent: AgentId,
+        expected: bool,
+    ) -> Vec<Effect> {
         if self.buried.contains(&agent) {
             self.ignored.after_death += 1;
             return Vec::new();
@@ -134,10 +143,26 @@ impl Machine {
         }
         // A new identity for the node: a new join, watched from scratch.
         self.set_alive(&node, &agent, now);
+        if !expected {
+            return vec![Effect::Changed {
+                node,
+                agent,
+                liveness: Liveness::Alive,
+            }];
+        }
+        // Expected: its first heartbeat revives it; silence kills it.
+        self.timers.remove(&TimerKind::Suspect(node.clone()));
+        let dead = now + self.config.dead_after + self.config.rejoin_grace;
+        self.timers.insert(TimerKind::Dead(node.clone()), dead);
+        let suspect = Phase::Suspect {
+            agent: agent.clone(),
+            last_heartbeat: now,
+        };
+        self.members.insert(node.clone(), suspect);
         vec![Effect::Changed {
             node,
             agent,
-            liveness: Liveness::Alive,
+            liveness: Liveness::Suspect,
         }]
     }
 
@@ -263,7 +288,8 @@ impl crate::Machine for Machine {
                 }
                 out
             }
-            Input::Track { node, agent } => self.on_track(now, node, agent),
+            Input::Track { node, agent } => self.on_track(now, node, agent, false),
+            Input::Expect { node, agent } => self.on_track(now, node, agent, true),
             Input::Heartbeat { node, agent } => self.on_heartbeat(now, node, agent),
             Input::ConnectionLost { node, agent } => self.on_connection_lost(node, agent),
             Input::Forget { node } => {

@@ -36,6 +36,7 @@ impl Orchestrator {
             let excluded_hosts = self.excluded_hosts();
             self.deliver_node(now, slot, node::Input::Start { excluded_hosts }, out);
         }
+        self.expect_restored(now, out);
         self.reconcile_due = true;
     }
 

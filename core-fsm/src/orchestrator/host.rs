@@ -4,6 +4,8 @@
 //!
 //! - an agent's join on its node's current lease is a handoff membership
 //!   watches from then on (a rejoin too);
+//! - a node restored ready has its journaled agent expected from `Start`
+//!   on, so an agent that never rejoins is found Dead;
 //! - membership's Dead is the node's loss: the node manager is told
 //!   `AgentLost` in the same step, so it fails (and the reconciler may
 //!   replace it) before any other input (O11 in `spec/provisioning.md`).
@@ -99,6 +101,28 @@ impl Orchestrator {
         if current {
             let track = membership::Input::Track { node, agent };
             self.on_pipeline(now, pipeline::Input::Membership(track), out);
+        }
+    }
+
+    /// At `Start`: membership expects the agent of every node restored
+    /// ready (the one the journal names). Its rejoin tracks it; if it never
+    /// comes back (it died while the orchestrator was down, or before it
+    /// was found Dead), it is found Dead, so the node fails and may be
+    /// replaced.
+    pub(super) fn expect_restored(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        if self.pipeline.is_none() {
+            return;
+        }
+        let expected: Vec<(LogicalNodeId, AgentId)> = (self.nodes.values())
+            .filter(|m| m.is_ready())
+            .filter_map(|m| {
+                let record = m.record();
+                Some((record.node().clone(), record.agent.as_ref()?.agent.clone()))
+            })
+            .collect();
+        for (node, agent) in expected {
+            let expect = membership::Input::Expect { node, agent };
+            self.on_pipeline(now, pipeline::Input::Membership(expect), out);
         }
     }
 

@@ -62,7 +62,7 @@ pub(super) fn check(m: &Machine) {
             | Phase::Acknowledging(_)
             | Phase::LoadingWeights { .. }
             | Phase::AwaitingStageReady(_)
-    );
+    ) || (matches!(m.phase, Phase::OpeningPrompt { .. }) && !m.prompt_open);
     if matches!(m.phase, Phase::Repairing(_)) {
         assert!(m.carry.is_some(), "RN19: a repair without its carry");
     }

@@ -17,14 +17,21 @@ use super::{
 use crate::membership::Liveness;
 use crate::stage::Report;
 use crate::time::Instant;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl Machine {
     /// Whether a loss in `phase` is repaired rather than fatal: repairs
-    /// remain, and the run is serving or rebuilding after a repair.
+    /// remain, and the run is serving, rebuilding after a repair, or
+    /// waiting for readiness (nothing is provisioned yet: a restarted
+    /// orchestrator finds an agent dead that the journal says was ready).
+    /// Opening the prompt service is not: its answer may still come, and
+    /// the service is opened once.
     pub(super) fn may_repair(&self, phase: &Phase) -> bool {
+        let rebuilding = matches!(phase, Phase::Serving(_) | Phase::AwaitingReadiness(_))
+            || self.carry.is_some();
         self.repairs < self.config.repairs_max
-            && (matches!(phase, Phase::Serving(_)) || self.carry.is_some())
+            && !matches!(phase, Phase::OpeningPrompt { .. })
+            && rebuilding
     }
 
     /// Starts a repair after `cause`, carrying the requests of `phase`.
@@ -36,12 +43,20 @@ impl Machine {
         out: &mut Vec<Effect>,
     ) -> Phase {
         self.repairs += 1;
+        // The barrier's reports so far, when the loss came before it passed.
+        let mut reports = BTreeMap::new();
         let carry = match phase {
             Phase::Serving(serving) => Carry {
                 active: serving.active,
                 queue: serving.queue,
             },
-            _ => self.carry.take().expect("a repair outside serving carries"),
+            Phase::AwaitingReadiness(barrier) => {
+                reports = barrier.reports;
+                Carry::default()
+            }
+            // A startup's loss carries no request; a rebuild's carries
+            // what its repair did.
+            _ => self.carry.take().unwrap_or_default(),
         };
         out.push(Effect::Repairing {
             cause: cause.clone(),
@@ -74,8 +89,10 @@ impl Machine {
         if !endpoints_closed {
             out.push(Effect::CloseTokenEndpoints);
         }
-        // The surviving agents passed the barrier once; their reports stand.
-        let reports = self.workers.clone();
+        // The surviving agents passed the barrier once (or reported to the
+        // one the loss interrupted); their reports stand. A report counts
+        // only while its agent is the node's and Alive (`stage_ready`).
+        reports.extend(self.workers.clone());
         self.timers
             .set(TimerKind::Repair, now + self.config.repair_timeout);
         let repair = Repair {

@@ -232,8 +232,11 @@ impl Machine {
         if !(all && progress.token_in && progress.token_out) {
             return Phase::AwaitingStageReady(progress);
         }
-        // After a repair the prompt service is open already.
-        if let Some(carry) = self.carry.take() {
+        // After a repair the prompt service is open already (unless the
+        // repair came during the startup).
+        if self.prompt_open
+            && let Some(carry) = self.carry.take()
+        {
             return self.resume(now, carry, out);
         }
         self.timers.clear();
@@ -253,7 +256,12 @@ impl Machine {
         match result {
             Ok(()) => {
                 self.timers.clear();
-                Phase::Serving(Serving::default())
+                self.prompt_open = true;
+                // A repair during the startup ends here.
+                match self.carry.take() {
+                    Some(carry) => self.resume(now, carry, out),
+                    None => Phase::Serving(Serving::default()),
+                }
             }
             Err(reason) => self.fail(now, RunError::PromptBindFailed { reason }, out),
         }

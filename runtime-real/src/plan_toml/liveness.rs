@@ -29,6 +29,7 @@ pub fn default_config() -> Config {
     Config {
         suspect_after: Duration::from_secs(2),
         dead_after: Duration::from_secs(5),
+        rejoin_grace: crate::retry::core(crate::transport::REJOIN_WITHIN),
         ..Config::default()
     }
 }

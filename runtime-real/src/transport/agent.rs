@@ -28,6 +28,9 @@ use tokio::time::Instant;
 /// How long one dial (QUIC handshake) may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest wait between two dials, by default.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
 /// How long the orchestrator may take to answer the hello.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -79,7 +82,7 @@ impl AgentConfig {
             bind: None,
             reconnect_for: Duration::from_secs(300),
             backoff_base: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(5),
+            backoff_max: BACKOFF_MAX,
             cache: default_cache(),
         }
     }

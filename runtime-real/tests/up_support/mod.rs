@@ -461,3 +461,102 @@ pub fn tokio_runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime")
 }
+
+/// The pipeline plan of three local nodes with `bounded` replacement,
+/// written in `dir`.
+pub fn repair_plan(dir: &Path) -> std::path::PathBuf {
+    let text = format!(
+        "{}\n[replacement]\npolicy = \"bounded\"\nattempts_max = 3\nbackoff_base = \"100ms\"\n\
+         backoff_max = \"1s\"\nquarantine_after_failures = 10\n",
+        pipeline_plan_text(3, "true", "")
+    );
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The processes of the local node whose lease is `lease` (`local:N` runs
+/// in `<state>/nodes/N`): its agent, its node process, its worker.
+pub fn node_processes(state: &Path, lease: &str) -> Vec<u32> {
+    processes_named(state, lease, &["drover-agent", "drover", "drover-worker"])
+}
+
+/// The processes called one of `names` of the local node of `lease`.
+pub fn processes_named(state: &Path, lease: &str, names: &[&str]) -> Vec<u32> {
+    let n = lease.trim_start_matches("local:");
+    let folder = std::fs::canonicalize(state.join("nodes").join(n)).unwrap();
+    names
+        .iter()
+        .copied()
+        .flat_map(|name| processes(state, name))
+        .filter(|(_, cwd)| *cwd == folder)
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// `drover up` serving a fresh [`repair_plan`] in a scratch folder named
+/// after `name`, with workers-1's lease and its node's processes (the
+/// victims a test kills).
+pub struct Victim {
+    /// The scratch folder.
+    pub dir: PathBuf,
+    /// The state dir.
+    pub state: PathBuf,
+    /// The plan file.
+    pub plan: PathBuf,
+    /// The running `up`, serving.
+    pub up: Up,
+    /// workers-1's lease.
+    pub lease: String,
+    /// workers-1's processes: agent, node process, worker.
+    pub pids: Vec<u32>,
+}
+
+/// Starts `up` on a [`repair_plan`] and waits, at most `bound`, until it
+/// serves; then finds workers-1's lease and processes.
+pub fn serving_with_victim(name: &str, bound: Duration) -> Victim {
+    let dir = scratch(name);
+    let state = dir.join("state");
+    let plan = repair_plan(&dir);
+    let mut up = Up::start(&state, &plan);
+    up.wait_line(bound, |l| l["event"] == "serving");
+    let lease = node(&status(&state), "workers-1")["lease"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pids = node_processes(&state, &lease);
+    assert!(pids.len() >= 2, "workers-1's processes: {pids:?}");
+    Victim {
+        dir,
+        state,
+        plan,
+        up,
+        lease,
+        pids,
+    }
+}
+
+/// Kills each of `pids` with SIGKILL.
+pub fn kill_9(pids: &[u32]) {
+    for pid in pids {
+        let killed = Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success(), "kill -9 {pid}");
+    }
+}
+
+/// `drover prompt` on `state`'s run prints what the whole model in one
+/// process generates for `prompt`.
+pub fn assert_served(state: &Path, prompt: &str, max_tokens: u32) {
+    let max = max_tokens.to_string();
+    let out = drover(state, &["prompt", prompt, "--max-tokens", &max]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        generated(prompt, max_tokens),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -229,15 +229,7 @@ fn host_after(w: &mut State) {
         w.ended_at = Some(w.now_ms);
     }
     // The orchestrator crashes when the run first reaches a planned phase.
-    let at = match &phase {
-        run::Phase::AwaitingReadiness(_) => Some(0),
-        run::Phase::Acknowledging(_) => Some(1),
-        run::Phase::LoadingWeights { .. } => Some(2),
-        run::Phase::AwaitingStageReady(_) => Some(3),
-        run::Phase::OpeningPrompt { .. } => Some(4),
-        run::Phase::Serving(s) if s.active.is_some() => Some(5),
-        _ => None,
-    };
+    let at = conformance::run::crash_point(&phase);
     let fault = RunFault::OrchestratorCrash;
     if let Some(at) = at
         && !w.fired.contains(&fault)

@@ -127,6 +127,10 @@ pub struct State {
     /// The simulated provider's leases, by id: the stage each was
     /// created for, its facts, and whether it is destroyed.
     pub leases: BTreeMap<LeaseId, (u32, LeaseFacts, bool)>,
+    /// Creates asked for replacements (a stage's create after its first).
+    pub replacement_creates: u32,
+    /// Each replacement lease's place among them (from 0).
+    pub replacement_leases: BTreeMap<LeaseId, u32>,
     /// Each stage's node.
     pub slots: Vec<Slot>,
     /// Steps executed, every stage (the step faults' index).

@@ -66,14 +66,11 @@ impl RunWorld<'_> {
     /// The orchestrator crashes when the run first reaches a planned phase.
     pub(super) fn maybe_crash(&mut self) {
         use conformance::run::RunFault;
-        let phase = match self.the_run().map(|r| r.phase()) {
-            Some(core_fsm::run::Phase::AwaitingReadiness(_)) => 0,
-            Some(core_fsm::run::Phase::Acknowledging(_)) => 1,
-            Some(core_fsm::run::Phase::LoadingWeights { .. }) => 2,
-            Some(core_fsm::run::Phase::AwaitingStageReady(_)) => 3,
-            Some(core_fsm::run::Phase::OpeningPrompt { .. }) => 4,
-            Some(core_fsm::run::Phase::Serving(s)) if s.active.is_some() => 5,
-            _ => return,
+        let Some(phase) = self
+            .the_run()
+            .and_then(|r| conformance::run::crash_point(r.phase()))
+        else {
+            return;
         };
         let fault = RunFault::OrchestratorCrash;
         if self.fired.contains(&fault) || self.planned(fault, phase).is_none() {

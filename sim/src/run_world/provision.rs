@@ -1,7 +1,9 @@
-//! The composite's provisioning side, on the happy path: a provider that
-//! grants every lease at once (with its endpoint), an SSH host whose every
-//! command succeeds, and the agent each start command launches, which joins
-//! the composite with the binding its token was minted for. Every answer
+//! The composite's provisioning side: a provider that grants every lease at
+//! once (with its endpoint), an SSH host whose every command succeeds, and
+//! the agent each start command launches, which joins the composite with
+//! the binding its token was minted for. Only a replacement's provisioning
+//! fails, as the case plans it: its create (`replacement-create-fails`) or
+//! its start command (`replacement-boot-fails`). Every answer
 //! goes through the queue after [`ANSWER`]. The journal the composite
 //! persists is kept for its restarts.
 //!
@@ -12,10 +14,12 @@
 
 use super::node::{Node, boot_inputs};
 use super::{Ev, RunWorld, agent_id_of, node_id};
+use conformance::run::RunFault;
 use core_fsm::ids::{LeaseId, OpId, SessionId};
 use core_fsm::port::{
-    CommandPurpose, Effect, EndpointStatus, Input, JoinBinding, JournalRecord, LeaseFacts,
-    LeaseGranted, SshEndpoint, SshError, SshErrorKind,
+    CommandPurpose, CreateLeaseRequest, Effect, EndpointStatus, Input, JoinBinding, JournalRecord,
+    LeaseFacts, LeaseGranted, ProviderError, ProviderErrorKind, SshEndpoint, SshError,
+    SshErrorKind,
 };
 use core_fsm::time::Duration;
 use std::collections::BTreeMap;
@@ -52,6 +56,9 @@ struct Lease {
     destroyed: bool,
     /// Whether the composite was told it is destroyed.
     destroy_told: bool,
+    /// Its place among the replacement leases (all stages, from 0); `None`
+    /// for a node's first lease.
+    replacement: Option<u32>,
 }
 
 /// The provider's and the SSH host's state.
@@ -64,8 +71,12 @@ pub struct ProvisionSide {
     destroys: BTreeMap<OpId, LeaseId>,
     /// Agents launched per stage: the next one's generation.
     launches: Vec<u32>,
-    /// Leases created per stage.
+    /// Creates asked per stage.
     created: Vec<u32>,
+    /// Creates asked for replacements (all stages).
+    replacement_creates: u32,
+    /// Leases granted to replacements (all stages).
+    replacement_leases: u32,
     /// The lease each stage's latest agent runs on.
     lease_of: Vec<Option<LeaseId>>,
     /// The journal (`Persist` records in order), kept across restarts.
@@ -82,6 +93,8 @@ impl ProvisionSide {
             destroys: BTreeMap::new(),
             launches: vec![0; stages as usize],
             created: vec![0; stages as usize],
+            replacement_creates: 0,
+            replacement_leases: 0,
             lease_of: vec![None; stages as usize],
             journal: Vec::new(),
         }
@@ -145,42 +158,7 @@ impl RunWorld<'_> {
     pub(super) fn provision_effect(&mut self, effect: Effect) {
         match effect {
             Effect::Persist(record) => self.ps.journal.push(record),
-            Effect::CreateLease { op, request } => {
-                let Some(s) = self.stage_of(&request.node) else {
-                    return;
-                };
-                self.ps.contracts += 1;
-                let contract = self.ps.contracts;
-                let facts = Arc::new(lease_facts(&request, contract));
-                let endpoint = SshEndpoint {
-                    host: format!("10.0.{}.{}", contract / 250, contract % 250).into(),
-                    port: 22,
-                    user: "root".into(),
-                };
-                let created = &mut self.ps.created[s as usize];
-                *created += 1;
-                if *created > 1 {
-                    self.coverage.labels.insert("composite:replaced".to_owned());
-                    self.note(&format!("world: {} gets a new lease", request.node));
-                }
-                self.ps.leases.insert(
-                    facts.lease_id.clone(),
-                    Lease {
-                        facts: facts.clone(),
-                        endpoint: endpoint.clone(),
-                        stage: s,
-                        agent: None,
-                        died: false,
-                        destroyed: false,
-                        destroy_told: false,
-                    },
-                );
-                let result = Ok(LeaseGranted {
-                    lease: facts,
-                    endpoint: Some(endpoint),
-                });
-                self.answer(Input::LeaseCreated { op, result });
-            }
+            Effect::CreateLease { op, request } => self.create(op, &request),
             Effect::LookupEndpoint { op, lease } => {
                 let status = match self.ps.leases.get(&lease.lease_id) {
                     Some(l) if !l.destroyed => EndpointStatus::Ready(l.endpoint.clone()),
@@ -224,6 +202,9 @@ impl RunWorld<'_> {
                         tails.push(op);
                     }
                 }
+                CommandPurpose::Start if self.start_fails(session) => {
+                    self.answer(Input::SshExited { op, result: Ok(1) });
+                }
                 _ => {
                     self.answer(Input::SshExited { op, result: Ok(0) });
                     if let (CommandPurpose::Start, Some(binding)) = (purpose, join) {
@@ -246,6 +227,96 @@ impl RunWorld<'_> {
             // Carried by the host side (`feed_orch`).
             Effect::Pipeline(_) => {}
         }
+    }
+
+    /// The provider answers a create: a new lease with its endpoint, unless
+    /// a replacement's create is planned to fail.
+    fn create(&mut self, op: OpId, request: &CreateLeaseRequest) {
+        let Some(s) = self.stage_of(&request.node) else {
+            return;
+        };
+        let created = &mut self.ps.created[s as usize];
+        *created += 1;
+        let replacing = *created > 1;
+        if replacing {
+            self.coverage.labels.insert("composite:replaced".to_owned());
+            self.note(&format!("world: {} asks for a new lease", request.node));
+            let nth = self.ps.replacement_creates;
+            self.ps.replacement_creates += 1;
+            let fault = RunFault::ReplacementCreateFails;
+            if let Some(how) = self
+                .planned(fault, nth)
+                .filter(|_| self.fired.insert(fault))
+            {
+                self.inject(fault);
+                let (kind, message) = match how {
+                    0 => (ProviderErrorKind::Transient, "429 too many requests"),
+                    1 => (ProviderErrorKind::Ambiguous, "the create's answer was lost"),
+                    _ => (ProviderErrorKind::Rejected, "no offer fits"),
+                };
+                // An ambiguous answer hides a lease that was created.
+                if kind == ProviderErrorKind::Ambiguous {
+                    self.grant(s, request, replacing);
+                }
+                let message = message.to_owned();
+                let result = Err(ProviderError { kind, message });
+                return self.answer(Input::LeaseCreated { op, result });
+            }
+        }
+        let (lease, endpoint) = self.grant(s, request, replacing);
+        let result = Ok(LeaseGranted {
+            lease,
+            endpoint: Some(endpoint),
+        });
+        self.answer(Input::LeaseCreated { op, result });
+    }
+
+    /// A new lease for stage `s`'s node, with its endpoint.
+    fn grant(
+        &mut self,
+        s: u32,
+        request: &CreateLeaseRequest,
+        replacing: bool,
+    ) -> (Arc<LeaseFacts>, SshEndpoint) {
+        self.ps.contracts += 1;
+        let contract = self.ps.contracts;
+        let facts = Arc::new(lease_facts(request, contract));
+        let endpoint = SshEndpoint {
+            host: format!("10.0.{}.{}", contract / 250, contract % 250).into(),
+            port: 22,
+            user: "root".into(),
+        };
+        let replacement = replacing.then(|| {
+            self.ps.replacement_leases += 1;
+            self.ps.replacement_leases - 1
+        });
+        let lease = Lease {
+            facts: facts.clone(),
+            endpoint: endpoint.clone(),
+            stage: s,
+            agent: None,
+            died: false,
+            destroyed: false,
+            destroy_told: false,
+            replacement,
+        };
+        self.ps.leases.insert(facts.lease_id.clone(), lease);
+        (facts, endpoint)
+    }
+
+    /// Whether the start command of `session` fails: its lease is the
+    /// replacement lease a planned boot failure strikes.
+    fn start_fails(&mut self, session: SessionId) -> bool {
+        let fault = RunFault::ReplacementBootFails;
+        let nth = (self.ps.sessions.get(&session))
+            .and_then(|(id, _)| self.ps.leases.get(id))
+            .and_then(|l| l.replacement);
+        let fails =
+            nth.is_some_and(|nth| self.planned(fault, nth).is_some()) && self.fired.insert(fault);
+        if fails {
+            self.inject(fault);
+        }
+        fails
     }
 
     fn answer(&mut self, input: Input) {

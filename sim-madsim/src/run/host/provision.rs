@@ -1,18 +1,21 @@
-//! The composite's provisioning effects on a happy path: the run's plan
-//! (one group `w` of one node per stage, so node `w-S` runs stage S),
-//! a provider that grants every lease with its endpoint, SSH that connects
-//! and runs every command with exit 0, and the start command, which starts
-//! the stage's agent on a new node bound to the lease. Every answer comes
+//! The composite's provisioning effects: the run's plan (one group `w` of
+//! one node per stage, so node `w-S` runs stage S), a provider that grants
+//! every lease with its endpoint, SSH that connects and runs every command
+//! with exit 0, and the start command, which starts the stage's agent on a
+//! new node bound to the lease. Only a replacement's provisioning fails,
+//! as the case plans it (tier 1's `replacement-create-fails` and
+//! `replacement-boot-fails`). Every answer comes
 //! back through the inbox after a hop's latency of madsim time; the
 //! leases live in the world, so they outlive the orchestrator.
 
 use super::HostSink;
 use crate::run::shared::Control;
-use conformance::run::RunProfile;
+use conformance::run::{RunFault, RunProfile};
 use core_fsm::ids::{LeaseId, OpId};
 use core_fsm::orchestrator::Config;
 use core_fsm::port::{
-    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseGranted, SshEndpoint,
+    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseGranted, ProviderError,
+    ProviderErrorKind, SshEndpoint,
 };
 use driver::{Disk, DiskError};
 use std::sync::Arc;
@@ -74,7 +77,14 @@ impl HostSink {
                 // The start command: the stage's agent starts, bound to
                 // the lease; its join reaches the control plane.
                 if let Some(binding) = join {
-                    let w = self.shared.lock();
+                    let mut w = self.shared.lock();
+                    let fault = RunFault::ReplacementBootFails;
+                    let nth = w.replacement_leases.get(&binding.lease_id).copied();
+                    if nth.is_some_and(|n| w.planned(fault, n).is_some()) && w.fired.insert(fault) {
+                        w.inject(fault);
+                        drop(w);
+                        return self.answer(Input::SshExited { op, result: Ok(1) });
+                    }
                     if let Some(stage) = w.stage_of(&binding.node) {
                         w.ask(Control::Boot {
                             stage,
@@ -96,21 +106,53 @@ impl HostSink {
         self.answer(input);
     }
 
-    /// A lease for `request`'s node, with its endpoint.
+    /// A lease for `request`'s node, with its endpoint, unless a
+    /// replacement's create is planned to fail.
     fn create(&self, op: OpId, request: &CreateLeaseRequest) -> Input {
         let mut w = self.shared.lock();
-        let contract = 1000 + w.leases.len();
-        let facts = sim::run_world::kit::lease_facts(request, contract as u32);
         let stage = w.stage_of(&request.node).unwrap_or(u32::MAX);
-        w.leases
-            .insert(facts.lease_id.clone(), (stage, facts.clone(), false));
-        let granted = LeaseGranted {
-            lease: Arc::new(facts),
-            endpoint: Some(endpoint(contract)),
+        // The stage had a lease before (the world keeps destroyed ones).
+        let replacing = w.leases.values().any(|(s, _, _)| *s == stage);
+        let mut refused = None;
+        if replacing {
+            let nth = w.replacement_creates;
+            w.replacement_creates += 1;
+            let fault = RunFault::ReplacementCreateFails;
+            if let Some(how) = w.planned(fault, nth).filter(|_| w.fired.insert(fault)) {
+                w.inject(fault);
+                refused = Some(how);
+            }
+        }
+        let (kind, message) = match refused {
+            None | Some(1) => {
+                let contract = 1000 + w.leases.len();
+                let facts = sim::run_world::kit::lease_facts(request, contract as u32);
+                w.leases
+                    .insert(facts.lease_id.clone(), (stage, facts.clone(), false));
+                if replacing {
+                    let nth = w.replacement_leases.len() as u32;
+                    w.replacement_leases.insert(facts.lease_id.clone(), nth);
+                }
+                if refused.is_none() {
+                    let granted = LeaseGranted {
+                        lease: Arc::new(facts),
+                        endpoint: Some(endpoint(contract)),
+                    };
+                    return Input::LeaseCreated {
+                        op,
+                        result: Ok(granted),
+                    };
+                }
+                // An ambiguous answer hides a lease that was created.
+                (ProviderErrorKind::Ambiguous, "the create's answer was lost")
+            }
+            Some(0) => (ProviderErrorKind::Transient, "429 too many requests"),
+            Some(_) => (ProviderErrorKind::Rejected, "no offer fits"),
         };
+        let message = message.to_owned();
         Input::LeaseCreated {
             op,
-            result: Ok(granted),
+            result: Err(ProviderError { kind, message }),
         }
     }
 
