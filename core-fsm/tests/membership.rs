@@ -171,6 +171,33 @@ fn identities_unknown_nodes_capacity_and_forget() {
 }
 
 #[test]
+fn past_buried_max_deaths_a_new_identity_is_refused() {
+    // M6: eight identities die on one node (buried_max 8); the ninth is
+    // refused rather than risk forgetting a death.
+    let mut m = Machine::new(config());
+    let mut t = 0;
+    for i in 0..8 {
+        m.handle(Instant(t), track("workers-0", &format!("a{i}")));
+        t += 3_000;
+        m.handle(Instant(t), Input::Tick);
+        m.check_invariants();
+    }
+    assert!(matches!(
+        m.member(&LogicalNodeId::from("workers-0")),
+        Some(Phase::Dead { .. })
+    ));
+    assert_eq!(m.ignored().over_capacity, 0);
+    let refused = m.handle(Instant(t), track("workers-0", "a8"));
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(m.ignored().over_capacity, 1);
+    assert_eq!(
+        m.member(&LogicalNodeId::from("workers-0"))
+            .map(Phase::agent),
+        Some(&AgentId::from("a7"))
+    );
+}
+
+#[test]
 fn a_dead_agent_is_replaced_only_by_a_new_identity() {
     let script = vec![
         (0, track("workers-0", "a0")),

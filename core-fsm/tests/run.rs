@@ -307,6 +307,16 @@ fn serving_queue_limits_and_request_level_faults() {
             },
         ),
         (112, token(1, 0, false)),
+        // A prompt fault of a request that is not the active one is
+        // counted and dropped.
+        (
+            115,
+            Input::PromptFault {
+                run_id: RUN,
+                request: RequestId(2),
+                reason: "not the active request".into(),
+            },
+        ),
         (
             120,
             Input::PromptFault {

@@ -125,13 +125,10 @@ impl Machine {
             return Vec::new();
         }
         match self.members.get(&node) {
+            // A live identity is already watched (a dead one is buried,
+            // refused above).
             Some(member) if *member.agent() == agent => {
-                // The same identity cannot come back from the dead, and a live
-                // one is already watched.
-                match member {
-                    Phase::Dead { .. } => self.ignored.after_death += 1,
-                    _ => self.ignored.duplicate_track += 1,
-                }
+                self.ignored.duplicate_track += 1;
                 return Vec::new();
             }
             Some(_) => {}
