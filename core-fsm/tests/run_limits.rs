@@ -253,3 +253,49 @@ fn a_silent_member_dies_and_fails_the_run_through_the_host() {
     );
     assert_eq!(run.member(&node(2)).map(|(_, l)| l), Some(Liveness::Dead));
 }
+
+#[test]
+fn a_stale_acknowledgement_a_neighbours_fault_while_loading_and_late_inputs_are_told_apart() {
+    use core_fsm::run::{Phase, RunError};
+    let mut m = Machine::new(config(), Instant(0)).expect("plannable");
+    let mut script: Vec<(u64, Input)> = (0..3).map(|i| (0, alive(i))).collect();
+    script.extend((0..3).map(|i| (1, ready(i))));
+    // An acknowledgement of an older report (another readiness id) is not
+    // this barrier's: counted, nothing acknowledged.
+    script.push((
+        5,
+        Input::ReadyAcked {
+            run_id: RUN,
+            node: node(0),
+            stage: 0,
+            agent: agent(0),
+            readiness_id: 99,
+        },
+    ));
+    drive(&mut m, script);
+    assert_eq!(m.ignored().unexpected, 1);
+    assert!(matches!(m.phase(), Phase::Acknowledging(a) if a.acked.is_empty()));
+    // Stage 0 loaded; while stage 1 loads, stage 0's worker faults: a
+    // provisioned stage's fault, not the loading stage's weight failure.
+    let acks: Vec<(u64, Input)> = (0..3).map(|i| (10, acked(i))).collect();
+    drive(&mut m, acks);
+    drive(
+        &mut m,
+        vec![(20, weights(0)), (21, stage_fault(0, "cuda error"))],
+    );
+    let Phase::TearingDown(teardown) = m.phase() else {
+        panic!("{:?}", m.phase());
+    };
+    assert!(
+        matches!(
+            &teardown.outcome,
+            Err(RunError::StageProvisionFailed { stage: 0, .. })
+        ),
+        "{:?}",
+        teardown.outcome
+    );
+    // Tokens after the end began change nothing, and are counted.
+    let before = m.ignored().unexpected;
+    drive(&mut m, vec![(30, token(1, 0, false))]);
+    assert_eq!(m.ignored().unexpected, before + 1);
+}

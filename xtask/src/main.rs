@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod baseline;
 mod pipeline_bench;
 mod worker;
 
@@ -62,6 +63,10 @@ enum Task {
         /// image, whose build is measured too).
         #[arg(long, default_value = "local")]
         provider: String,
+        /// `bench sim` and `bench up`: also build commit REV and run both
+        /// side by side, printing the ratio (`xtask/src/baseline.rs`).
+        #[arg(long, value_name = "REV")]
+        baseline: Option<String>,
     },
     /// Run cargo-mutants over core-fsm against its tests and the simulation
     /// battery, and report the share caught.
@@ -93,7 +98,22 @@ fn main() -> ExitCode {
         }
         Task::Replay { trace } => drover_sim(&["replay".into(), trace]),
         Task::Shrink { trace } => drover_sim(&["shrink".into(), trace]),
-        Task::Bench { what, provider } => bench(&what, &provider),
+        Task::Bench {
+            what,
+            provider,
+            baseline,
+        } => match baseline {
+            Some(rev) => {
+                let done = match what.as_str() {
+                    "sim" => baseline::sim(&rev),
+                    "up" => baseline::up(&rev),
+                    other => Err(format!("--baseline is for sim and up, not `{other}`")),
+                };
+                done.map_err(|e| eprintln!("xtask bench --baseline: {e}"))
+                    .is_ok()
+            }
+            None => bench(&what, &provider),
+        },
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),
         Task::Reference => worker::reference()
