@@ -119,6 +119,8 @@ fn happy_path_ready_steps_and_ordered_stop() {
         (60, Input::StepCompleted { seq: 0 }),
         (70, Input::StepArrived { seq: 1 }),
         (80, Input::StepCompleted { seq: 1 }),
+        // Another run's stop is not this stage's: counted, ignored.
+        (85, Input::Stop { run_id: RunId(8) }),
         (90, Input::Stop { run_id: RunId(7) }),
         (100, Input::LocalEdgesStopped),
         (110, Input::RingsQuiesced),
