@@ -27,11 +27,11 @@ impl Machine {
     /// Opening the prompt service is not: its answer may still come, and
     /// the service is opened once.
     pub(super) fn may_repair(&self, phase: &Phase) -> bool {
-        let rebuilding = matches!(phase, Phase::Serving(_) | Phase::AwaitingReadiness(_))
+        let repairable = matches!(phase, Phase::Serving(_) | Phase::AwaitingReadiness(_))
             || self.carry.is_some();
         self.repairs < self.config.repairs_max
             && !matches!(phase, Phase::OpeningPrompt { .. })
-            && rebuilding
+            && repairable
     }
 
     /// Starts a repair after `cause`, carrying the requests of `phase`.

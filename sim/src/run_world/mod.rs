@@ -41,7 +41,7 @@ pub mod kit {
     pub use super::host::run_config;
     pub use super::node::boot_inputs;
     pub use super::oracle::{Broken, Life, RunOracle};
-    pub use super::provision::lease_facts;
+    pub use super::provision::{lease_facts, refused_create};
     pub use super::worker::forward;
 }
 

@@ -40,6 +40,20 @@ pub fn lease_facts(request: &core_fsm::port::CreateLeaseRequest, contract: u32) 
     }
 }
 
+/// The provider's answer to a replacement's create that
+/// `replacement-create-fails` strikes with argument `how`: 0 `Transient`
+/// (nothing created), 1 `Ambiguous` (the lease was created), otherwise
+/// `Rejected`. Both tiers' run worlds answer so.
+pub fn refused_create(how: u64) -> ProviderError {
+    let (kind, message) = match how {
+        0 => (ProviderErrorKind::Transient, "429 too many requests"),
+        1 => (ProviderErrorKind::Ambiguous, "the create's answer was lost"),
+        _ => (ProviderErrorKind::Rejected, "no offer fits"),
+    };
+    let message = message.to_owned();
+    ProviderError { kind, message }
+}
+
 /// How long the provider or the SSH host takes to answer.
 const ANSWER: Duration = Duration::from_millis(3);
 
@@ -249,17 +263,12 @@ impl RunWorld<'_> {
                 .filter(|_| self.fired.insert(fault))
             {
                 self.inject(fault);
-                let (kind, message) = match how {
-                    0 => (ProviderErrorKind::Transient, "429 too many requests"),
-                    1 => (ProviderErrorKind::Ambiguous, "the create's answer was lost"),
-                    _ => (ProviderErrorKind::Rejected, "no offer fits"),
-                };
+                let refusal = refused_create(how);
                 // An ambiguous answer hides a lease that was created.
-                if kind == ProviderErrorKind::Ambiguous {
+                if refusal.kind == ProviderErrorKind::Ambiguous {
                     self.grant(s, request, replacing);
                 }
-                let message = message.to_owned();
-                let result = Err(ProviderError { kind, message });
+                let result = Err(refusal);
                 return self.answer(Input::LeaseCreated { op, result });
             }
         }

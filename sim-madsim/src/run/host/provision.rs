@@ -14,7 +14,7 @@ use conformance::run::{RunFault, RunProfile};
 use core_fsm::ids::{LeaseId, OpId};
 use core_fsm::orchestrator::Config;
 use core_fsm::port::{
-    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseGranted, ProviderError,
+    CreateLeaseRequest, Effect, EndpointStatus, Input, JournalRecord, LeaseGranted,
     ProviderErrorKind, SshEndpoint,
 };
 use driver::{Disk, DiskError};
@@ -123,37 +123,33 @@ impl HostSink {
                 refused = Some(how);
             }
         }
-        let (kind, message) = match refused {
-            None | Some(1) => {
-                let contract = 1000 + w.leases.len();
-                let facts = sim::run_world::kit::lease_facts(request, contract as u32);
-                w.leases
-                    .insert(facts.lease_id.clone(), (stage, facts.clone(), false));
-                if replacing {
-                    let nth = w.replacement_leases.len() as u32;
-                    w.replacement_leases.insert(facts.lease_id.clone(), nth);
-                }
-                if refused.is_none() {
-                    let granted = LeaseGranted {
-                        lease: Arc::new(facts),
-                        endpoint: Some(endpoint(contract)),
-                    };
-                    return Input::LeaseCreated {
-                        op,
-                        result: Ok(granted),
-                    };
-                }
-                // An ambiguous answer hides a lease that was created.
-                (ProviderErrorKind::Ambiguous, "the create's answer was lost")
+        let refusal = refused.map(sim::run_world::kit::refused_create);
+        if refusal
+            .as_ref()
+            .is_none_or(|r| r.kind == ProviderErrorKind::Ambiguous)
+        {
+            // Granted; an ambiguous answer hides a lease that was created.
+            let contract = 1000 + w.leases.len();
+            let facts = sim::run_world::kit::lease_facts(request, contract as u32);
+            w.leases
+                .insert(facts.lease_id.clone(), (stage, facts.clone(), false));
+            if replacing {
+                let nth = w.replacement_leases.len() as u32;
+                w.replacement_leases.insert(facts.lease_id.clone(), nth);
             }
-            Some(0) => (ProviderErrorKind::Transient, "429 too many requests"),
-            Some(_) => (ProviderErrorKind::Rejected, "no offer fits"),
-        };
-        let message = message.to_owned();
-        Input::LeaseCreated {
-            op,
-            result: Err(ProviderError { kind, message }),
+            if refusal.is_none() {
+                let granted = LeaseGranted {
+                    lease: Arc::new(facts),
+                    endpoint: Some(endpoint(contract)),
+                };
+                return Input::LeaseCreated {
+                    op,
+                    result: Ok(granted),
+                };
+            }
         }
+        let result = Err(refusal.expect("refused"));
+        Input::LeaseCreated { op, result }
     }
 
     /// Destroys a lease: its agent's node, if alive, dies with it.
