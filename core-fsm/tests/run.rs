@@ -112,16 +112,7 @@ fn acknowledgements_are_retried_then_time_out() {
         .collect();
     script.extend([
         (10, acked(1)),
-        (
-            11,
-            Input::ReadyAcked {
-                run_id: RUN,
-                node: node(0),
-                stage: 0,
-                agent: agent(0),
-                readiness_id: 99,
-            },
-        ),
+        (11, acked_report(0, 99)),
         (1_000, Input::Tick),
         (1_500, acked(1)),
         (2_000, Input::Tick),

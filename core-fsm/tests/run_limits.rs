@@ -262,16 +262,7 @@ fn a_stale_acknowledgement_a_neighbours_fault_while_loading_and_late_inputs_are_
     script.extend((0..3).map(|i| (1, ready(i))));
     // An acknowledgement of an older report (another readiness id) is not
     // this barrier's: counted, nothing acknowledged.
-    script.push((
-        5,
-        Input::ReadyAcked {
-            run_id: RUN,
-            node: node(0),
-            stage: 0,
-            agent: agent(0),
-            readiness_id: 99,
-        },
-    ));
+    script.push((5, acked_report(0, 99)));
     drive(&mut m, script);
     assert_eq!(m.ignored().unexpected, 1);
     assert!(matches!(m.phase(), Phase::Acknowledging(a) if a.acked.is_empty()));

@@ -70,12 +70,17 @@ pub fn ready(i: u32) -> Input {
 }
 
 pub fn acked(i: u32) -> Input {
+    acked_report(i, 100 + u64::from(i))
+}
+
+/// Node `i`'s agent acknowledges its report `readiness_id`.
+pub fn acked_report(i: u32, readiness_id: u64) -> Input {
     Input::ReadyAcked {
         run_id: RUN,
         node: node(i),
         stage: i,
         agent: agent(i),
-        readiness_id: 100 + u64::from(i),
+        readiness_id,
     }
 }
 
