@@ -25,6 +25,7 @@ pub mod model;
 mod node;
 mod oracle;
 mod provision;
+mod replacement;
 mod step;
 mod worker;
 
@@ -41,7 +42,8 @@ pub mod kit {
     pub use super::host::run_config;
     pub use super::node::boot_inputs;
     pub use super::oracle::{Broken, Life, RunOracle};
-    pub use super::provision::{lease_facts, refused_create};
+    pub use super::provision::lease_facts;
+    pub use super::replacement::refused_create;
     pub use super::worker::forward;
 }
 

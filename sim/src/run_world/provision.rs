@@ -14,12 +14,10 @@
 
 use super::node::{Node, boot_inputs};
 use super::{Ev, RunWorld, agent_id_of, node_id};
-use conformance::run::RunFault;
 use core_fsm::ids::{LeaseId, OpId, SessionId};
 use core_fsm::port::{
-    CommandPurpose, CreateLeaseRequest, Effect, EndpointStatus, Input, JoinBinding, JournalRecord,
-    LeaseFacts, LeaseGranted, ProviderError, ProviderErrorKind, SshEndpoint, SshError,
-    SshErrorKind,
+    CommandPurpose, Effect, EndpointStatus, Input, JoinBinding, JournalRecord, LeaseFacts,
+    SshEndpoint, SshError, SshErrorKind,
 };
 use core_fsm::time::Duration;
 use std::collections::BTreeMap;
@@ -40,57 +38,43 @@ pub fn lease_facts(request: &core_fsm::port::CreateLeaseRequest, contract: u32) 
     }
 }
 
-/// The provider's answer to a replacement's create that
-/// `replacement-create-fails` strikes with argument `how`: 0 `Transient`
-/// (nothing created), 1 `Ambiguous` (the lease was created), otherwise
-/// `Rejected`. Both tiers' run worlds answer so.
-pub fn refused_create(how: u64) -> ProviderError {
-    let (kind, message) = match how {
-        0 => (ProviderErrorKind::Transient, "429 too many requests"),
-        1 => (ProviderErrorKind::Ambiguous, "the create's answer was lost"),
-        _ => (ProviderErrorKind::Rejected, "no offer fits"),
-    };
-    let message = message.to_owned();
-    ProviderError { kind, message }
-}
-
 /// How long the provider or the SSH host takes to answer.
 const ANSWER: Duration = Duration::from_millis(3);
 
 /// A lease the provider granted.
-struct Lease {
-    facts: Arc<LeaseFacts>,
-    endpoint: SshEndpoint,
+pub(super) struct Lease {
+    pub(super) facts: Arc<LeaseFacts>,
+    pub(super) endpoint: SshEndpoint,
     /// The stage of the node it was created for.
-    stage: u32,
+    pub(super) stage: u32,
     /// The generation of the agent started on it, if one was.
-    agent: Option<u32>,
+    pub(super) agent: Option<u32>,
     /// Whether its agent died.
-    died: bool,
-    destroyed: bool,
+    pub(super) died: bool,
+    pub(super) destroyed: bool,
     /// Whether the composite was told it is destroyed.
-    destroy_told: bool,
+    pub(super) destroy_told: bool,
     /// Its place among the replacement leases (all stages, from 0); `None`
     /// for a node's first lease.
-    replacement: Option<u32>,
+    pub(super) replacement: Option<u32>,
 }
 
 /// The provider's and the SSH host's state.
 pub struct ProvisionSide {
-    leases: BTreeMap<LeaseId, Lease>,
-    contracts: u32,
+    pub(super) leases: BTreeMap<LeaseId, Lease>,
+    pub(super) contracts: u32,
     /// Each open session's lease and its running log tails.
-    sessions: BTreeMap<SessionId, (LeaseId, Vec<OpId>)>,
+    pub(super) sessions: BTreeMap<SessionId, (LeaseId, Vec<OpId>)>,
     /// Destroys answered Ok, on their way to the composite.
     destroys: BTreeMap<OpId, LeaseId>,
     /// Agents launched per stage: the next one's generation.
     launches: Vec<u32>,
     /// Creates asked per stage.
-    created: Vec<u32>,
+    pub(super) created: Vec<u32>,
     /// Creates asked for replacements (all stages).
-    replacement_creates: u32,
+    pub(super) replacement_creates: u32,
     /// Leases granted to replacements (all stages).
-    replacement_leases: u32,
+    pub(super) replacement_leases: u32,
     /// The lease each stage's latest agent runs on.
     lease_of: Vec<Option<LeaseId>>,
     /// The journal (`Persist` records in order), kept across restarts.
@@ -243,92 +227,7 @@ impl RunWorld<'_> {
         }
     }
 
-    /// The provider answers a create: a new lease with its endpoint, unless
-    /// a replacement's create is planned to fail.
-    fn create(&mut self, op: OpId, request: &CreateLeaseRequest) {
-        let Some(s) = self.stage_of(&request.node) else {
-            return;
-        };
-        let created = &mut self.ps.created[s as usize];
-        *created += 1;
-        let replacing = *created > 1;
-        if replacing {
-            self.coverage.labels.insert("composite:replaced".to_owned());
-            self.note(&format!("world: {} asks for a new lease", request.node));
-            let nth = self.ps.replacement_creates;
-            self.ps.replacement_creates += 1;
-            let fault = RunFault::ReplacementCreateFails;
-            if let Some(how) = self
-                .planned(fault, nth)
-                .filter(|_| self.fired.insert(fault))
-            {
-                self.inject(fault);
-                let refusal = refused_create(how);
-                // An ambiguous answer hides a lease that was created.
-                if refusal.kind == ProviderErrorKind::Ambiguous {
-                    self.grant(s, request, replacing);
-                }
-                let result = Err(refusal);
-                return self.answer(Input::LeaseCreated { op, result });
-            }
-        }
-        let (lease, endpoint) = self.grant(s, request, replacing);
-        let result = Ok(LeaseGranted {
-            lease,
-            endpoint: Some(endpoint),
-        });
-        self.answer(Input::LeaseCreated { op, result });
-    }
-
-    /// A new lease for stage `s`'s node, with its endpoint.
-    fn grant(
-        &mut self,
-        s: u32,
-        request: &CreateLeaseRequest,
-        replacing: bool,
-    ) -> (Arc<LeaseFacts>, SshEndpoint) {
-        self.ps.contracts += 1;
-        let contract = self.ps.contracts;
-        let facts = Arc::new(lease_facts(request, contract));
-        let endpoint = SshEndpoint {
-            host: format!("10.0.{}.{}", contract / 250, contract % 250).into(),
-            port: 22,
-            user: "root".into(),
-        };
-        let replacement = replacing.then(|| {
-            self.ps.replacement_leases += 1;
-            self.ps.replacement_leases - 1
-        });
-        let lease = Lease {
-            facts: facts.clone(),
-            endpoint: endpoint.clone(),
-            stage: s,
-            agent: None,
-            died: false,
-            destroyed: false,
-            destroy_told: false,
-            replacement,
-        };
-        self.ps.leases.insert(facts.lease_id.clone(), lease);
-        (facts, endpoint)
-    }
-
-    /// Whether the start command of `session` fails: its lease is the
-    /// replacement lease a planned boot failure strikes.
-    fn start_fails(&mut self, session: SessionId) -> bool {
-        let fault = RunFault::ReplacementBootFails;
-        let nth = (self.ps.sessions.get(&session))
-            .and_then(|(id, _)| self.ps.leases.get(id))
-            .and_then(|l| l.replacement);
-        let fails =
-            nth.is_some_and(|nth| self.planned(fault, nth).is_some()) && self.fired.insert(fault);
-        if fails {
-            self.inject(fault);
-        }
-        fails
-    }
-
-    fn answer(&mut self, input: Input) {
+    pub(super) fn answer(&mut self, input: Input) {
         self.at(ANSWER, Ev::Orch(input));
     }
 
