@@ -289,4 +289,49 @@ fn a_stale_acknowledgement_a_neighbours_fault_while_loading_and_late_inputs_are_
     let before = m.ignored().unexpected;
     drive(&mut m, vec![(30, token(1, 0, false))]);
     assert_eq!(m.ignored().unexpected, before + 1);
+    // Once the run has ended, an endpoint's fault starts nothing.
+    drive(
+        &mut m,
+        vec![(31, stopped(0)), (32, stopped(1)), (33, closed())],
+    );
+    assert!(matches!(m.phase(), Phase::Failed(_)), "{:?}", m.phase());
+    let fault = Input::EndpointFault {
+        run_id: RUN,
+        reason: "the token-out edge closed".into(),
+    };
+    let effects = m.handle(Instant(40), fault);
+    assert!(effects.is_empty(), "{effects:?}");
+    assert!(matches!(m.phase(), Phase::Failed(_)), "{:?}", m.phase());
+}
+
+#[test]
+fn an_acknowledgement_from_another_agent_is_counted_and_acknowledges_nothing() {
+    use core_fsm::run::Phase;
+    let mut m = Machine::new(config(), Instant(0)).expect("plannable");
+    let mut script: Vec<(u64, Input)> = (0..3).map(|i| (0, alive(i))).collect();
+    script.extend((0..3).map(|i| (1, ready(i))));
+    script.push((
+        5,
+        Input::ReadyAcked {
+            run_id: RUN,
+            node: node(0),
+            stage: 0,
+            agent: agent(1),
+            readiness_id: 100,
+        },
+    ));
+    drive(&mut m, script);
+    assert_eq!(m.ignored().wrong_agent, 1);
+    assert!(matches!(m.phase(), Phase::Acknowledging(a) if a.acked.is_empty()));
+}
+
+#[test]
+fn a_layer_range_is_empty_only_when_it_holds_no_layer() {
+    let range = |start, end_exclusive| LayerRange {
+        start,
+        end_exclusive,
+    };
+    assert!(range(2, 2).is_empty());
+    assert!(!range(2, 3).is_empty());
+    assert_eq!(range(2, 5).len(), 3);
 }
