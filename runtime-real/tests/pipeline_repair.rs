@@ -10,7 +10,6 @@
 mod up_support;
 
 use std::io::Read;
-use std::process::Command;
 use std::time::Duration;
 use up_support::*;
 
@@ -63,11 +62,7 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
     assert_eq!(pipeline["serving"]["repairing"], false, "{pipeline}");
 
     // The repaired pipeline serves the next request whole.
-    let out = drover(&state, &["prompt", PROMPT, "--max-tokens", "40"]);
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        generated(PROMPT, 40)
-    );
+    assert_served(&state, PROMPT, 40);
 
     up.type_stop();
     let code = up.wait_exit(EXIT);
@@ -87,26 +82,20 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
 
 #[test]
 fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes() {
-    let dir = scratch("pipe-worker");
-    let state = dir.join("state");
-    let plan = repair_plan(&dir);
-    let mut up = Up::start(&state, &plan);
-    up.wait_line(SERVE, |l| l["event"] == "serving");
-    let lease = node(&status(&state), "workers-1")["lease"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let Victim {
+        dir,
+        state,
+        mut up,
+        lease,
+        ..
+    } = serving_with_victim("pipe-worker", SERVE);
     let worker = processes_named(&state, &lease, &["drover-worker"]);
     assert_eq!(worker.len(), 1, "workers-1's worker: {worker:?}");
 
     // At the client's first bytes, only stage 1's worker is killed: its
     // agent and node live on.
     let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
-    Command::new("kill")
-        .arg("-9")
-        .arg(worker[0].to_string())
-        .status()
-        .unwrap();
+    kill_9(&worker);
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
     let code = client.wait_with_output().unwrap().status.code();
@@ -135,11 +124,7 @@ fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes(
     let now = processes_named(&state, &lease, &["drover-worker"]);
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now, worker, "a new worker process");
-    let out = drover(&state, &["prompt", PROMPT, "--max-tokens", "40"]);
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        generated(PROMPT, 40)
-    );
+    assert_served(&state, PROMPT, 40);
 
     up.type_stop();
     let code = up.wait_exit(EXIT);

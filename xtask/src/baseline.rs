@@ -56,14 +56,21 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `cargo ARGS` in `tree`, its target dir beside the tree.
+/// The target dir of `tree`: this workspace's own, or one beside an
+/// exported tree.
+fn target_dir(tree: &Path) -> PathBuf {
+    match tree == xtask::workspace_root() {
+        true => tree.join("target"),
+        false => tree.parent().unwrap_or(tree).join("target"),
+    }
+}
+
+/// `cargo ARGS` in `tree`, building into [`target_dir`].
 fn cargo_in(tree: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(tree).args(args);
-    if tree != xtask::workspace_root() {
-        let target = tree.parent().unwrap_or(tree).join("target");
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
+    cmd.current_dir(tree)
+        .args(args)
+        .env("CARGO_TARGET_DIR", target_dir(tree));
     cmd
 }
 
@@ -103,11 +110,7 @@ pub fn sim(rev: &str) -> Result<(), String> {
             name,
             cargo_in(tree, &[&build[..], &["--bin", "drover-sim"]].concat()),
         )?;
-        let target = match *tree == xtask::workspace_root() {
-            true => tree.join("target"),
-            false => tree.parent().unwrap_or(tree).join("target"),
-        };
-        bins.push(target.join("sim/drover-sim"));
+        bins.push(target_dir(tree).join("sim/drover-sim"));
     }
     let mut rates = [Vec::new(), Vec::new()];
     println!(
