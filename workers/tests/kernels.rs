@@ -278,14 +278,14 @@ fn products_sharing_activations_equal_each_product_alone() {
 }
 
 #[test]
-fn decoding_long_q0_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
+fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
     use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(55);
     for kernels in kernel_sets() {
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
-            // Whole chunks of eight blocks and remainders (the decode
-            // kernel's scales are converted eight blocks at a time), and
-            // row counts on and off its edges.
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q6K] {
+            // Whole chunks of eight blocks and remainders (the q0 decode
+            // kernels' scales are converted eight blocks at a time), and
+            // row counts on and off the decode kernels' four-row edges.
             for (rows, blocks) in [
                 (1, 8),
                 (3, 19),
@@ -295,7 +295,7 @@ fn decoding_long_q0_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
                 (37, 9),
                 (258, 28),
             ] {
-                let cols = 32 * blocks;
+                let cols = ty.block_elements() as usize * blocks;
                 let data = matrix_bytes(&mut rng, ty, rows, cols);
                 let m = matrix(ty, rows, cols, &data);
                 let n = 3;

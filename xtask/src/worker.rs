@@ -17,12 +17,22 @@ pub fn stories() -> PathBuf {
     workspace().join("../shared/models/stories260k.gguf")
 }
 
+/// llama.cpp's build options: no AMX kernels. Where the processor reports
+/// AMX (Sapphire Rapids and later), a native build uses them for the
+/// quantized products, and on the VMs tried they crash in
+/// `ggml_backend_amx_mul_mat` (the guest may not be granted the AMX tile
+/// state); drover-worker has no AMX kernels either, so the comparison stays
+/// between AVX-512 code on both sides.
+const LLAMA_CMAKE_ARGS: &str = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF";
+
 /// The venv holding llama-cpp-python, made (and llama.cpp built, about 12
 /// minutes on 2 cores) when missing.
 pub fn llama_venv() -> Result<PathBuf, String> {
     let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
-    let venv =
-        PathBuf::from(home).join(format!(".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}"));
+    // Keyed by the release and the build options.
+    let venv = PathBuf::from(home).join(format!(
+        ".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}-noamx"
+    ));
     let python = venv.join("bin/python");
     let ready = python.exists()
         && Command::new(&python)
@@ -37,13 +47,17 @@ pub fn llama_venv() -> Result<PathBuf, String> {
         venv.display()
     );
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/pip")).args([
-        "install",
-        "--progress-bar",
-        "off",
-        &format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"),
-        "numpy",
-    ]))?;
+    run(Command::new(venv.join("bin/pip"))
+        .env("CMAKE_ARGS", LLAMA_CMAKE_ARGS)
+        .args([
+            "install",
+            // A wheel cached from a build with other options is not reused.
+            "--no-cache-dir",
+            "--progress-bar",
+            "off",
+            &format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"),
+            "numpy",
+        ]))?;
     Ok(python)
 }
 

@@ -63,6 +63,11 @@ fn build(vnni: bool) -> Option<Kernels> {
             } else {
                 ("avx2", tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
             };
+            let (next_q4k, next_q6k): (TileFn, TileFn) = if vnni {
+                (vnni_next_q4k, vnni_next_q6k)
+            } else {
+                (next_q4k, next_q6k)
+            };
             return Some(Kernels {
                 name,
                 attend,
@@ -90,6 +95,9 @@ fn build(vnni: bool) -> Option<Kernels> {
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
                 decode_q8_0: None,
                 decode_q4_0: None,
+                // Four rows a call, the next four asked for meanwhile.
+                decode_q4k: Some(decode_tile(next_q4k)),
+                decode_q6k: Some(decode_tile(next_q6k)),
             });
         }
     }
@@ -352,10 +360,6 @@ q0_shapes!(vnni_q8_0, vnni::q8_0);
 #[cfg(target_arch = "x86_64")]
 q0_shapes!(vnni_q4_0, vnni::q4_0);
 #[cfg(target_arch = "x86_64")]
-tile_shapes!(gemv_q8_0, gemv::q8_0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
-#[cfg(target_arch = "x86_64")]
-tile_shapes!(gemv_q4_0, gemv::q4_0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
-#[cfg(target_arch = "x86_64")]
 tile_shapes!(
     tile_f16,
     tile::f16_rows,
@@ -369,6 +373,24 @@ six_shapes!(tile_q6k, ktile::q6k);
 six_shapes!(vnni_q4k, ktile::q4k_vnni);
 #[cfg(target_arch = "x86_64")]
 six_shapes!(vnni_q6k, ktile::q6k_vnni);
+
+/// The decode kernels: up to four rows against one token.
+#[cfg(target_arch = "x86_64")]
+macro_rules! decode_shapes {
+    ($($name:ident = $module:ident :: $kernel:ident),*) => {
+        $(tile_shapes!($name, $module::$kernel, [(1, 1), (2, 1), (3, 1), (4, 1)]);)*
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+decode_shapes!(
+    gemv_q8_0 = gemv::q8_0,
+    gemv_q4_0 = gemv::q4_0,
+    next_q4k = ktile::q4k_next,
+    next_q6k = ktile::q6k_next,
+    vnni_next_q4k = ktile::q4k_vnni_next,
+    vnni_next_q6k = ktile::q6k_vnni_next
+);
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

@@ -68,6 +68,8 @@ pub struct Kernels {
     tile_q6k: Option<Tile>,
     decode_q8_0: Option<Tile>,
     decode_q4_0: Option<Tile>,
+    decode_q4k: Option<Tile>,
+    decode_q6k: Option<Tile>,
 }
 
 impl Kernels {
@@ -91,6 +93,8 @@ impl Kernels {
             tile_q6k: None,
             decode_q8_0: None,
             decode_q4_0: None,
+            decode_q4k: None,
+            decode_q6k: None,
         }
     }
 
@@ -132,6 +136,8 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => self.decode_q8_0,
             GgmlType::Q4_0 => self.decode_q4_0,
+            GgmlType::Q4K => self.decode_q4k,
+            GgmlType::Q6K => self.decode_q6k,
             _ => None,
         }
     }

@@ -86,6 +86,24 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     _mm256_dpwssd_epi32(acc, a, b)
 }
 
+/// Asks for bytes `from..from + len` of the `w.len()` rows after `w`'s
+/// (contiguous with them in a product's matrix): a hint, sound for any
+/// address, never a read.
+///
+/// A decode kernel walks its rows block by block, `R` interleaved streams
+/// the hardware prefetcher does not keep up with; asking, at each block,
+/// for as many bytes of the next call's rows as it reads of these, in
+/// address order, makes one sequential stream of them (as `gemv.rs` does
+/// for q8_0 and q4_0).
+#[inline]
+#[target_feature(enable = "sse")]
+fn prefetch_next(w: &[&[u8]], from: usize, len: usize) {
+    let next = w[0].as_ptr().wrapping_add(w.len() * w[0].len() + from);
+    for at in (0..len).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(at) as *const i8);
+    }
+}
+
 /// The four 32-value groups (`k`) of 6-bit quants of one half of a q6_K
 /// block, as unsigned bytes 0..64.
 #[inline]
@@ -107,11 +125,61 @@ fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
 /// The q4_K and q6_K tiles for one set of target features, with its
 /// multiply-add of i16 pairs into i32 lanes.
 macro_rules! k_tiles {
-    ($q4k:ident, $q6k:ident, $features:literal, $madd_add:ident) => {
+    (
+        $q4k:ident, $q6k:ident, $q4k_next:ident, $q6k_next:ident, $q4k_any:ident, $q6k_any:ident,
+        $features:literal, $madd_add:ident
+    ) => {
         /// `R × T` q4_K weight rows against q8_K activation rows;
         /// `out[r * stride + t]` receives row `r` · token `t`.
         #[target_feature(enable = $features)]
         pub fn $q4k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, false>(w, a, out, stride)
+        }
+
+        /// The q4_K tile, asking for the next call's `R` rows while it
+        /// sums these (decode: see [`prefetch_next`]).
+        #[target_feature(enable = $features)]
+        pub fn $q4k_next<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, true>(w, a, out, stride)
+        }
+
+        /// The q6_K tile, asking for the next call's `R` rows while it
+        /// sums these.
+        #[target_feature(enable = $features)]
+        pub fn $q6k_next<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q6k_any::<R, T, true>(w, a, out, stride)
+        }
+
+        /// `R × T` q6_K weight rows against q8_K activation rows;
+        /// `out[r * stride + t]` receives row `r` · token `t`.
+        #[target_feature(enable = $features)]
+        pub fn $q6k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q6k_any::<R, T, false>(w, a, out, stride)
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $q4k_any<const R: usize, const T: usize, const NEXT: bool>(
             w: &[&[u8]],
             a: &[&[u8]],
             out: &mut [f32],
@@ -122,6 +190,9 @@ macro_rules! k_tiles {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             let mut acc_min = [[0f32; T]; R];
             for b in 0..blocks(w, a, 144) {
+                if NEXT {
+                    prefetch_next(w, R * b * 144, R * 144);
+                }
                 let xs = block_rows::<R>(w, 144 * b, 144);
                 let ys = block_rows::<T>(a, 292 * b, 292);
                 let mut scales = [[0u8; 8]; R];
@@ -175,10 +246,9 @@ macro_rules! k_tiles {
             }
         }
 
-        /// `R × T` q6_K weight rows against q8_K activation rows;
-        /// `out[r * stride + t]` receives row `r` · token `t`.
+        #[inline]
         #[target_feature(enable = $features)]
-        pub fn $q6k<const R: usize, const T: usize>(
+        fn $q6k_any<const R: usize, const T: usize, const NEXT: bool>(
             w: &[&[u8]],
             a: &[&[u8]],
             out: &mut [f32],
@@ -188,6 +258,9 @@ macro_rules! k_tiles {
             let offset = _mm256_set1_epi8(32);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..blocks(w, a, 210) {
+                if NEXT {
+                    prefetch_next(w, R * b * 210, R * 210);
+                }
                 let xs = block_rows::<R>(w, 210 * b, 210);
                 let ys = block_rows::<T>(a, 292 * b, 292);
                 let mut sumi = [[_mm256_setzero_si256(); T]; R];
@@ -231,10 +304,23 @@ macro_rules! k_tiles {
     };
 }
 
-k_tiles!(q4k, q6k, "avx2,fma,f16c", madd_add_avx2);
+k_tiles!(
+    q4k,
+    q6k,
+    q4k_next,
+    q6k_next,
+    q4k_any,
+    q6k_any,
+    "avx2,fma,f16c",
+    madd_add_avx2
+);
 k_tiles!(
     q4k_vnni,
     q6k_vnni,
+    q4k_vnni_next,
+    q6k_vnni_next,
+    q4k_vnni_any,
+    q6k_vnni_any,
     "avx2,fma,f16c,avx512vnni,avx512vl",
     madd_add_vnni
 );
