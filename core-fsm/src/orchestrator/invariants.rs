@@ -126,7 +126,7 @@ impl Orchestrator {
             if machine.stage() != Lifecycle::Destroyed
                 && let Some(lease) = machine.record().lease_id()
             {
-                let other = leases.insert(lease.clone(), id);
+                let other = leases.insert(lease, id);
                 assert!(other.is_none(), "O6 {lease}: one lease, one node");
             }
             if let Phase::TearingDown { .. } = self.phase {

@@ -5,7 +5,6 @@
 use super::{Event, World};
 use conformance::System;
 use conformance::oracle::Observation;
-use core_fsm::digest::Digest;
 use core_fsm::port::{Effect, Input};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -37,7 +36,7 @@ impl<S: System> World<'_, S> {
         let stage = conformance::coverage::stage_of_input(&input, &self.op_node, &self.stages);
         self.coverage.pairs.insert((stage, input.kind()));
         let line = self.transcript.as_ref().map(|_| input.to_string());
-        fold(&mut self.digest, &(self.now, self.inc, &input));
+        self.digest.update_debug(&(self.now, self.inc, &input));
         let now = self.now;
         let Some(orch) = self.orch.as_mut() else {
             return;
@@ -64,7 +63,7 @@ impl<S: System> World<'_, S> {
                 ),
             );
         }
-        fold(&mut self.digest, &effects);
+        self.digest.update_debug(&effects);
         self.step_digests.push(self.digest.0);
         for effect in &effects {
             self.observe(Observation::Emitted(effect));
@@ -125,17 +124,4 @@ impl<S: System> World<'_, S> {
             self.schedule(d, Event::Tick { inc });
         }
     }
-}
-
-/// Folds a value's `Debug` text into the digest without building a string.
-fn fold<T: std::fmt::Debug>(digest: &mut Digest, value: &T) {
-    struct Sink<'a>(&'a mut Digest);
-    impl std::fmt::Write for Sink<'_> {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            self.0.update(s.as_bytes());
-            Ok(())
-        }
-    }
-    let _ = std::fmt::Write::write_fmt(&mut Sink(digest), format_args!("{value:?}"));
-    digest.update(b"\n");
 }
