@@ -198,8 +198,13 @@ fn a_batched_product_is_close_to_the_portable_one() {
 #[test]
 fn every_kernel_set_attends_and_gates_with_the_same_bits() {
     let mut rng = SplitMix64::new(21);
-    let (hd, stride, offset) = (24, 72, 24);
-    for len in [1usize, 2, 3, 5, 8, 13] {
+    // Heads of whole groups of 8 and with a tail; positions on and off the
+    // four keys the kernels score at a time.
+    let cases = [(24, 72, 24), (20, 60, 40), (128, 384, 128)];
+    for ((hd, stride, offset), len) in cases
+        .into_iter()
+        .flat_map(|c| [1usize, 2, 3, 5, 8, 13, 130].map(|len| (c, len)))
+    {
         let q = row(&mut rng, hd, 1.0);
         let keys = row(&mut rng, len * stride, 1.0);
         let values = row(&mut rng, len * stride, 1.0);
@@ -213,7 +218,11 @@ fn every_kernel_set_attends_and_gates_with_the_same_bits() {
                 .iter()
                 .zip(&want)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{} attention over {len} positions", kernels.name);
+            assert!(
+                same,
+                "{} attention of a {hd}-wide head over {len} positions",
+                kernels.name
+            );
         }
     }
     // 8 * 5 + 3 values: whole groups of 8 with v_expf, then a tail.
@@ -285,7 +294,8 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q6K] {
             // Whole chunks of eight blocks and remainders (the q0 decode
             // kernels' scales are converted eight blocks at a time), and
-            // row counts on and off the decode kernels' four-row edges.
+            // row counts on and off the decode kernels' edges (four rows a
+            // call for q8_0 and q4_0, two for the k-quants).
             for (rows, blocks) in [
                 (1, 8),
                 (3, 19),

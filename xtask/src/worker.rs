@@ -17,13 +17,42 @@ pub fn stories() -> PathBuf {
     workspace().join("../shared/models/stories260k.gguf")
 }
 
-/// llama.cpp's build options: no AMX kernels. Where the processor reports
-/// AMX (Sapphire Rapids and later), a native build uses them for the
-/// quantized products, and on the VMs tried they crash in
-/// `ggml_backend_amx_mul_mat` (the guest may not be granted the AMX tile
-/// state); drover-worker has no AMX kernels either, so the comparison stays
-/// between AVX-512 code on both sides.
-const LLAMA_CMAKE_ARGS: &str = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF";
+/// llama.cpp's build options: this processor's instruction sets named one
+/// by one, without AMX. A native build (`-march=native`) compiles ggml's
+/// AMX kernels wherever the processor reports AMX (Sapphire Rapids and
+/// later), whatever `GGML_AMX_*` says, and on the VMs tried they crash in
+/// `ggml_backend_amx_mul_mat`; drover-worker has no AMX kernels either, so
+/// the comparison stays between AVX-512 (or AVX2) code on both sides.
+fn llama_cmake_args() -> String {
+    const AMX_OFF: &str = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF";
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let Some(flags) = cpuinfo.lines().find_map(|l| l.strip_prefix("flags")) else {
+        // Not an x86 Linux: the native build has no AMX to avoid.
+        return AMX_OFF.to_owned();
+    };
+    let flags: Vec<&str> = flags
+        .trim_start_matches([' ', '\t', ':'])
+        .split(' ')
+        .collect();
+    let mut args = vec!["-DGGML_NATIVE=OFF".to_owned()];
+    for (flag, option) in [
+        ("avx", "AVX"),
+        ("avx2", "AVX2"),
+        ("fma", "FMA"),
+        ("f16c", "F16C"),
+        ("bmi2", "BMI2"),
+        ("avx512f", "AVX512"),
+        ("avx512vbmi", "AVX512_VBMI"),
+        ("avx512_vnni", "AVX512_VNNI"),
+        ("avx512_bf16", "AVX512_BF16"),
+        ("avx_vnni", "AVX_VNNI"),
+    ] {
+        let on = if flags.contains(&flag) { "ON" } else { "OFF" };
+        args.push(format!("-DGGML_{option}={on}"));
+    }
+    args.push(AMX_OFF.to_owned());
+    args.join(" ")
+}
 
 /// The venv holding llama-cpp-python, made (and llama.cpp built, about 12
 /// minutes on 2 cores) when missing.
@@ -48,7 +77,7 @@ pub fn llama_venv() -> Result<PathBuf, String> {
     );
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     run(Command::new(venv.join("bin/pip"))
-        .env("CMAKE_ARGS", LLAMA_CMAKE_ARGS)
+        .env("CMAKE_ARGS", llama_cmake_args())
         .args([
             "install",
             // A wheel cached from a build with other options is not reused.

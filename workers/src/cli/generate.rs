@@ -85,13 +85,26 @@ pub fn generate(a: &GenerateArgs) -> CliResult {
             prompt.len()
         ));
     }
+    // On a thread of the pool (see `bench`): the products' parallel parts
+    // start there instead of waking the pool from outside.
+    rayon::scope(|_| complete(a, &tokenizer, &mut chain, &prompt))
+}
+
+/// Samples and streams the completion of `prompt`.
+fn complete(
+    a: &GenerateArgs,
+    tokenizer: &Tokenizer,
+    chain: &mut Chain,
+    prompt: &[u32],
+) -> CliResult {
+    let context = chain.first().context();
     let mut sampler = a.sampling.sampler();
     let mut decoder = tokenizer.decoder();
     let mut out = std::io::stdout().lock();
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut logits = chain
-        .forward(&prompt, Logits::Last)
+        .forward(prompt, Logits::Last)
         .map_err(|e| e.to_string())?;
     let reason = loop {
         if a.max_tokens > 0 && tokens.len() >= a.max_tokens {

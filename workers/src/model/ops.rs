@@ -175,7 +175,6 @@ pub fn attend(
 ) {
     let hd = q.len();
     let key = |j: usize| &keys[j * stride + offset..j * stride + offset + hd];
-    let value = |j: usize| &values[j * stride + offset..j * stride + offset + hd];
     // Four keys at a time: four independent chains of additions, each
     // summed exactly as [`dot`] sums it. Loops, not iterator closures: a
     // closure keeps the features of the function it is written in, not
@@ -192,7 +191,16 @@ pub fn attend(
     for j in j..len {
         scores.push(dot(q, key(j)) * scale);
     }
-    softmax(&mut scores);
+    weigh(&mut scores, values, stride, offset, out);
+}
+
+/// The rest of [`attend`] once the scaled scores are known: their softmax,
+/// then the weighted sum of the values into `out`. Inlined as `attend` is.
+#[inline(always)]
+pub fn weigh(scores: &mut [f32], values: &[f32], stride: usize, offset: usize, out: &mut [f32]) {
+    let (hd, len) = (out.len(), scores.len());
+    let value = |j: usize| &values[j * stride + offset..j * stride + offset + hd];
+    softmax(scores);
     // Two positions per pass over `out`, added in position order.
     let mut j = 0;
     while j + 2 <= len {

@@ -367,17 +367,25 @@ fn attention(
     let group = c.heads / c.kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n * qd];
+    // One task per token and KV head: the query heads that share the KV
+    // head (contiguous in `q` and `out`) run one after the other on one
+    // thread, so the keys and values the first streams from memory are
+    // still in that core's cache for the others.
     let one = |(idx, o): (usize, &mut [f32])| {
-        let (t, head) = (idx / c.heads, idx % c.heads);
-        let kv_head = head / group;
-        let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-        (kernels.attend)(qh, keys, values, kvd, kv_head * hd, pos + t + 1, scale, o);
+        let (t, kv_head) = (idx / c.kv_heads, idx % c.kv_heads);
+        for (g, o) in o.chunks_exact_mut(hd).enumerate() {
+            let head = kv_head * group + g;
+            let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
+            (kernels.attend)(qh, keys, values, kvd, kv_head * hd, pos + t + 1, scale, o);
+        }
     };
     let work = n * c.heads * (pos + n) * hd;
     if work < 1 << 16 {
-        out.chunks_exact_mut(hd).enumerate().for_each(one);
+        out.chunks_exact_mut(group * hd).enumerate().for_each(one);
     } else {
-        out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+        out.par_chunks_exact_mut(group * hd)
+            .enumerate()
+            .for_each(one);
     }
     out
 }
