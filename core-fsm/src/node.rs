@@ -5,8 +5,9 @@
 //! lease (journaling the intent first), polls for the SSH endpoint, asks the
 //! composite to spawn a bootstrap session, records the agent's join and the
 //! handoff, and destroys its own known lease on request. Its [`Record`] is the
-//! per-node ledger; readiness is a flag of that record, true only in
-//! [`Lifecycle::Dormant`]. Invariants N1.. are listed in `spec/provisioning.md`.
+//! per-node ledger, derived from the phase; readiness is a flag of that
+//! record, true only in [`Lifecycle::Dormant`]. Invariants N1.. are listed
+//! in `spec/provisioning.md`.
 
 mod destroy;
 mod dispatch;
@@ -130,7 +131,8 @@ pub struct AgentFacts {
     pub handed_off_at: Option<Instant>,
 }
 
-/// The per-node ledger (SPEC.md "Node manager").
+/// The per-node ledger (SPEC.md "Node manager"), derived from the node's
+/// phase by [`Machine::record`]: a view for status, tests and people.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The desired node.

@@ -116,7 +116,7 @@ impl Script {
     }
 
     fn failed_reason(&self) -> Option<&str> {
-        self.node.record().failed_reason.as_deref()
+        self.node.failed_reason()
     }
 }
 

@@ -51,14 +51,13 @@ impl System for Composite {
 
     fn visit_nodes(&self, visit: &mut dyn FnMut(NodeView<'_>)) {
         for machine in self.0.nodes() {
-            let record = machine.record();
             visit(NodeView {
-                node: record.node(),
+                node: machine.node(),
                 stage: machine.stage(),
                 ready: machine.is_ready(),
-                lease: record.lease.as_deref(),
-                agent: record.agent.as_ref().map(|a| &a.agent),
-                failed_reason: record.failed_reason.as_deref(),
+                lease: machine.lease().map(|l| &**l),
+                agent: machine.agent().map(|a| &a.agent),
+                failed_reason: machine.failed_reason(),
             });
         }
     }
@@ -73,7 +72,7 @@ impl System for Composite {
 
     fn probe_labels(&self, visit: &mut dyn FnMut(&str)) {
         for machine in self.0.nodes() {
-            if let Some(facts) = &machine.record().bootstrap {
+            if let Some(facts) = machine.bootstrap() {
                 visit(bootstrap_label(facts.last_stage));
             }
         }

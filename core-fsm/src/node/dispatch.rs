@@ -30,11 +30,13 @@ impl Machine {
 
     fn dispatch(&mut self, now: Instant, event: Event, out: &mut Vec<Effect>) {
         use Event::{Fire, In};
-        match (self.phase, event) {
+        // By reference: an arm copies what it needs out of the phase (a
+        // lease is an `Arc`) before its transition replaces the phase.
+        match (&self.phase, event) {
             (Phase::New, In(Input::Start { excluded_hosts })) => {
                 self.excluded_hosts = excluded_hosts;
                 let _ = self.retry_spent_strays(now, out);
-                let attempt = self.record.attempt.max(1);
+                let attempt = self.attempt.max(1);
                 self.request_lease(now, attempt, 1, out)
             }
             (_, In(Input::Start { excluded_hosts })) if self.restored_work() => {
@@ -42,28 +44,30 @@ impl Machine {
                 self.resume(now, out)
             }
             (
-                Phase::Destroyed
+                Phase::Destroyed { .. }
                 | Phase::Restored(Pending::Replace { .. })
-                | Phase::Failed { unresolved: false },
+                | Phase::Failed {
+                    unresolved: false, ..
+                },
                 In(Input::Replace {
                     attempt,
                     excluded_hosts,
                 }),
-            ) if attempt > self.record.attempt => {
+            ) if attempt > self.attempt => {
                 self.excluded_hosts = excluded_hosts;
                 self.on_replace(now, attempt, out);
             }
             // The failed intent's lease may exist: find out first (bounded
             // per attempt), then replace whatever turns up.
             (
-                Phase::Failed { unresolved: true },
+                Phase::Failed {
+                    unresolved: true, ..
+                },
                 In(Input::Replace {
                     attempt,
                     excluded_hosts,
                 }),
-            ) if attempt > self.record.attempt
-                && self.replace_resolves < self.config.intents_max =>
-            {
+            ) if attempt > self.attempt && self.replace_resolves < self.config.intents_max => {
                 self.excluded_hosts = excluded_hosts;
                 self.replace_resolves += 1;
                 let resolve = Resolve::new(self.config.intents_max, Then::Replace(attempt));
@@ -74,7 +78,7 @@ impl Machine {
             }
             (_, In(Input::Destroy)) => self.on_destroy(now, out),
             (
-                Phase::Requesting {
+                &Phase::Requesting {
                     op: Some(op),
                     tries,
                     intents,
@@ -97,13 +101,18 @@ impl Machine {
                     ..
                 }),
             ) => self.on_stray_lease(now, granted, out),
-            (Phase::Locating { op: Some(op) }, In(Input::EndpointLooked { op: got, result }))
-                if op == got =>
-            {
-                self.on_endpoint(now, result, out)
+            (
+                Phase::Locating {
+                    op: Some(op),
+                    lease,
+                },
+                In(Input::EndpointLooked { op: got, result }),
+            ) if *op == got => {
+                let lease = lease.clone();
+                self.on_endpoint(now, lease, result, out)
             }
             (
-                Phase::Resolving {
+                &Phase::Resolving {
                     op: Some(op),
                     resolve,
                 },
@@ -114,31 +123,44 @@ impl Machine {
                     op: Some(op),
                     tries,
                     replace,
+                    lease,
                 },
                 In(Input::LeaseDestroyed { op: got, result }),
-            ) if op == got => self.on_destroyed(now, result, tries, replace, out),
+            ) if *op == got => {
+                let (counts, lease) = ((*tries, *replace), lease.clone());
+                self.on_destroyed(now, result, counts, lease, out)
+            }
             // A cancelled session still logs until SSH is closed: its
             // numbers count in any phase.
             (_, In(Input::BootstrapObserved(obs))) => self.observe(now, obs),
-            (Phase::Bootstrapping { session }, In(Input::AgentJoined { lease_id, agent }))
+            (Phase::Bootstrapping { lease, boot }, In(Input::AgentJoined { lease_id, agent }))
                 if self.expects_join(&lease_id) =>
             {
-                self.on_joined(now, session, agent, out)
+                let on = (lease.clone(), boot.clone());
+                self.on_joined(now, on, agent, out)
             }
             (
                 Phase::Dormant {
+                    lease,
+                    agent: facts,
                     rejoin_allowed: true,
                 },
                 In(Input::AgentJoined { lease_id, agent }),
-            ) if self.expects_join(&lease_id) => self.on_rejoined(now, agent, out),
+            ) if self.expects_join(&lease_id) => {
+                let on = (lease.clone(), facts.handed_off_at);
+                self.on_rejoined(now, on, agent, out)
+            }
             // Only the node's own agent; another identity, or a node not at
             // rest after handoff, is ignored.
-            (Phase::Dormant { .. }, In(Input::AgentLost { agent, reason }))
-                if self.record.agent.as_ref().is_some_and(|a| a.agent == agent) =>
+            (Phase::Dormant { agent: facts, .. }, In(Input::AgentLost { agent, reason }))
+                if facts.agent == agent =>
             {
                 self.fail(now, reason, out)
             }
-            (Phase::Joined { .. }, In(Input::BootstrapClosed)) => self.on_handed_off(now, out),
+            (Phase::Joined { lease, agent, .. }, In(Input::BootstrapClosed)) => {
+                let on = (lease.clone(), agent.clone());
+                self.on_handed_off(now, on, out)
+            }
             (
                 Phase::Bootstrapping { .. } | Phase::Joined { .. },
                 In(Input::BootstrapFailed { reason }),
@@ -147,7 +169,7 @@ impl Machine {
 
             // The create may have happened: find out, never create again.
             (
-                Phase::Requesting {
+                &Phase::Requesting {
                     intents,
                     destroy_after,
                     ..
@@ -162,7 +184,7 @@ impl Machine {
                 self.issue_list(now, Resolve::new(intents, then), out);
             }
             (
-                Phase::Requesting {
+                &Phase::Requesting {
                     op: None,
                     tries,
                     intents,
@@ -170,19 +192,22 @@ impl Machine {
                 },
                 Fire(TimerKind::CreateRetry),
             ) => self.issue_create(now, tries + 1, intents, out),
-            (Phase::Locating { op: None }, Fire(TimerKind::EndpointPoll)) => self.issue_lookup(out),
+            (Phase::Locating { op: None, lease }, Fire(TimerKind::EndpointPoll)) => {
+                let lease = lease.clone();
+                self.issue_lookup(lease, out)
+            }
             (Phase::Locating { .. }, Fire(TimerKind::EndpointDeadline)) => {
-                let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
+                let timeout = self.spec.boot.timeouts.endpoint_timeout;
                 self.fail(now, format!("no SSH endpoint within {timeout}"), out);
             }
             (
-                Phase::Resolving {
+                &Phase::Resolving {
                     op: Some(_),
                     resolve,
                 },
                 Fire(TimerKind::ListDeadline),
             ) => self.list_failed(now, resolve, "lease list timed out", out),
-            (Phase::Resolving { op: None, resolve }, Fire(TimerKind::ListRetry)) => {
+            (&Phase::Resolving { op: None, resolve }, Fire(TimerKind::ListRetry)) => {
                 self.issue_list(now, resolve, out)
             }
             (
@@ -190,17 +215,25 @@ impl Machine {
                     op: Some(_),
                     tries,
                     replace,
+                    lease,
                 },
                 Fire(TimerKind::DestroyDeadline),
-            ) => self.destroy_failed(now, tries, replace, "destroy timed out".to_owned()),
+            ) => {
+                let (counts, lease) = ((*tries, *replace), lease.clone());
+                self.destroy_failed(now, counts, lease, "destroy timed out".to_owned())
+            }
             (
                 Phase::Destroying {
                     op: None,
                     tries,
                     replace,
+                    lease,
                 },
                 Fire(TimerKind::DestroyRetry),
-            ) => self.issue_destroy(now, tries + 1, replace, out),
+            ) => {
+                let (tries, replace, lease) = (*tries, *replace, lease.clone());
+                self.issue_destroy(now, tries + 1, replace, lease, out)
+            }
             // A timer of a phase already left: transitions clear timers, so
             // this is only reachable within one multi-expiry tick.
             (_, Fire(_)) => {}

@@ -3,13 +3,14 @@
 //! transitions in `transitions.rs` and its siblings.
 
 use super::Timers;
-pub(super) use super::phase::{Pending, Phase, Resolve, Then};
-use super::{Config, Effect, Input, Lifecycle, Record};
-use crate::ids::{Counter, SessionId};
+pub(super) use super::phase::{Boot, Failure, Past, Pending, Phase, Resolve, Then};
+use super::{AgentFacts, BootstrapFacts, Config, Effect, Input, Lifecycle, Record};
+use crate::ids::{Counter, LeaseId, LogicalNodeId, Nonce, SessionId};
 use crate::plan::LogicalNodeSpec;
-use crate::port::LogSeqs;
+use crate::port::{LeaseFacts, LogSeqs};
 use crate::rng::DetRng;
 use crate::time::Instant;
+use std::sync::Arc;
 
 /// The stream of the node's generator its backoff jitter is drawn from.
 const JITTER_STREAM: u64 = 1;
@@ -18,8 +19,18 @@ const JITTER_STREAM: u64 = 1;
 #[derive(Clone, Debug)]
 pub struct Machine {
     pub(super) config: Config,
-    pub(super) record: Record,
+    /// The desired node.
+    pub(super) spec: LogicalNodeSpec,
+    /// Lease attempts so far, the current one included (0 before the first).
+    pub(super) attempt: u32,
+    /// The nonce of the current (or last) lease intent.
+    pub(super) nonce: Option<Nonce>,
+    /// The last log sequence numbers of the run: a node's next session
+    /// continues from them, so they never restart (`port::LogRecord`).
+    pub(super) log_seqs: LogSeqs,
     pub(super) phase: Phase,
+    /// What the current intent went through before its phase.
+    pub(super) past: Past,
     pub(super) timers: Timers,
     pub(super) rng: DetRng,
     /// Backoff jitter; a separate stream so that retries never shift nonces.
@@ -46,21 +57,12 @@ impl Machine {
     pub fn new(config: Config, spec: LogicalNodeSpec, rng: DetRng) -> Machine {
         Machine {
             config,
-            record: Record {
-                desired: spec,
-                attempt: 0,
-                nonce: None,
-                lease: None,
-                endpoint: None,
-                bootstrap: None,
-                log_seqs: LogSeqs::default(),
-                agent: None,
-                failed_reason: None,
-                failed_at: None,
-                destroy_error: None,
-                destroyed_at: None,
-            },
+            spec,
+            attempt: 0,
+            nonce: None,
+            log_seqs: LogSeqs::default(),
             phase: Phase::New,
+            past: Past::default(),
             timers: Timers::new(),
             jitter: rng.derive(JITTER_STREAM),
             rng,
@@ -74,14 +76,100 @@ impl Machine {
         }
     }
 
-    /// The ledger.
-    pub fn record(&self) -> &Record {
-        &self.record
+    /// The ledger, derived from the phase and what came before it.
+    pub fn record(&self) -> Record {
+        let destroyed_at = match &self.phase {
+            Phase::Destroyed {
+                released: Some((_, at)),
+            } => Some(*at),
+            _ => None,
+        };
+        Record {
+            desired: self.spec.clone(),
+            attempt: self.attempt,
+            nonce: self.nonce,
+            lease: self.lease().cloned(),
+            endpoint: self.boot().map(|b| b.endpoint.clone()),
+            bootstrap: self.bootstrap().cloned(),
+            log_seqs: self.log_seqs,
+            agent: self.agent().cloned(),
+            failed_reason: self.failed_reason().map(str::to_owned),
+            failed_at: self.failed_at(),
+            destroy_error: self.past.destroy_error.clone(),
+            destroyed_at,
+        }
+    }
+
+    /// The desired node.
+    pub fn spec(&self) -> &LogicalNodeSpec {
+        &self.spec
+    }
+
+    /// The logical node.
+    pub fn node(&self) -> &LogicalNodeId {
+        &self.spec.node_id
+    }
+
+    /// Lease attempts so far, the current one included.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The last log sequence numbers of the run.
+    pub fn log_seqs(&self) -> LogSeqs {
+        self.log_seqs
+    }
+
+    /// The known lease (kept after its destroy, for the record).
+    pub fn lease(&self) -> Option<&Arc<LeaseFacts>> {
+        self.phase.lease().or(self.past.lease.as_ref())
+    }
+
+    /// The id of the known lease.
+    pub fn lease_id(&self) -> Option<&LeaseId> {
+        self.lease().map(|lease| &lease.lease_id)
+    }
+
+    /// The node's agent, current or last.
+    pub fn agent(&self) -> Option<&AgentFacts> {
+        self.phase.agent().or(self.past.agent.as_ref())
+    }
+
+    /// The current or last bootstrap session's facts.
+    pub fn bootstrap(&self) -> Option<&BootstrapFacts> {
+        self.boot().map(|b| &b.facts)
+    }
+
+    /// Why the node failed, while it is failed or winding down after.
+    pub fn failed_reason(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Failed { failure, .. } => Some(&failure.reason),
+            _ => self.past.failure.as_ref().map(|f| f.reason.as_str()),
+        }
+    }
+
+    /// When the node failed, while it is failed or winding down after.
+    pub fn failed_at(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Failed { failure, .. } => Some(failure.at),
+            _ => self.past.failure.as_ref().map(|f| f.at),
+        }
+    }
+
+    /// The current or last session.
+    fn boot(&self) -> Option<&Boot> {
+        self.phase.boot().or(self.past.boot.as_ref())
     }
 
     /// The stage, derived from the phase.
     pub fn stage(&self) -> Lifecycle {
         self.phase.stage()
+    }
+
+    /// Enters `phase`, keeping what the phase left held for the record.
+    pub(super) fn set_phase(&mut self, phase: Phase) {
+        let left = std::mem::replace(&mut self.phase, phase);
+        self.past.keep(left);
     }
 
     /// Whether the node is ready: exactly when it is `Dormant`.
@@ -149,7 +237,7 @@ impl Machine {
     /// [`crate::orchestrator::Orchestrator::raise_log_seqs`]); a running
     /// session keeps its own.
     pub fn raise_log_seqs(&mut self, seqs: LogSeqs) {
-        self.record.log_seqs = self.record.log_seqs.max_each(seqs);
+        self.log_seqs = self.log_seqs.max_each(seqs);
     }
 
     /// Whether `Start` has work to do: a fresh node, or restored work.
@@ -161,9 +249,8 @@ impl Machine {
     /// a new intent to follow, or (restored) about to journal that intent.
     pub fn is_replacing(&self) -> bool {
         match self.phase {
-            Phase::Destroying { replace, .. } | Phase::Restored(Pending::Destroy { replace }) => {
-                replace > 0
-            }
+            Phase::Destroying { replace, .. }
+            | Phase::Restored(Pending::Destroy { replace, .. }) => replace > 0,
             Phase::Restored(Pending::Replace { .. }) => true,
             _ => false,
         }
@@ -172,15 +259,17 @@ impl Machine {
     /// Whether the node is on its way out: destroying, destroyed, or going to
     /// destroy whatever lease an outstanding create yields.
     pub fn is_winding_down(&self) -> bool {
-        match self.phase {
-            Phase::Requesting { destroy_after, .. } => destroy_after,
+        match &self.phase {
+            Phase::Requesting { destroy_after, .. } => *destroy_after,
             Phase::Resolving { resolve, .. } | Phase::Restored(Pending::Resolve(resolve)) => {
                 resolve.then == Then::Destroy
             }
             Phase::Destroying { .. }
-            | Phase::Destroyed
+            | Phase::Destroyed { .. }
             | Phase::Restored(Pending::Destroy { .. } | Pending::Replace { .. }) => true,
-            Phase::Failed { unresolved } => unresolved || self.record.lease.is_none(),
+            Phase::Failed {
+                unresolved, lease, ..
+            } => *unresolved || lease.is_none(),
             _ => false,
         }
     }
@@ -194,9 +283,11 @@ impl Machine {
 
     /// `holds_no_lease`, strays aside: the lease of the node's intent.
     pub(super) fn holds_no_own_lease(&self) -> bool {
-        match self.phase {
-            Phase::New | Phase::Destroyed | Phase::Restored(Pending::Replace { .. }) => true,
-            Phase::Failed { unresolved } => !unresolved && self.record.lease.is_none(),
+        match &self.phase {
+            Phase::New | Phase::Destroyed { .. } | Phase::Restored(Pending::Replace { .. }) => true,
+            Phase::Failed {
+                unresolved, lease, ..
+            } => !unresolved && lease.is_none(),
             _ => false,
         }
     }
@@ -205,28 +296,26 @@ impl Machine {
     pub fn expects_join(&self, lease_id: &crate::ids::LeaseId) -> bool {
         // No token exists before the start command runs, and a join that
         // came earlier would reach a session unable to use it.
-        let lease_matches = self.record.lease_id() == Some(lease_id);
-        let started = self.record.bootstrap.as_ref().is_some_and(|b| {
-            matches!(
-                b.last_stage,
-                crate::bootstrap::Step::AgentStarting | crate::bootstrap::Step::WaitingForJoin
-            )
-        });
-        match self.phase {
-            Phase::Bootstrapping { .. } => lease_matches && started,
+        match &self.phase {
+            Phase::Bootstrapping { lease, boot } => {
+                let started = matches!(
+                    boot.facts.last_stage,
+                    crate::bootstrap::Step::AgentStarting | crate::bootstrap::Step::WaitingForJoin
+                );
+                &lease.lease_id == lease_id && started
+            }
             Phase::Dormant {
+                lease,
                 rejoin_allowed: true,
-            } => lease_matches,
+                ..
+            } => &lease.lease_id == lease_id,
             _ => false,
         }
     }
 
     /// The active bootstrap session, if any.
     pub fn session(&self) -> Option<SessionId> {
-        match self.phase {
-            Phase::Bootstrapping { session } | Phase::Joined { session } => Some(session),
-            _ => None,
-        }
+        self.phase.boot().map(|b| b.facts.session)
     }
 }
 
@@ -258,7 +347,7 @@ impl Machine {
     /// or cancelled) is noted; any other is ignored. It has no effects, so a
     /// composite may deliver it while the session is still stepping.
     pub(crate) fn observe(&mut self, now: Instant, obs: crate::bootstrap::Observation) {
-        let ours = (self.record.bootstrap.as_ref()).is_some_and(|b| b.session == obs.session);
+        let ours = self.bootstrap().is_some_and(|b| b.session == obs.session);
         if ours {
             self.on_observed(now, obs);
         } else {

@@ -21,7 +21,7 @@ impl super::Machine {
             Ok(leases) => leases,
             Err(e) => return self.list_failed(now, resolve, &e.message, out),
         };
-        let nonce = self.record.nonce;
+        let nonce = self.nonce;
         if let Some(lease) = leases.into_iter().find(|lease| Some(lease.nonce) == nonce) {
             return self.lease_known(now, lease, None, resolve.then, out);
         }
@@ -34,8 +34,8 @@ impl super::Machine {
                 misses,
                 ..resolve
             };
-            self.phase = Phase::Resolving { op: None, resolve };
-            let settle = self.record.desired.boot.timeouts.lease_create_timeout;
+            self.set_phase(Phase::Resolving { op: None, resolve });
+            let settle = self.spec.boot.timeouts.lease_create_timeout;
             self.timers.set(TimerKind::ListRetry, now + settle);
             return;
         }
@@ -45,10 +45,10 @@ impl super::Machine {
         self.persist_abandoned(out);
         let intents = resolve.intents;
         match resolve.then {
-            Then::Destroy => self.enter(Phase::Destroyed, out),
+            Then::Destroy => self.enter(Phase::Destroyed { released: None }, out),
             Then::Replace(attempt) => self.request_lease(now, attempt, 1, out),
             Then::Bootstrap if intents < self.config.intents_max => {
-                let attempt = self.record.attempt.max(1);
+                let attempt = self.attempt.max(1);
                 self.request_lease(now, attempt, intents + 1, out);
             }
             Then::Bootstrap => self.fail(now, format!("no lease after {intents} intents"), out),
@@ -70,14 +70,14 @@ impl super::Machine {
                 TimerKind::ListRetry,
                 now + backoff(tries, c.retry_backoff_base, c.retry_backoff_max),
             );
-            self.phase = Phase::Resolving { op: None, resolve };
+            self.set_phase(Phase::Resolving { op: None, resolve });
             return;
         }
         // A failed list is never an empty list: the intent stays open, and
         // only an explicit Destroy tries to resolve it again.
         let reason = format!("lease intent unresolved after {tries} lists: {why}");
         if resolve.then == Then::Destroy {
-            self.record.destroy_error = Some(reason.clone());
+            self.past.destroy_error = Some(reason.clone());
         }
         self.fail_with(now, reason, true, out);
     }
@@ -97,7 +97,7 @@ impl super::Machine {
             },
             out,
         );
-        let d = &self.record.desired;
+        let d = &self.spec;
         out.push(Effect::ListLeases {
             op,
             run_id: d.run_id,

@@ -2,7 +2,7 @@
 //! [`Machine::restore`] turns a node's [`Journaled`] fold into a phase whose
 //! pending work the next `Start` resumes.
 
-use super::machine::{Machine, Pending, Phase, Resolve, Then};
+use super::machine::{Failure, Machine, Pending, Phase, Resolve, Then};
 use super::{AgentFacts, Config, Journaled};
 use crate::plan::LogicalNodeSpec;
 use crate::rng::DetRng;
@@ -13,34 +13,68 @@ impl Journaled {
     /// to do).
     fn phase(&self) -> Phase {
         let resolving = |then| Phase::Restored(Pending::Resolve(Resolve::new(1, then)));
-        let has_lease = self.standing_lease().is_some();
+        let lease = self.standing_lease().cloned();
+        let failure = |reason: &String| Failure {
+            reason: reason.clone(),
+            at: Instant::ZERO,
+        };
+        let released = || {
+            (self.lease.clone())
+                .filter(|_| self.released)
+                .map(|lease| (lease, Instant::ZERO))
+        };
         if let (Some(attempt), false) = (self.replace, self.destroy_requested) {
             // A replacement a restart interrupted: finish the destroy, or
             // go straight to the new intent.
-            return Phase::Restored(match has_lease {
-                true => Pending::Destroy { replace: attempt },
-                false => Pending::Replace { attempt },
+            return Phase::Restored(match lease {
+                Some(lease) => Pending::Destroy {
+                    replace: attempt,
+                    lease,
+                },
+                None => Pending::Replace { attempt },
             });
         }
         if self.destroy_requested {
-            return match (has_lease, self.intent_open) {
-                (true, _) => Phase::Restored(Pending::Destroy { replace: 0 }),
-                (false, true) => resolving(Then::Destroy),
-                (false, false) => Phase::Destroyed,
+            return match (lease, self.intent_open) {
+                (Some(lease), _) => Phase::Restored(Pending::Destroy { replace: 0, lease }),
+                (None, true) => resolving(Then::Destroy),
+                (None, false) => Phase::Destroyed {
+                    released: released(),
+                },
             };
         }
-        match (has_lease, self.intent_open) {
-            (_, true) if self.failed.is_some() => Phase::Failed { unresolved: true },
-            (_, true) => resolving(Then::Bootstrap),
-            (true, _) if self.ready => Phase::Dormant {
+        match (lease, self.intent_open, &self.failed) {
+            (lease, true, Some(reason)) => Phase::Failed {
+                unresolved: true,
+                lease,
+                failure: failure(reason),
+            },
+            (_, true, None) => resolving(Then::Bootstrap),
+            (Some(lease), false, _) if self.ready => Phase::Dormant {
+                lease,
+                agent: AgentFacts {
+                    agent: self.agent.clone().expect("a ready node has an agent"),
+                    joined_at: Instant::ZERO,
+                    handed_off_at: Some(Instant::ZERO),
+                },
                 rejoin_allowed: true,
             },
-            (true, _) if self.failed.is_some() => Phase::Failed { unresolved: false },
+            (lease @ Some(_), false, Some(reason)) => Phase::Failed {
+                unresolved: false,
+                lease,
+                failure: failure(reason),
+            },
             // Known lease, not ready: bootstrap again from endpoint lookup.
-            (true, _) => Phase::Restored(Pending::Locate),
-            (false, false) if self.released => Phase::Destroyed,
-            (false, false) if self.failed.is_some() => Phase::Failed { unresolved: false },
-            (false, false) => Phase::New,
+            (Some(lease), false, None) => Phase::Restored(Pending::Locate { lease }),
+            (None, false, _) if self.released => Phase::Destroyed {
+                released: released(),
+            },
+            (None, false, Some(reason)) => Phase::Failed {
+                unresolved: false,
+                lease: None,
+                failure: failure(reason),
+            },
+            (None, false, None) => Phase::New,
         }
     }
 }
@@ -54,26 +88,11 @@ impl Machine {
         journaled: &Journaled,
     ) -> Machine {
         let mut machine = Machine::new(config, spec, rng);
-        let phase = journaled.phase();
-        let r = &mut machine.record;
-        r.attempt = journaled.attempt;
-        r.nonce = journaled.nonce;
-        r.lease = journaled.lease.clone();
-        r.log_seqs = journaled.log_seqs;
-        if journaled.released && r.lease.is_some() {
-            r.destroyed_at = Some(Instant::ZERO);
-        }
-        if matches!(phase, Phase::Failed { .. }) {
-            r.failed_reason = journaled.failed.clone();
-        }
-        if matches!(phase, Phase::Dormant { .. }) {
-            let agent = journaled.agent.clone().expect("Dormant needs an agent");
-            r.agent = Some(AgentFacts {
-                agent,
-                joined_at: Instant::ZERO,
-                handed_off_at: Some(Instant::ZERO),
-            });
-        }
+        machine.attempt = journaled.attempt;
+        machine.nonce = journaled.nonce;
+        machine.log_seqs = journaled.log_seqs;
+        // The last lease, destroyed or not, for the record.
+        machine.past.lease = journaled.lease.clone();
         machine.strays = journaled
             .strays
             .iter()
@@ -84,7 +103,7 @@ impl Machine {
                 state: super::strays::StrayState::Restored,
             })
             .collect();
-        machine.phase = phase;
+        machine.phase = journaled.phase();
         machine
     }
 }

@@ -77,7 +77,7 @@ impl Machine {
         }
         self.stray_leases += 1;
         out.push(Effect::Persist(JournalRecord::StrayLease {
-            node: self.record.desired.node_id.clone(),
+            node: self.spec.node_id.clone(),
             lease: lease.clone(),
         }));
         if self.strays.len() >= STRAYS_MAX {
@@ -120,7 +120,7 @@ impl Machine {
             _ => {
                 let stray = self.strays.remove(at);
                 out.push(Effect::Persist(JournalRecord::LeaseReleased {
-                    node: self.record.desired.node_id.clone(),
+                    node: self.spec.node_id.clone(),
                     lease_id: stray.lease.lease_id.clone(),
                 }));
             }
@@ -179,7 +179,7 @@ impl Machine {
 
     fn issue_stray_destroy(&mut self, now: Instant, at: usize, tries: u32, out: &mut Vec<Effect>) {
         let op = self.next_op();
-        let timeout = self.record.desired.boot.timeouts.destroy_timeout;
+        let timeout = self.spec.boot.timeouts.destroy_timeout;
         let stray = &mut self.strays[at];
         stray.tries = tries;
         stray.state = StrayState::Destroying {
@@ -195,7 +195,7 @@ impl Machine {
     /// N13: strays are bounded, and each is restored, destroying, waiting
     /// for a bounded retry, or spent (its state says which).
     pub(super) fn check_strays(&self) {
-        let id = self.record.node();
+        let id = self.node();
         assert!(self.strays.len() <= STRAYS_MAX, "N13 {id}: strays bounded");
         for s in &self.strays {
             assert!(

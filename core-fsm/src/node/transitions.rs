@@ -4,7 +4,7 @@
 //! lease request, the endpoint and the shared helpers; `resolve.rs`,
 //! `destroy.rs` and `handoff.rs` hold the rest.
 
-use super::machine::{Pending, Phase, Resolve, Then};
+use super::machine::{Boot, Failure, Past, Pending, Phase, Resolve, Then};
 use super::{BootstrapFacts, Effect, Lifecycle, TimerKind, jittered};
 use crate::bootstrap;
 use crate::ids::{Nonce, OpId, SessionId};
@@ -26,25 +26,19 @@ impl super::Machine {
         out: &mut Vec<Effect>,
     ) {
         let nonce = self.draw_nonce();
-        let r = &mut self.record;
-        r.attempt = attempt;
-        r.nonce = Some(nonce);
-        r.lease = None;
-        r.endpoint = None;
-        r.bootstrap = None;
-        r.agent = None;
-        r.failed_reason = None;
-        r.failed_at = None;
-        r.destroy_error = None;
-        r.destroyed_at = None;
+        self.attempt = attempt;
+        self.nonce = Some(nonce);
         self.replace_resolves = 0;
         self.timers.clear();
         out.push(Effect::Persist(JournalRecord::LeaseIntent {
-            node: self.record.desired.node_id.clone(),
+            node: self.spec.node_id.clone(),
             nonce,
             attempt,
         }));
         self.issue_create(now, 1, intents, out);
+        // A new intent starts a new story: what the last one went through
+        // is in the journal.
+        self.past = Past::default();
     }
 
     /// Sends the create of the current intent; `tries` counts this one.
@@ -66,17 +60,17 @@ impl super::Machine {
             },
             out,
         );
-        let d = &self.record.desired;
+        let d = &self.spec;
         let request = CreateLeaseRequest {
             run_id: d.run_id,
             node: d.node_id.clone(),
-            nonce: self.record.nonce.expect("a create follows an intent"),
+            nonce: self.nonce.expect("a create follows an intent"),
             provider: d.provider,
             shape: d.shape.clone(),
             excluded_hosts: self.excluded_hosts.clone(),
         };
         out.push(Effect::CreateLease { op, request });
-        let timeout = self.record.desired.boot.timeouts.lease_create_timeout;
+        let timeout = self.spec.boot.timeouts.lease_create_timeout;
         self.timers.set(TimerKind::LeaseCreate, now + timeout);
     }
 
@@ -84,20 +78,19 @@ impl super::Machine {
     /// the phase's own work.
     pub(super) fn resume(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let _ = self.retry_spent_strays(now, out);
-        let Phase::Restored(pending) = self.phase else {
+        let Phase::Restored(pending) = &self.phase else {
             return;
         };
-        match pending {
+        match pending.clone() {
             Pending::Resolve(resolve) => {
                 self.issue_list(now, Resolve::new(resolve.intents, resolve.then), out)
             }
-            Pending::Locate => {
-                self.phase = Phase::Locating { op: None };
-                let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
+            Pending::Locate { lease } => {
+                let timeout = self.spec.boot.timeouts.endpoint_timeout;
                 self.timers.set(TimerKind::EndpointDeadline, now + timeout);
-                self.issue_lookup(out);
+                self.issue_lookup(lease, out);
             }
-            Pending::Destroy { replace } => self.issue_destroy(now, 1, replace, out),
+            Pending::Destroy { replace, lease } => self.issue_destroy(now, 1, replace, lease, out),
             // A replacement whose destroy finished before the restart.
             Pending::Replace { attempt } => self.request_lease(now, attempt, 1, out),
         }
@@ -121,12 +114,12 @@ impl super::Machine {
             // Nothing happened (429, 5xx before the request took effect):
             // the same intent may be sent again, after a jittered backoff.
             Err(e) if e.kind == ProviderErrorKind::Transient && retry => {
-                self.phase = Phase::Requesting {
+                self.set_phase(Phase::Requesting {
                     op: None,
                     tries,
                     intents,
                     destroy_after: false,
-                };
+                });
                 let c = &self.config;
                 let wait = backoff(tries, c.retry_backoff_base, c.retry_backoff_max);
                 let wait = jittered(&mut self.jitter, wait);
@@ -141,7 +134,7 @@ impl super::Machine {
                     _ => format!("lease create failed: {}", e.message),
                 };
                 match then {
-                    Then::Destroy => self.enter(Phase::Destroyed, out),
+                    Then::Destroy => self.enter(Phase::Destroyed { released: None }, out),
                     // A create is only ever awaited to bootstrap or destroy.
                     Then::Bootstrap | Then::Replace(_) => self.fail(now, why, out),
                 }
@@ -160,13 +153,14 @@ impl super::Machine {
     ) {
         let lease = granted.lease;
         if let Phase::Resolving { resolve, .. } | Phase::Restored(Pending::Resolve(resolve)) =
-            self.phase
-            && Some(lease.nonce) == self.record.nonce
+            &self.phase
+            && Some(lease.nonce) == self.nonce
         {
+            let then = resolve.then;
             self.timers.clear();
-            return self.lease_known(now, lease, granted.endpoint, resolve.then, out);
+            return self.lease_known(now, lease, granted.endpoint, then, out);
         }
-        if self.record.lease_id() == Some(&lease.lease_id) {
+        if self.lease_id() == Some(&lease.lease_id) {
             self.ignored += 1;
             return;
         }
@@ -181,33 +175,31 @@ impl super::Machine {
         then: Then,
         out: &mut Vec<Effect>,
     ) {
-        let node = self.record.desired.node_id.clone();
+        let node = self.spec.node_id.clone();
         out.push(Effect::Persist(JournalRecord::LeaseKnown {
             node,
             lease: lease.clone(),
         }));
-        self.record.nonce = Some(lease.nonce);
-        self.record.lease = Some(lease);
+        self.nonce = Some(lease.nonce);
         match (then, endpoint) {
             (Then::Destroy, _) => {
                 self.pass_through(Lifecycle::LeaseCreated, out);
-                self.issue_destroy(now, 1, 0, out)
+                self.issue_destroy(now, 1, 0, lease, out)
             }
             (Then::Replace(attempt), _) => {
                 self.pass_through(Lifecycle::LeaseCreated, out);
                 self.persist_replace_requested(attempt, out);
-                self.issue_destroy(now, 1, attempt, out);
+                self.issue_destroy(now, 1, attempt, lease, out);
             }
             (Then::Bootstrap, Some(endpoint)) => {
                 self.pass_through(Lifecycle::LeaseCreated, out);
-                self.endpoint_known(now, endpoint, out)
+                self.endpoint_known(now, lease, endpoint, out)
             }
             // Locating is LeaseCreated's own phase: entering it announces.
             (Then::Bootstrap, None) => {
-                let timeout = self.record.desired.boot.timeouts.endpoint_timeout;
-                self.enter(Phase::Locating { op: None }, out);
+                let timeout = self.spec.boot.timeouts.endpoint_timeout;
                 self.timers.set(TimerKind::EndpointDeadline, now + timeout);
-                self.issue_lookup(out);
+                self.issue_lookup(lease, out);
             }
         }
     }
@@ -215,6 +207,7 @@ impl super::Machine {
     pub(super) fn on_endpoint(
         &mut self,
         now: Instant,
+        lease: Arc<LeaseFacts>,
         result: Result<EndpointStatus, ProviderError>,
         out: &mut Vec<Effect>,
     ) {
@@ -225,9 +218,9 @@ impl super::Machine {
             )
         };
         match result {
-            Ok(EndpointStatus::Ready(endpoint)) => self.endpoint_known(now, endpoint, out),
-            Ok(EndpointStatus::Pending { .. }) => self.poll_later(now),
-            Err(e) if transient(&e) => self.poll_later(now),
+            Ok(EndpointStatus::Ready(endpoint)) => self.endpoint_known(now, lease, endpoint, out),
+            Ok(EndpointStatus::Pending { .. }) => self.poll_later(now, lease),
+            Err(e) if transient(&e) => self.poll_later(now, lease),
             Ok(EndpointStatus::Failed { reason }) => {
                 self.fail(now, format!("endpoint failed: {reason}"), out)
             }
@@ -240,40 +233,40 @@ impl super::Machine {
         }
     }
 
-    pub(super) fn poll_later(&mut self, now: Instant) {
-        self.phase = Phase::Locating { op: None };
-        let interval = self.record.desired.boot.timeouts.endpoint_poll_interval;
+    pub(super) fn poll_later(&mut self, now: Instant, lease: Arc<LeaseFacts>) {
+        self.set_phase(Phase::Locating { op: None, lease });
+        let interval = self.spec.boot.timeouts.endpoint_poll_interval;
         self.timers.set(TimerKind::EndpointPoll, now + interval);
     }
 
     pub(super) fn endpoint_known(
         &mut self,
         now: Instant,
+        lease: Arc<LeaseFacts>,
         endpoint: SshEndpoint,
         out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
-        self.record.endpoint = Some(endpoint.clone());
         self.pass_through(Lifecycle::EndpointKnown, out);
         let session = SessionId(self.sessions.next());
-        self.record.bootstrap = Some(BootstrapFacts {
+        let facts = BootstrapFacts {
             session,
             last_stage: bootstrap::Step::Created,
             last_stdout_seq: None,
             last_stderr_seq: None,
             last_observed_at: now,
-        });
-        self.enter(Phase::Bootstrapping { session }, out);
-        let lease_id = self
-            .record
-            .lease_id()
-            .expect("endpoint_known needs a lease")
-            .clone();
+        };
+        let lease_id = lease.lease_id.clone();
+        let boot = Boot {
+            endpoint: endpoint.clone(),
+            facts,
+        };
+        self.enter(Phase::Bootstrapping { lease, boot }, out);
         out.push(Effect::StartBootstrap {
             session,
             endpoint,
             lease_id,
-            log_seqs: self.record.log_seqs,
+            log_seqs: self.log_seqs,
         });
     }
 
@@ -289,37 +282,43 @@ impl super::Machine {
         out: &mut Vec<Effect>,
     ) {
         self.timers.clear();
-        self.record.failed_reason = Some(reason.clone());
-        self.record.failed_at = Some(now);
-        let node = self.record.desired.node_id.clone();
-        let log_seqs = self.record.log_seqs;
+        let node = self.spec.node_id.clone();
+        let log_seqs = self.log_seqs;
         out.push(Effect::Persist(JournalRecord::NodeFailed {
             node,
-            reason,
+            reason: reason.clone(),
             log_seqs,
         }));
-        self.enter(Phase::Failed { unresolved }, out);
+        let lease = self.phase.lease().cloned();
+        let failure = Failure { reason, at: now };
+        let failed = Phase::Failed {
+            unresolved,
+            lease,
+            failure,
+        };
+        self.enter(failed, out);
     }
 
-    pub(super) fn issue_lookup(&mut self, out: &mut Vec<Effect>) {
+    /// Looks `lease`'s endpoint up (entering `Locating`, which announces
+    /// `LeaseCreated` if the node was not there yet).
+    pub(super) fn issue_lookup(&mut self, lease: Arc<LeaseFacts>, out: &mut Vec<Effect>) {
         self.timers.cancel(&TimerKind::EndpointPoll);
         let op = self.next_op();
-        self.phase = Phase::Locating { op: Some(op) };
-        let lease = self
-            .record
-            .lease
-            .clone()
-            .expect("lookup only a known lease (N3)");
+        let locating = Phase::Locating {
+            op: Some(op),
+            lease: lease.clone(),
+        };
+        self.enter(locating, out);
         out.push(Effect::LookupEndpoint { op, lease });
     }
 
     pub(super) fn persist_destroy_requested(&mut self, out: &mut Vec<Effect>) {
-        let node = self.record.desired.node_id.clone();
+        let node = self.spec.node_id.clone();
         out.push(Effect::Persist(JournalRecord::DestroyRequested { node }));
     }
 
     pub(super) fn persist_replace_requested(&mut self, attempt: u32, out: &mut Vec<Effect>) {
-        let node = self.record.desired.node_id.clone();
+        let node = self.spec.node_id.clone();
         out.push(Effect::Persist(JournalRecord::ReplaceRequested {
             node,
             attempt,
@@ -327,8 +326,8 @@ impl super::Machine {
     }
 
     pub(super) fn persist_abandoned(&mut self, out: &mut Vec<Effect>) {
-        let node = self.record.desired.node_id.clone();
-        let nonce = self.record.nonce.expect("an intent has a nonce");
+        let node = self.spec.node_id.clone();
+        let nonce = self.nonce.expect("an intent has a nonce");
         out.push(Effect::Persist(JournalRecord::IntentAbandoned {
             node,
             nonce,
@@ -338,9 +337,10 @@ impl super::Machine {
     /// Enters `phase` and announces its stage if it changed.
     pub(super) fn enter(&mut self, phase: Phase, out: &mut Vec<Effect>) {
         let before = self.phase.stage();
-        self.phase = phase;
-        if phase.stage() != before {
-            self.announce(phase.stage(), out);
+        self.set_phase(phase);
+        let stage = self.phase.stage();
+        if stage != before {
+            self.announce(stage, out);
         }
     }
 
@@ -355,10 +355,11 @@ impl super::Machine {
 
     /// The `Changed` effect for `stage`.
     fn announce(&self, stage: Lifecycle, out: &mut Vec<Effect>) {
-        let failed_reason = if stage == Lifecycle::Failed {
-            self.record.failed_reason.clone()
-        } else {
-            None
+        let failed_reason = match &self.phase {
+            Phase::Failed { failure, .. } if stage == Lifecycle::Failed => {
+                Some(failure.reason.clone())
+            }
+            _ => None,
         };
         out.push(Effect::Changed {
             stage,
@@ -376,7 +377,7 @@ impl super::Machine {
     pub(super) fn draw_nonce(&mut self) -> Nonce {
         for _ in 0..8 {
             let nonce = Nonce(self.rng.next_u64());
-            if Some(nonce) != self.record.nonce {
+            if Some(nonce) != self.nonce {
                 return nonce;
             }
         }

@@ -162,25 +162,21 @@ impl Orchestrator {
 /// The reconciler's coarse view of one node.
 fn view(machine: &node::Machine) -> NodeView {
     use node::Lifecycle as S;
-    let record = machine.record();
     let condition = match machine.stage() {
         S::Dormant => Condition::Ready,
         S::Failed => Condition::Failed {
-            at: record.failed_at.unwrap_or(Instant::ZERO),
+            at: machine.failed_at().unwrap_or(Instant::ZERO),
         },
         S::Destroying => Condition::Destroying,
         S::Destroyed => Condition::Destroyed,
         _ => Condition::Provisioning,
     };
     NodeView {
-        node: record.node().clone(),
-        group: record.group().clone(),
-        index: record.desired.index,
-        attempt: record.attempt,
+        node: machine.node().clone(),
+        group: machine.spec().group_id.clone(),
+        index: machine.spec().index,
+        attempt: machine.attempt(),
         condition,
-        host: record
-            .lease
-            .as_ref()
-            .and_then(|lease| lease.host_id.clone()),
+        host: machine.lease().and_then(|lease| lease.host_id.clone()),
     }
 }

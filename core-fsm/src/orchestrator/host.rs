@@ -91,11 +91,7 @@ impl Orchestrator {
             matches!(
                 m.stage(),
                 Lifecycle::AgentJoined | Lifecycle::HandedOff | Lifecycle::Dormant
-            ) && m
-                .record()
-                .lease
-                .as_ref()
-                .is_some_and(|l| &l.lease_id == lease_id)
+            ) && m.lease_id() == Some(lease_id)
         };
         let current = self.node(&node).is_some_and(handed);
         if current {
@@ -115,10 +111,7 @@ impl Orchestrator {
         }
         let expected: Vec<(LogicalNodeId, AgentId)> = (self.nodes.values())
             .filter(|m| m.is_ready())
-            .filter_map(|m| {
-                let record = m.record();
-                Some((record.node().clone(), record.agent.as_ref()?.agent.clone()))
-            })
+            .filter_map(|m| Some((m.node().clone(), m.agent()?.agent.clone())))
             .collect();
         for (node, agent) in expected {
             let expect = membership::Input::Expect { node, agent };
@@ -132,7 +125,7 @@ impl Orchestrator {
     pub(super) fn dead_ready_agent(&self, slot: super::Slot) -> Option<AgentId> {
         let host = self.pipeline.as_ref()?;
         let machine = self.nodes.get(&slot).filter(|m| m.is_ready())?;
-        let agent = &machine.record().agent.as_ref()?.agent;
+        let agent = &machine.agent()?.agent;
         let member = host.membership().member(&self.ids[slot.0 as usize])?;
         (member.liveness() == Liveness::Dead && member.agent() == agent).then(|| agent.clone())
     }

@@ -122,9 +122,9 @@ impl Orchestrator {
                 Some(slot),
                 "O5 {id}: every ledger node is in the plan"
             );
-            assert_eq!(machine.record().node(), id, "O5 {id}: keyed by its own id");
+            assert_eq!(machine.node(), id, "O5 {id}: keyed by its own id");
             if machine.stage() != Lifecycle::Destroyed
-                && let Some(lease) = machine.record().lease_id()
+                && let Some(lease) = machine.lease_id()
             {
                 let other = leases.insert(lease, id);
                 assert!(other.is_none(), "O6 {lease}: one lease, one node");

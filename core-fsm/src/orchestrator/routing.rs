@@ -168,7 +168,7 @@ impl Orchestrator {
                 lease_id,
                 log_seqs,
             } => {
-                let spec = &self.slot_machine(slot).record().desired;
+                let spec = self.slot_machine(slot).spec();
                 let probe = Arc::clone(&self.probe_command);
                 let mut config =
                     bootstrap::Config::with_probe(session, spec, lease_id, endpoint, probe);
@@ -204,12 +204,7 @@ impl Orchestrator {
             return;
         }
         if changes.failed > 0 {
-            let host = self
-                .slot_machine(slot)
-                .record()
-                .lease
-                .as_ref()
-                .and_then(|lease| lease.host_id.clone());
+            let host = (self.slot_machine(slot).lease()).and_then(|lease| lease.host_id.clone());
             if let Some(host) = host {
                 for _ in 0..changes.failed {
                     self.quarantine.record_failure(&host);

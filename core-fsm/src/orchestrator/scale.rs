@@ -180,7 +180,7 @@ impl Orchestrator {
             return;
         };
         self.revivals += 1;
-        let seqs = machine.record().log_seqs;
+        let seqs = machine.log_seqs();
         self.revived.insert(slot, (self.revivals, seqs));
         // A late answer to the old node is nobody's now (counted as
         // unknown), never the new node's.

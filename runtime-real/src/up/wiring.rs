@@ -30,10 +30,10 @@ impl Orchestrated for Orchestrator {
         self.nodes()
             .filter(|m| m.stage() != core_fsm::node::Lifecycle::New)
             .map(|m| super::control::LiveNode {
-                id: m.record().node().clone(),
+                id: m.node().clone(),
                 stage: m.stage(),
                 ready: m.is_ready(),
-                failed_reason: m.record().failed_reason.clone(),
+                failed_reason: m.failed_reason().map(str::to_owned),
                 liveness: None,
                 last_heartbeat_ms: None,
             })
