@@ -291,11 +291,17 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
     use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(55);
     for kernels in kernel_sets() {
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in [
+            GgmlType::F16,
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+        ] {
             // Whole chunks of eight blocks and remainders (the q0 decode
             // kernels' scales are converted eight blocks at a time), and
             // row counts on and off the decode kernels' edges (four rows a
-            // call for q8_0 and q4_0, two for the k-quants).
+            // call for q8_0 and q4_0, two for f16 and the k-quants).
             for (rows, blocks) in [
                 (1, 8),
                 (3, 19),
@@ -305,7 +311,11 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
                 (37, 9),
                 (258, 28),
             ] {
-                let cols = ty.block_elements() as usize * blocks;
+                // f16: 16-value steps, then an 8-value step and a tail.
+                let cols = match ty.block_elements() as usize {
+                    1 => 16 * blocks + 11,
+                    b => b * blocks,
+                };
                 let data = matrix_bytes(&mut rng, ty, rows, cols);
                 let m = matrix(ty, rows, cols, &data);
                 let n = 3;

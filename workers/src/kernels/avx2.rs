@@ -41,6 +41,10 @@ pub fn kernels_vnni() -> Option<Kernels> {
     None
 }
 
+/// f16 weight rows per decode call.
+#[cfg(target_arch = "x86_64")]
+const F16_DECODE_ROWS: usize = 2;
+
 /// A one-token tile of `gemv::ROWS` rows.
 #[cfg(target_arch = "x86_64")]
 fn decode_tile(f: TileFn) -> Tile {
@@ -98,6 +102,11 @@ fn build(vnni: bool) -> Option<Kernels> {
                 // Two rows a call, the next two asked for meanwhile: on a
                 // 2-core Xeon (AVX-512), 0.5B q4_K_M decode went from 41 to
                 // 54 tok/s (one row a call 51, four 49).
+                decode_f16: Some(Tile {
+                    widen_f16: true,
+                    single_token: true,
+                    ..tile(F16_DECODE_ROWS, 1, next_f16)
+                }),
                 decode_q4k: Some(Tile {
                     single_token: true,
                     ..tile(K_ROWS, 1, next_q4k)
@@ -443,6 +452,8 @@ macro_rules! decode_shapes {
 
 #[cfg(target_arch = "x86_64")]
 decode_shapes!([(1, 1), (2, 1), (3, 1), (4, 1)] gemv_q8_0 = gemv::q8_0, gemv_q4_0 = gemv::q4_0);
+#[cfg(target_arch = "x86_64")]
+decode_shapes!([(1, 1), (2, 1), (3, 1)] next_f16 = tile::f16_next);
 #[cfg(target_arch = "x86_64")]
 decode_shapes!(
     [(1, 1), (2, 1)]

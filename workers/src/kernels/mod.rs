@@ -68,6 +68,7 @@ pub struct Kernels {
     tile_q6k: Option<Tile>,
     decode_q8_0: Option<Tile>,
     decode_q4_0: Option<Tile>,
+    decode_f16: Option<Tile>,
     decode_q4k: Option<Tile>,
     decode_q6k: Option<Tile>,
 }
@@ -93,6 +94,7 @@ impl Kernels {
             tile_q6k: None,
             decode_q8_0: None,
             decode_q4_0: None,
+            decode_f16: None,
             decode_q4k: None,
             decode_q6k: None,
         }
@@ -136,6 +138,7 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => self.decode_q8_0,
             GgmlType::Q4_0 => self.decode_q4_0,
+            GgmlType::F16 => self.decode_f16,
             GgmlType::Q4K => self.decode_q4k,
             GgmlType::Q6K => self.decode_q6k,
             _ => None,

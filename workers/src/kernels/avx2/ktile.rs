@@ -97,7 +97,7 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 /// for q8_0 and q4_0).
 #[inline]
 #[target_feature(enable = "sse")]
-fn prefetch_next(w: &[&[u8]], from: usize, len: usize) {
+pub(super) fn prefetch_next(w: &[&[u8]], from: usize, len: usize) {
     let next = w[0].as_ptr().wrapping_add(w.len() * w[0].len() + from);
     for at in (0..len).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(at) as *const i8);

@@ -119,6 +119,29 @@ pub fn f16_rows<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
+    f16_any::<R, T, false>(w, a, out, stride)
+}
+
+/// [`f16_rows`] asking for the next call's `R` rows while it sums these
+/// (decode: see `ktile::prefetch_next`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn f16_next<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    f16_any::<R, T, true>(w, a, out, stride)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_any<const R: usize, const T: usize, const NEXT: bool>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
     assert!(w.len() == R && a.len() == T);
     let n = w[0].len() / 2;
     assert!(w.iter().all(|x| x.len() == 2 * n));
@@ -136,6 +159,9 @@ pub fn f16_rows<const R: usize, const T: usize>(
     let mut acc = [[[_mm256_setzero_ps(); 2]; T]; R];
     let mut i = 0;
     while i + 16 <= n {
+        if NEXT {
+            super::ktile::prefetch_next(w, R * 2 * i, R * 32);
+        }
         for k in 0..2 {
             let mut x = [_mm256_setzero_ps(); R];
             for (r, x) in x.iter_mut().enumerate() {
