@@ -33,9 +33,10 @@ impl Digest {
         self.update(b"\n");
     }
 
-    /// Folds one piece of text eight bytes at a time, the last word padded
-    /// with zeros and marked with its length.
-    fn update_words(&mut self, bytes: &[u8]) {
+    /// Folds `bytes` eight at a time, the last word padded with zeros and
+    /// marked with its length: for long inputs (formatted or serialized
+    /// values), where a byte at a time is the cost.
+    pub fn update_words(&mut self, bytes: &[u8]) {
         let mut words = bytes.chunks_exact(8);
         for word in &mut words {
             self.mix(u64::from_le_bytes(word.try_into().expect("eight bytes")));

@@ -110,6 +110,8 @@ pub struct World<'c, S: System> {
     session_clock: BTreeMap<SessionId, Instant>,
     stages: BTreeMap<LogicalNodeId, Lifecycle>,
     digest: Digest,
+    /// The bytes of the value being digested (kept to reuse its buffer).
+    digest_bytes: Vec<u8>,
     step_digests: Vec<u64>,
     step: u64,
     coverage: Coverage,
@@ -148,6 +150,7 @@ impl<'c, S: System> World<'c, S> {
             session_clock: BTreeMap::new(),
             stages: BTreeMap::new(),
             digest: Digest::default(),
+            digest_bytes: Vec::new(),
             step_digests: Vec::new(),
             step: 0,
             coverage: Coverage::default(),

@@ -36,7 +36,7 @@ impl<S: System> World<'_, S> {
         let stage = conformance::coverage::stage_of_input(&input, &self.op_node, &self.stages);
         self.coverage.pairs.insert((stage, input.kind()));
         let line = self.transcript.as_ref().map(|_| input.to_string());
-        self.digest.update_debug(&(self.now, self.inc, &input));
+        self.fold(&(self.now, self.inc, &input));
         let now = self.now;
         let Some(orch) = self.orch.as_mut() else {
             return;
@@ -63,7 +63,7 @@ impl<S: System> World<'_, S> {
                 ),
             );
         }
-        self.digest.update_debug(&effects);
+        self.fold(&effects);
         self.step_digests.push(self.digest.0);
         for effect in &effects {
             self.observe(Observation::Emitted(effect));
@@ -123,5 +123,19 @@ impl<S: System> World<'_, S> {
             let inc = self.inc;
             self.schedule(d, Event::Tick { inc });
         }
+    }
+
+    /// Folds a step's value into the digest: its serialized bytes, every
+    /// field in a fixed layout. Formatting its text instead was a fifth of
+    /// a tier-1 step (this took the standard scenario from about 2,290 to
+    /// 2,620 seeds/s per core). Every port value serializes: they are
+    /// journaled and traced.
+    fn fold<T: serde::Serialize>(&mut self, value: &T) {
+        let mut bytes = std::mem::take(&mut self.digest_bytes);
+        bytes.clear();
+        let bytes = postcard::to_extend(value, bytes).expect("a port value serializes");
+        self.digest.update_words(&bytes);
+        self.digest.update(b"\n");
+        self.digest_bytes = bytes;
     }
 }
