@@ -1,8 +1,8 @@
 //! A stable 64-bit digest to fold transitions into, so two runs of a seed
 //! can be compared step by step without keeping both transcripts: FNV-1a
-//! for bytes, and eight bytes a step for formatted values (every step of a
-//! simulation folds its input and effects, so the byte-at-a-time chain of
-//! multiplications was a fifth of a simulated run).
+//! a byte at a time for short keys (a node's generator is derived from its
+//! id's), and eight bytes a step for the long inputs every simulated step
+//! folds (its input and effects, serialized or formatted).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
