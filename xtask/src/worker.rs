@@ -58,7 +58,8 @@ fn llama_cmake_args() -> String {
 /// minutes on 2 cores) when missing.
 pub fn llama_venv() -> Result<PathBuf, String> {
     let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
-    // Keyed by the release and the build options.
+    // Keyed by the release and the absence of AMX; built for the processor
+    // of the machine that first made it.
     let venv = PathBuf::from(home).join(format!(
         ".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}-noamx"
     ));

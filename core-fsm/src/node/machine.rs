@@ -142,17 +142,19 @@ impl Machine {
 
     /// Why the node failed, while it is failed or winding down after.
     pub fn failed_reason(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Failed { failure, .. } => Some(&failure.reason),
-            _ => self.past.failure.as_ref().map(|f| f.reason.as_str()),
-        }
+        self.failure().map(|f| f.reason.as_str())
     }
 
     /// When the node failed, while it is failed or winding down after.
     pub fn failed_at(&self) -> Option<Instant> {
+        self.failure().map(|f| f.at)
+    }
+
+    /// The intent's failure: the phase's, or the one it went through.
+    fn failure(&self) -> Option<&Failure> {
         match &self.phase {
-            Phase::Failed { failure, .. } => Some(failure.at),
-            _ => self.past.failure.as_ref().map(|f| f.at),
+            Phase::Failed { failure, .. } => Some(failure),
+            _ => self.past.failure.as_ref(),
         }
     }
 
@@ -282,7 +284,7 @@ impl Machine {
     }
 
     /// `holds_no_lease`, strays aside: the lease of the node's intent.
-    pub(super) fn holds_no_own_lease(&self) -> bool {
+    fn holds_no_own_lease(&self) -> bool {
         match &self.phase {
             Phase::New | Phase::Destroyed { .. } | Phase::Restored(Pending::Replace { .. }) => true,
             Phase::Failed {
