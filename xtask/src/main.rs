@@ -67,6 +67,11 @@ enum Task {
         /// side by side, printing the ratio (`xtask/src/baseline.rs`).
         #[arg(long, value_name = "REV")]
         baseline: Option<String>,
+        /// `bench pipeline` only: just the two hop tables (the models
+        /// whose compute is negligible), a few minutes instead of half an
+        /// hour.
+        #[arg(long)]
+        hop: bool,
     },
     /// Run cargo-mutants over core-fsm against its tests and the simulation
     /// battery, and report the share caught.
@@ -102,6 +107,7 @@ fn main() -> ExitCode {
             what,
             provider,
             baseline,
+            hop,
         } => match baseline {
             Some(rev) => {
                 let done = match what.as_str() {
@@ -112,7 +118,7 @@ fn main() -> ExitCode {
                 done.map_err(|e| eprintln!("xtask bench --baseline: {e}"))
                     .is_ok()
             }
-            None => bench(&what, &provider),
+            None => bench(&what, &provider, hop),
         },
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),
@@ -372,7 +378,7 @@ fn release_example(name: &str, args: &[&str]) -> Command {
     cargo(&all)
 }
 
-fn bench(what: &str, provider: &str) -> bool {
+fn bench(what: &str, provider: &str, hop: bool) -> bool {
     match what {
         // An example, not a `cargo bench` target: cargo builds bench
         // targets with unwinding whatever the profile says, and this one is
@@ -393,7 +399,7 @@ fn bench(what: &str, provider: &str) -> bool {
         "worker" => worker::bench_worker()
             .map_err(|e| eprintln!("xtask bench worker: {e}"))
             .is_ok(),
-        "pipeline" => pipeline_bench::bench_pipeline()
+        "pipeline" => pipeline_bench::bench_pipeline(hop)
             .map_err(|e| eprintln!("xtask bench pipeline: {e}"))
             .is_ok(),
         "up" => step(

@@ -41,8 +41,13 @@ fn build() -> Result<PathBuf, String> {
 }
 
 /// A plan of `nodes` local nodes, each stage's worker with `threads`
-/// threads (0: every core).
+/// threads (0: every core). `DROVER_WORKER` in this process's environment
+/// names the agents' worker binary (to compare two builds of it; the local
+/// provider gives its nodes a clean environment).
 fn plan(model: &Path, nodes: u32, threads: u32, state: &Path) -> PathBuf {
+    let worker = std::env::var("DROVER_WORKER")
+        .map(|w| format!("DROVER_WORKER='{w}' "))
+        .unwrap_or_default();
     let text = format!(
         r#"run_id = 1
 [model]
@@ -63,7 +68,7 @@ disk_gb = 1
 [group.boot]
 ssh_user = "drover"
 verify_commands = ["true"]
-start_command = "DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR={cache} nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' > agent.log 2>&1 &"
+start_command = "{worker}DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR={cache} nohup drover-agent --join '${{ORCH_ADDR}}' --node '${{LOGICAL_NODE_ID}}' > agent.log 2>&1 &"
 "#,
         model = model.display(),
         cache = bench_dir().join("slice-cache").display(),
@@ -277,9 +282,12 @@ fn hop_rates(bin: &Path, model: &Path, name: &str) -> Result<(), String> {
     stage_rates(bin, &rates)
 }
 
-/// The benchmark.
-pub fn bench_pipeline() -> Result<(), String> {
+/// The benchmark; `hop_only`: just the two hop tables.
+pub fn bench_pipeline(hop_only: bool) -> Result<(), String> {
     let bin = build()?;
+    if hop_only {
+        return hops(&bin);
+    }
     let model = bench_model(&bin.join("drover-worker"), "0.5b", "q8_0")?;
     let decode = 96;
     println!(
@@ -311,28 +319,7 @@ pub fn bench_pipeline() -> Result<(), String> {
     rates.prefill = false;
     rates.reference = Some(reference);
     stage_rates(&bin, &rates)?;
-    // The hop alone: a model whose compute is a few microseconds a token,
-    // so what each extra stage adds is its edge (worker, agent, iroh, the
-    // next agent and worker), not the arithmetic.
-    println!(
-        "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 5 interleaved rounds",
-        stories().display()
-    );
-    hop_rates(&bin, &stories(), "stories")?;
-    // The hop at the 0.5B fixture's width: its 1536-wide activations (6 KiB
-    // a token) with almost no arithmetic (4 blocks, ff 64), so what an extra
-    // stage adds is the hop of a real activation row, which the 0.5B's own
-    // table cannot resolve under its 30 ms of compute a token.
-    let wide = bench_model(
-        &bin.join("drover-worker"),
-        "tiny,dim=1536,layers=4,heads=12,kv_heads=2,ff=64",
-        "q8_0",
-    )?;
-    println!(
-        "model {} (the 0.5B's width, 1536, with little compute: the hop of a 6 KiB activation row); 200 decode tokens, the best of 5 interleaved rounds",
-        wide.display()
-    );
-    hop_rates(&bin, &wide, "wide")?;
+    hops(&bin)?;
     // The README's example, from `up` to the first token.
     let state = bench_dir().join("pipeline").join("example");
     let example = workspace().join("examples/pipeline.toml");
@@ -348,4 +335,30 @@ pub fn bench_pipeline() -> Result<(), String> {
     );
     drop(up);
     Ok(())
+}
+
+/// The two hop tables: models whose compute is negligible.
+fn hops(bin: &Path) -> Result<(), String> {
+    // The hop alone: a model whose compute is a few microseconds a token,
+    // so what each extra stage adds is its edge (worker, agent, iroh, the
+    // next agent and worker), not the arithmetic.
+    println!(
+        "model {} (TinyStories 260K: compute is negligible, so this is the hop itself); 200 decode tokens, the best of 5 interleaved rounds",
+        stories().display()
+    );
+    hop_rates(bin, &stories(), "stories")?;
+    // The hop at the 0.5B fixture's width: its 1536-wide activations (6 KiB
+    // a token) with almost no arithmetic (4 blocks, ff 64), so what an extra
+    // stage adds is the hop of a real activation row, which the 0.5B's own
+    // table cannot resolve under its 30 ms of compute a token.
+    let wide = bench_model(
+        &bin.join("drover-worker"),
+        "tiny,dim=1536,layers=4,heads=12,kv_heads=2,ff=64",
+        "q8_0",
+    )?;
+    println!(
+        "model {} (the 0.5B's width, 1536, with little compute: the hop of a 6 KiB activation row); 200 decode tokens, the best of 5 interleaved rounds",
+        wide.display()
+    );
+    hop_rates(bin, &wide, "wide")
 }

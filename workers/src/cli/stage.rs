@@ -8,7 +8,7 @@ use crate::sample::Sampling;
 use crate::wire::{
     FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, VERSION, write_frame,
 };
-use std::io::{StdinLock, StdoutLock};
+use std::io::{Stdin, Stdout};
 use std::path::PathBuf;
 
 /// Arguments of `stage`.
@@ -77,13 +77,13 @@ fn pool(threads: u32) -> Result<Option<rayon::ThreadPool>, String> {
         .map_err(|e| format!("a pool of {threads} threads: {e}"))
 }
 
-fn send(out: &mut StdoutLock<'_>, reply: &Reply) -> CliResult {
+fn send(out: &mut Stdout, reply: &Reply) -> CliResult {
     write_frame(out, reply).map_err(|e| format!("stdout: {e}"))
 }
 
 /// Opens the stage and says `Ready`.
 fn load(
-    out: &mut StdoutLock<'_>,
+    out: &mut Stdout,
     model: &std::path::Path,
     layers: std::ops::Range<usize>,
     ctx: usize,
@@ -127,8 +127,8 @@ fn load(
 /// Reads the next request; a frame that does not decode is answered with a
 /// fault naming its offset, then the worker exits with it.
 fn next_request(
-    out: &mut StdoutLock<'_>,
-    input: &mut FrameReader<StdinLock<'_>>,
+    out: &mut Stdout,
+    input: &mut FrameReader<Stdin>,
 ) -> Result<Option<Request>, String> {
     match input.read::<Request>() {
         Ok(r) => Ok(Some(r)),
@@ -149,10 +149,7 @@ fn next_request(
 
 /// Waits for `Load` (a worker started without `--model`); the `Load`
 /// names the backend.
-fn await_load(
-    out: &mut StdoutLock<'_>,
-    input: &mut FrameReader<StdinLock<'_>>,
-) -> Result<Option<Loaded>, String> {
+fn await_load(out: &mut Stdout, input: &mut FrameReader<Stdin>) -> Result<Option<Loaded>, String> {
     send(out, &Reply::Hello { version: VERSION })?;
     loop {
         match next_request(out, input)? {
@@ -193,8 +190,8 @@ pub fn stage(a: &StageArgs) -> CliResult {
     let backend = Backend::parse(&a.backend)?;
     backend.check()?;
     super::generate::set_threads(a.threads)?;
-    let mut out = std::io::stdout().lock();
-    let mut input = FrameReader::new(std::io::stdin().lock());
+    let mut out = std::io::stdout();
+    let mut input = FrameReader::new(std::io::stdin());
     let loaded = match (&a.model, &a.layers) {
         (Some(model), Some(layers)) => {
             let sampling = a.sampling.sampler_settings();
@@ -213,16 +210,42 @@ pub fn stage(a: &StageArgs) -> CliResult {
     let Some(mut loaded) = loaded else {
         return Ok(());
     };
+    // The loop runs on a thread of the stage's pool, reading and writing
+    // the pipes itself: a step then starts and ends on the thread that
+    // computes it, with no hand-off to the pool and back per token.
+    let mut serve = || {
+        serve(
+            &mut loaded.stage,
+            &mut loaded.sampler,
+            loaded.sampling,
+            &mut out,
+            &mut input,
+        )
+    };
+    match loaded.pool.take() {
+        Some(pool) => pool.install(serve),
+        None => rayon::scope(|_| serve()),
+    }
+}
+
+/// Answers requests until `Stop` or the end of stdin.
+fn serve(
+    stage: &mut Stage,
+    sampler: &mut Sampler,
+    sampling: Sampling,
+    out: &mut Stdout,
+    input: &mut FrameReader<Stdin>,
+) -> CliResult {
     loop {
-        let Some(request) = next_request(&mut out, &mut input)? else {
+        let Some(request) = next_request(out, input)? else {
             return Ok(());
         };
         match request {
             Request::Stop => return Ok(()),
-            Request::Truncate { pos } => loaded.stage.truncate(pos as usize),
+            Request::Truncate { pos } => stage.truncate(pos as usize),
             Request::Load(_) => {
                 let reason = "a second Load: a worker runs one stage".to_owned();
-                send(&mut out, &Reply::Fault { seq: 0, reason })?;
+                send(out, &Reply::Fault { seq: 0, reason })?;
             }
             Request::Forward {
                 seq,
@@ -232,20 +255,10 @@ pub fn stage(a: &StageArgs) -> CliResult {
             } => {
                 // A request starts at position 0; its draws start from the seed.
                 if pos == 0 {
-                    loaded.sampler = Sampler::new(loaded.sampling);
+                    *sampler = Sampler::new(sampling);
                 }
-                let Loaded {
-                    stage,
-                    sampler,
-                    pool,
-                    ..
-                } = &mut loaded;
-                let run = || step(stage, sampler, seq, pos, input, output);
-                let reply = match pool {
-                    Some(pool) => pool.install(run),
-                    None => run(),
-                };
-                send(&mut out, &reply)?;
+                let reply = step(stage, sampler, seq, pos, input, output);
+                send(out, &reply)?;
             }
         }
     }
