@@ -40,9 +40,12 @@ fn q0_quants<const Q4: bool>(block: &[u8]) -> __m256i {
 }
 
 /// `R × T` q4_0 (`Q4`) or q8_0 weight rows against q8_0 activation rows;
-/// `out[r * stride + t]` receives row `r` · token `t`.
+/// `out[r * stride + t]` receives row `r` · token `t`. `NEXT`: each block
+/// asks for as many bytes of the next call's rows (decode: see
+/// `ktile::prefetch_next`).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q0<const Q4: bool, const R: usize, const T: usize>(
+fn q0<const Q4: bool, const R: usize, const T: usize, const NEXT: bool>(
     w: &[&[u8]],
     a: &[&[u8]],
     out: &mut [f32],
@@ -56,6 +59,9 @@ fn q0<const Q4: bool, const R: usize, const T: usize>(
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for b in 0..blocks {
+        if NEXT {
+            super::ktile::prefetch_next(w, R * wb * b, R * wb);
+        }
         // Plain loops, not `array::from_fn`: its closure is not inlined
         // into a kernel with more target features than `from_fn` has.
         // The scale of each pair is `dx * dy` as in the one-row kernel,
@@ -94,7 +100,18 @@ pub fn q8_0<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    q0::<false, R, T>(w, a, out, stride)
+    q0::<false, R, T, false>(w, a, out, stride)
+}
+
+/// [`q8_0`] asking for the next call's `R` rows while it sums these.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q8_0_next<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0::<false, R, T, true>(w, a, out, stride)
 }
 
 /// `R × T` q4_0 weight rows against q8_0 activation rows.
@@ -105,7 +122,18 @@ pub fn q4_0<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    q0::<true, R, T>(w, a, out, stride)
+    q0::<true, R, T, false>(w, a, out, stride)
+}
+
+/// [`q4_0`] asking for the next call's `R` rows while it sums these.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q4_0_next<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0::<true, R, T, true>(w, a, out, stride)
 }
 
 /// `R × T` f16 weight rows against activation rows of f16 values widened
