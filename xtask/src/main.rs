@@ -379,6 +379,10 @@ fn release_example(name: &str, args: &[&str]) -> Command {
 }
 
 fn bench(what: &str, provider: &str, hop: bool) -> bool {
+    if hop && what != "pipeline" {
+        eprintln!("xtask bench: --hop is for `bench pipeline`, not `{what}`");
+        return false;
+    }
     match what {
         // An example, not a `cargo bench` target: cargo builds bench
         // targets with unwinding whatever the profile says, and this one is

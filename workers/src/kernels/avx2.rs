@@ -14,7 +14,6 @@ fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
         rows,
         tokens,
         widen_f16: false,
-        single_token: false,
         f,
     }
 }
@@ -56,10 +55,7 @@ const Q0_DECODE_ROWS: usize = 3;
 /// A one-token tile of `gemv::ROWS` rows.
 #[cfg(target_arch = "x86_64")]
 fn decode_tile(f: TileFn) -> Tile {
-    Tile {
-        single_token: true,
-        ..tile(gemv::ROWS, 1, f)
-    }
+    tile(gemv::ROWS, 1, f)
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
@@ -92,44 +88,25 @@ fn build(vnni: bool) -> Option<Kernels> {
                 q4k: dot_q4k,
                 q6k: dot_q6k,
                 tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, q8_0)),
-                // Four q4_0 rows against one token decode 14% faster than
-                // one row at a time with VNNI (35 -> 40 tok/s on Zen 4);
-                // q8_0 and the others decode faster one row at a time.
-                tile_q4_0: Some(Tile {
-                    single_token: vnni,
-                    ..tile(Q0_ROWS, Q0_TOKENS, q4_0)
-                }),
+                tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
                 tile_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(F16_ROWS, F16_TOKENS, tile_f16)
                 }),
                 tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
-                decode_q8_0: Some(Tile {
-                    single_token: true,
-                    ..tile(Q0_DECODE_ROWS, 1, next_q8_0)
-                }),
-                decode_q4_0: Some(Tile {
-                    single_token: true,
-                    ..tile(Q0_DECODE_ROWS, 1, next_q4_0)
-                }),
+                decode_q8_0: Some(tile(Q0_DECODE_ROWS, 1, next_q8_0)),
+                decode_q4_0: Some(tile(Q0_DECODE_ROWS, 1, next_q4_0)),
                 // Two rows a call, the next two asked for meanwhile. On a
                 // 2-core Xeon (AVX-512), 0.5B decode after 8 positions:
                 // q4_K_M 41 -> 54 tok/s (one row a call 51, four 49), f16
                 // 17.5 -> 20.8 (three rows 20.2).
                 decode_f16: Some(Tile {
                     widen_f16: true,
-                    single_token: true,
                     ..tile(F16_DECODE_ROWS, 1, next_f16)
                 }),
-                decode_q4k: Some(Tile {
-                    single_token: true,
-                    ..tile(K_ROWS, 1, next_q4k)
-                }),
-                decode_q6k: Some(Tile {
-                    single_token: true,
-                    ..tile(K_ROWS, 1, next_q6k)
-                }),
+                decode_q4k: Some(tile(K_ROWS, 1, next_q4k)),
+                decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
             });
         }
     }

@@ -29,7 +29,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         .iter()
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
-            (_, Some(tile)) if n > 1 || tile.single_token => Plan::Tiles(tile),
+            (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
         })
         .collect();

@@ -31,9 +31,6 @@ pub struct Tile {
     pub tokens: usize,
     /// Whether the kernel takes f16 activations widened to f32.
     pub widen_f16: bool,
-    /// Whether a single token (decode) runs the tile too, where it beats
-    /// the one-row kernel (measured: q4_0 with VNNI).
-    pub single_token: bool,
     /// The kernel.
     pub f: TileFn,
 }
