@@ -44,10 +44,17 @@ fn build() -> Result<PathBuf, String> {
 /// threads (0: every core). `DROVER_WORKER` in this process's environment
 /// names the agents' worker binary (to compare two builds of it; the local
 /// provider gives its nodes a clean environment).
-fn plan(model: &Path, nodes: u32, threads: u32, state: &Path) -> PathBuf {
-    let worker = std::env::var("DROVER_WORKER")
-        .map(|w| format!("DROVER_WORKER='{w}' "))
-        .unwrap_or_default();
+fn plan(model: &Path, nodes: u32, threads: u32, state: &Path) -> Result<PathBuf, String> {
+    let worker = match std::env::var("DROVER_WORKER") {
+        // It goes into a quoted shell word inside a TOML string.
+        Ok(w) if w.contains(['\'', '"', '\\']) => {
+            return Err(format!(
+                "DROVER_WORKER={w}: a path with quotes or backslashes is not supported"
+            ));
+        }
+        Ok(w) => format!("DROVER_WORKER='{w}' "),
+        Err(_) => String::new(),
+    };
     let text = format!(
         r#"run_id = 1
 [model]
@@ -76,7 +83,7 @@ start_command = "{worker}DROVER_JOIN_TOKEN='${{JOIN_TOKEN}}' DROVER_CACHE_DIR={c
     std::fs::create_dir_all(state).expect("bench state dir");
     let path = state.with_extension("toml");
     std::fs::write(&path, text).expect("bench plan");
-    path
+    Ok(path)
 }
 
 /// A `drover up` serving until dropped.
@@ -228,7 +235,7 @@ fn stage_rates(bin: &Path, r: &Rates<'_>) -> Result<(), String> {
     let mut ups = Vec::new();
     for stages in 1..=4u32 {
         let state = root.join(format!("s{stages}"));
-        let (up, _) = Up::start(bin, &plan(model, stages, threads, &state), &state)?;
+        let (up, _) = Up::start(bin, &plan(model, stages, threads, &state)?, &state)?;
         let addr = up.addr()?;
         // A warm-up request first: the slices are mapped and paged in.
         prompt(&addr, "Once upon a time", 4)?;

@@ -213,7 +213,7 @@ pub fn stage(a: &StageArgs) -> CliResult {
     // The loop runs on a thread of the stage's pool, reading and writing
     // the pipes itself: a step then starts and ends on the thread that
     // computes it, with no hand-off to the pool and back per token.
-    let mut serve = || {
+    let mut run = || {
         serve(
             &mut loaded.stage,
             &mut loaded.sampler,
@@ -223,8 +223,8 @@ pub fn stage(a: &StageArgs) -> CliResult {
         )
     };
     match loaded.pool.take() {
-        Some(pool) => pool.install(serve),
-        None => rayon::scope(|_| serve()),
+        Some(pool) => pool.install(run),
+        None => rayon::scope(|_| run()),
     }
 }
 
