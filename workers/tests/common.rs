@@ -30,3 +30,14 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
+
+/// The portable kernels and every SIMD set this processor runs.
+pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
+    let simd = [
+        workers::kernels::avx2::kernels(),
+        workers::kernels::avx2::kernels_vnni(),
+    ];
+    std::iter::once(workers::kernels::Kernels::portable())
+        .chain(simd.into_iter().flatten())
+        .collect()
+}

@@ -1,6 +1,9 @@
 //! Dot products on encoded blocks: the detected SIMD kernels against the
 //! portable ones, and both against the dot product of the decoded rows.
 
+mod common;
+
+use common::kernel_sets;
 use workers::kernels::{Kernels, Matrix};
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
@@ -16,17 +19,6 @@ const WEIGHT_TYPES: [GgmlType; 7] = [
     GgmlType::Q4K,
     GgmlType::Q6K,
 ];
-
-/// The portable kernels and every SIMD set this processor runs.
-fn kernel_sets() -> Vec<Kernels> {
-    let simd = [
-        workers::kernels::avx2::kernels(),
-        workers::kernels::avx2::kernels_vnni(),
-    ];
-    std::iter::once(Kernels::portable())
-        .chain(simd.into_iter().flatten())
-        .collect()
-}
 
 fn row(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.symmetric(scale)).collect()
@@ -106,6 +98,7 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Matrix<'_> {
         rows,
         cols,
         data,
+        packed: false,
     }
 }
 
@@ -262,6 +255,7 @@ fn products_sharing_activations_equal_each_product_alone() {
                     rows: rows[i],
                     cols,
                     data: &data[i],
+                    packed: false,
                 })
                 .collect();
             let x = row(&mut rng, n * cols, 2.0);

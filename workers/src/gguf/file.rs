@@ -36,6 +36,26 @@ impl TensorData {
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]
     }
+
+    /// Takes the pages of bytes `from..from + len` of the tensor out of
+    /// this process's resident memory (a copy of them is kept elsewhere):
+    /// a later read maps them in again from the file. Best effort: a
+    /// failure costs memory, not data.
+    pub fn release(&self, from: usize, len: usize) {
+        assert!(from + len <= self.len);
+        #[cfg(unix)]
+        // SAFETY: the mapping is of a file opened read-only and is never
+        // written, so dropping its pages changes no byte a reader sees:
+        // the next read faults the same bytes in from the file.
+        #[allow(unsafe_code)]
+        let _ = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                self.start + from,
+                len,
+            )
+        };
+    }
 }
 
 /// The tensors a stage mapped, and how many bytes that took.

@@ -6,7 +6,7 @@
 
 use super::Kernels;
 #[cfg(target_arch = "x86_64")]
-use super::{Tile, TileFn};
+use super::{Tile, TileFn, X8Fn};
 
 #[cfg(target_arch = "x86_64")]
 fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
@@ -76,6 +76,11 @@ fn build(vnni: bool) -> Option<Kernels> {
             } else {
                 (next_q4k, next_q6k)
             };
+            let (x8_q8_0, x8_q4_0): (X8Fn, X8Fn) = if vnni {
+                (x8_q8_0_vnni, x8_q4_0_vnni)
+            } else {
+                (x8_q8_0_avx2, x8_q4_0_avx2)
+            };
             return Some(Kernels {
                 name,
                 attend,
@@ -107,6 +112,9 @@ fn build(vnni: bool) -> Option<Kernels> {
                 }),
                 decode_q4k: Some(tile(K_ROWS, 1, next_q4k)),
                 decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
+                x8_q8_0,
+                x8_q4_0,
+                pack: true,
             });
         }
     }
@@ -354,6 +362,10 @@ mod vnni;
 mod gemv;
 
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x8;
+
+#[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};
 #[cfg(target_arch = "x86_64")]
 use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
@@ -459,6 +471,34 @@ decode_shapes!(
     next_q6k = ktile::q6k_next,
     vnni_next_q4k = ktile::q4k_vnni_next,
     vnni_next_q6k = ktile::q6k_vnni_next
+);
+
+/// The packed kernels (`kernels::x8`), dispatching on the number of
+/// tokens to the kernel compiled for it.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x8_tokens {
+    ($($name:ident = $kernel:ident),*) => {$(
+        #[allow(unsafe_code)]
+        fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; super::x8::ROWS]]) {
+            // SAFETY: only installed by `kernels()` after the features the
+            // kernel enables were detected on this processor.
+            match a.len() {
+                1 => unsafe { x8::$kernel::<1>(g, a, s, out) },
+                2 => unsafe { x8::$kernel::<2>(g, a, s, out) },
+                3 => unsafe { x8::$kernel::<3>(g, a, s, out) },
+                4 => unsafe { x8::$kernel::<4>(g, a, s, out) },
+                n => panic!("no packed kernel for {n} tokens"),
+            }
+        }
+    )*};
+}
+
+#[cfg(target_arch = "x86_64")]
+x8_tokens!(
+    x8_q8_0_vnni = q8_0_vnni,
+    x8_q4_0_vnni = q4_0_vnni,
+    x8_q8_0_avx2 = q8_0_avx2,
+    x8_q4_0_avx2 = q4_0_avx2
 );
 
 #[cfg(target_arch = "x86_64")]

@@ -3,7 +3,7 @@
 //! share their activations (Q, K and V; gate and up) run as one set of
 //! parallel tasks: one wait for the pool instead of one per matrix.
 
-use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile};
+use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile, X8Fn, x8};
 use crate::tensor::GgmlType;
 use half::f16;
 use rayon::prelude::*;
@@ -28,6 +28,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     let plans: Vec<Plan> = weights
         .iter()
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
+            _ if w.packed => Plan::Packed(kernels.x8(w.ty).expect("only q8_0 and q4_0 pack")),
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
             (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
@@ -43,6 +44,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     for (p, (w, y)) in products.iter_mut().enumerate() {
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
+            Plan::Packed(_) => x8::ROWS,
             Plan::Dots(_) => 1,
         };
         let chunk = rows_per_task(w, multiple);
@@ -66,6 +68,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
                 };
                 tiles(tile, w, first, &act, &mut out)
             }
+            Plan::Packed(f) => groups(f, w, first, x, &mut out),
             Plan::Dots(dot) => {
                 for i in 0..out[0].len() {
                     let row = w.row(first + i);
@@ -88,6 +91,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
 #[derive(Clone, Copy)]
 enum Plan {
     Tiles(Tile),
+    Packed(X8Fn),
     Dots(super::DotFn),
 }
 
@@ -160,6 +164,35 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mu
                 for (r, v) in o[r0..r0 + rn].iter_mut().enumerate() {
                     *v = results[r * TILE_MAX + t];
                 }
+            }
+        }
+    }
+}
+
+/// Rows `first..` of the packed `w` (as many as each of `out`'s token
+/// pieces holds, a whole number of groups) against every token, as
+/// [`tiles`] does: up to `x8::TOKENS` tokens against each group in turn.
+fn groups(f: X8Fn, w: &Matrix, first: usize, x: &Encoded, out: &mut [&mut [f32]]) {
+    assert!(w.packed && first.is_multiple_of(x8::ROWS));
+    let n = out.len();
+    let count = out[0].len();
+    assert_eq!(count % x8::ROWS, 0);
+    let group_bytes = x8::ROWS * w.row_bytes();
+    let mut a: [&[u8]; x8::TOKENS] = [&[]; x8::TOKENS];
+    let mut sums: [&[i32]; x8::TOKENS] = [&[]; x8::TOKENS];
+    let mut results = [[0f32; x8::ROWS]; x8::TOKENS];
+    for t0 in (0..n).step_by(x8::TOKENS) {
+        let tn = x8::TOKENS.min(n - t0);
+        for i in 0..tn {
+            a[i] = x.row(t0 + i);
+            sums[i] = x.sums(t0 + i);
+        }
+        for r0 in (0..count).step_by(x8::ROWS) {
+            let g = (first + r0) / x8::ROWS;
+            let group = &w.data[g * group_bytes..(g + 1) * group_bytes];
+            f(group, &a[..tn], &sums[..tn], &mut results[..tn]);
+            for (o, r) in out[t0..t0 + tn].iter_mut().zip(&results) {
+                o[r0..r0 + x8::ROWS].copy_from_slice(r);
             }
         }
     }

@@ -4,6 +4,7 @@
 pub mod avx2;
 mod matmul;
 pub mod scalar;
+pub mod x8;
 
 pub use matmul::{matmul, matmuls};
 
@@ -34,6 +35,12 @@ pub struct Tile {
     /// The kernel.
     pub f: TileFn,
 }
+
+/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q8_0 or q4_0
+/// weight rows against up to [`x8::TOKENS`] q8_0 activation rows and
+/// their block sums (`sums[t][b]`, the sum of block `b`'s quants of token
+/// `t`), writing token `t`'s eight outputs to `out[t]`.
+pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
 
 /// The largest tile side.
 pub const TILE_MAX: usize = 4;
@@ -68,6 +75,10 @@ pub struct Kernels {
     decode_f16: Option<Tile>,
     decode_q4k: Option<Tile>,
     decode_q6k: Option<Tile>,
+    x8_q8_0: X8Fn,
+    x8_q4_0: X8Fn,
+    /// Whether weights are packed for these kernels when a stage loads.
+    pack: bool,
 }
 
 impl Kernels {
@@ -94,6 +105,9 @@ impl Kernels {
             decode_f16: None,
             decode_q4k: None,
             decode_q6k: None,
+            x8_q8_0: x8::portable_q8_0,
+            x8_q4_0: x8::portable_q4_0,
+            pack: false,
         }
     }
 
@@ -142,6 +156,21 @@ impl Kernels {
         }
     }
 
+    /// The kernel for packed weights of `ty`, where `ty` has a packed layout.
+    pub fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
+        match ty {
+            GgmlType::Q8_0 => Some(self.x8_q8_0),
+            GgmlType::Q4_0 => Some(self.x8_q4_0),
+            _ => None,
+        }
+    }
+
+    /// Whether a stage running these kernels packs a matrix of `ty` with
+    /// `rows` rows (see [`x8`]).
+    pub fn packs(&self, ty: GgmlType, rows: usize) -> bool {
+        self.pack && x8::packable(ty, rows)
+    }
+
     /// The tile kernel for weights of `ty`, where there is one.
     pub fn tile(&self, ty: GgmlType) -> Option<Tile> {
         match ty {
@@ -164,8 +193,11 @@ pub struct Matrix<'a> {
     pub rows: usize,
     /// Input features (the contiguous dimension).
     pub cols: usize,
-    /// The encoded rows, back to back.
+    /// The encoded rows, back to back, or groups of eight rows packed
+    /// (`packed`, see [`x8`]).
     pub data: &'a [u8],
+    /// Whether `data` is packed.
+    pub packed: bool,
 }
 
 impl Matrix<'_> {
@@ -174,8 +206,9 @@ impl Matrix<'_> {
         self.ty.row_bytes(self.cols as u64) as usize
     }
 
-    /// Encoded row `r`.
+    /// Encoded row `r` of a matrix that is not packed.
     pub fn row(&self, r: usize) -> &[u8] {
+        assert!(!self.packed, "a packed matrix has no rows in place");
         let n = self.row_bytes();
         &self.data[r * n..(r + 1) * n]
     }
@@ -189,6 +222,8 @@ pub struct Encoded {
     ty: GgmlType,
     row_bytes: usize,
     data: Vec<u8>,
+    /// For q8_0, each block's sum of quants (see [`X8Fn`]).
+    sums: Vec<i32>,
 }
 
 impl Encoded {
@@ -217,10 +252,15 @@ impl Encoded {
                 .collect();
             parts.iter().for_each(|p| data.extend_from_slice(p));
         }
+        let sums = match ty {
+            GgmlType::Q8_0 => x8::block_sums(&data),
+            _ => Vec::new(),
+        };
         Encoded {
             ty,
             row_bytes,
             data,
+            sums,
         }
     }
 
@@ -231,6 +271,11 @@ impl Encoded {
 
     fn row(&self, t: usize) -> &[u8] {
         &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+
+    fn sums(&self, t: usize) -> &[i32] {
+        let blocks = self.row_bytes / 34;
+        &self.sums[t * blocks..(t + 1) * blocks]
     }
 
     fn rows(&self) -> usize {

@@ -108,7 +108,7 @@ impl Stage {
                 config.blocks
             )));
         }
-        let weights = weights::load(&file, &config, &layers)?;
+        let mut weights = weights::load(&file, &config, &layers)?;
         let capacity = if context == 0 {
             config.context
         } else {
@@ -123,6 +123,10 @@ impl Stage {
                 Some(stage)
             }
         };
+        let kernels = Kernels::current();
+        if device.is_none() {
+            weights.pack(kernels);
+        }
         // On a GPU the cache is the device's: none is kept here.
         let kv = if device.is_some() { 0 } else { config.kv_dim() };
         let cache = KvCache {
@@ -140,7 +144,7 @@ impl Stage {
             layers,
             weights,
             cache,
-            kernels: Kernels::current(),
+            kernels,
             device,
         })
     }

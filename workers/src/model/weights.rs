@@ -3,16 +3,22 @@
 use super::config::{Arch, Config};
 use crate::gguf::file::{Mapped, ModelFile, TensorData};
 use crate::gguf::{Error, TensorInfo};
-use crate::kernels::Matrix;
+use crate::kernels::{Kernels, Matrix, x8};
 use crate::tensor::GgmlType;
 use crate::tensor::blocks::dequantize_row;
 use std::ops::Range;
+use std::sync::Arc;
+
+/// Bytes of a matrix packed between two releases of its mapped pages.
+const PACK_PIECE_BYTES: usize = 2 << 20;
 
 /// One mapped tensor.
 #[derive(Clone)]
 pub struct Weight {
     info: TensorInfo,
     data: TensorData,
+    /// The matrix packed for the kernels (see `kernels::x8`), if it is.
+    packed: Option<Arc<Vec<u8>>>,
 }
 
 impl Weight {
@@ -22,8 +28,35 @@ impl Weight {
             ty: self.info.ty,
             rows: self.info.dims.get(1).copied().unwrap_or(1) as usize,
             cols: self.info.dims[0] as usize,
-            data: self.data.bytes(),
+            data: self.packed.as_deref().map_or(self.data.bytes(), |p| &p[..]),
+            packed: self.packed.is_some(),
         }
+    }
+
+    /// Packs the matrix where `kernels` run it packed; `release`: the
+    /// mapped bytes are read no more, so their pages leave the resident
+    /// set as each piece is packed, and the tensor is never resident
+    /// twice over (a tied head keeps them: the embedding reads them).
+    fn pack(&mut self, kernels: &Kernels, release: bool) {
+        let m = self.matrix();
+        if m.packed || !kernels.packs(m.ty, m.rows) {
+            return;
+        }
+        let mut packed = vec![0u8; m.data.len()];
+        let group = x8::ROWS * m.row_bytes();
+        let piece = (PACK_PIECE_BYTES / group).max(1) * group;
+        for (i, (out, data)) in packed
+            .chunks_mut(piece)
+            .zip(m.data.chunks(piece))
+            .enumerate()
+        {
+            x8::pack_into(m.ty, m.cols, data, out);
+            if release {
+                self.data.release(i * piece, data.len());
+            }
+        }
+        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
+        self.packed = Some(Arc::new(packed));
     }
 
     /// The whole tensor decoded to f32 (for norms and biases, which are small).
@@ -90,6 +123,30 @@ pub struct StageWeights {
     pub head: Option<Head>,
     /// Bytes of the file mapped for this stage.
     pub bytes_mapped: u64,
+}
+
+impl StageWeights {
+    /// Packs every matrix the CPU `kernels` run packed (not the embedding,
+    /// which is read a row at a time).
+    pub fn pack(&mut self, kernels: &Kernels) {
+        for b in &mut self.blocks {
+            for w in [
+                &mut b.q,
+                &mut b.k,
+                &mut b.v,
+                &mut b.o,
+                &mut b.gate,
+                &mut b.up,
+                &mut b.down,
+            ] {
+                w.pack(kernels, true);
+            }
+        }
+        if let Some(head) = &mut self.head {
+            let tied = head.output.info.name == "token_embd.weight";
+            head.output.pack(kernels, !tied);
+        }
+    }
 }
 
 fn block_names(i: usize, arch: Arch) -> Vec<String> {
@@ -170,7 +227,11 @@ pub fn load(
                 reason: format!("{dims:?}, the model's metadata says {shape:?}"),
             });
         }
-        Ok(Weight { info, data })
+        Ok(Weight {
+            info,
+            data,
+            packed: None,
+        })
     };
     let (d, q, kv, ff) = (
         config.embedding,

@@ -1,0 +1,221 @@
+//! The packed q8_0 and q4_0 kernels (layout and order: `kernels::x8`):
+//! one group of eight rows against up to `x8::TOKENS` tokens a call, with
+//! AVX2's `maddubs`/`madd` or AVX-512 VNNI's 256-bit `vpdpbusd`.
+//!
+//! Each 32-byte chunk of a group holds four quants of each of the eight
+//! rows; four bytes of a token's activations broadcast to every lane
+//! multiply it, so each 32-bit lane sums one row's products. Per block,
+//! the eight rows' exact integer sums then take one conversion and one
+//! multiply-add for all eight outputs of a token.
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes: the weights are made
+//! unsigned by an offset (q4_0 nibbles as stored, offset 8; q8_0 quants
+//! plus 128), and the offset times the activation block's sum
+//! (`Encoded`'s block sums) is taken off the lane. AVX2 does the same for
+//! q4_0 (`maddubs` of nibbles and activations, eight products summed in
+//! 16 bits: at most 8 · 2 · 15 · 127 = 30480, no overflow) and uses the
+//! signs of the weights for q8_0, as the one-row kernel does.
+
+// Tokens index accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
+use super::imp::f16;
+use crate::kernels::x8::ROWS;
+use std::arch::x86_64::*;
+
+/// Checks the shapes one call reads and returns the number of blocks.
+fn blocks(group: &[u8], bb: usize, a: &[&[u8]], sums: &[&[i32]], out: &[[f32; ROWS]]) -> usize {
+    let blocks = group.len() / (ROWS * bb);
+    assert_eq!(group.len(), blocks * ROWS * bb);
+    assert!(sums.len() == a.len() && out.len() >= a.len());
+    assert!(a.iter().all(|y| y.len() == blocks * 34));
+    assert!(sums.iter().all(|s| s.len() == blocks));
+    blocks
+}
+
+/// Four bytes of `y` from `at` in every 32-bit lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn broadcast4(y: &[u8], at: usize) -> __m256i {
+    assert!(at + 4 <= y.len());
+    // SAFETY: bytes `at..at + 4` are inside `y` (checked above; the
+    // callers' loops keep it true, so the check folds away).
+    _mm256_set1_epi32(unsafe { (y.as_ptr().add(at) as *const i32).read_unaligned() })
+}
+
+/// The 32 bytes of `group` from `at`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load(group: &[u8], at: usize) -> __m256i {
+    assert!(at + 32 <= group.len());
+    // SAFETY: bytes `at..at + 32` are inside `group` (checked above).
+    unsafe { _mm256_loadu_si256(group.as_ptr().add(at) as *const __m256i) }
+}
+
+/// The low and high nibbles of the 32 bytes of `group` from `at`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibbles(group: &[u8], at: usize) -> (__m256i, __m256i) {
+    let packed = load(group, at);
+    let low = _mm256_set1_epi8(0x0F);
+    let hi = _mm256_srli_epi16::<4>(packed);
+    (_mm256_and_si256(packed, low), _mm256_and_si256(hi, low))
+}
+
+/// The eight rows' scales of the block at `at`, as f32.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn scales(group: &[u8], at: usize) -> __m256 {
+    assert!(at + 16 <= group.len());
+    // SAFETY: bytes `at..at + 16` are inside `group` (checked above).
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(group.as_ptr().add(at) as *const __m128i) })
+}
+
+/// `acc = fma(dx * dy, isum, acc)` for one token's eight outputs, where
+/// `isum` is `dp` less `offset_shift`-scaled block sum `sum`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accumulate<const SHIFT: i32>(
+    acc: __m256,
+    dx: __m256,
+    y: &[u8],
+    dp: __m256i,
+    sum: i32,
+) -> __m256 {
+    let isum = _mm256_sub_epi32(dp, _mm256_slli_epi32::<SHIFT>(_mm256_set1_epi32(sum)));
+    let dy = _mm256_set1_ps(f16(y, 0));
+    _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc)
+}
+
+/// Writes each token's eight sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn store<const T: usize>(acc: [__m256; T], out: &mut [[f32; ROWS]]) {
+    for t in 0..T {
+        // SAFETY: `out[t]` holds eight f32.
+        unsafe { _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]) };
+    }
+}
+
+/// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+fn vnni<const Q4: bool, const T: usize>(
+    group: &[u8],
+    a: &[&[u8]],
+    sums: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
+    let bb = if Q4 { 18 } else { 34 };
+    let blocks = blocks(group, bb, a, sums, out);
+    assert_eq!(a.len(), T);
+    let flip = _mm256_set1_epi8(-128);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..blocks {
+        let at = b * ROWS * bb;
+        let y0 = 34 * b + 2;
+        let mut dp = [_mm256_setzero_si256(); T];
+        if Q4 {
+            for j in 0..4 {
+                let (lo, hi) = nibbles(group, at + 16 + 32 * j);
+                for t in 0..T {
+                    dp[t] = _mm256_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
+                    dp[t] = _mm256_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
+                }
+            }
+        } else {
+            for j in 0..8 {
+                let w = _mm256_xor_si256(load(group, at + 16 + 32 * j), flip);
+                for t in 0..T {
+                    dp[t] = _mm256_dpbusd_epi32(dp[t], w, broadcast4(a[t], y0 + 4 * j));
+                }
+            }
+        }
+        let dx = scales(group, at);
+        for t in 0..T {
+            let y = &a[t][34 * b..];
+            acc[t] = if Q4 {
+                accumulate::<3>(acc[t], dx, y, dp[t], sums[t][b])
+            } else {
+                accumulate::<7>(acc[t], dx, y, dp[t], sums[t][b])
+            };
+        }
+    }
+    store(acc, out)
+}
+
+/// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx2<const Q4: bool, const T: usize>(
+    group: &[u8],
+    a: &[&[u8]],
+    sums: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
+    let bb = if Q4 { 18 } else { 34 };
+    let blocks = blocks(group, bb, a, sums, out);
+    assert_eq!(a.len(), T);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..blocks {
+        let at = b * ROWS * bb;
+        let y0 = 34 * b + 2;
+        let dx = scales(group, at);
+        if Q4 {
+            let mut dp = [_mm256_setzero_si256(); T];
+            for j in 0..4 {
+                let (lo, hi) = nibbles(group, at + 16 + 32 * j);
+                for t in 0..T {
+                    let l = _mm256_maddubs_epi16(lo, broadcast4(a[t], y0 + 4 * j));
+                    let h = _mm256_maddubs_epi16(hi, broadcast4(a[t], y0 + 16 + 4 * j));
+                    dp[t] = _mm256_add_epi16(dp[t], _mm256_add_epi16(l, h));
+                }
+            }
+            for t in 0..T {
+                let dp = _mm256_madd_epi16(dp[t], ones);
+                acc[t] = accumulate::<3>(acc[t], dx, &a[t][34 * b..], dp, sums[t][b]);
+            }
+        } else {
+            let mut dp = [_mm256_setzero_si256(); T];
+            for j in 0..8 {
+                let w = load(group, at + 16 + 32 * j);
+                let aw = _mm256_sign_epi8(w, w);
+                for t in 0..T {
+                    let sa = _mm256_sign_epi8(broadcast4(a[t], y0 + 4 * j), w);
+                    let m = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), ones);
+                    dp[t] = _mm256_add_epi32(dp[t], m);
+                }
+            }
+            for t in 0..T {
+                // Signed products: nothing to take off.
+                acc[t] = accumulate::<0>(acc[t], dx, &a[t][34 * b..], dp[t], 0);
+            }
+        }
+    }
+    store(acc, out)
+}
+
+/// Packed q8_0 rows against `T` tokens, VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn q8_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    vnni::<false, T>(g, a, s, out)
+}
+
+/// Packed q4_0 rows against `T` tokens, VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    vnni::<true, T>(g, a, s, out)
+}
+
+/// Packed q8_0 rows against `T` tokens, AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q8_0_avx2<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    avx2::<false, T>(g, a, s, out)
+}
+
+/// Packed q4_0 rows against `T` tokens, AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q4_0_avx2<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    avx2::<true, T>(g, a, s, out)
+}

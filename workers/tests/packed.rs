@@ -1,0 +1,191 @@
+//! q8_0 and q4_0 weights packed eight rows together (`kernels::x8`): every
+//! kernel set's products on packed weights against the packed order's
+//! one-row reference, bit for bit, and against the portable kernels on
+//! the rows as stored.
+
+mod common;
+
+use common::kernel_sets;
+use workers::kernels::{Encoded, Kernels, Matrix, matmul, matmuls, x8};
+use workers::rng::SplitMix64;
+use workers::tensor::GgmlType;
+use workers::tensor::quantize::quantized;
+
+const PACKED_TYPES: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q4_0];
+
+fn values(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.symmetric(scale)).collect()
+}
+
+/// `rows` random rows of `cols` values of `ty`, as stored in a GGUF.
+fn rows_of(rng: &mut SplitMix64, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    values(rng, rows * cols, 1.0)
+        .chunks_exact(cols)
+        .flat_map(|r| quantized(ty, r))
+        .collect()
+}
+
+fn packed(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Matrix<'_> {
+    Matrix {
+        ty,
+        rows,
+        cols,
+        data,
+        packed: true,
+    }
+}
+
+#[test]
+fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
+    let mut rng = SplitMix64::new(5);
+    for ty in PACKED_TYPES {
+        let (rows, cols) = (16, 96);
+        let plain = rows_of(&mut rng, ty, rows, cols);
+        let data = x8::pack(ty, rows, cols, &plain);
+        assert_eq!(data.len(), plain.len(), "{ty}");
+        assert_ne!(data, plain, "{ty}: packing moved nothing");
+        // Each row's dot product against a one-hot activation (one 1.0
+        // per block, so the block's scale times one quant) reads that row
+        // back out of the packed group through every kernel set.
+        for kernels in kernel_sets() {
+            for col in [0, 5, 17, 31, 63, 95] {
+                let mut x = vec![0f32; cols];
+                x[col] = 1.0;
+                let mut y = vec![0f32; rows];
+                matmul(
+                    &kernels,
+                    &packed(ty, rows, cols, &data),
+                    &Encoded::new(ty, &x, cols),
+                    &mut y,
+                );
+                let a = quantized(GgmlType::Q8_0, &x);
+                let row_bytes = plain.len() / rows;
+                for (r, got) in y.iter().enumerate() {
+                    let row = &plain[r * row_bytes..(r + 1) * row_bytes];
+                    let want = x8::dot(ty, row, &a);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{} {ty} row {r} col {col}",
+                        kernels.name
+                    );
+                }
+            }
+        }
+    }
+    assert!(!x8::packable(GgmlType::Q4_0, 12));
+    assert!(!x8::packable(GgmlType::Q4K, 16));
+    assert!(x8::packable(GgmlType::Q8_0, 24));
+}
+
+#[test]
+fn packed_products_equal_the_one_row_reference_bit_for_bit() {
+    let mut rng = SplitMix64::new(13);
+    for kernels in kernel_sets() {
+        for ty in PACKED_TYPES {
+            // One group and many, short rows and rows of many blocks;
+            // batches on and off the four-token edge, small enough for the
+            // calling thread and large enough for the pool.
+            for (rows, blocks, n) in [
+                (8, 1, 1),
+                (8, 3, 5),
+                (16, 48, 4),
+                (40, 9, 7),
+                (96, 16, 1),
+                (264, 28, 13),
+            ] {
+                let cols = 32 * blocks;
+                let plain = rows_of(&mut rng, ty, rows, cols);
+                let data = x8::pack(ty, rows, cols, &plain);
+                let m = packed(ty, rows, cols, &data);
+                let x = values(&mut rng, n * cols, 2.0);
+                let mut batched = vec![0f32; n * rows];
+                matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
+                let row_bytes = plain.len() / rows;
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let mut one = vec![0f32; rows];
+                    matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
+                    let a = quantized(GgmlType::Q8_0, xt);
+                    for r in 0..rows {
+                        let want = x8::dot(ty, &plain[r * row_bytes..(r + 1) * row_bytes], &a);
+                        let (got, in_batch) = (one[r], batched[t * rows + r]);
+                        assert!(
+                            got.to_bits() == want.to_bits() && in_batch.to_bits() == want.to_bits(),
+                            "{} {ty} rows {rows} blocks {blocks} batch {n}: row {r} token {t}: \
+                             {got} alone, {in_batch} in the batch, {want} wanted",
+                            kernels.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_products_are_close_to_the_portable_ones_on_the_rows_as_stored() {
+    let mut rng = SplitMix64::new(21);
+    for ty in PACKED_TYPES {
+        let (rows, cols, n) = (48, 256, 6);
+        let plain = rows_of(&mut rng, ty, rows, cols);
+        let data = x8::pack(ty, rows, cols, &plain);
+        let x = values(&mut rng, n * cols, 2.0);
+        let encoded = Encoded::new(ty, &x, cols);
+        let stored = Matrix {
+            packed: false,
+            ..packed(ty, rows, cols, &plain)
+        };
+        let mut want = vec![0f32; n * rows];
+        matmul(&Kernels::portable(), &stored, &encoded, &mut want);
+        for kernels in kernel_sets() {
+            let mut got = vec![0f32; n * rows];
+            matmul(&kernels, &packed(ty, rows, cols, &data), &encoded, &mut got);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{} {ty} output {i}: {a} packed vs {b} as stored",
+                    kernels.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_and_stored_products_share_activations_as_each_alone() {
+    // Q, K and V of one block where K and V have too few rows to pack.
+    let mut rng = SplitMix64::new(34);
+    let ty = GgmlType::Q4_0;
+    let (cols, n) = (128, 5);
+    for kernels in kernel_sets() {
+        let q = rows_of(&mut rng, ty, 32, cols);
+        let q = x8::pack(ty, 32, cols, &q);
+        let k = rows_of(&mut rng, ty, 12, cols);
+        let ms = [
+            packed(ty, 32, cols, &q),
+            Matrix {
+                packed: false,
+                ..packed(ty, 12, cols, &k)
+            },
+        ];
+        let x = values(&mut rng, n * cols, 2.0);
+        let encoded = Encoded::new(ty, &x, cols);
+        let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0f32; n * m.rows]).collect();
+        let mut products: Vec<(Matrix, &mut [f32])> = ms
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(m, y)| (*m, &mut y[..]))
+            .collect();
+        matmuls(&kernels, &encoded, &mut products);
+        for (m, got) in ms.iter().zip(&outs) {
+            let mut alone = vec![0f32; got.len()];
+            matmul(&kernels, m, &encoded, &mut alone);
+            let same = got
+                .iter()
+                .zip(&alone)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{} packed {}", kernels.name, m.packed);
+        }
+    }
+}
