@@ -151,7 +151,9 @@ mod imp {
     /// and an add per lane, then ggml's horizontal add, then the tail),
     /// then `ops::weigh` compiled for these features. The compiler turned
     /// `ops::dot4` into 4-wide shuffles here: over 512 cached positions
-    /// the scores were most of a decode step's attention.
+    /// the scores were most of a decode step's attention. A stage's cache
+    /// holds each head's keys back to back, one stream the processor
+    /// fetches ahead by itself (asking for them here gained nothing).
     #[allow(clippy::too_many_arguments)] // `ops::attend`'s
     #[target_feature(enable = "avx2,fma")]
     pub fn attend(
@@ -182,15 +184,6 @@ mod imp {
         // known only at run time kept them in memory).
         while j + 4 <= len {
             let ks = [key(j), key(j + 1), key(j + 2), key(j + 3)];
-            // The keys two passes on, asked for while these are summed:
-            // a key is a short run of a cache row, the next one a stride
-            // away, which the hardware prefetcher does not follow.
-            for k in j + 8..(j + 12).min(len) {
-                let at = keys.as_ptr().wrapping_add(k * stride + offset);
-                for line in (0..hd).step_by(16) {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8);
-                }
-            }
             let mut acc = [_mm256_setzero_ps(); 4];
             for i in (0..whole).step_by(8) {
                 let x = load(q, i);

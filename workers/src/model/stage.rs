@@ -60,7 +60,12 @@ pub enum StageError {
     Backend(String),
 }
 
-/// The keys and values of every position so far, per block.
+/// The keys and values of every position so far, per block. A block's
+/// cache is one run per KV head of `capacity` positions of `head_dim`
+/// values: the keys one head attends to are one sequential stream, which
+/// the processor fetches ahead of use (interleaved by position, each key
+/// was a short run a row apart, and decode after a long prompt waited on
+/// them).
 struct KvCache {
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
@@ -343,8 +348,15 @@ fn block_forward(
             pos + t,
         );
     }
-    keys[pos * kvd..(pos + n) * kvd].copy_from_slice(&k);
-    values[pos * kvd..(pos + n) * kvd].copy_from_slice(&v);
+    let (hd, capacity) = (c.head_dim, keys.len() / kvd);
+    for t in 0..n {
+        for head in 0..c.kv_heads {
+            let at = head * capacity * hd + (pos + t) * hd;
+            let from = t * kvd + head * hd;
+            keys[at..at + hd].copy_from_slice(&k[from..from + hd]);
+            values[at..at + hd].copy_from_slice(&v[from..from + hd]);
+        }
+    }
     let attn = attention(kernels, c, &q, keys, values, pos, n);
     let o = project(kernels, &block.o, &attn);
     ops::add(x, &o);
@@ -367,7 +379,8 @@ fn attention(
     pos: usize,
     n: usize,
 ) -> Vec<f32> {
-    let (hd, qd, kvd) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let (hd, qd) = (c.head_dim, c.q_dim());
+    let capacity = keys.len() / c.kv_dim();
     let group = c.heads / c.kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n * qd];
@@ -380,7 +393,8 @@ fn attention(
         for (g, o) in o.chunks_exact_mut(hd).enumerate() {
             let head = kv_head * group + g;
             let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-            (kernels.attend)(qh, keys, values, kvd, kv_head * hd, pos + t + 1, scale, o);
+            let run = kv_head * capacity * hd;
+            (kernels.attend)(qh, keys, values, hd, run, pos + t + 1, scale, o);
         }
     };
     let work = n * c.heads * (pos + n) * hd;
