@@ -41,3 +41,31 @@ pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
         .chain(simd.into_iter().flatten())
         .collect()
 }
+
+/// Asserts that `ms` multiplied together against `encoded` (one set of
+/// tasks) give each product's bits alone.
+pub fn assert_shared_equals_alone(
+    kernels: &workers::kernels::Kernels,
+    ms: &[workers::kernels::Matrix],
+    encoded: &workers::kernels::Encoded,
+    n: usize,
+) {
+    use workers::kernels::{Matrix, matmul, matmuls};
+    let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0f32; n * m.rows]).collect();
+    let mut products: Vec<(Matrix, &mut [f32])> = ms
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(m, y)| (*m, &mut y[..]))
+        .collect();
+    matmuls(kernels, encoded, &mut products);
+    for (m, got) in ms.iter().zip(&outs) {
+        let mut alone = vec![0f32; got.len()];
+        matmul(kernels, m, encoded, &mut alone);
+        let same = got
+            .iter()
+            .zip(&alone)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let (name, ty, rows, packed) = (kernels.name, m.ty, m.rows, m.packed);
+        assert!(same, "{name} {ty} rows {rows} packed {packed} batch {n}");
+    }
+}

@@ -236,7 +236,7 @@ fn every_kernel_set_attends_and_gates_with_the_same_bits() {
 
 #[test]
 fn products_sharing_activations_equal_each_product_alone() {
-    use workers::kernels::{Encoded, Matrix, matmul, matmuls};
+    use workers::kernels::{Encoded, Matrix};
     let mut rng = SplitMix64::new(34);
     // q4_K and q6_K share q8_K activations, as Q, K and V of a q4_K_M model.
     let types = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4K];
@@ -260,22 +260,7 @@ fn products_sharing_activations_equal_each_product_alone() {
                 .collect();
             let x = row(&mut rng, n * cols, 2.0);
             let encoded = Encoded::new(GgmlType::Q4K, &x, cols);
-            let mut outs: Vec<Vec<f32>> = rows.iter().map(|r| vec![0f32; n * r]).collect();
-            let mut products: Vec<(Matrix, &mut [f32])> = ms
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(m, y)| (*m, &mut y[..]))
-                .collect();
-            matmuls(&kernels, &encoded, &mut products);
-            for (m, got) in ms.iter().zip(&outs) {
-                let mut alone = vec![0f32; got.len()];
-                matmul(&kernels, m, &encoded, &mut alone);
-                let same = got
-                    .iter()
-                    .zip(&alone)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{} {} rows {} batch {n}", kernels.name, m.ty, m.rows);
-            }
+            common::assert_shared_equals_alone(&kernels, &ms, &encoded, n);
         }
     }
 }

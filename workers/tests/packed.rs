@@ -1,4 +1,4 @@
-//! q8_0 and q4_0 weights packed eight rows together (`kernels::x8`): every
+//! q8_0, q4_0 and q4_K weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -6,12 +6,17 @@
 mod common;
 
 use common::kernel_sets;
-use workers::kernels::{Encoded, Kernels, Matrix, matmul, matmuls, x8};
+use workers::kernels::{Encoded, Kernels, Matrix, matmul, x8};
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q4_0];
+const PACKED_TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4K];
+
+/// Columns of `blocks` blocks of `ty`.
+fn cols(ty: GgmlType, blocks: usize) -> usize {
+    ty.block_elements() as usize * blocks
+}
 
 fn values(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.symmetric(scale)).collect()
@@ -39,16 +44,23 @@ fn packed(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Matrix<'_> {
 fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
     let mut rng = SplitMix64::new(5);
     for ty in PACKED_TYPES {
-        let (rows, cols) = (16, 96);
+        let (rows, cols) = (16, cols(ty, 3).max(96));
         let plain = rows_of(&mut rng, ty, rows, cols);
         let data = x8::pack(ty, rows, cols, &plain);
-        assert_eq!(data.len(), plain.len(), "{ty}");
-        assert_ne!(data, plain, "{ty}: packing moved nothing");
-        // Each row's dot product against a one-hot activation (one 1.0
-        // per block, so the block's scale times one quant) reads that row
-        // back out of the packed group through every kernel set.
+        assert_eq!(data.len(), rows / 8 * x8::group_bytes(ty, cols), "{ty}");
+        if ty != GgmlType::Q4K {
+            assert_eq!(data.len(), plain.len(), "{ty}: packing only moves bytes");
+        }
+        assert_ne!(
+            data[..plain.len()],
+            plain[..],
+            "{ty}: packing moved nothing"
+        );
+        // Each row's dot product against a one-hot activation (one 1.0,
+        // so one block's scale times one quant) reads that row back out
+        // of the packed group through every kernel set.
         for kernels in kernel_sets() {
-            for col in [0, 5, 17, 31, 63, 95] {
+            for col in [0, 5, 17, cols / 2 + 1, cols - 1] {
                 let mut x = vec![0f32; cols];
                 x[col] = 1.0;
                 let mut y = vec![0f32; rows];
@@ -58,7 +70,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
                     &Encoded::new(ty, &x, cols),
                     &mut y,
                 );
-                let a = quantized(GgmlType::Q8_0, &x);
+                let a = quantized(ty.activation_type(), &x);
                 let row_bytes = plain.len() / rows;
                 for (r, got) in y.iter().enumerate() {
                     let row = &plain[r * row_bytes..(r + 1) * row_bytes];
@@ -74,7 +86,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
         }
     }
     assert!(!x8::packable(GgmlType::Q4_0, 12));
-    assert!(!x8::packable(GgmlType::Q4K, 16));
+    assert!(!x8::packable(GgmlType::Q6K, 16));
     assert!(x8::packable(GgmlType::Q8_0, 24));
 }
 
@@ -94,7 +106,11 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                 (96, 16, 1),
                 (264, 28, 13),
             ] {
-                let cols = 32 * blocks;
+                // q4_K blocks are 256 wide: fewer of them.
+                let cols = match ty {
+                    GgmlType::Q4K => cols(ty, blocks.min(3)),
+                    _ => cols(ty, blocks),
+                };
                 let plain = rows_of(&mut rng, ty, rows, cols);
                 let data = x8::pack(ty, rows, cols, &plain);
                 let m = packed(ty, rows, cols, &data);
@@ -106,7 +122,7 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                     let xt = &x[t * cols..(t + 1) * cols];
                     let mut one = vec![0f32; rows];
                     matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
-                    let a = quantized(GgmlType::Q8_0, xt);
+                    let a = quantized(ty.activation_type(), xt);
                     for r in 0..rows {
                         let want = x8::dot(ty, &plain[r * row_bytes..(r + 1) * row_bytes], &a);
                         let (got, in_batch) = (one[r], batched[t * rows + r]);
@@ -154,38 +170,29 @@ fn packed_products_are_close_to_the_portable_ones_on_the_rows_as_stored() {
 
 #[test]
 fn packed_and_stored_products_share_activations_as_each_alone() {
-    // Q, K and V of one block where K and V have too few rows to pack.
+    // Q, K and V of one block where K and V have too few rows to pack, or
+    // (q4_K_M) are q6_K, which does not pack.
     let mut rng = SplitMix64::new(34);
-    let ty = GgmlType::Q4_0;
-    let (cols, n) = (128, 5);
-    for kernels in kernel_sets() {
-        let q = rows_of(&mut rng, ty, 32, cols);
-        let q = x8::pack(ty, 32, cols, &q);
-        let k = rows_of(&mut rng, ty, 12, cols);
-        let ms = [
-            packed(ty, 32, cols, &q),
-            Matrix {
-                packed: false,
-                ..packed(ty, 12, cols, &k)
-            },
-        ];
-        let x = values(&mut rng, n * cols, 2.0);
-        let encoded = Encoded::new(ty, &x, cols);
-        let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0f32; n * m.rows]).collect();
-        let mut products: Vec<(Matrix, &mut [f32])> = ms
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(m, y)| (*m, &mut y[..]))
-            .collect();
-        matmuls(&kernels, &encoded, &mut products);
-        for (m, got) in ms.iter().zip(&outs) {
-            let mut alone = vec![0f32; got.len()];
-            matmul(&kernels, m, &encoded, &mut alone);
-            let same = got
-                .iter()
-                .zip(&alone)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{} packed {}", kernels.name, m.packed);
+    let n = 5;
+    for (ty, other) in [
+        (GgmlType::Q4_0, GgmlType::Q4_0),
+        (GgmlType::Q4K, GgmlType::Q6K),
+    ] {
+        let cols = cols(ty, 2).max(128);
+        for kernels in kernel_sets() {
+            let q = rows_of(&mut rng, ty, 32, cols);
+            let q = x8::pack(ty, 32, cols, &q);
+            let k = rows_of(&mut rng, other, 12, cols);
+            let ms = [
+                packed(ty, 32, cols, &q),
+                Matrix {
+                    packed: false,
+                    ..packed(other, 12, cols, &k)
+                },
+            ];
+            let x = values(&mut rng, n * cols, 2.0);
+            let encoded = Encoded::new(ty, &x, cols);
+            common::assert_shared_equals_alone(&kernels, &ms, &encoded, n);
         }
     }
 }

@@ -76,10 +76,10 @@ fn build(vnni: bool) -> Option<Kernels> {
             } else {
                 (next_q4k, next_q6k)
             };
-            let (x8_q8_0, x8_q4_0): (X8Fn, X8Fn) = if vnni {
-                (x8_q8_0_vnni, x8_q4_0_vnni)
+            let (x8_q8_0, x8_q4_0, x8_q4k): (X8Fn, X8Fn, X8Fn) = if vnni {
+                (x8_q8_0_vnni, x8_q4_0_vnni, x8_q4k_vnni)
             } else {
-                (x8_q8_0_avx2, x8_q4_0_avx2)
+                (x8_q8_0_avx2, x8_q4_0_avx2, x8_q4k_avx2)
             };
             return Some(Kernels {
                 name,
@@ -114,6 +114,7 @@ fn build(vnni: bool) -> Option<Kernels> {
                 decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
                 x8_q8_0,
                 x8_q4_0,
+                x8_q4k,
                 pack: true,
             });
         }
@@ -491,7 +492,9 @@ x8_tokens!(
     x8_q8_0_vnni = q8_0_vnni,
     x8_q4_0_vnni = q4_0_vnni,
     x8_q8_0_avx2 = q8_0_avx2,
-    x8_q4_0_avx2 = q4_0_avx2
+    x8_q4_0_avx2 = q4_0_avx2,
+    x8_q4k_vnni = q4k_vnni,
+    x8_q4k_avx2 = q4k_avx2
 );
 
 #[cfg(target_arch = "x86_64")]

@@ -28,7 +28,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     let plans: Vec<Plan> = weights
         .iter()
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
-            _ if w.packed => Plan::Packed(kernels.x8(w.ty).expect("only q8_0 and q4_0 pack")),
+            _ if w.packed => Plan::Packed(kernels.x8(w.ty).expect("only packable types pack")),
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
             (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
@@ -177,7 +177,7 @@ fn groups(f: X8Fn, w: &Matrix, first: usize, x: &Encoded, out: &mut [&mut [f32]]
     let n = out.len();
     let count = out[0].len();
     assert_eq!(count % x8::ROWS, 0);
-    let group_bytes = x8::ROWS * w.row_bytes();
+    let group_bytes = x8::group_bytes(w.ty, w.cols);
     let mut a: [&[u8]; x8::TOKENS] = [&[]; x8::TOKENS];
     let mut sums: [&[i32]; x8::TOKENS] = [&[]; x8::TOKENS];
     let mut results = [[0f32; x8::ROWS]; x8::TOKENS];

@@ -36,10 +36,11 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q8_0 or q4_0
-/// weight rows against up to [`x8::TOKENS`] q8_0 activation rows and
-/// their block sums (`sums[t][b]`, the sum of block `b`'s quants of token
-/// `t`), writing token `t`'s eight outputs to `out[t]`.
+/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q8_0, q4_0 or
+/// q4_K weight rows against up to [`x8::TOKENS`] activation rows and, for
+/// q8_0 activations, their block sums (`sums[t][b]`, the sum of block
+/// `b`'s quants of token `t`), writing token `t`'s eight outputs to
+/// `out[t]`.
 pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
 
 /// The largest tile side.
@@ -77,6 +78,7 @@ pub struct Kernels {
     decode_q6k: Option<Tile>,
     x8_q8_0: X8Fn,
     x8_q4_0: X8Fn,
+    x8_q4k: X8Fn,
     /// Whether weights are packed for these kernels when a stage loads.
     pack: bool,
 }
@@ -107,6 +109,7 @@ impl Kernels {
             decode_q6k: None,
             x8_q8_0: x8::portable_q8_0,
             x8_q4_0: x8::portable_q4_0,
+            x8_q4k: x8::portable_q4k,
             pack: false,
         }
     }
@@ -161,6 +164,7 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => Some(self.x8_q8_0),
             GgmlType::Q4_0 => Some(self.x8_q4_0),
+            GgmlType::Q4K => Some(self.x8_q4k),
             _ => None,
         }
     }
@@ -274,6 +278,9 @@ impl Encoded {
     }
 
     fn sums(&self, t: usize) -> &[i32] {
+        if self.sums.is_empty() {
+            return &[];
+        }
         let blocks = self.row_bytes / 34;
         &self.sums[t * blocks..(t + 1) * blocks]
     }

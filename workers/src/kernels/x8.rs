@@ -1,27 +1,39 @@
-//! q8_0 and q4_0 weights packed eight rows together, the layout the
-//! processor reads best for these types on x86 (llama.cpp repacks q4_0
-//! for the same reason).
+//! q8_0, q4_0 and q4_K weights packed eight rows together, the layout
+//! the processor reads best for these types on x86 (llama.cpp repacks
+//! q4_0 and q4_K for the same reason).
 //!
 //! A packed matrix is a run of groups of eight rows. A group holds, for
-//! each block of 32 columns in order, the eight rows' f16 scales (16
-//! bytes) and then their quants in 32-byte chunks: chunk `j` holds bytes
-//! `4j..4j + 4` of each row's quants, row `r` at bytes `4r..4r + 4`. q8_0
-//! has eight chunks (32 quants a row), q4_0 four (16 bytes of packed
-//! nibbles a row: the low nibbles are columns `4j..4j + 4`, the high ones
-//! `16 + 4j..16 + 4j + 4`). A group takes the bytes of its eight rows
-//! unpacked: the layout only moves them.
+//! each block in order, the eight rows' scales and then their quants in
+//! 32-byte chunks: chunk `j` holds bytes `4j..4j + 4` of each row's
+//! quants, row `r` at bytes `4r..4r + 4`.
+//!
+//! - q8_0 (32 columns a block): the eight f16 scales (16 bytes), then
+//!   eight chunks (32 quants a row).
+//! - q4_0: the scales, then four chunks (16 bytes of packed nibbles a
+//!   row: the low nibbles are columns `4j..4j + 4`, the high ones
+//!   `16 + 4j..16 + 4j + 4`). These two take the bytes of their eight
+//!   rows unpacked: the layout only moves them.
+//! - q4_K (256 columns): the eight `d` (16 bytes) and `dmin` (16), the
+//!   six-bit sub-block scales decoded to bytes, `[sub-block][row]` (64),
+//!   the mins likewise but in pairs of sub-blocks, `[pair][row][2]` (64),
+//!   then for each pair of sub-blocks `p` eight chunks of the row's
+//!   nibbles `32p..32p + 32` (low: sub-block `2p`, high: `2p + 1`):
+//!   1184 bytes for eight rows' 1152.
 //!
 //! So one 32-byte load holds four quants of each of eight rows, and one
 //! integer multiply-add against four activation bytes broadcast sums them
 //! into eight lanes, one a row: no horizontal sum anywhere. The float
-//! steps follow: each output is, block after block,
-//! `acc = fma(dx * dy, isum as f32, acc)` from `acc = 0`, where `isum` is
-//! the block's exact integer dot product ([`dot`] is that order, one row
-//! at a time). Every kernel on packed weights keeps that order, so a
-//! batch equals one token at a time bit for bit.
+//! steps follow, per block, from zero, with `isum` the block's exact
+//! integer dot product (q8_0, q4_0) or its sub-block sums times their
+//! scales (q4_K, and `msum` its mins times the activation's sub-block
+//! sums): `acc = fma(dx * dy, isum as f32, acc)`, and for q4_K also
+//! `macc = fma(dmin * dy, msum as f32, macc)`, the result `acc - macc`
+//! ([`dot`] is that order, one row at a time). Every kernel on packed
+//! weights keeps that order, so a batch equals one token at a time bit
+//! for bit.
 
 use crate::tensor::GgmlType;
-use crate::tensor::blocks::f16_at;
+use crate::tensor::blocks::{f16_at, q4k_scale_min};
 use rayon::prelude::*;
 
 /// Rows per group.
@@ -30,56 +42,115 @@ pub const ROWS: usize = 8;
 /// The most tokens one [`X8Fn`] call takes.
 pub const TOKENS: usize = 4;
 
-/// Bytes of one encoded block (32 columns) of one row of `ty`.
-fn block_bytes(ty: GgmlType) -> usize {
+/// Bytes of one encoded block of one row of `ty`, and its columns.
+fn block_shape(ty: GgmlType) -> (usize, usize) {
     match ty {
-        GgmlType::Q8_0 => 34,
-        GgmlType::Q4_0 => 18,
+        GgmlType::Q8_0 => (34, 32),
+        GgmlType::Q4_0 => (18, 32),
+        GgmlType::Q4K => (144, 256),
         _ => panic!("{ty} is not packed eight rows together"),
     }
 }
 
+/// Bytes of one packed block of eight rows.
+fn group_block_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q4K => Q4K_GROUP_BLOCK,
+        _ => ROWS * block_shape(ty).0,
+    }
+}
+
+/// Bytes of a q4_K block of eight rows packed.
+pub const Q4K_GROUP_BLOCK: usize = 160 + 8 * 128;
+
 /// Whether a matrix of `ty` with `rows` rows can be packed.
 pub fn packable(ty: GgmlType, rows: usize) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) && rows.is_multiple_of(ROWS) && rows > 0
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4K)
+        && rows.is_multiple_of(ROWS)
+        && rows > 0
+}
+
+/// Bytes of one packed group of eight rows of `cols` values of `ty`.
+pub fn group_bytes(ty: GgmlType, cols: usize) -> usize {
+    cols / block_shape(ty).1 * group_block_bytes(ty)
 }
 
 /// `data`, `rows` rows of `cols` values of `ty` back to back, packed.
 pub fn pack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
     assert!(packable(ty, rows));
-    let mut out = vec![0u8; data.len()];
+    let mut out = vec![0u8; rows / ROWS * group_bytes(ty, cols)];
     pack_into(ty, cols, data, &mut out);
     out
 }
 
 /// Packs `data`, whole groups of eight rows of `cols` values of `ty`,
-/// into `out` (as long), the groups on the thread pool.
+/// into `out` (their packed size), the groups on the thread pool.
 pub fn pack_into(ty: GgmlType, cols: usize, data: &[u8], out: &mut [u8]) {
-    assert!(cols.is_multiple_of(32));
-    let bb = block_bytes(ty);
-    let row_bytes = cols / 32 * bb;
-    assert!(data.len().is_multiple_of(ROWS * row_bytes) && out.len() == data.len());
-    out.par_chunks_exact_mut(ROWS * row_bytes)
+    let (bb, block_cols) = block_shape(ty);
+    assert!(cols.is_multiple_of(block_cols));
+    let row_bytes = cols / block_cols * bb;
+    let groups = data.len() / (ROWS * row_bytes);
+    assert!(data.len() == groups * ROWS * row_bytes);
+    assert!(out.len() == groups * group_bytes(ty, cols));
+    out.par_chunks_exact_mut(group_bytes(ty, cols))
         .zip(data.par_chunks_exact(ROWS * row_bytes))
-        .for_each(|(out, group)| pack_group(bb, row_bytes, group, out));
+        .for_each(|(out, group)| {
+            let blocks = out.chunks_exact_mut(group_block_bytes(ty));
+            for (b, out) in blocks.enumerate() {
+                let rows: [&[u8]; ROWS] = std::array::from_fn(|r| {
+                    &group[r * row_bytes + b * bb..r * row_bytes + (b + 1) * bb]
+                });
+                pack_block(ty, rows, out);
+            }
+        });
 }
 
-/// One group of eight plain rows of `row_bytes` into `out`.
-fn pack_group(bb: usize, row_bytes: usize, group: &[u8], out: &mut [u8]) {
+/// One block of eight plain rows into `out`.
+fn pack_block(ty: GgmlType, rows: [&[u8]; ROWS], out: &mut [u8]) {
     let mut at = 0;
     let mut put = |bytes: &[u8]| {
         out[at..at + bytes.len()].copy_from_slice(bytes);
         at += bytes.len();
     };
-    for b in 0..row_bytes / bb {
-        let row = |r: usize| &group[r * row_bytes + b * bb..r * row_bytes + (b + 1) * bb];
-        for r in 0..ROWS {
-            put(&row(r)[..2]);
-        }
-        for j in 0..(bb - 2) / 4 {
-            for r in 0..ROWS {
-                put(&row(r)[2 + 4 * j..2 + 4 * j + 4]);
+    let (quants_at, quants) = match ty {
+        GgmlType::Q4K => {
+            rows.iter().for_each(|x| put(&x[..2]));
+            rows.iter().for_each(|x| put(&x[2..4]));
+            let parts = rows.map(|x| Q4kScales::of(&x[4..16]));
+            for j in 0..8 {
+                parts.iter().for_each(|p| put(&[p.scales[j]]));
             }
+            for pair in 0..4 {
+                parts
+                    .iter()
+                    .for_each(|p| put(&[p.mins[2 * pair], p.mins[2 * pair + 1]]));
+            }
+            (16, 128)
+        }
+        _ => {
+            rows.iter().for_each(|x| put(&x[..2]));
+            (2, block_shape(ty).0 - 2)
+        }
+    };
+    for j in 0..quants / 4 {
+        for x in rows {
+            put(&x[quants_at + 4 * j..quants_at + 4 * j + 4]);
+        }
+    }
+}
+
+/// A q4_K block's eight six-bit sub-block scales and mins, decoded.
+struct Q4kScales {
+    scales: [u8; 8],
+    mins: [u8; 8],
+}
+
+impl Q4kScales {
+    fn of(packed: &[u8]) -> Q4kScales {
+        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| q4k_scale_min(j, packed));
+        Q4kScales {
+            scales: pairs.map(|p| p.0),
+            mins: pairs.map(|p| p.1),
         }
     }
 }
@@ -99,21 +170,61 @@ fn block_isum(ty: GgmlType, x: &[u8], y: &[u8]) -> i32 {
     }
 }
 
-/// One row of `ty` (plain layout) against one q8_0 activation row, in the
-/// packed kernels' order: the reference they are tested against.
-pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
-    let bb = block_bytes(ty);
-    let mut acc = 0f32;
-    for (x, y) in w.chunks_exact(bb).zip(a.chunks_exact(34)) {
-        let scale = f16_at(x, 0) * f16_at(y, 0);
-        acc = scale.mul_add(block_isum(ty, x, y) as f32, acc);
+/// A q4_K block's integer sums against a q8_K block `y`: its sub-block
+/// sums times their scales, and its mins times the activation's sub-block
+/// sums.
+fn q4k_isums(parts: &Q4kScales, qs: impl Fn(usize) -> u8, y: &[u8]) -> (i32, i32) {
+    let a = |i: usize| y[4 + i] as i8 as i32;
+    let bsum = |i: usize| i16::from_le_bytes([y[260 + 2 * i], y[261 + 2 * i]]) as i32;
+    let (mut total, mut msum) = (0i32, 0i32);
+    for j in 0..8 {
+        let shift = 4 * (j % 2);
+        let sub: i32 = (0..32)
+            .map(|l| ((qs(32 * (j / 2) + l) >> shift) & 0xF) as i32 * a(32 * j + l))
+            .sum();
+        total += parts.scales[j] as i32 * sub;
+        msum += parts.mins[j] as i32 * (bsum(2 * j) + bsum(2 * j + 1));
     }
-    acc
+    (total, msum)
 }
 
-/// Row `r` (0..8) of block `b` of a packed group, in the plain layout.
+/// The float steps of one block: `acc` and `macc` as the module says.
+fn step(acc: &mut [f32; 2], d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) {
+    acc[0] = (d * dy).mul_add(isum as f32, acc[0]);
+    acc[1] = (dmin * dy).mul_add(msum as f32, acc[1]);
+}
+
+/// One row of `ty` (plain layout) against one activation row (q8_0, or
+/// q8_K for q4_K), in the packed kernels' order: the reference they are
+/// tested against.
+pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
+    let (bb, _) = block_shape(ty);
+    let ab = ty.activation_type().row_bytes(block_shape(ty).1 as u64) as usize;
+    let mut acc = [0f32; 2];
+    for (x, y) in w.chunks_exact(bb).zip(a.chunks_exact(ab)) {
+        match ty {
+            GgmlType::Q4K => {
+                let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                let (isum, msum) = q4k_isums(&Q4kScales::of(&x[4..16]), |i| x[16 + i], y);
+                step(&mut acc, f16_at(x, 0), f16_at(x, 2), dy, isum, msum);
+            }
+            _ => step(
+                &mut acc,
+                f16_at(x, 0),
+                0.0,
+                f16_at(y, 0),
+                block_isum(ty, x, y),
+                0,
+            ),
+        }
+    }
+    acc[0] - acc[1]
+}
+
+/// Row `r` (0..8) of block `b` of a packed group of q8_0 or q4_0, in the
+/// plain layout.
 fn unpacked_block(ty: GgmlType, group: &[u8], b: usize, r: usize) -> Vec<u8> {
-    let bb = block_bytes(ty);
+    let bb = block_shape(ty).0;
     let block = &group[b * ROWS * bb..(b + 1) * ROWS * bb];
     let mut out = block[2 * r..2 * r + 2].to_vec();
     for j in 0..(bb - 2) / 4 {
@@ -123,32 +234,61 @@ fn unpacked_block(ty: GgmlType, group: &[u8], b: usize, r: usize) -> Vec<u8> {
     out
 }
 
+/// Row `r`'s part of a packed q4_K block: `d`, `dmin`, its scales and
+/// mins, and its quant byte `i` (0..128).
+fn q4k_row(block: &[u8], r: usize) -> (f32, f32, Q4kScales, impl Fn(usize) -> u8 + '_) {
+    let parts = Q4kScales {
+        scales: std::array::from_fn(|j| block[32 + 8 * j + r]),
+        mins: std::array::from_fn(|j| block[96 + 16 * (j / 2) + 2 * r + j % 2]),
+    };
+    let qs = move |i: usize| block[160 + 32 * (i / 4) + 4 * r + i % 4];
+    (f16_at(block, 2 * r), f16_at(block, 16 + 2 * r), parts, qs)
+}
+
 /// The portable [`X8Fn`] of `ty`: [`dot`]'s order on a packed group.
-fn portable<const Q4: bool>(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    let ty = if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
-    let blocks = group.len() / (ROWS * block_bytes(ty));
+fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
+    let gb = group_block_bytes(ty);
+    let ab = ty.activation_type().row_bytes(block_shape(ty).1 as u64) as usize;
     for (y, o) in a.iter().zip(out.iter_mut()) {
         for (r, o) in o.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for b in 0..blocks {
-                let x = unpacked_block(ty, group, b, r);
-                let y = &y[34 * b..34 * b + 34];
-                let scale = f16_at(&x, 0) * f16_at(y, 0);
-                acc = scale.mul_add(block_isum(ty, &x, y) as f32, acc);
+            let mut acc = [0f32; 2];
+            for (b, block) in group.chunks_exact(gb).enumerate() {
+                let y = &y[ab * b..ab * (b + 1)];
+                if ty == GgmlType::Q4K {
+                    let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                    let (d, dmin, parts, qs) = q4k_row(block, r);
+                    let (isum, msum) = q4k_isums(&parts, qs, y);
+                    step(&mut acc, d, dmin, dy, isum, msum);
+                } else {
+                    let x = unpacked_block(ty, group, b, r);
+                    step(
+                        &mut acc,
+                        f16_at(&x, 0),
+                        0.0,
+                        f16_at(y, 0),
+                        block_isum(ty, &x, y),
+                        0,
+                    );
+                }
             }
-            *o = acc;
+            *o = acc[0] - acc[1];
         }
     }
 }
 
 /// The portable packed q8_0 kernel.
-pub fn portable_q8_0(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    portable::<false>(group, a, sums, out)
+pub fn portable_q8_0(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::Q8_0, group, a, out)
 }
 
 /// The portable packed q4_0 kernel.
-pub fn portable_q4_0(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    portable::<true>(group, a, sums, out)
+pub fn portable_q4_0(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::Q4_0, group, a, out)
+}
+
+/// The portable packed q4_K kernel.
+pub fn portable_q4k(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::Q4K, group, a, out)
 }
 
 /// The sum of each q8_0 block's quants, block after block (what the packed

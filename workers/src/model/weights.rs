@@ -42,17 +42,16 @@ impl Weight {
         if m.packed || !kernels.packs(m.ty, m.rows) {
             return;
         }
-        let mut packed = vec![0u8; m.data.len()];
-        let group = x8::ROWS * m.row_bytes();
-        let piece = (PACK_PIECE_BYTES / group).max(1) * group;
-        for (i, (out, data)) in packed
-            .chunks_mut(piece)
-            .zip(m.data.chunks(piece))
-            .enumerate()
-        {
+        let (plain_group, packed_group) = (x8::ROWS * m.row_bytes(), x8::group_bytes(m.ty, m.cols));
+        let mut packed = vec![0u8; m.rows / x8::ROWS * packed_group];
+        let groups = (PACK_PIECE_BYTES / plain_group).max(1);
+        let pieces = packed
+            .chunks_mut(groups * packed_group)
+            .zip(m.data.chunks(groups * plain_group));
+        for (i, (out, data)) in pieces.enumerate() {
             x8::pack_into(m.ty, m.cols, data, out);
             if release {
-                self.data.release(i * piece, data.len());
+                self.data.release(i * groups * plain_group, data.len());
             }
         }
         // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
