@@ -192,28 +192,32 @@ fn a_batched_product_is_close_to_the_portable_one() {
 fn every_kernel_set_attends_and_gates_with_the_same_bits() {
     let mut rng = SplitMix64::new(21);
     // Heads of whole groups of 8 and with a tail; positions on and off the
-    // four keys the kernels score at a time.
+    // keys the kernels score at a time; one query head a KV head and groups
+    // on and off the four the kernels take together.
     let cases = [(24, 72, 24), (20, 60, 40), (128, 384, 128)];
-    for ((hd, stride, offset), len) in cases
+    for (((hd, stride, offset), len), heads) in cases
         .into_iter()
         .flat_map(|c| [1usize, 2, 3, 5, 8, 13, 130].map(|len| (c, len)))
+        .flat_map(|c| [1usize, 3, 4, 6].map(|heads| (c, heads)))
     {
-        let q = row(&mut rng, hd, 1.0);
+        let q = row(&mut rng, heads * hd, 1.0);
         let keys = row(&mut rng, len * stride, 1.0);
         let values = row(&mut rng, len * stride, 1.0);
-        let mut want = vec![0f32; hd];
-        let portable = Kernels::portable();
-        (portable.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut want);
+        // Each head alone through the one-head reference.
+        let mut want = vec![0f32; heads * hd];
+        for (q, out) in q.chunks_exact(hd).zip(want.chunks_exact_mut(hd)) {
+            workers::model::ops::attend(q, &keys, &values, stride, offset, len, 0.3, out);
+        }
         for kernels in kernel_sets() {
-            let mut got = vec![0f32; hd];
-            (kernels.attend)(&q, &keys, &values, stride, offset, len, 0.3, &mut got);
+            let mut got = vec![0f32; heads * hd];
+            (kernels.attend)(&q, hd, &keys, &values, stride, offset, len, 0.3, &mut got);
             let same = got
                 .iter()
                 .zip(&want)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(
                 same,
-                "{} attention of a {hd}-wide head over {len} positions",
+                "{} attention of {heads} {hd}-wide heads over {len} positions",
                 kernels.name
             );
         }

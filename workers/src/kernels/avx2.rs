@@ -87,7 +87,7 @@ fn build(vnni: bool) -> Option<Kernels> {
             };
             return Some(Kernels {
                 name,
-                attend,
+                attend: attend_heads,
                 swiglu,
                 f32: dot_f32,
                 f16: dot_f16,
@@ -151,69 +151,8 @@ mod imp {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
     }
 
-    /// `ops::attend` for AVX2 and FMA: the scores four keys at a time in
-    /// 8-wide registers, each key's sum in `ops::dot`'s order (a multiply
-    /// and an add per lane, then ggml's horizontal add, then the tail),
-    /// then `ops::weigh` compiled for these features. The compiler turned
-    /// `ops::dot4` into 4-wide shuffles here: over 512 cached positions
-    /// the scores were most of a decode step's attention. A stage's cache
-    /// holds each head's keys back to back, one stream the processor
-    /// fetches ahead by itself (asking for them here gained nothing).
-    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
-    #[target_feature(enable = "avx2,fma")]
-    pub fn attend(
-        q: &[f32],
-        keys: &[f32],
-        values: &[f32],
-        stride: usize,
-        offset: usize,
-        len: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        let hd = q.len();
-        let whole = hd / 8 * 8;
-        let key = |j: usize| &keys[j * stride + offset..j * stride + offset + hd];
-        let tail = |k: &[f32], mut sum: f32| {
-            for i in whole..hd {
-                sum += q[i] * k[i];
-            }
-            sum
-        };
-        // SAFETY (the loads): `i + 8 <= whole <= hd`, the length of `q`
-        // and of every key.
-        let load = |v: &[f32], i: usize| unsafe { _mm256_loadu_ps(v.as_ptr().add(i)) };
-        let mut scores = Vec::with_capacity(len);
-        let mut j = 0;
-        // Four keys a pass, their sums in registers (a loop over a count
-        // known only at run time kept them in memory).
-        while j + 4 <= len {
-            let ks = [key(j), key(j + 1), key(j + 2), key(j + 3)];
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for i in (0..whole).step_by(8) {
-                let x = load(q, i);
-                acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(x, load(ks[0], i)));
-                acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(x, load(ks[1], i)));
-                acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(x, load(ks[2], i)));
-                acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(x, load(ks[3], i)));
-            }
-            for k in 0..4 {
-                scores.push(tail(ks[k], hsum(acc[k])) * scale);
-            }
-            j += 4;
-        }
-        for j in j..len {
-            let k = key(j);
-            let mut acc = _mm256_setzero_ps();
-            for i in (0..whole).step_by(8) {
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(load(q, i), load(k, i)));
-            }
-            scores.push(tail(k, hsum(acc)) * scale);
-        }
-        crate::model::ops::weigh(&mut scores, values, stride, offset, out)
-    }
-
-    /// `ops::swiglu` compiled for AVX2 and FMA, as `attend` is.
+    /// `ops::swiglu` compiled for AVX2 and FMA, as `attend::attend_heads`
+    /// is `ops::attend_heads`.
     #[target_feature(enable = "avx2,fma")]
     pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         crate::model::ops::swiglu(gate, up)
@@ -338,6 +277,10 @@ mod imp {
         hsum(acc)
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod attend;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
@@ -504,6 +447,7 @@ x8_tokens!(
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod wrappers {
+    use super::attend;
     use super::imp;
     use super::kquants as imp_k;
     // SAFETY (all): these are only installed by `kernels()` after the
@@ -511,9 +455,10 @@ mod wrappers {
     pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
         unsafe { imp::dot_f32(w, a) }
     }
-    #[allow(clippy::too_many_arguments)] // `ops::attend`'s
-    pub fn attend(
+    #[allow(clippy::too_many_arguments)] // `ops::attend_heads`'
+    pub fn attend_heads(
         q: &[f32],
+        hd: usize,
         keys: &[f32],
         values: &[f32],
         stride: usize,
@@ -522,7 +467,7 @@ mod wrappers {
         scale: f32,
         out: &mut [f32],
     ) {
-        unsafe { imp::attend(q, keys, values, stride, offset, len, scale, out) }
+        unsafe { attend::attend_heads(q, hd, keys, values, stride, offset, len, scale, out) }
     }
     pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         unsafe { imp::swiglu(gate, up) }

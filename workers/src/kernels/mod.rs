@@ -46,8 +46,9 @@ pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; 
 /// The largest tile side.
 pub const TILE_MAX: usize = 4;
 
-/// One query head's attention over the cache (see [`ops::attend`]).
-pub type AttendFn = fn(&[f32], &[f32], &[f32], usize, usize, usize, f32, &mut [f32]);
+/// The attention of the query heads that share one KV head over the cache
+/// (see [`ops::attend_heads`]).
+pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, &mut [f32]);
 
 /// The dot products in use, one per weight type, and the element-wise
 /// parts of a block compiled for the same processor.
@@ -55,7 +56,7 @@ pub type AttendFn = fn(&[f32], &[f32], &[f32], usize, usize, usize, f32, &mut [f
 pub struct Kernels {
     /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`.
     pub name: &'static str,
-    /// [`ops::attend`].
+    /// [`ops::attend_heads`].
     pub attend: AttendFn,
     /// [`ops::swiglu`].
     pub swiglu: fn(&mut [f32], &[f32]),
@@ -88,7 +89,7 @@ impl Kernels {
     pub fn portable() -> Kernels {
         Kernels {
             name: "portable",
-            attend: ops::attend,
+            attend: ops::attend_heads,
             swiglu: ops::swiglu,
             f32: scalar::dot_f32,
             f16: scalar::dot_f16,

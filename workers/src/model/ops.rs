@@ -194,14 +194,54 @@ pub fn attend(
     weigh(&mut scores, values, stride, offset, out);
 }
 
+/// [`attend`] for each of the query heads in `q` (`hd` values each, back
+/// to back) that share one KV head, the outputs back to back in `out`.
+#[allow(clippy::too_many_arguments)] // [`attend`]'s and the head width
+pub fn attend_heads(
+    q: &[f32],
+    hd: usize,
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    len: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert!(hd > 0 && out.len() == q.len());
+    for (q, out) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
+        attend(q, keys, values, stride, offset, len, scale, out);
+    }
+}
+
 /// The rest of [`attend`] once the scaled scores are known: their softmax,
 /// then the weighted sum of the values into `out`. Inlined as `attend` is.
 #[inline(always)]
 pub fn weigh(scores: &mut [f32], values: &[f32], stride: usize, offset: usize, out: &mut [f32]) {
-    let (hd, len) = (out.len(), scores.len());
-    let value = |j: usize| &values[j * stride + offset..j * stride + offset + hd];
     softmax(scores);
-    // Two positions per pass over `out`, added in position order.
+    // A piece of `out` at a time, held in registers over every position
+    // (the whole row went through memory on each pass): each value's sum
+    // is still two positions per step, added in position order.
+    let whole = out.len() / WEIGH_PIECE * WEIGH_PIECE;
+    let (pieces, rest) = out.split_at_mut(whole);
+    for (c, piece) in pieces.chunks_exact_mut(WEIGH_PIECE).enumerate() {
+        let mut acc = [0f32; WEIGH_PIECE];
+        acc.copy_from_slice(piece);
+        weigh_piece(&mut acc, scores, values, stride, offset + c * WEIGH_PIECE);
+        piece.copy_from_slice(&acc);
+    }
+    weigh_piece(rest, scores, values, stride, offset + whole);
+}
+
+/// Values a piece of [`weigh`]'s output holds (eight 8-wide registers).
+const WEIGH_PIECE: usize = 64;
+
+/// `out += Σ scores[j] · value(j)`, two positions per step, in position
+/// order, for the values from `offset` of each position's row.
+#[inline(always)]
+fn weigh_piece(out: &mut [f32], scores: &[f32], values: &[f32], stride: usize, offset: usize) {
+    let (w, len) = (out.len(), scores.len());
+    let value = |j: usize| &values[j * stride + offset..j * stride + offset + w];
     let mut j = 0;
     while j + 2 <= len {
         let (p0, p1, v0, v1) = (scores[j], scores[j + 1], value(j), value(j + 1));
@@ -248,5 +288,43 @@ fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
 pub fn add(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    #[test]
+    fn weighing_in_pieces_sums_each_value_in_position_order() {
+        let mut rng = SplitMix64::new(9);
+        // Heads narrower than a piece, whole pieces, and pieces with a rest;
+        // odd and even position counts.
+        for (hd, stride, offset) in [(24, 72, 24), (128, 512, 256), (130, 400, 7)] {
+            for len in [1, 2, 7, 64] {
+                let values: Vec<f32> = (0..len * stride + offset + hd)
+                    .map(|_| rng.symmetric(1.0))
+                    .collect();
+                let scores: Vec<f32> = (0..len).map(|_| rng.symmetric(3.0)).collect();
+                let mut got = vec![0f32; hd];
+                weigh(&mut scores.clone(), &values, stride, offset, &mut got);
+                let mut p = scores.clone();
+                softmax(&mut p);
+                for (i, got) in got.iter().enumerate() {
+                    let v = |j: usize| values[j * stride + offset + i];
+                    let mut want = 0f32;
+                    let mut j = 0;
+                    while j + 2 <= len {
+                        want = (want + p[j] * v(j)) + p[j + 1] * v(j + 1);
+                        j += 2;
+                    }
+                    if j < len {
+                        want += p[j] * v(j);
+                    }
+                    assert_eq!(got.to_bits(), want.to_bits(), "hd {hd} len {len} value {i}");
+                }
+            }
+        }
     }
 }

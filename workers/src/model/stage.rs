@@ -385,17 +385,13 @@ fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n * qd];
     // One task per token and KV head: the query heads that share the KV
-    // head (contiguous in `q` and `out`) run one after the other on one
-    // thread, so the keys and values the first streams from memory are
-    // still in that core's cache for the others.
+    // head (contiguous in `q` and `out`) attend together, so each key and
+    // value is read once for all of them.
     let one = |(idx, o): (usize, &mut [f32])| {
         let (t, kv_head) = (idx / c.kv_heads, idx % c.kv_heads);
-        for (g, o) in o.chunks_exact_mut(hd).enumerate() {
-            let head = kv_head * group + g;
-            let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-            let run = kv_head * capacity * hd;
-            (kernels.attend)(qh, keys, values, hd, run, pos + t + 1, scale, o);
-        }
+        let qh = &q[t * qd + kv_head * group * hd..t * qd + (kv_head + 1) * group * hd];
+        let run = kv_head * capacity * hd;
+        (kernels.attend)(qh, hd, keys, values, hd, run, pos + t + 1, scale, o);
     };
     let work = n * c.heads * (pos + n) * hd;
     if work < 1 << 16 {
