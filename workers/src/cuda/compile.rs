@@ -16,7 +16,7 @@ const COMMON: &str = include_str!("common.cuh");
 pub struct Source {
     /// Its file name under `workers/src/cuda/`.
     pub name: &'static str,
-    /// Its text (without [`COMMON`]).
+    /// Its text (without `COMMON`).
     pub text: &'static str,
     /// The kernels it defines, each loaded by name.
     pub kernels: &'static [&'static str],

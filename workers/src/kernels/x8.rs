@@ -39,7 +39,7 @@ use rayon::prelude::*;
 /// Rows per group.
 pub const ROWS: usize = 8;
 
-/// The most tokens one [`X8Fn`] call takes.
+/// The most tokens one [`super::X8Fn`] call takes.
 pub const TOKENS: usize = 4;
 
 /// Bytes of one encoded block of one row of `ty`, and its columns.
@@ -245,7 +245,7 @@ fn q4k_row(block: &[u8], r: usize) -> (f32, f32, Q4kScales, impl Fn(usize) -> u8
     (f16_at(block, 2 * r), f16_at(block, 16 + 2 * r), parts, qs)
 }
 
-/// The portable [`X8Fn`] of `ty`: [`dot`]'s order on a packed group.
+/// The portable [`super::X8Fn`] of `ty`: [`dot`]'s order on a packed group.
 fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
     let gb = group_block_bytes(ty);
     let ab = ty.activation_type().row_bytes(block_shape(ty).1 as u64) as usize;
