@@ -69,3 +69,15 @@ pub fn assert_shared_equals_alone(
         assert!(same, "{name} {ty} rows {rows} packed {packed} batch {n}");
     }
 }
+
+/// Asserts that every output of `got` is within 1e-4 (relative, plus 1e-4
+/// absolute) of `want`, naming `what` and the output.
+pub fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: output count");
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{what} output {i}: {a} against {b}"
+        );
+    }
+}

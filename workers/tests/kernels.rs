@@ -177,13 +177,8 @@ fn a_batched_product_is_close_to_the_portable_one() {
         for kernels in kernel_sets() {
             let mut fast = vec![0f32; n * rows];
             matmul(&kernels, &m, &encoded, &mut fast);
-            for (i, (a, b)) in fast.iter().zip(&portable).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{} {ty} output {i}: {a} vs portable {b}",
-                    kernels.name
-                );
-            }
+            let what = format!("{} {ty} against the portable kernel", kernels.name);
+            common::assert_close(&fast, &portable, &what);
         }
     }
 }

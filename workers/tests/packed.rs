@@ -157,13 +157,11 @@ fn packed_products_are_close_to_the_portable_ones_on_the_rows_as_stored() {
         for kernels in kernel_sets() {
             let mut got = vec![0f32; n * rows];
             matmul(&kernels, &packed(ty, rows, cols, &data), &encoded, &mut got);
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{} {ty} output {i}: {a} packed vs {b} as stored",
-                    kernels.name
-                );
-            }
+            let what = format!(
+                "{} {ty} packed against the portable kernel as stored",
+                kernels.name
+            );
+            common::assert_close(&got, &want, &what);
         }
     }
 }

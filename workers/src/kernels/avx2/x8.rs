@@ -67,9 +67,7 @@ fn nibbles(group: &[u8], at: usize) -> (__m256i, __m256i) {
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn scales(group: &[u8], at: usize) -> __m256 {
-    assert!(at + 16 <= group.len());
-    // SAFETY: bytes `at..at + 16` are inside `group` (checked above).
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(group.as_ptr().add(at) as *const __m128i) })
+    _mm256_cvtph_ps(load128(group, at))
 }
 
 /// `acc = fma(dx * dy, isum, acc)` for one token's eight outputs, where
