@@ -6,7 +6,7 @@
 
 use super::Kernels;
 #[cfg(target_arch = "x86_64")]
-use super::{Tile, TileFn, X8Fn};
+use super::{Tile, TileFn, X8Fn, pairs};
 
 #[cfg(target_arch = "x86_64")]
 fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
@@ -55,6 +55,11 @@ const F16_DECODE_ROWS: usize = 1;
 /// that spread).
 #[cfg(target_arch = "x86_64")]
 const Q0_DECODE_ROWS: usize = 3;
+
+/// Tokens per call of the f16 pair tile (`kernels::pairs`): two rows
+/// by three tokens keeps its twelve sums in AVX2's sixteen registers.
+#[cfg(target_arch = "x86_64")]
+const F16_PAIR_TOKENS: usize = 3;
 
 /// A one-token tile of `gemv::ROWS` rows.
 #[cfg(target_arch = "x86_64")]
@@ -119,6 +124,10 @@ fn build(vnni: bool) -> Option<Kernels> {
                 x8_q8_0,
                 x8_q4_0,
                 x8_q4k,
+                pair_f16: Some(Tile {
+                    widen_f16: true,
+                    ..tile(pairs::ROWS, F16_PAIR_TOKENS, pair_f16)
+                }),
                 pack: true,
             });
         }
@@ -380,6 +389,9 @@ tile_shapes!(
 );
 #[cfg(target_arch = "x86_64")]
 six_shapes!(tile_q4k, ktile::q4k);
+// One slice a pair of rows (`kernels::pairs`).
+#[cfg(target_arch = "x86_64")]
+tile_shapes!(pair_f16, tile::f16_pair, [(1, 1), (1, 2), (1, 3)]);
 #[cfg(target_arch = "x86_64")]
 six_shapes!(tile_q6k, ktile::q6k);
 #[cfg(target_arch = "x86_64")]

@@ -3,7 +3,7 @@
 //! share their activations (Q, K and V; gate and up) run as one set of
 //! parallel tasks: one wait for the pool instead of one per matrix.
 
-use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile, X8Fn, x8};
+use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile, X8Fn, pairs, x8};
 use crate::tensor::GgmlType;
 use half::f16;
 use rayon::prelude::*;
@@ -28,7 +28,10 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     let plans: Vec<Plan> = weights
         .iter()
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
-            _ if w.packed => Plan::Packed(kernels.x8(w.ty).expect("only packable types pack")),
+            _ if w.packed => match kernels.pair(w.ty) {
+                Some(tile) => Plan::Pairs(tile),
+                None => Plan::Packed(kernels.x8(w.ty).expect("only packable types pack")),
+            },
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
             (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
@@ -36,7 +39,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         .collect();
     let wide = plans
         .iter()
-        .any(|p| matches!(p, Plan::Tiles(t) if t.widen_f16))
+        .any(|p| matches!(p, Plan::Tiles(t) | Plan::Pairs(t) if t.widen_f16))
         .then(|| widened(x));
     // Each task owns a range of one product's weight rows: its piece of
     // every token's output row, so outputs go straight to their place.
@@ -44,6 +47,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     for (p, (w, y)) in products.iter_mut().enumerate() {
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
+            Plan::Pairs(_) => pairs::ROWS,
             Plan::Packed(_) => x8::ROWS,
             Plan::Dots(_) => 1,
         };
@@ -60,14 +64,13 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     }
     let run = |(p, first, mut out): (usize, usize, Vec<&mut [f32]>)| {
         let w = &weights[p];
+        let act = |tile: Tile| match (&wide, tile.widen_f16) {
+            (Some(wide), true) => Activations::new(&wide[..], 2 * x.row_bytes),
+            _ => Activations::new(&x.data, x.row_bytes),
+        };
         match plans[p] {
-            Plan::Tiles(tile) => {
-                let act = match (&wide, tile.widen_f16) {
-                    (Some(wide), true) => Activations::new(&wide[..], 2 * x.row_bytes),
-                    _ => Activations::new(&x.data, x.row_bytes),
-                };
-                tiles(tile, w, first, &act, &mut out)
-            }
+            Plan::Tiles(tile) => tiles(tile, w, first, &act(tile), &mut out),
+            Plan::Pairs(tile) => tiles(tile, w, first, &act(tile), &mut out),
             Plan::Packed(f) => groups(f, w, first, x, &mut out),
             Plan::Dots(dot) => {
                 for i in 0..out[0].len() {
@@ -91,6 +94,8 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
 #[derive(Clone, Copy)]
 enum Plan {
     Tiles(Tile),
+    /// Rows packed in pairs (`pairs`): the tile takes one pair's slice.
+    Pairs(Tile),
     Packed(X8Fn),
     Dots(super::DotFn),
 }
@@ -156,10 +161,20 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mu
         }
         for r0 in (0..count).step_by(tile.rows) {
             let rn = tile.rows.min(count - r0);
-            for (i, wr) in ws[..rn].iter_mut().enumerate() {
-                *wr = w.row(first + r0 + i);
-            }
-            (tile.f)(&ws[..rn], &a[..tn], &mut results, TILE_MAX);
+            let slices = if w.packed {
+                // One pair of rows packed together: its one slice.
+                assert!(rn == pairs::ROWS && (first + r0).is_multiple_of(pairs::ROWS));
+                let bytes = pairs::pair_bytes(w.cols);
+                let at = (first + r0) / pairs::ROWS * bytes;
+                ws[0] = &w.data[at..at + bytes];
+                1
+            } else {
+                for (i, wr) in ws[..rn].iter_mut().enumerate() {
+                    *wr = w.row(first + r0 + i);
+                }
+                rn
+            };
+            (tile.f)(&ws[..slices], &a[..tn], &mut results, TILE_MAX);
             for (t, o) in out[t0..t0 + tn].iter_mut().enumerate() {
                 for (r, v) in o[r0..r0 + rn].iter_mut().enumerate() {
                     *v = results[r * TILE_MAX + t];

@@ -3,6 +3,7 @@
 
 pub mod avx2;
 mod matmul;
+pub mod pairs;
 pub mod scalar;
 pub mod x8;
 
@@ -80,6 +81,9 @@ pub struct Kernels {
     x8_q8_0: X8Fn,
     x8_q4_0: X8Fn,
     x8_q4k: X8Fn,
+    /// The tile for f16 rows packed in pairs ([`pairs`]; two rows, one
+    /// slice a pair), where these kernels pack f16.
+    pair_f16: Option<Tile>,
     /// Whether weights are packed for these kernels when a stage loads.
     pack: bool,
 }
@@ -111,6 +115,7 @@ impl Kernels {
             x8_q8_0: x8::portable_q8_0,
             x8_q4_0: x8::portable_q4_0,
             x8_q4k: x8::portable_q4k,
+            pair_f16: None,
             pack: false,
         }
     }
@@ -170,10 +175,38 @@ impl Kernels {
         }
     }
 
+    /// The tile for weights of `ty` packed in pairs ([`pairs`]), where
+    /// these kernels have one.
+    pub fn pair(&self, ty: GgmlType) -> Option<Tile> {
+        match ty {
+            GgmlType::F16 => self.pair_f16,
+            _ => None,
+        }
+    }
+
     /// Whether a stage running these kernels packs a matrix of `ty` with
-    /// `rows` rows (see [`x8`]).
+    /// `rows` rows (see [`x8`] and [`pairs`]).
     pub fn packs(&self, ty: GgmlType, rows: usize) -> bool {
-        self.pack && x8::packable(ty, rows)
+        self.pack
+            && (x8::packable(ty, rows) || (pairs::packable(ty, rows) && self.pair(ty).is_some()))
+    }
+
+    /// Rows per packed group of a matrix of `ty` with rows of `cols`
+    /// values, and the group's bytes.
+    pub fn packed_group(ty: GgmlType, cols: usize) -> (usize, usize) {
+        match ty {
+            GgmlType::F16 => (pairs::ROWS, pairs::pair_bytes(cols)),
+            _ => (x8::ROWS, x8::group_bytes(ty, cols)),
+        }
+    }
+
+    /// Packs `data`, whole groups of rows of `cols` values of `ty`, into
+    /// `out` (their packed size).
+    pub fn pack_into(ty: GgmlType, cols: usize, data: &[u8], out: &mut [u8]) {
+        match ty {
+            GgmlType::F16 => pairs::pack_into(cols, data, out),
+            _ => x8::pack_into(ty, cols, data, out),
+        }
     }
 
     /// The tile kernel for weights of `ty`, where there is one.

@@ -3,7 +3,7 @@
 use super::config::{Arch, Config};
 use crate::gguf::file::{Mapped, ModelFile, TensorData};
 use crate::gguf::{Error, TensorInfo};
-use crate::kernels::{Kernels, Matrix, x8};
+use crate::kernels::{Kernels, Matrix};
 use crate::tensor::GgmlType;
 use crate::tensor::blocks::dequantize_row;
 use std::ops::Range;
@@ -17,7 +17,8 @@ const PACK_PIECE_BYTES: usize = 2 << 20;
 pub struct Weight {
     info: TensorInfo,
     data: TensorData,
-    /// The matrix packed for the kernels (see `kernels::x8`), if it is.
+    /// The matrix packed for the kernels (see `kernels::x8` and
+    /// `kernels::pairs`), if it is.
     packed: Option<Arc<Vec<u8>>>,
 }
 
@@ -42,14 +43,15 @@ impl Weight {
         if m.packed || !kernels.packs(m.ty, m.rows) {
             return;
         }
-        let (plain_group, packed_group) = (x8::ROWS * m.row_bytes(), x8::group_bytes(m.ty, m.cols));
-        let mut packed = vec![0u8; m.rows / x8::ROWS * packed_group];
+        let (group_rows, packed_group) = Kernels::packed_group(m.ty, m.cols);
+        let plain_group = group_rows * m.row_bytes();
+        let mut packed = vec![0u8; m.rows / group_rows * packed_group];
         let groups = (PACK_PIECE_BYTES / plain_group).max(1);
         let pieces = packed
             .chunks_mut(groups * packed_group)
             .zip(m.data.chunks(groups * plain_group));
         for (i, (out, data)) in pieces.enumerate() {
-            x8::pack_into(m.ty, m.cols, data, out);
+            Kernels::pack_into(m.ty, m.cols, data, out);
             if release {
                 self.data.release(i * groups * plain_group, data.len());
             }

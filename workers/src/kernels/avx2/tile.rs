@@ -228,3 +228,92 @@ fn f16_any<const R: usize, const T: usize, const NEXT: bool>(
         }
     }
 }
+
+/// A pair of f16 weight rows packed together (`kernels::pairs`, `w` its
+/// one slice) against `T` activation rows of f16 values widened to f32,
+/// each row in [`f16_rows`]'s order; `out[r * stride + t]` receives row
+/// `r` · token `t`. One token (decode) reads one stream with four sums in
+/// flight. `S`, the slices, is 1.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn f16_pair<const S: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::kernels::pairs::{ROWS, STEP, offset, pair_bytes};
+    assert!(S == 1 && w.len() == S && a.len() == T);
+    let n = a[0].len() / 4;
+    let pair = w[0];
+    assert!(pair.len() == pair_bytes(n) && a.iter().all(|y| y.len() == 4 * n));
+    let wx = |r: usize, i: usize| {
+        let at = offset(n, r, i);
+        assert!(at + 16 <= pair.len());
+        // SAFETY: 16 bytes at `at`, inside the pair (checked above).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(pair.as_ptr().add(at) as *const __m128i) })
+    };
+    let ay = |t: usize, i: usize| {
+        assert!(i + 8 <= n);
+        // SAFETY: 32 bytes at 4*i, inside the row (checked above).
+        unsafe { _mm256_loadu_ps(a[t].as_ptr().add(4 * i) as *const f32) }
+    };
+    let mut acc = pair_steps::<T>(pair, a, n);
+    let mut i = STEP * (n / STEP);
+    while i + 8 <= n {
+        for r in 0..ROWS {
+            let x = wx(r, i);
+            for t in 0..T {
+                acc[r][t][0] = _mm256_fmadd_ps(x, ay(t, i), acc[r][t][0]);
+            }
+        }
+        i += 8;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (t, acc) in acc.iter().enumerate() {
+            let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+            for j in i..n {
+                let y = f32::from_le_bytes(a[t][4 * j..4 * j + 4].try_into().unwrap());
+                s += f16(pair, offset(n, r, j)) * y;
+            }
+            out[r * stride + t] = s;
+        }
+    }
+}
+
+/// [`f16_pair`]'s whole 16-value steps: each row's two sums per token.
+/// Not inlined: kept apart from the rest of the kernel, the twelve sums
+/// stay in registers (inlined, they went through the stack every step).
+#[inline(never)]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_steps<const T: usize>(pair: &[u8], a: &[&[u8]], n: usize) -> [[[__m256; 2]; T]; 2] {
+    use crate::kernels::pairs::{ROWS, STEP};
+    assert!(a.len() == T && a.iter().all(|y| y.len() == 4 * n));
+    let steps = n / STEP;
+    assert!(pair.len() >= ROWS * 2 * STEP * steps);
+    let mut acc = [[[_mm256_setzero_ps(); 2]; T]; ROWS];
+    for s in 0..steps {
+        let i = STEP * s;
+        for k in 0..2 {
+            let mut x = [_mm256_setzero_ps(); ROWS];
+            for (r, x) in x.iter_mut().enumerate() {
+                // SAFETY: 16 bytes of step `s`'s 64 at byte `4 * i`, inside
+                // the pair (checked above).
+                *x = _mm256_cvtph_ps(unsafe {
+                    _mm_loadu_si128(
+                        pair.as_ptr().add(ROWS * 2 * i + 2 * STEP * r + 16 * k) as *const __m128i
+                    )
+                });
+            }
+            for t in 0..T {
+                // SAFETY: 32 bytes at `4 * (i + 8k)`, inside the row
+                // (checked above).
+                let y =
+                    unsafe { _mm256_loadu_ps(a[t].as_ptr().add(4 * (i + 8 * k)) as *const f32) };
+                for (r, x) in x.iter().enumerate() {
+                    acc[r][t][k] = _mm256_fmadd_ps(*x, y, acc[r][t][k]);
+                }
+            }
+        }
+    }
+    acc
+}

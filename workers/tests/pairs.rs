@@ -1,0 +1,104 @@
+//! f16 weights packed two rows together (`kernels::pairs`): every kernel
+//! set that packs them gives, bit for bit, the one-row kernel's product on
+//! the rows as stored, alone and in a batch, and beside unpacked products
+//! sharing the same activations.
+
+mod common;
+
+use common::kernel_sets;
+use workers::kernels::{Encoded, Matrix, matmul, pairs};
+use workers::rng::SplitMix64;
+use workers::tensor::GgmlType;
+use workers::tensor::quantize::quantized;
+
+const F16: GgmlType = GgmlType::F16;
+
+fn values(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.symmetric(scale)).collect()
+}
+
+fn matrix(rows: usize, cols: usize, data: &[u8], packed: bool) -> Matrix<'_> {
+    Matrix {
+        ty: F16,
+        rows,
+        cols,
+        data,
+        packed,
+    }
+}
+
+#[test]
+fn packed_f16_products_equal_the_rows_as_stored_bit_for_bit() {
+    let mut rng = SplitMix64::new(77);
+    let sets: Vec<_> = kernel_sets()
+        .into_iter()
+        .filter(|k| k.pair(F16).is_some())
+        .collect();
+    // Every SIMD set packs f16; the portable one does not.
+    assert_eq!(
+        sets.len(),
+        kernel_sets().len() - 1,
+        "a SIMD kernel set without f16 pairs"
+    );
+    for kernels in sets {
+        assert!(kernels.packs(F16, 4) && !kernels.packs(F16, 5));
+        // Whole 16-value steps only, steps with an 8-value rest and a
+        // tail, a rest alone, a tail alone; one pair and many (the pool);
+        // batches on and off the tile's three tokens.
+        for (rows, cols, n) in [
+            (2, 16, 1),
+            (2, 27, 4),
+            (6, 8, 3),
+            (4, 5, 2),
+            (10, 100, 7),
+            (34, 1544, 1),
+            (258, 107, 5),
+        ] {
+            let plain: Vec<u8> = values(&mut rng, rows * cols, 1.0)
+                .chunks_exact(cols)
+                .flat_map(|r| quantized(F16, r))
+                .collect();
+            let data = pairs::pack(rows, cols, &plain);
+            assert_eq!(data.len(), plain.len());
+            let m = matrix(rows, cols, &data, true);
+            let x = values(&mut rng, n * cols, 2.0);
+            let mut batched = vec![0f32; n * rows];
+            matmul(&kernels, &m, &Encoded::new(F16, &x, cols), &mut batched);
+            let dot = kernels.dot(F16);
+            for t in 0..n {
+                let xt = &x[t * cols..(t + 1) * cols];
+                let mut one = vec![0f32; rows];
+                matmul(&kernels, &m, &Encoded::new(F16, xt, cols), &mut one);
+                let a = quantized(F16, xt);
+                for r in 0..rows {
+                    let want = dot(&plain[r * 2 * cols..(r + 1) * 2 * cols], &a);
+                    let (got, in_batch) = (one[r], batched[t * rows + r]);
+                    assert!(
+                        got.to_bits() == want.to_bits() && in_batch.to_bits() == want.to_bits(),
+                        "{} rows {rows} cols {cols} batch {n}: row {r} token {t}: \
+                         {got} alone, {in_batch} in the batch, {want} wanted",
+                        kernels.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_and_stored_f16_products_share_activations_as_each_alone() {
+    // Gate and up where one has an odd number of rows and stays unpacked.
+    let mut rng = SplitMix64::new(78);
+    let cols = 72;
+    for kernels in kernel_sets().into_iter().filter(|k| k.pair(F16).is_some()) {
+        for n in [1, 4] {
+            let gate = quantized(F16, &values(&mut rng, 40 * cols, 1.0));
+            let gate = pairs::pack(40, cols, &gate);
+            let up = quantized(F16, &values(&mut rng, 7 * cols, 1.0));
+            let ms = [matrix(40, cols, &gate, true), matrix(7, cols, &up, false)];
+            let x = values(&mut rng, n * cols, 2.0);
+            let encoded = Encoded::new(F16, &x, cols);
+            common::assert_shared_equals_alone(&kernels, &ms, &encoded, n);
+        }
+    }
+}
