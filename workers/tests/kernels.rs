@@ -279,8 +279,8 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             // Whole chunks of eight blocks and remainders (the q0 decode
             // kernels' scales are converted eight blocks at a time), and
             // row counts on and off the decode kernels' edges (three rows a
-            // call for q8_0 and q4_0 in 256 bits, four in 512, two for f16
-            // and the k-quants).
+            // call for q8_0 and q4_0 in 256 bits, four in 512, one for f16,
+            // two for the k-quants).
             for (rows, blocks) in [
                 (1, 8),
                 (3, 19),

@@ -146,7 +146,8 @@ fn widened(x: &Encoded) -> Vec<u8> {
 
 /// Rows `first..` of `w` (as many as each of `out`'s token pieces holds)
 /// against every token, `out[t][r]`: a tile of tokens at a time (kept in
-/// L1) against each tile of the rows (kept in L2).
+/// L1) against each tile of the rows (kept in L2). A matrix packed in
+/// pairs ([`pairs`]) goes a pair a tile, handed over as its one slice.
 fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mut [f32]]) {
     assert!(tile.rows <= TILE_MAX && tile.tokens <= TILE_MAX);
     let n = out.len();

@@ -304,17 +304,11 @@ pub fn q4k_avx2<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     for b in 0..blocks {
         let at = b * Q4K_GROUP_BLOCK;
         let pair_sums = |chunks: usize, p: usize| {
-            let mut dp = [[_mm256_setzero_si256(); T]; 2];
-            for c in 0..8 {
-                let (lo, hi) = nibbles(g, chunks + 32 * c);
-                for t in 0..T {
-                    let y = 292 * b + 4 + 64 * p + 4 * c;
-                    let l = _mm256_maddubs_epi16(lo, broadcast4(a[t], y));
-                    let h = _mm256_maddubs_epi16(hi, broadcast4(a[t], y + 32));
-                    dp[0][t] = _mm256_add_epi16(dp[0][t], l);
-                    dp[1][t] = _mm256_add_epi16(dp[1][t], h);
-                }
+            let mut ys: [&[u8]; T] = [&[]; T];
+            for t in 0..T {
+                ys[t] = &a[t][292 * b + 4 + 64 * p..292 * b + 68 + 64 * p];
             }
+            let mut dp = q4k_pair_avx2::<T>(&g[chunks..chunks + 256], &ys);
             for d in dp.iter_mut().flatten() {
                 *d = _mm256_madd_epi16(*d, ones);
             }
@@ -323,6 +317,28 @@ pub fn q4k_avx2<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
         q4k_block(g, at, a, b, &mut acc, &mut macc, pair_sums);
     }
     q4k_store(acc, macc, out)
+}
+
+/// One pair of sub-blocks of a packed q4_K block (its eight chunks,
+/// `chunks`) against each token's 64 activation bytes of the pair (`ys`):
+/// the low nibbles against the first 32, the high ones against the next
+/// 32, in 16-bit sums. Apart from [`q4k_avx2`] (not inlined) its sums
+/// stay in registers; inlined, they went through the stack every chunk.
+#[inline(never)]
+#[target_feature(enable = "avx2")]
+fn q4k_pair_avx2<const T: usize>(chunks: &[u8], ys: &[&[u8]; T]) -> [[__m256i; T]; 2] {
+    assert!(chunks.len() == 256 && ys.iter().all(|y| y.len() == 64));
+    let mut dp = [[_mm256_setzero_si256(); T]; 2];
+    for c in 0..8 {
+        let (lo, hi) = nibbles(chunks, 32 * c);
+        for t in 0..T {
+            let l = _mm256_maddubs_epi16(lo, broadcast4(ys[t], 4 * c));
+            let h = _mm256_maddubs_epi16(hi, broadcast4(ys[t], 32 + 4 * c));
+            dp[0][t] = _mm256_add_epi16(dp[0][t], l);
+            dp[1][t] = _mm256_add_epi16(dp[1][t], h);
+        }
+    }
+    dp
 }
 
 /// Checks a q4_K call's shapes and returns its number of blocks.
