@@ -219,14 +219,22 @@ fn f16_any<const R: usize, const T: usize, const NEXT: bool>(
     }
     for (r, acc) in acc.iter().enumerate() {
         for (t, acc) in acc.iter().enumerate() {
-            let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
-            for j in i..n {
-                let y = f32::from_le_bytes(a[t][4 * j..4 * j + 4].try_into().unwrap());
-                s += f16(w[r], 2 * j) * y;
-            }
-            out[r * stride + t] = s;
+            out[r * stride + t] = f16_end(acc, a[t], i, |j| f16(w[r], 2 * j));
         }
     }
+}
+
+/// One output's end in the one-row f16 order: `hsum(s0 + s1)`, then the
+/// products of the values `from..` of the activation row `y` (f32) and
+/// the weights `x(j)`, in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_end(acc: &[__m256; 2], y: &[u8], from: usize, x: impl Fn(usize) -> f32) -> f32 {
+    let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+    for j in from..y.len() / 4 {
+        s += x(j) * f32::from_le_bytes(y[4 * j..4 * j + 4].try_into().unwrap());
+    }
+    s
 }
 
 /// A pair of f16 weight rows packed together (`kernels::pairs`, `w` its
@@ -270,12 +278,7 @@ pub fn f16_pair<const S: usize, const T: usize>(
     }
     for (r, acc) in acc.iter().enumerate() {
         for (t, acc) in acc.iter().enumerate() {
-            let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
-            for j in i..n {
-                let y = f32::from_le_bytes(a[t][4 * j..4 * j + 4].try_into().unwrap());
-                s += f16(pair, offset(n, r, j)) * y;
-            }
-            out[r * stride + t] = s;
+            out[r * stride + t] = f16_end(acc, a[t], i, |j| f16(pair, offset(n, r, j)));
         }
     }
 }
