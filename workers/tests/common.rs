@@ -81,3 +81,37 @@ pub fn assert_close(got: &[f32], want: &[f32], what: &str) {
         );
     }
 }
+
+/// Asserts that `m` against each of the `n` activation rows of `x`, one
+/// token at a time and all of them in one batch, gives for row `r` the
+/// bits of `want(row, a)`, where `row` is row `r`'s index and `a` the
+/// token's activations encoded for `m`'s type.
+pub fn assert_alone_and_batched(
+    kernels: &workers::kernels::Kernels,
+    m: &workers::kernels::Matrix,
+    x: &[f32],
+    n: usize,
+    want: impl Fn(usize, &[u8]) -> f32,
+    what: &str,
+) {
+    use workers::kernels::{Encoded, matmul};
+    let (rows, cols) = (m.rows, m.cols);
+    let mut batched = vec![0f32; n * rows];
+    matmul(kernels, m, &Encoded::new(m.ty, x, cols), &mut batched);
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        let mut one = vec![0f32; rows];
+        matmul(kernels, m, &Encoded::new(m.ty, xt, cols), &mut one);
+        let a = workers::tensor::quantize::quantized(m.ty.activation_type(), xt);
+        for r in 0..rows {
+            let want = want(r, &a);
+            let (got, in_batch) = (one[r], batched[t * rows + r]);
+            assert!(
+                got.to_bits() == want.to_bits() && in_batch.to_bits() == want.to_bits(),
+                "{} {what} batch {n}: row {r} token {t}: {got} alone, {in_batch} in the batch, \
+                 {want} wanted",
+                kernels.name
+            );
+        }
+    }
+}

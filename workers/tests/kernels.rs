@@ -266,7 +266,6 @@ fn products_sharing_activations_equal_each_product_alone() {
 
 #[test]
 fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
-    use workers::kernels::{Encoded, matmul};
     let mut rng = SplitMix64::new(55);
     for kernels in kernel_sets() {
         for ty in [
@@ -299,24 +298,10 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
                 let m = matrix(ty, rows, cols, &data);
                 let n = 3;
                 let x = row(&mut rng, n * cols, 2.0);
-                let mut batched = vec![0f32; n * rows];
-                matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
                 let dot = kernels.dot(ty);
-                for t in 0..n {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    let mut one = vec![0f32; rows];
-                    matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
-                    let a = quantized(ty.activation_type(), xt);
-                    for r in 0..rows {
-                        let want = dot(m.row(r), &a).to_bits();
-                        let (got, in_batch) = (one[r].to_bits(), batched[t * rows + r].to_bits());
-                        assert!(
-                            got == want && in_batch == want,
-                            "{} {ty} rows {rows} blocks {blocks}: row {r} token {t}",
-                            kernels.name
-                        );
-                    }
-                }
+                let want = |r: usize, a: &[u8]| dot(m.row(r), a);
+                let what = format!("{ty} rows {rows} blocks {blocks}");
+                common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
             }
         }
     }

@@ -115,25 +115,11 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                 let data = x8::pack(ty, rows, cols, &plain);
                 let m = packed(ty, rows, cols, &data);
                 let x = values(&mut rng, n * cols, 2.0);
-                let mut batched = vec![0f32; n * rows];
-                matmul(&kernels, &m, &Encoded::new(ty, &x, cols), &mut batched);
                 let row_bytes = plain.len() / rows;
-                for t in 0..n {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    let mut one = vec![0f32; rows];
-                    matmul(&kernels, &m, &Encoded::new(ty, xt, cols), &mut one);
-                    let a = quantized(ty.activation_type(), xt);
-                    for r in 0..rows {
-                        let want = x8::dot(ty, &plain[r * row_bytes..(r + 1) * row_bytes], &a);
-                        let (got, in_batch) = (one[r], batched[t * rows + r]);
-                        assert!(
-                            got.to_bits() == want.to_bits() && in_batch.to_bits() == want.to_bits(),
-                            "{} {ty} rows {rows} blocks {blocks} batch {n}: row {r} token {t}: \
-                             {got} alone, {in_batch} in the batch, {want} wanted",
-                            kernels.name
-                        );
-                    }
-                }
+                let want =
+                    |r: usize, a: &[u8]| x8::dot(ty, &plain[r * row_bytes..(r + 1) * row_bytes], a);
+                let what = format!("{ty} rows {rows} blocks {blocks}");
+                common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
             }
         }
     }

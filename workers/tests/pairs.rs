@@ -6,7 +6,7 @@
 mod common;
 
 use common::kernel_sets;
-use workers::kernels::{Encoded, Matrix, matmul, pairs};
+use workers::kernels::{Encoded, Matrix, pairs};
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
@@ -62,25 +62,10 @@ fn packed_f16_products_equal_the_rows_as_stored_bit_for_bit() {
             assert_eq!(data.len(), plain.len());
             let m = matrix(rows, cols, &data, true);
             let x = values(&mut rng, n * cols, 2.0);
-            let mut batched = vec![0f32; n * rows];
-            matmul(&kernels, &m, &Encoded::new(F16, &x, cols), &mut batched);
             let dot = kernels.dot(F16);
-            for t in 0..n {
-                let xt = &x[t * cols..(t + 1) * cols];
-                let mut one = vec![0f32; rows];
-                matmul(&kernels, &m, &Encoded::new(F16, xt, cols), &mut one);
-                let a = quantized(F16, xt);
-                for r in 0..rows {
-                    let want = dot(&plain[r * 2 * cols..(r + 1) * 2 * cols], &a);
-                    let (got, in_batch) = (one[r], batched[t * rows + r]);
-                    assert!(
-                        got.to_bits() == want.to_bits() && in_batch.to_bits() == want.to_bits(),
-                        "{} rows {rows} cols {cols} batch {n}: row {r} token {t}: \
-                         {got} alone, {in_batch} in the batch, {want} wanted",
-                        kernels.name
-                    );
-                }
-            }
+            let want = |r: usize, a: &[u8]| dot(&plain[r * 2 * cols..(r + 1) * 2 * cols], a);
+            let what = format!("packed f16 rows {rows} cols {cols}");
+            common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
         }
     }
 }

@@ -19,7 +19,7 @@ pub const K_TOKENS: usize = 3;
 /// Reads 32 bytes at `at` of `b`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load(b: &[u8], at: usize) -> __m256i {
+pub(super) fn load(b: &[u8], at: usize) -> __m256i {
     assert!(at + 32 <= b.len());
     // SAFETY: bytes at..at + 32 lie inside `b` (checked above).
     unsafe { _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i) }

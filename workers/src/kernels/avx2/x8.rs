@@ -21,6 +21,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::imp::f16;
+use super::ktile::load;
 use crate::kernels::x8::{Q4K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
@@ -42,15 +43,6 @@ fn broadcast4(y: &[u8], at: usize) -> __m256i {
     // SAFETY: bytes `at..at + 4` are inside `y` (checked above; the
     // callers' loops keep it true, so the check folds away).
     _mm256_set1_epi32(unsafe { (y.as_ptr().add(at) as *const i32).read_unaligned() })
-}
-
-/// The 32 bytes of `group` from `at`.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn load(group: &[u8], at: usize) -> __m256i {
-    assert!(at + 32 <= group.len());
-    // SAFETY: bytes `at..at + 32` are inside `group` (checked above).
-    unsafe { _mm256_loadu_si256(group.as_ptr().add(at) as *const __m256i) }
 }
 
 /// The low and high nibbles of the 32 bytes of `group` from `at`.
