@@ -229,7 +229,7 @@ fn f16_any<const R: usize, const T: usize, const NEXT: bool>(
 /// the weights `x(j)`, in order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16_end(acc: &[__m256; 2], y: &[u8], from: usize, x: impl Fn(usize) -> f32) -> f32 {
+pub(super) fn f16_end(acc: &[__m256; 2], y: &[u8], from: usize, x: impl Fn(usize) -> f32) -> f32 {
     let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
     for j in from..y.len() / 4 {
         s += x(j) * f32::from_le_bytes(y[4 * j..4 * j + 4].try_into().unwrap());
