@@ -35,6 +35,27 @@ fn blocks(group: &[u8], bb: usize, a: &[&[u8]], sums: &[&[i32]], out: &[[f32; RO
     blocks
 }
 
+/// How far ahead of its reading a one-token call asks for a group's
+/// bytes. The groups of a matrix lie back to back, so past a group's end
+/// this asks for the next group's (or nothing: a hint, never a read). On a
+/// 2-core Xeon, 0.5B q4_0 decode, interleaved: none 34-37 tok/s, 1 KiB
+/// 40-43, 4 KiB 39-51, 8 KiB 47-54, 16 KiB 45-51.
+const AHEAD: usize = 8192;
+
+/// Asks for the `len` bytes at `at + AHEAD` of `group` when the call has
+/// one token (decode streams every group once; a batch reads each group
+/// from the cache again for every tile of tokens).
+#[inline]
+#[target_feature(enable = "sse")]
+fn ahead<const T: usize>(group: &[u8], at: usize, len: usize) {
+    if T == 1 {
+        let p = group.as_ptr().wrapping_add(at + AHEAD);
+        for k in (0..len).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(k) as *const i8);
+        }
+    }
+}
+
 /// Four bytes of `y` from `at` in every 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -104,6 +125,7 @@ fn vnni<const Q4: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * bb;
+        ahead::<T>(group, at, ROWS * bb);
         let y0 = 34 * b + 2;
         let mut dp = [_mm256_setzero_si256(); T];
         if Q4 {
@@ -151,6 +173,7 @@ fn avx2<const Q4: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * bb;
+        ahead::<T>(group, at, ROWS * bb);
         let y0 = 34 * b + 2;
         let dx = scales(group, at);
         if Q4 {
@@ -267,6 +290,7 @@ pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
     for b in 0..blocks {
         let at = b * Q4K_GROUP_BLOCK;
+        ahead::<T>(g, at, Q4K_GROUP_BLOCK);
         // The low nibbles of a pair's chunks against its first 32
         // activation bytes, the high ones against the next 32.
         let pair_sums = |chunks: usize, p: usize| {
@@ -295,6 +319,7 @@ pub fn q4k_avx2<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
     for b in 0..blocks {
         let at = b * Q4K_GROUP_BLOCK;
+        ahead::<T>(g, at, Q4K_GROUP_BLOCK);
         let pair_sums = |chunks: usize, p: usize| {
             let mut ys: [&[u8]; T] = [&[]; T];
             for t in 0..T {
