@@ -30,7 +30,12 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
             _ if w.packed => match kernels.pair(w.ty) {
                 Some(tile) => Plan::Pairs(tile),
-                None => Plan::Packed(kernels.x8(w.ty).expect("only packable types pack")),
+                // Two groups a call for a batch only: one token reads
+                // one stream faster than two (see `x8::AHEAD`).
+                None => Plan::Packed(
+                    kernels.x8(w.ty).expect("only packable types pack"),
+                    kernels.x16(w.ty).filter(|_| n > 1),
+                ),
             },
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
             (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
@@ -48,7 +53,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
             Plan::Pairs(_) => pairs::ROWS,
-            Plan::Packed(_) => x8::ROWS,
+            Plan::Packed(..) => x8::ROWS,
             Plan::Dots(_) => 1,
         };
         let chunk = rows_per_task(w, multiple);
@@ -71,7 +76,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         match plans[p] {
             Plan::Tiles(tile) => tiles(tile, w, first, &act(tile), &mut out),
             Plan::Pairs(tile) => tiles(tile, w, first, &act(tile), &mut out),
-            Plan::Packed(f) => groups(f, w, first, x, &mut out),
+            Plan::Packed(f, f2) => groups(f, f2, w, first, x, &mut out),
             Plan::Dots(dot) => {
                 for i in 0..out[0].len() {
                     let row = w.row(first + i);
@@ -96,7 +101,8 @@ enum Plan {
     Tiles(Tile),
     /// Rows packed in pairs (`pairs`): the tile takes one pair's slice.
     Pairs(Tile),
-    Packed(X8Fn),
+    /// Packed groups: one a call, or two where the second kernel is there.
+    Packed(X8Fn, Option<X8Fn>),
     Dots(super::DotFn),
 }
 
@@ -187,8 +193,16 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mu
 
 /// Rows `first..` of the packed `w` (as many as each of `out`'s token
 /// pieces holds, a whole number of groups) against every token, as
-/// [`tiles`] does: up to `x8::TOKENS` tokens against each group in turn.
-fn groups(f: X8Fn, w: &Matrix, first: usize, x: &Encoded, out: &mut [&mut [f32]]) {
+/// [`tiles`] does: up to `x8::TOKENS` tokens against each group in turn,
+/// or against two groups a call where `two` is given.
+fn groups(
+    one: X8Fn,
+    two: Option<X8Fn>,
+    w: &Matrix,
+    first: usize,
+    x: &Encoded,
+    out: &mut [&mut [f32]],
+) {
     assert!(w.packed && first.is_multiple_of(x8::ROWS));
     let n = out.len();
     let count = out[0].len();
@@ -196,20 +210,27 @@ fn groups(f: X8Fn, w: &Matrix, first: usize, x: &Encoded, out: &mut [&mut [f32]]
     let group_bytes = x8::group_bytes(w.ty, w.cols);
     let mut a: [&[u8]; x8::TOKENS] = [&[]; x8::TOKENS];
     let mut sums: [&[i32]; x8::TOKENS] = [&[]; x8::TOKENS];
-    let mut results = [[0f32; x8::ROWS]; x8::TOKENS];
+    let mut results = [[0f32; x8::ROWS]; 2 * x8::TOKENS];
     for t0 in (0..n).step_by(x8::TOKENS) {
         let tn = x8::TOKENS.min(n - t0);
         for i in 0..tn {
             a[i] = x.row(t0 + i);
             sums[i] = x.sums(t0 + i);
         }
-        for r0 in (0..count).step_by(x8::ROWS) {
+        let mut r0 = 0;
+        while r0 < count {
             let g = (first + r0) / x8::ROWS;
-            let group = &w.data[g * group_bytes..(g + 1) * group_bytes];
-            f(group, &a[..tn], &sums[..tn], &mut results[..tn]);
-            for (o, r) in out[t0..t0 + tn].iter_mut().zip(&results) {
-                o[r0..r0 + x8::ROWS].copy_from_slice(r);
+            let (f, k) = match two {
+                Some(f2) if r0 + 2 * x8::ROWS <= count => (f2, 2),
+                _ => (one, 1),
+            };
+            let group = &w.data[g * group_bytes..(g + k) * group_bytes];
+            f(group, &a[..tn], &sums[..tn], &mut results[..k * tn]);
+            for (j, r) in results[..k * tn].iter().enumerate() {
+                let (o, rows) = (&mut out[t0 + j % tn], r0 + j / tn * x8::ROWS);
+                o[rows..rows + x8::ROWS].copy_from_slice(r);
             }
+            r0 += k * x8::ROWS;
         }
     }
 }

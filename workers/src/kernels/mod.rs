@@ -81,6 +81,12 @@ pub struct Kernels {
     x8_q8_0: X8Fn,
     x8_q4_0: X8Fn,
     x8_q4k: X8Fn,
+    /// Packed q8_0, q4_0 and q4_K two groups a call (`group` the two back
+    /// to back, the second's outputs after the first's: `out[T + t]`),
+    /// where these kernels have 512-bit ones.
+    x16_q8_0: Option<X8Fn>,
+    x16_q4_0: Option<X8Fn>,
+    x16_q4k: Option<X8Fn>,
     /// The tile for f16 rows packed in pairs ([`pairs`]; two rows, one
     /// slice a pair), where these kernels pack f16.
     pair_f16: Option<Tile>,
@@ -115,6 +121,9 @@ impl Kernels {
             x8_q8_0: x8::portable_q8_0,
             x8_q4_0: x8::portable_q4_0,
             x8_q4k: x8::portable_q4k,
+            x16_q8_0: None,
+            x16_q4_0: None,
+            x16_q4k: None,
             pair_f16: None,
             pack: false,
         }
@@ -171,6 +180,17 @@ impl Kernels {
             GgmlType::Q8_0 => Some(self.x8_q8_0),
             GgmlType::Q4_0 => Some(self.x8_q4_0),
             GgmlType::Q4K => Some(self.x8_q4k),
+            _ => None,
+        }
+    }
+
+    /// The kernel for two groups of packed weights of `ty` a call (see
+    /// `x16_q4k`), where these kernels have one.
+    pub fn x16(&self, ty: GgmlType) -> Option<X8Fn> {
+        match ty {
+            GgmlType::Q8_0 => self.x16_q8_0,
+            GgmlType::Q4_0 => self.x16_q4_0,
+            GgmlType::Q4K => self.x16_q4k,
             _ => None,
         }
     }

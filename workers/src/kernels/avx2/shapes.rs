@@ -1,0 +1,168 @@
+//! The kernels' entry points by shape: each tile, decode and packed
+//! kernel is compiled once per shape it is called with (rows by tokens, or
+//! tokens), and one function per kernel dispatches a call to its shape.
+
+use super::{f16x16, gemv, ktile, tile, vnni, x8, x16};
+
+/// One tile function per element type, dispatching on the tile's shape to
+/// the kernel compiled for it; every shape up to the full tile is listed,
+/// so the edges of a product take the same path as its interior.
+macro_rules! tile_shapes {
+    ($name:ident, $module:ident :: $kernel:ident, [$(($r:literal, $t:literal)),*]) => {
+        #[allow(unsafe_code)]
+        pub(super) fn $name(w: &[&[u8]], a: &[&[u8]], out: &mut [f32], stride: usize) {
+            // SAFETY: only installed by `kernels()` after the features the
+            // kernel enables were detected on this processor.
+            match (w.len(), a.len()) {
+                $(($r, $t) => unsafe { $module::$kernel::<$r, $t>(w, a, out, stride) },)*
+                shape => panic!("no tile of {shape:?}"),
+            }
+        }
+    };
+}
+
+macro_rules! q0_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [
+                (1, 1),
+                (1, 2),
+                (1, 3),
+                (2, 1),
+                (2, 2),
+                (2, 3),
+                (3, 1),
+                (3, 2),
+                (3, 3),
+                (4, 1),
+                (4, 2),
+                (4, 3)
+            ]
+        );
+    };
+}
+
+macro_rules! six_shapes {
+    ($name:ident, $module:ident :: $kernel:ident) => {
+        tile_shapes!(
+            $name,
+            $module::$kernel,
+            [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+        );
+    };
+}
+
+q0_shapes!(tile_q8_0, tile::q8_0);
+q0_shapes!(tile_q4_0, tile::q4_0);
+q0_shapes!(vnni_q8_0, vnni::q8_0);
+q0_shapes!(vnni_q4_0, vnni::q4_0);
+tile_shapes!(
+    tile_f16,
+    tile::f16_rows,
+    [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+);
+six_shapes!(tile_q4k, ktile::q4k);
+// One slice a pair of rows (`kernels::pairs`).
+tile_shapes!(pair_f16, tile::f16_pair, [(1, 1), (1, 2), (1, 3)]);
+six_shapes!(tile_q6k, ktile::q6k);
+six_shapes!(vnni_q4k, ktile::q4k_vnni);
+six_shapes!(vnni_q6k, ktile::q6k_vnni);
+
+/// The decode kernels: one token against each shape of rows listed.
+macro_rules! decode_shapes {
+    ($shapes:tt $($name:ident = $module:ident :: $kernel:ident),*) => {
+        $(tile_shapes!($name, $module::$kernel, $shapes);)*
+    };
+}
+
+decode_shapes!([(1, 1), (2, 1), (3, 1), (4, 1)] gemv_q8_0 = gemv::q8_0, gemv_q4_0 = gemv::q4_0);
+decode_shapes!([(1, 1)] next_f16 = tile::f16_next);
+decode_shapes!([(1, 1)] wide_next_f16 = f16x16::next);
+tile_shapes!(
+    wide_f16,
+    f16x16::rows,
+    [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (2, 1),
+        (2, 2),
+        (2, 3),
+        (2, 4),
+        (3, 1),
+        (3, 2),
+        (3, 3),
+        (3, 4),
+        (4, 1),
+        (4, 2),
+        (4, 3),
+        (4, 4)
+    ]
+);
+decode_shapes!(
+    [(1, 1), (2, 1), (3, 1), (4, 1)]
+    next_q8_0 = tile::q8_0_next,
+    next_q4_0 = tile::q4_0_next
+);
+decode_shapes!(
+    [(1, 1), (2, 1)]
+    next_q4k = ktile::q4k_next,
+    next_q6k = ktile::q6k_next,
+    vnni_next_q4k = ktile::q4k_vnni_next,
+    vnni_next_q6k = ktile::q6k_vnni_next
+);
+
+/// The packed kernels (`kernels::x8`), dispatching on the number of
+/// tokens to the kernel compiled for it.
+macro_rules! x8_tokens {
+    ($($name:ident = $kernel:ident),*) => {$(
+        #[allow(unsafe_code)]
+        pub(super) fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; crate::kernels::x8::ROWS]]) {
+            // SAFETY: only installed by `kernels()` after the features the
+            // kernel enables were detected on this processor.
+            match a.len() {
+                1 => unsafe { x8::$kernel::<1>(g, a, s, out) },
+                2 => unsafe { x8::$kernel::<2>(g, a, s, out) },
+                3 => unsafe { x8::$kernel::<3>(g, a, s, out) },
+                4 => unsafe { x8::$kernel::<4>(g, a, s, out) },
+                n => panic!("no packed kernel for {n} tokens"),
+            }
+        }
+    )*};
+}
+
+/// The two-group kernels (`x16`), likewise.
+macro_rules! x16_tokens {
+    ($($name:ident = $kernel:ident),*) => {$(
+        #[allow(unsafe_code)]
+        pub(super) fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; crate::kernels::x8::ROWS]]) {
+            // SAFETY: only installed by `kernels_vnni()` after AVX-512 F,
+            // BW, VL and VNNI were detected on this processor.
+            match a.len() {
+                1 => unsafe { x16::$kernel::<1>(g, a, s, out) },
+                2 => unsafe { x16::$kernel::<2>(g, a, s, out) },
+                3 => unsafe { x16::$kernel::<3>(g, a, s, out) },
+                4 => unsafe { x16::$kernel::<4>(g, a, s, out) },
+                n => panic!("no packed kernel for {n} tokens"),
+            }
+        }
+    )*};
+}
+
+x16_tokens!(
+    x16_q8_0_vnni = q8_0_vnni,
+    x16_q4_0_vnni = q4_0_vnni,
+    x16_q4k_vnni = q4k_vnni
+);
+
+x8_tokens!(
+    x8_q8_0_vnni = q8_0_vnni,
+    x8_q4_0_vnni = q4_0_vnni,
+    x8_q8_0_avx2 = q8_0_avx2,
+    x8_q4_0_avx2 = q4_0_avx2,
+    x8_q4k_vnni = q4k_vnni,
+    x8_q4k_avx2 = q4k_avx2
+);

@@ -1,0 +1,210 @@
+//! Packed q8_0, q4_0 and q4_K (layout and order: `kernels::x8`) two
+//! groups of eight rows a call in 512-bit registers, where the processor has AVX-512 F, BW, VL
+//! and VNNI: the low half of every register holds the first group's eight
+//! rows, the high half the second's, so one `vpdpbusd` sums sixteen rows
+//! against four activation bytes broadcast.
+//!
+//! Each lane takes exactly the steps of its row in the 256-bit kernels
+//! (`x8::vnni`, `x8::q4k_vnni`): the same exact integer sums, then per
+//! block `acc = fma(dx * dy, isum, acc)` (q4_K also `macc = fma(dmin *
+//! dy, msum, macc)`, then `acc - macc`); so the outputs are their bits,
+//! alone and in a batch. A batch only: one token reads the two groups as
+//! two streams, slower than the 256-bit kernels' one (see `x8::AHEAD`).
+
+// Tokens index accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
+use super::imp::f16;
+use super::ktile::{load, q8k_sub_sums};
+use crate::kernels::x8::{Q4K_GROUP_BLOCK, ROWS};
+use std::arch::x86_64::*;
+
+/// The 32 bytes at `at` of the first group (low half) and of the second,
+/// `half` bytes on.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+fn both32(g: &[u8], half: usize, at: usize) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load(g, at)), load(g, half + at))
+}
+
+/// The 16 bytes at `at` of each group, the first group's low.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn both16(g: &[u8], half: usize, at: usize) -> __m256i {
+    assert!(half + at + 16 <= g.len() && at + 16 <= half);
+    // SAFETY: both 16-byte loads lie inside `g` (checked above).
+    unsafe {
+        _mm256_set_m128i(
+            _mm_loadu_si128(g.as_ptr().add(half + at) as *const __m128i),
+            _mm_loadu_si128(g.as_ptr().add(at) as *const __m128i),
+        )
+    }
+}
+
+/// The 8 bytes at `at` of each group, the first group's low.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
+    assert!(half + at + 8 <= g.len() && at + 8 <= half);
+    // SAFETY: both 8-byte loads lie inside `g` (checked above).
+    unsafe {
+        _mm_unpacklo_epi64(
+            _mm_loadl_epi64(g.as_ptr().add(at) as *const __m128i),
+            _mm_loadl_epi64(g.as_ptr().add(half + at) as *const __m128i),
+        )
+    }
+}
+
+/// Four bytes of `y` from `at` in every 32-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn broadcast4(y: &[u8], at: usize) -> __m512i {
+    _mm512_set1_epi32(i32::from_le_bytes([y[at], y[at + 1], y[at + 2], y[at + 3]]))
+}
+
+/// Two packed q4_K groups back to back (`g`) against `T` tokens with
+/// 512-bit `vpdpbusd`: `out[t]` receives the first group's eight outputs
+/// for token `t`, `out[T + t]` the second's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    let half = g.len() / 2;
+    let blocks = half / Q4K_GROUP_BLOCK;
+    assert_eq!(g.len(), 2 * blocks * Q4K_GROUP_BLOCK);
+    assert!(a.len() == T && out.len() >= 2 * T);
+    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    let mask = _mm512_set1_epi8(0x0F);
+    let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
+    for b in 0..blocks {
+        let at = b * Q4K_GROUP_BLOCK;
+        let mut isum = [_mm512_setzero_si512(); T];
+        for p in 0..4 {
+            // The low nibbles of a pair's chunks against its first 32
+            // activation bytes, the high ones against the next 32.
+            let chunks = at + 160 + 256 * p;
+            let mut dp = [[_mm512_setzero_si512(); T]; 2];
+            for c in 0..8 {
+                let w = both32(g, half, chunks + 32 * c);
+                let lo = _mm512_and_si512(w, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+                for t in 0..T {
+                    let y = 292 * b + 4 + 64 * p + 4 * c;
+                    dp[0][t] = _mm512_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));
+                    dp[1][t] = _mm512_dpbusd_epi32(dp[1][t], hi, broadcast4(a[t], y + 32));
+                }
+            }
+            for (k, dp) in dp.iter().enumerate() {
+                let scales = _mm512_cvtepu8_epi32(both8(g, half, at + 32 + 8 * (2 * p + k)));
+                for t in 0..T {
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dp[t], scales));
+                }
+            }
+        }
+        let mut msum = [_mm512_setzero_si512(); T];
+        for t in 0..T {
+            let y = &a[t][292 * b..292 * (b + 1)];
+            let mut pairs = [0i32; 4];
+            // SAFETY: `pairs` holds the 16 bytes stored.
+            unsafe { _mm_storeu_si128(pairs.as_mut_ptr() as *mut __m128i, q8k_sub_sums(y)) };
+            for (p, &pair) in pairs.iter().enumerate() {
+                let mins = _mm512_cvtepu8_epi16(both16(g, half, at + 96 + 16 * p));
+                let m = _mm512_madd_epi16(mins, _mm512_set1_epi32(pair));
+                msum[t] = _mm512_add_epi32(msum[t], m);
+            }
+        }
+        let dx = _mm512_cvtph_ps(both16(g, half, at));
+        let mx = _mm512_cvtph_ps(both16(g, half, at + 16));
+        for t in 0..T {
+            let y = &a[t][292 * b..];
+            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+            macc[t] = _mm512_fmadd_ps(_mm512_mul_ps(mx, dy), _mm512_cvtepi32_ps(msum[t]), macc[t]);
+        }
+    }
+    let mut diff = [_mm512_setzero_ps(); T];
+    for t in 0..T {
+        diff[t] = _mm512_sub_ps(acc[t], macc[t]);
+    }
+    store(diff, out)
+}
+
+/// Two packed q4_0 (`Q4`) or q8_0 groups back to back (`g`) against `T`
+/// tokens with 512-bit `vpdpbusd`, each lane as `x8::vnni` sums its row;
+/// `out` as [`q4k_vnni`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q0<const Q4: bool, const T: usize>(
+    g: &[u8],
+    a: &[&[u8]],
+    sums: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
+    let bb = if Q4 { 18 } else { 34 };
+    let half = g.len() / 2;
+    let blocks = half / (ROWS * bb);
+    assert_eq!(g.len(), 2 * blocks * ROWS * bb);
+    assert!(a.len() == T && sums.len() == T && out.len() >= 2 * T);
+    assert!(a.iter().all(|y| y.len() == blocks * 34));
+    assert!(sums.iter().all(|s| s.len() == blocks));
+    let mask = _mm512_set1_epi8(0x0F);
+    let flip = _mm512_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..blocks {
+        let at = b * ROWS * bb;
+        let y0 = 34 * b + 2;
+        let mut dp = [_mm512_setzero_si512(); T];
+        if Q4 {
+            for j in 0..4 {
+                let w = both32(g, half, at + 16 + 32 * j);
+                let lo = _mm512_and_si512(w, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+                for t in 0..T {
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
+                }
+            }
+        } else {
+            for j in 0..8 {
+                let w = _mm512_xor_si512(both32(g, half, at + 16 + 32 * j), flip);
+                for t in 0..T {
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], w, broadcast4(a[t], y0 + 4 * j));
+                }
+            }
+        }
+        let dx = _mm512_cvtph_ps(both16(g, half, at));
+        // The weights' offset (8 for q4_0, 128 for q8_0) times the
+        // activation block's sum, taken off each lane.
+        let shift = if Q4 { 3 } else { 7 };
+        for t in 0..T {
+            let isum = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(sums[t][b].wrapping_shl(shift)));
+            let dy = _mm512_set1_ps(f16(&a[t][34 * b..], 0));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum), acc[t]);
+        }
+    }
+    store(acc, out)
+}
+
+/// Writes each token's sixteen outputs: the first group's eight to
+/// `out[t]`, the second's to `out[T + t]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn store<const T: usize>(sums: [__m512; T], out: &mut [[f32; ROWS]]) {
+    for t in 0..T {
+        let mut both = [0f32; 2 * ROWS];
+        // SAFETY: `both` holds sixteen f32.
+        unsafe { _mm512_storeu_ps(both.as_mut_ptr(), sums[t]) };
+        out[t].copy_from_slice(&both[..ROWS]);
+        out[T + t].copy_from_slice(&both[ROWS..]);
+    }
+}
+
+/// Two packed q8_0 groups against `T` tokens.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn q8_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    q0::<false, T>(g, a, s, out)
+}
+
+/// Two packed q4_0 groups against `T` tokens.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    q0::<true, T>(g, a, s, out)
+}
