@@ -53,7 +53,8 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
             Plan::Pairs(_) => pairs::ROWS,
-            Plan::Packed(..) => x8::ROWS,
+            // Whole pairs of groups where two go a call.
+            Plan::Packed(_, two) => x8::ROWS * if two.is_some() { 2 } else { 1 },
             Plan::Dots(_) => 1,
         };
         let chunk = rows_per_task(w, multiple);

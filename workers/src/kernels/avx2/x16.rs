@@ -1,8 +1,8 @@
 //! Packed q8_0, q4_0 and q4_K (layout and order: `kernels::x8`) two
-//! groups of eight rows a call in 512-bit registers, where the processor has AVX-512 F, BW, VL
-//! and VNNI: the low half of every register holds the first group's eight
-//! rows, the high half the second's, so one `vpdpbusd` sums sixteen rows
-//! against four activation bytes broadcast.
+//! groups of eight rows a call in 512-bit registers, where the processor
+//! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
+//! the first group's eight rows, the high half the second's, so one
+//! `vpdpbusd` sums sixteen rows against four activation bytes broadcast.
 //!
 //! Each lane takes exactly the steps of its row in the 256-bit kernels
 //! (`x8::vnni`, `x8::q4k_vnni`): the same exact integer sums, then per
