@@ -115,54 +115,35 @@ decode_shapes!(
     vnni_next_q6k = ktile::q6k_vnni_next
 );
 
-/// The packed kernels (`kernels::x8`), dispatching on the number of
-/// tokens to the kernel compiled for it.
-macro_rules! x8_tokens {
-    ($($name:ident = $kernel:ident),*) => {$(
+/// The packed kernels (`kernels::x8`: one group a call in `x8`, two in
+/// `x16`), dispatching on the number of tokens to the kernel compiled for
+/// it.
+macro_rules! packed_tokens {
+    ($($name:ident = $module:ident :: $kernel:ident),*) => {$(
         #[allow(unsafe_code)]
         pub(super) fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; crate::kernels::x8::ROWS]]) {
-            // SAFETY: only installed by `kernels()` after the features the
-            // kernel enables were detected on this processor.
+            // SAFETY: only installed by `kernels()` or `kernels_vnni()`
+            // after the features the kernel enables were detected on this
+            // processor.
             match a.len() {
-                1 => unsafe { x8::$kernel::<1>(g, a, s, out) },
-                2 => unsafe { x8::$kernel::<2>(g, a, s, out) },
-                3 => unsafe { x8::$kernel::<3>(g, a, s, out) },
-                4 => unsafe { x8::$kernel::<4>(g, a, s, out) },
+                1 => unsafe { $module::$kernel::<1>(g, a, s, out) },
+                2 => unsafe { $module::$kernel::<2>(g, a, s, out) },
+                3 => unsafe { $module::$kernel::<3>(g, a, s, out) },
+                4 => unsafe { $module::$kernel::<4>(g, a, s, out) },
                 n => panic!("no packed kernel for {n} tokens"),
             }
         }
     )*};
 }
 
-/// The two-group kernels (`x16`), likewise.
-macro_rules! x16_tokens {
-    ($($name:ident = $kernel:ident),*) => {$(
-        #[allow(unsafe_code)]
-        pub(super) fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; crate::kernels::x8::ROWS]]) {
-            // SAFETY: only installed by `kernels_vnni()` after AVX-512 F,
-            // BW, VL and VNNI were detected on this processor.
-            match a.len() {
-                1 => unsafe { x16::$kernel::<1>(g, a, s, out) },
-                2 => unsafe { x16::$kernel::<2>(g, a, s, out) },
-                3 => unsafe { x16::$kernel::<3>(g, a, s, out) },
-                4 => unsafe { x16::$kernel::<4>(g, a, s, out) },
-                n => panic!("no packed kernel for {n} tokens"),
-            }
-        }
-    )*};
-}
-
-x16_tokens!(
-    x16_q8_0_vnni = q8_0_vnni,
-    x16_q4_0_vnni = q4_0_vnni,
-    x16_q4k_vnni = q4k_vnni
-);
-
-x8_tokens!(
-    x8_q8_0_vnni = q8_0_vnni,
-    x8_q4_0_vnni = q4_0_vnni,
-    x8_q8_0_avx2 = q8_0_avx2,
-    x8_q4_0_avx2 = q4_0_avx2,
-    x8_q4k_vnni = q4k_vnni,
-    x8_q4k_avx2 = q4k_avx2
+packed_tokens!(
+    x8_q8_0_vnni = x8::q8_0_vnni,
+    x8_q4_0_vnni = x8::q4_0_vnni,
+    x8_q8_0_avx2 = x8::q8_0_avx2,
+    x8_q4_0_avx2 = x8::q4_0_avx2,
+    x8_q4k_vnni = x8::q4k_vnni,
+    x8_q4k_avx2 = x8::q4k_avx2,
+    x16_q8_0_vnni = x16::q8_0_vnni,
+    x16_q4_0_vnni = x16::q4_0_vnni,
+    x16_q4k_vnni = x16::q4k_vnni
 );
