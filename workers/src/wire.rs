@@ -230,11 +230,57 @@ impl<R: Read> FrameReader<R> {
     }
 }
 
-/// Writes one frame and flushes.
+/// Writes one frame, length and body in one `write_all`, and flushes: on
+/// an unbuffered pipe that is one `write` (the reader wakes once a frame,
+/// not once for the length and again for each piece of the body).
 pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> io::Result<()> {
-    let body = postcard::to_stdvec(value).map_err(io::Error::other)?;
-    assert!(body.len() <= MAX_FRAME_BYTES as usize, "an oversized frame");
-    w.write_all(&(body.len() as u32).to_le_bytes())?;
-    w.write_all(&body)?;
+    let mut frame = postcard::to_extend(value, vec![0u8; 4]).map_err(io::Error::other)?;
+    let len = frame.len() - 4;
+    assert!(len <= MAX_FRAME_BYTES as usize, "an oversized frame");
+    frame[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    w.write_all(&frame)?;
     w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each `write` it is handed.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_frame_is_one_write_and_reads_back() {
+        // Activations with newline bytes in them (0x0a), which a line
+        // buffer would have split at.
+        let reply = Reply::Activations {
+            seq: 7,
+            data: vec![f32::from_le_bytes([0x0a, 0x0a, 0x0a, 0x0a]); 1536],
+        };
+        let mut w = Writes::default();
+        write_frame(&mut w, &reply).unwrap();
+        assert_eq!(
+            w.0.len(),
+            1,
+            "writes: {:?}",
+            w.0.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let frame = &w.0[0];
+        let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(len + 4, frame.len());
+        let mut r = FrameReader::new(&frame[..]);
+        assert_eq!(r.read::<Reply>().unwrap(), reply);
+        assert!(matches!(r.read::<Reply>(), Err(FrameError::Closed)));
+    }
 }

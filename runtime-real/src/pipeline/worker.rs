@@ -97,7 +97,8 @@ pub fn spawn(
         .spawn()
         .map_err(|e| format!("starting {}: {e}", binary.display()))?;
     let stdin = child.stdin.take().expect("piped");
-    let stdout = child.stdout.take().expect("piped");
+    // Buffered: a reply frame (length and body) is then one read.
+    let stdout = BufReader::with_capacity(READ_BUFFER, child.stdout.take().expect("piped"));
     let stderr = child.stderr.take().expect("piped");
     let prefix = format!("drover-worker[{label}]");
     tokio::spawn(async move {
@@ -150,8 +151,15 @@ pub fn spawn(
     })
 }
 
+/// The buffer on the worker's stdout: a decode step's reply (one row of
+/// activations) fits whole.
+const READ_BUFFER: usize = 64 << 10;
+
+/// The worker's stdout, as the agent reads it.
+type Replies = BufReader<ChildStdout>;
+
 /// Reads one reply frame (u32 little-endian length, postcard).
-async fn read_reply(out: &mut ChildStdout) -> Result<Reply, String> {
+async fn read_reply(out: &mut Replies) -> Result<Reply, String> {
     let mut len = [0u8; 4];
     out.read_exact(&mut len)
         .await
@@ -186,7 +194,7 @@ async fn actor(
     op: OpId,
     stage: u32,
     mut stdin: ChildStdin,
-    mut stdout: ChildStdout,
+    mut stdout: Replies,
     mut jobs: mpsc::Receiver<Job>,
     inputs: mpsc::Sender<Input>,
     expected: Arc<AtomicBool>,
@@ -318,7 +326,7 @@ fn payload_bytes(payload: &Payload) -> (&'static str, usize) {
 
 async fn load(
     stdin: &mut ChildStdin,
-    stdout: &mut ChildStdout,
+    stdout: &mut Replies,
     model: &Path,
     layers: (u32, u32),
     settings: WorkerSettings,
@@ -348,7 +356,7 @@ async fn load(
 
 async fn run_step(
     stdin: &mut ChildStdin,
-    stdout: &mut ChildStdout,
+    stdout: &mut Replies,
     position: &mut u32,
     hidden: u32,
     step: &Step,

@@ -8,7 +8,8 @@ use crate::sample::Sampling;
 use crate::wire::{
     FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, VERSION, write_frame,
 };
-use std::io::{Stdin, Stdout};
+use std::fs::File;
+use std::io::Stdin;
 use std::path::PathBuf;
 
 /// Arguments of `stage`.
@@ -77,13 +78,25 @@ fn pool(threads: u32) -> Result<Option<rayon::ThreadPool>, String> {
         .map_err(|e| format!("a pool of {threads} threads: {e}"))
 }
 
-fn send(out: &mut Stdout, reply: &Reply) -> CliResult {
+/// The worker's stdout without `std::io::Stdout`'s line buffer, which
+/// writes a binary frame in pieces (up to its last newline byte, then the
+/// rest), each a wake-up of the agent reading it.
+fn raw_stdout() -> Result<File, String> {
+    use std::os::fd::AsFd;
+    std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(File::from)
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+fn send(out: &mut File, reply: &Reply) -> CliResult {
     write_frame(out, reply).map_err(|e| format!("stdout: {e}"))
 }
 
 /// Opens the stage and says `Ready`.
 fn load(
-    out: &mut Stdout,
+    out: &mut File,
     model: &std::path::Path,
     layers: std::ops::Range<usize>,
     ctx: usize,
@@ -126,10 +139,7 @@ fn load(
 
 /// Reads the next request; a frame that does not decode is answered with a
 /// fault naming its offset, then the worker exits with it.
-fn next_request(
-    out: &mut Stdout,
-    input: &mut FrameReader<Stdin>,
-) -> Result<Option<Request>, String> {
+fn next_request(out: &mut File, input: &mut FrameReader<Stdin>) -> Result<Option<Request>, String> {
     match input.read::<Request>() {
         Ok(r) => Ok(Some(r)),
         Err(FrameError::Closed) => Ok(None),
@@ -149,7 +159,7 @@ fn next_request(
 
 /// Waits for `Load` (a worker started without `--model`); the `Load`
 /// names the backend.
-fn await_load(out: &mut Stdout, input: &mut FrameReader<Stdin>) -> Result<Option<Loaded>, String> {
+fn await_load(out: &mut File, input: &mut FrameReader<Stdin>) -> Result<Option<Loaded>, String> {
     send(out, &Reply::Hello { version: VERSION })?;
     loop {
         match next_request(out, input)? {
@@ -190,7 +200,7 @@ pub fn stage(a: &StageArgs) -> CliResult {
     let backend = Backend::parse(&a.backend)?;
     backend.check()?;
     super::generate::set_threads(a.threads)?;
-    let mut out = std::io::stdout();
+    let mut out = raw_stdout()?;
     let mut input = FrameReader::new(std::io::stdin());
     let loaded = match (&a.model, &a.layers) {
         (Some(model), Some(layers)) => {
@@ -233,7 +243,7 @@ fn serve(
     stage: &mut Stage,
     sampler: &mut Sampler,
     sampling: Sampling,
-    out: &mut Stdout,
+    out: &mut File,
     input: &mut FrameReader<Stdin>,
 ) -> CliResult {
     loop {
