@@ -211,6 +211,13 @@ impl Stage {
                     }
                     x.extend(embd.row_f32(t as usize));
                 }
+                // A lookup maps its rows' pages, and where the file's page
+                // cache holds 2 MiB folios, a whole folio each: a prompt's
+                // rows would make most of the embedding resident. Each
+                // token reads a row once, so its pages go again.
+                if !self.weights.head_reads_embedding() {
+                    embd.release();
+                }
                 x
             }
             (StageInput::Activations(a), None) if a.len() % d == 0 => a.to_vec(),
@@ -403,3 +410,7 @@ fn attention(
     }
     out
 }
+
+#[cfg(test)]
+#[path = "resident_tests.rs"]
+mod resident_tests;

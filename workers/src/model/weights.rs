@@ -75,6 +75,13 @@ impl Weight {
         out
     }
 
+    /// Takes the tensor's mapped pages out of this process's resident set:
+    /// the file's page cache keeps them, and a later read maps them again
+    /// (see `TensorData::release`).
+    pub fn release(&self) {
+        self.data.release(0, self.data.bytes().len());
+    }
+
     /// The element type.
     pub fn ty(&self) -> GgmlType {
         self.info.ty
@@ -147,6 +154,16 @@ impl StageWeights {
             let tied = head.output.info.name == "token_embd.weight";
             head.output.pack(kernels, !tied);
         }
+    }
+}
+
+impl StageWeights {
+    /// Whether the head multiplies by the embedding's mapped bytes (a tied
+    /// head not packed): then every token reads all of them.
+    pub fn head_reads_embedding(&self) -> bool {
+        self.head
+            .as_ref()
+            .is_some_and(|h| h.output.info.name == "token_embd.weight" && h.output.packed.is_none())
     }
 }
 

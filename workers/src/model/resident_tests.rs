@@ -1,0 +1,60 @@
+//! A first stage's embedding does not stay in the resident set after the
+//! rows of a step are looked up (`Stage::forward`).
+
+use super::*;
+use crate::fixture::{Recipe, Shape, make_model};
+
+/// How many pages of `len` bytes at `addr` this process has mapped in,
+/// from `/proc/self/pagemap` (bit 63 of each page's entry: present).
+#[cfg(target_os = "linux")]
+fn present_pages(addr: usize, len: usize) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let page = 4096;
+    let mut map = std::fs::File::open("/proc/self/pagemap").expect("pagemap");
+    let (first, last) = (addr / page, (addr + len - 1) / page);
+    map.seek(SeekFrom::Start(8 * first as u64)).expect("seek");
+    let mut entries = vec![0u8; 8 * (last - first + 1)];
+    map.read_exact(&mut entries).expect("pagemap entries");
+    entries
+        .chunks_exact(8)
+        .filter(|e| u64::from_le_bytes((*e).try_into().expect("8 bytes")) >> 63 == 1)
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn looked_up_embedding_rows_leave_the_resident_set() {
+    // A 4 MiB f32 embedding (vocab 16384 x dim 64), the first of two blocks.
+    let shape =
+        Shape::parse("tiny,dim=64,layers=2,heads=4,kv_heads=4,ff=128,vocab=16384").expect("shape");
+    let model = make_model(&shape, Recipe::parse("f32").expect("f32"), 3, None).expect("model");
+    let path = std::env::temp_dir().join(format!("drover-resident-{}.gguf", std::process::id()));
+    model.write_file(&path).expect("write");
+    let mut stage = Stage::open(&path, 0..1, 64).expect("stage");
+    let _ = std::fs::remove_file(&path);
+    let embd = stage.weights.embedding.as_ref().expect("a first stage");
+    let bytes = embd.matrix().data;
+    let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
+    // Rows a page or more apart, all over the table.
+    let tokens: Vec<u32> = (0..64).map(|i| i * 256 + 7).collect();
+    // The check itself: reading the rows maps their pages in.
+    for &t in &tokens {
+        std::hint::black_box(embd.row_f32(t as usize));
+    }
+    assert!(
+        present_pages(addr, len) >= tokens.len(),
+        "reading {} rows mapped only {} pages",
+        tokens.len(),
+        present_pages(addr, len)
+    );
+    let out = stage.forward(StageInput::Tokens(&tokens), Logits::Last);
+    assert!(matches!(out, Ok(StageOutput::Activations(_))));
+    // The step reads block 0's tensors, which follow the embedding in the
+    // file, and a fault maps up to 64 KiB around it (`fault_around_bytes`):
+    // at most the embedding's last 16 pages come back that way.
+    let left = present_pages(addr, len);
+    assert!(
+        left <= 16,
+        "{left} pages of the embedding still mapped after a step"
+    );
+}
