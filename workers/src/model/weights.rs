@@ -134,6 +134,14 @@ pub struct StageWeights {
 }
 
 impl StageWeights {
+    /// Whether the head multiplies by the embedding's mapped bytes (a tied
+    /// head not packed): then every token reads all of them.
+    pub fn head_reads_embedding(&self) -> bool {
+        self.head
+            .as_ref()
+            .is_some_and(|h| h.output.info.name == "token_embd.weight" && h.output.packed.is_none())
+    }
+
     /// Packs every matrix the CPU `kernels` run packed (not the embedding,
     /// which is read a row at a time).
     pub fn pack(&mut self, kernels: &Kernels) {
@@ -154,16 +162,6 @@ impl StageWeights {
             let tied = head.output.info.name == "token_embd.weight";
             head.output.pack(kernels, !tied);
         }
-    }
-}
-
-impl StageWeights {
-    /// Whether the head multiplies by the embedding's mapped bytes (a tied
-    /// head not packed): then every token reads all of them.
-    pub fn head_reads_embedding(&self) -> bool {
-        self.head
-            .as_ref()
-            .is_some_and(|h| h.output.info.name == "token_embd.weight" && h.output.packed.is_none())
     }
 }
 
