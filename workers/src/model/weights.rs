@@ -133,13 +133,20 @@ pub struct StageWeights {
     pub bytes_mapped: u64,
 }
 
+impl Head {
+    /// Whether the output projection is the token embedding (tied).
+    fn tied(&self) -> bool {
+        self.output.info.name == "token_embd.weight"
+    }
+}
+
 impl StageWeights {
     /// Whether the head multiplies by the embedding's mapped bytes (a tied
     /// head not packed): then every token reads all of them.
     pub fn head_reads_embedding(&self) -> bool {
         self.head
             .as_ref()
-            .is_some_and(|h| h.output.info.name == "token_embd.weight" && h.output.packed.is_none())
+            .is_some_and(|h| h.tied() && h.output.packed.is_none())
     }
 
     /// Packs every matrix the CPU `kernels` run packed (not the embedding,
@@ -159,7 +166,7 @@ impl StageWeights {
             }
         }
         if let Some(head) = &mut self.head {
-            let tied = head.output.info.name == "token_embd.weight";
+            let tied = head.tied();
             head.output.pack(kernels, !tied);
         }
     }
