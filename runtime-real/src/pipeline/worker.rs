@@ -238,41 +238,49 @@ async fn actor(
                 life.send(&inputs, input).await;
             }
             Job::Step {
-                step,
+                mut step,
                 last,
                 out,
                 life,
             } => {
                 let seq = step.step;
                 let started = std::time::Instant::now();
-                let input =
-                    match run_step(&mut stdin, &mut stdout, &mut position, hidden, &step, last)
-                        .await
-                    {
-                        Ok(frame) => {
-                            crate::transport::agent_log::worker_telemetry(&telemetry_line(
-                                stage,
-                                &step,
-                                &frame,
-                                started.elapsed(),
-                            ));
-                            // Completed first: the next step this output causes
-                            // can only arrive after the machine has heard it.
-                            life.send(&inputs, stage::Input::StepCompleted { seq })
-                                .await;
-                            // A chunk before a prompt's last says nothing
-                            // from the last stage.
-                            let Some(frame) = frame else {
-                                continue;
-                            };
-                            if out.send(frame).await.is_err() {
-                                let reason = "the outbound edge is closed".to_owned();
-                                life.send(&inputs, stage::Input::EdgeFault { reason }).await;
-                            }
+                let taken = payload_bytes(&step.payload);
+                let input = match run_step(
+                    &mut stdin,
+                    &mut stdout,
+                    &mut position,
+                    hidden,
+                    &mut step,
+                    last,
+                )
+                .await
+                {
+                    Ok(frame) => {
+                        crate::transport::agent_log::worker_telemetry(&telemetry_line(
+                            stage,
+                            &step,
+                            taken,
+                            &frame,
+                            started.elapsed(),
+                        ));
+                        // Completed first: the next step this output causes
+                        // can only arrive after the machine has heard it.
+                        life.send(&inputs, stage::Input::StepCompleted { seq })
+                            .await;
+                        // A chunk before a prompt's last says nothing
+                        // from the last stage.
+                        let Some(frame) = frame else {
                             continue;
+                        };
+                        if out.send(frame).await.is_err() {
+                            let reason = "the outbound edge is closed".to_owned();
+                            life.send(&inputs, stage::Input::EdgeFault { reason }).await;
                         }
-                        Err(reason) => stage::Input::StepFailed { seq, reason },
-                    };
+                        continue;
+                    }
+                    Err(reason) => stage::Input::StepFailed { seq, reason },
+                };
                 life.send(&inputs, input).await;
             }
             Job::Stop(done) => {
@@ -289,15 +297,17 @@ async fn actor(
     }
 }
 
-/// The `worker.telemetry` line of one step: compact `key=value` pairs,
-/// bytes as they cross the edges (4 per token id or f32).
+/// The `worker.telemetry` line of one step (its payload, `taken`, as the
+/// step brought it): compact `key=value` pairs, bytes as they cross the
+/// edges (4 per token id or f32).
 fn telemetry_line(
     stage: u32,
     step: &Step,
+    taken: (&'static str, usize),
     out: &Option<EdgeFrame>,
     took: std::time::Duration,
 ) -> String {
-    let (in_kind, in_bytes) = payload_bytes(&step.payload);
+    let (in_kind, in_bytes) = taken;
     let (out_kind, out_bytes) = match out {
         Some(EdgeFrame::Step(next)) => payload_bytes(&next.payload),
         Some(EdgeFrame::Token { .. }) => ("token", 4),
@@ -354,21 +364,27 @@ async fn load(
     }
 }
 
+/// Runs `step`, whose payload it moves into the request (the step keeps
+/// its other fields, for the output's frame).
 async fn run_step(
     stdin: &mut ChildStdin,
     stdout: &mut Replies,
     position: &mut u32,
     hidden: u32,
-    step: &Step,
+    step: &mut Step,
     last: bool,
 ) -> Result<Option<EdgeFrame>, String> {
     if step.pos != *position {
         write_request(stdin, &Request::Truncate { pos: step.pos }).await?;
         *position = step.pos;
     }
-    let input = match &step.payload {
-        Payload::Tokens(t) => wire::Input::Tokens(t.clone()),
-        Payload::Activations(a) => wire::Input::Activations(a.clone()),
+    let rows = match &step.payload {
+        Payload::Tokens(t) => t.len() as u32,
+        Payload::Activations(a) => a.len() as u32 / hidden,
+    };
+    let input = match std::mem::replace(&mut step.payload, Payload::Tokens(Vec::new())) {
+        Payload::Tokens(t) => wire::Input::Tokens(t),
+        Payload::Activations(a) => wire::Input::Activations(a),
     };
     // The last stage samples only on a batch's last chunk (a sampler draws
     // once per token it returns, so the draws match one process's).
@@ -385,16 +401,16 @@ async fn run_step(
     };
     write_request(stdin, &request).await?;
     let reply = read_reply(stdout).await?;
-    let rows = match &step.payload {
-        Payload::Tokens(t) => t.len() as u32,
-        Payload::Activations(a) => a.len() as u32 / hidden,
-    };
     match reply {
         Reply::Activations { data, .. } => {
             *position += rows;
             Ok(Some(EdgeFrame::Step(Step {
+                step: step.step,
+                request: step.request,
+                seq: step.seq,
+                pos: step.pos,
                 payload: Payload::Activations(data),
-                ..step.clone()
+                last: step.last,
             })))
         }
         Reply::Token { id, .. } => {
