@@ -318,3 +318,50 @@ async fn the_drover_prompt_and_chat_commands() {
     assert_eq!(first_conn, second_conn, "chat keeps one connection");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn drover_prompt_into_a_reader_that_stops_ends_quietly() {
+    use tokio::io::AsyncReadExt;
+    let mut service = Service::start().await;
+    let dir = state_dir("reader-gone");
+    prompt::write_addr(&dir, service.addr).expect("writing the address");
+    // `drover prompt ... | head -c 4`: the reader takes the first delta
+    // and closes the pipe while the answer streams on.
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--state-dir")
+        .arg(&dir)
+        .args(["prompt", "stream on"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting drover");
+    let (conn, ..) = service.submitted("stream on").await;
+    let mut stdout = child.stdout.take().expect("its stdout");
+    let mut first = [0u8; 4];
+    within("the first delta", stdout.read_exact(&mut first))
+        .await
+        .expect("reading its stdout");
+    assert_eq!(&first, b"tick");
+    drop(stdout);
+    service.release.send(()).expect("releasing");
+    let output = within("drover", child.wait_with_output())
+        .await
+        .expect("running drover");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "", "a closed pipe is not an error to report");
+    // Its connection ends with it; the service goes on.
+    service
+        .wait_for("the disconnect", |s| *s == Seen::Disconnected { conn })
+        .await;
+    let mut other = service.client().await;
+    other
+        .submit(1, "still here", None)
+        .await
+        .expect("submitting");
+    let expected = ("still here".into(), done(1, 2, DoneReason::Eos));
+    assert_eq!(answer(&mut other, 1).await, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}

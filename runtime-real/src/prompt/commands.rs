@@ -22,7 +22,8 @@ pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json:
         }
     };
     match ask(&mut client, 1, text, max_tokens, json).await {
-        Ok(Answer::Done) => EXIT_OK,
+        // A reader that stopped reading (`| head`) wanted no more.
+        Ok(Answer::Done | Answer::ReaderGone) => EXIT_OK,
         Ok(Answer::Fault(reason)) | Err(reason) => {
             eprintln!("drover: prompt failed: {reason}");
             EXIT_FAILURE
@@ -66,6 +67,7 @@ pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 
         request_id += 1;
         match ask(&mut client, request_id, &line, max_tokens, json).await {
             Ok(Answer::Done) => {}
+            Ok(Answer::ReaderGone) => return if failed { EXIT_FAILURE } else { EXIT_OK },
             Ok(Answer::Fault(reason)) => {
                 eprintln!("drover: prompt failed: {reason}");
                 failed = true;
@@ -100,6 +102,19 @@ enum Answer {
     Done,
     /// `Fault`, with its reason.
     Fault(String),
+    /// Stdout's reader closed it (a pipe into `head`): the answer is left
+    /// unread, and the connection with it.
+    ReaderGone,
+}
+
+/// What a failed write to stdout means: its reader is gone, or an error
+/// for a person.
+fn stdout_failed(e: std::io::Error) -> Result<Answer, String> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(Answer::ReaderGone)
+    } else {
+        Err(format!("writing stdout: {e}"))
+    }
 }
 
 /// Submits one prompt and streams its answer to stdout until its terminal
@@ -116,7 +131,6 @@ async fn ask(
         .await
         .map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout();
-    let stdout_failed = |e: std::io::Error| format!("writing stdout: {e}");
     // Whether the last text written leaves the line open.
     let mut open_line = false;
     loop {
@@ -127,9 +141,8 @@ async fn ask(
                 client.addr()
             ));
         };
-        if json {
-            writeln!(stdout, "{line}").map_err(stdout_failed)?;
-            stdout.flush().map_err(stdout_failed)?;
+        if json && let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+            return stdout_failed(e);
         }
         let answer = match message {
             ServerMsg::TextDelta {
@@ -137,8 +150,9 @@ async fn ask(
                 text,
             } if id == request_id => {
                 if !json && !text.is_empty() {
-                    write!(stdout, "{text}").map_err(stdout_failed)?;
-                    stdout.flush().map_err(stdout_failed)?;
+                    if let Err(e) = write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+                        return stdout_failed(e);
+                    }
                     open_line = !text.ends_with('\n');
                 }
                 continue;
@@ -156,9 +170,15 @@ async fn ask(
             _ => continue,
         };
         let ends_line = matches!(answer, Answer::Done) || open_line;
-        if !json && ends_line {
-            writeln!(stdout).map_err(stdout_failed)?;
-            stdout.flush().map_err(stdout_failed)?;
+        if !json
+            && ends_line
+            && let Err(e) = writeln!(stdout).and_then(|()| stdout.flush())
+        {
+            return stdout_failed(e).map(|gone| match gone {
+                // The answer ended whole; only its newline was not read.
+                Answer::ReaderGone => answer,
+                other => other,
+            });
         }
         return Ok(answer);
     }
