@@ -250,7 +250,7 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
         // stage table.
         Some(spec) => match crate::pipeline::model_file(&spec, state_dir, false).await {
             Err(e) => {
-                println!("{e}");
+                crate::stdout::line(&e.to_string());
                 None
             }
             Ok(model) => match crate::pipeline::prepare(&plan, spec, &model) {
@@ -306,43 +306,46 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
         if let Some(pipeline) = &pipeline {
             doc["pipeline"] = pipeline.to_json();
         }
-        println!("{doc}");
+        crate::stdout::line(&doc.to_string());
     } else {
-        println!(
+        crate::stdout::line(&format!(
             "run {}: {} logical node(s); `drover up` would create one lease each",
             plan.run_id,
             nodes.len()
-        );
-        println!(
+        ));
+        crate::stdout::line(&format!(
             "{:<24} {:<10} {:<8} {:<24} verify",
             "node", "role", "provider", "image"
-        );
+        ));
         for n in &nodes {
             let provider = serde_json::to_value(n.provider).unwrap_or_default();
             let provider = provider.as_str().unwrap_or("?");
-            println!(
+            crate::stdout::line(&format!(
                 "{:<24} {:<10} {:<8} {:<24} {}",
                 n.node_id,
                 n.role,
                 provider,
                 n.shape.image,
                 n.boot.verify_commands.len()
-            );
+            ));
         }
         if !machines.is_empty() {
-            println!("static machines (reserved for the run, not rented):");
+            crate::stdout::line("static machines (reserved for the run, not rented):");
             for n in &nodes {
                 if let Some(machine) = machines.get(&n.node_id) {
                     let node = &n.node_id;
-                    println!("  {node:<22} {machine}  key {}", machine.key_file);
+                    crate::stdout::line(&format!(
+                        "  {node:<22} {machine}  key {}",
+                        machine.key_file
+                    ));
                 }
             }
         }
         if let Some(vast) = &vast {
-            print!("{}", crate::provider::vastai::plan::render(vast));
+            crate::stdout::text(&crate::provider::vastai::plan::render(vast));
         }
         if let Some(pipeline) = &pipeline {
-            print!("{}", pipeline.table());
+            crate::stdout::text(&pipeline.table());
         }
     }
     EXIT_OK
@@ -352,9 +355,9 @@ fn status_command(state_dir: &Path, json: bool) -> i32 {
     match Ledger::from_state_dir(state_dir) {
         Ok(ledger) => {
             if json {
-                println!("{}", ledger.to_json());
+                crate::stdout::line(&ledger.to_json().to_string());
             } else {
-                print!("{}", ledger.table());
+                crate::stdout::text(&ledger.table());
                 if let Some(tail) = &ledger.tail_note {
                     eprintln!("drover: journal: {tail}");
                 }

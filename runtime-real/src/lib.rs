@@ -14,5 +14,6 @@ pub mod retry;
 pub mod say;
 pub mod ssh;
 pub mod state_dir;
+pub mod stdout;
 pub mod transport;
 pub mod up;

@@ -445,3 +445,27 @@ fn logs_since_shows_the_lines_numbered_above_it_as_ndjson_and_run_the_orchestrat
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--since"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn logs_into_a_reader_that_closed_its_pipe_end_quietly() {
+    // `drover logs ... | head` once `head` has gone: the first line written
+    // fails. No panic, no error: the listing is over, exit code 0.
+    let dir = scratch("ds-closed-pipe");
+    let state = dir.join("state");
+    written_lines(&state);
+    for args in [&["logs", "workers-0"][..], &["--json", "logs", "--run"][..]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .stdout(writer)
+            .output()
+            .expect("running drover");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -99,3 +99,34 @@ fn bad_arguments_are_named() {
     let e = run(&["make-model", "--type", "q5_1", "/tmp/x.gguf"]);
     assert!(e.contains("--type q5_1"), "{e}");
 }
+
+#[test]
+fn a_reader_that_closed_stdout_ends_a_command_quietly() {
+    // `drover-worker ... | head` where `head` has already gone: stdout is a
+    // pipe without a reader, so the first write fails. Each command stops
+    // without a panic or an error, and exits 0.
+    let model = common::stories().display().to_string();
+    for args in [
+        &[
+            "generate",
+            "--model",
+            &model,
+            "--prompt",
+            "Once upon a time",
+        ][..],
+        &["generate", "--json", "--model", &model, "--prompt", "Once"][..],
+        &["inspect", &model][..],
+        &["inspect", "--json", &model][..],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .args(args)
+            .stdout(writer)
+            .output()
+            .expect("run drover-worker");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}

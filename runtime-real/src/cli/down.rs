@@ -36,10 +36,8 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
     {
         let what = "destroying from the journal instead";
         if json {
-            println!(
-                "{}",
-                serde_json::json!({"event": "down", "what": what, "error": e})
-            );
+            let doc = serde_json::json!({"event": "down", "what": what, "error": e});
+            crate::stdout::line(&doc.to_string());
         } else {
             eprintln!("drover: {e}; {what}");
         }
@@ -51,7 +49,7 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
         Err(e) => errors.run.push(format!("{e:#}")),
     }
     if json {
-        println!("{}", failure_report(state_dir, &errors));
+        crate::stdout::line(&failure_report(state_dir, &errors).to_string());
     } else {
         // The lease errors were said on stdout, one line per lease.
         for error in &errors.run {
@@ -123,11 +121,11 @@ fn say(json: bool, what: &str, target: Option<(&LogicalNodeId, &LeaseId)>) {
             "event": "down", "what": what,
             "node": target.map(|t| t.0.clone()), "lease": target.map(|t| t.1.clone()),
         });
-        println!("{doc}");
+        crate::stdout::line(&doc.to_string());
     } else {
         match target {
-            Some((node, lease)) => println!("{node} {lease}: {what}"),
-            None => println!("{what}"),
-        }
+            Some((node, lease)) => crate::stdout::line(&format!("{node} {lease}: {what}")),
+            None => crate::stdout::line(what),
+        };
     }
 }

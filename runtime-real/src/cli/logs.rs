@@ -61,7 +61,9 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
     let mut offset = 0u64;
     loop {
         match print_from(&path, offset, json, query) {
-            Ok(next) => offset = next,
+            Ok(Printed::Upto(next)) => offset = next,
+            // Its reader closed stdout (`| head`): it has what it wanted.
+            Ok(Printed::ReaderGone) => return EXIT_OK,
             Err(e) => {
                 eprintln!("drover: {}: {e}", path.display());
                 return EXIT_FAILURE;
@@ -74,12 +76,19 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
     }
 }
 
-/// Prints every whole line from `offset` that `query` wants; returns the
-/// offset after them.
-fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::Result<u64> {
+/// How far [`print_from`] went.
+enum Printed {
+    /// Every whole line before this offset.
+    Upto(u64),
+    /// Stdout failed: its reader is gone.
+    ReaderGone,
+}
+
+/// Prints every whole line from `offset` that `query` wants.
+fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::Result<Printed> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Printed::Upto(offset)),
         Err(e) => return Err(e),
     };
     file.seek(SeekFrom::Start(offset))?;
@@ -91,7 +100,7 @@ fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::R
         let n = reader.read_line(&mut line)?;
         // A line without its newline is still being written: read it later.
         if n == 0 || !line.ends_with('\n') {
-            return Ok(next);
+            return Ok(Printed::Upto(next));
         }
         next += n as u64;
         let text = line.trim_end();
@@ -101,10 +110,13 @@ fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::R
         if !query.wants(&record) {
             continue;
         }
-        if json {
-            println!("{text}");
+        let written = if json {
+            crate::stdout::line(text)
         } else {
-            println!("{}", datastream::format(&record));
+            crate::stdout::line(&datastream::format(&record))
+        };
+        if !written {
+            return Ok(Printed::ReaderGone);
         }
     }
 }

@@ -84,7 +84,7 @@ pub fn bench(a: &BenchArgs) -> CliResult {
     let fraction = (bytes as f64 + kv_read) * decode_tps / bandwidth;
     let threads = rayon::current_num_threads();
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "model": a.model.display().to_string(), "kernels": kernels, "threads": threads,
@@ -95,15 +95,15 @@ pub fn bench(a: &BenchArgs) -> CliResult {
             })
         );
     } else {
-        println!(
+        outln!(
             "{}: {kernels} kernels, {threads} threads, loaded in {load_s:.2} s",
             a.model.display()
         );
-        println!(
+        outln!(
             "prefill {:>5} tokens: {prefill_tps:>10.1} tokens/s",
             a.prefill
         );
-        println!(
+        outln!(
             "decode  {:>5} tokens: {decode_tps:>10.1} tokens/s",
             a.decode
         );

@@ -22,7 +22,7 @@ pub fn cuda_compile(arch: &str, out: Option<&Path>) -> CliResult {
     for source in SOURCES {
         match compile(&source, arch) {
             Ok(c) if c.log.is_empty() => {
-                println!(
+                outln!(
                     "{}: {} kernels, {} bytes of {arch} code",
                     source.name,
                     source.kernels.len(),
@@ -35,11 +35,11 @@ pub fn cuda_compile(arch: &str, out: Option<&Path>) -> CliResult {
                 }
             }
             Ok(c) => {
-                println!("{}: NVRTC said:\n{}", source.name, c.log);
+                outln!("{}: NVRTC said:\n{}", source.name, c.log);
                 failed.push(source.name);
             }
             Err(e) => {
-                println!("{e}");
+                outln!("{e}");
                 failed.push(source.name);
             }
         }

@@ -117,9 +117,12 @@ fn complete(
         tokens.push(next);
         let piece = decoder.push(next);
         if !a.json && !piece.is_empty() {
-            out.write_all(piece.as_bytes())
-                .and_then(|()| out.flush())
-                .map_err(|e| format!("stdout: {e}"))?;
+            match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => {}
+                // A reader that closed stdout (`| head`) wants no more.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) => return Err(format!("stdout: {e}")),
+            }
         }
         text.push_str(&piece);
         if chain.position() >= context {
@@ -131,13 +134,16 @@ fn complete(
     };
     let rest = decoder.finish();
     text.push_str(&rest);
-    if a.json {
+    let written = if a.json {
         let json = serde_json::json!({
             "prompt_tokens": prompt, "tokens": tokens, "text": text, "reason": reason,
         });
-        writeln!(out, "{json}").map_err(|e| format!("stdout: {e}"))?;
+        writeln!(out, "{json}")
     } else {
-        writeln!(out, "{rest}").map_err(|e| format!("stdout: {e}"))?;
+        writeln!(out, "{rest}")
+    };
+    match written.and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
+        _ => Ok(()),
     }
-    Ok(())
 }

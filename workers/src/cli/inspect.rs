@@ -36,10 +36,10 @@ pub fn inspect(model: &Path, json: bool) -> CliResult {
             "tensors": tensors,
             "config_error": config.as_ref().err().map(|e| e.to_string()),
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: GGUF v{}, {} metadata keys, {} tensors",
         model.display(),
         h.version,
@@ -47,7 +47,7 @@ pub fn inspect(model: &Path, json: bool) -> CliResult {
         h.tensors.len()
     );
     match &config {
-        Ok(c) => println!(
+        Ok(c) => outln!(
             "model: {} · {} blocks · dim {} · ff {} · {} heads ({} kv) · head {} · rope {} · ctx {} · vocab {}",
             c.arch,
             c.blocks,
@@ -60,19 +60,23 @@ pub fn inspect(model: &Path, json: bool) -> CliResult {
             c.context,
             c.vocab
         ),
-        Err(e) => println!("model: not runnable: {e}"),
-    }
-    println!("\nmetadata:");
+        Err(e) => outln!("model: not runnable: {e}"),
+    };
+    outln!("\nmetadata:");
     for (k, v) in &h.metadata {
-        println!("  {k:<44} {v}");
+        outln!("  {k:<44} {v}");
     }
-    println!(
+    outln!(
         "\n  {:<32} {:<8} {:<20} {:>12} {:>12}",
-        "tensor", "type", "dims", "offset", "bytes"
+        "tensor",
+        "type",
+        "dims",
+        "offset",
+        "bytes"
     );
     for t in &h.tensors {
         let dims = format!("{:?}", t.dims);
-        println!(
+        outln!(
             "  {:<32} {:<8} {:<20} {:>12} {:>12}",
             t.name,
             t.ty.name(),
@@ -82,7 +86,7 @@ pub fn inspect(model: &Path, json: bool) -> CliResult {
         );
     }
     let total: u64 = h.tensors.iter().map(|t| t.bytes()).sum();
-    println!("\n{} tensor bytes", total);
+    outln!("\n{} tensor bytes", total);
     Ok(())
 }
 

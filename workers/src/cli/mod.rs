@@ -1,5 +1,13 @@
 //! The `drover-worker` subcommands.
 
+/// `println!` that never panics: a reader that closed stdout (`| head`)
+/// has what it wanted. True while stdout takes the line.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::line(&format!($($arg)*))
+    };
+}
+
 mod bench;
 mod cuda;
 mod generate;
@@ -50,6 +58,17 @@ impl SamplingArgs {
     }
 }
 
+/// Writes `text` and a newline to stdout and flushes; false when that
+/// failed (its reader is gone, most likely).
+pub(crate) fn line(text: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
 /// A subcommand's failure, printed as `drover-worker: MESSAGE`.
 pub type CliResult = Result<(), String>;
 
@@ -96,7 +115,7 @@ pub fn make_golden_fixtures(vocab_from: &Path, dir: &Path) -> CliResult {
     for f in crate::fixture::GOLDEN_FIXTURES {
         let path = dir.join(format!("{}.gguf", f.name));
         f.write(vocab.header(), &path)?;
-        println!("{}={}", f.name, path.display());
+        outln!("{}={}", f.name, path.display());
     }
     Ok(())
 }
