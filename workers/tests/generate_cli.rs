@@ -80,24 +80,38 @@ fn bad_arguments_are_named() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let model = common::stories().display().to_string();
-    let e = run(&[
-        "generate",
-        "--model",
-        &model,
-        "--prompt",
-        "x",
-        "--backend",
-        "cuda",
-    ]);
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", &model, "--prompt", "x"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let e = generate(&["--backend", "cuda"]);
     assert!(e.contains("--backend cuda"), "{e}");
-    let e = run(&[
-        "generate", "--model", &model, "--prompt", "x", "--split", "2,2",
-    ]);
+    let e = generate(&["--split", "2,2"]);
     assert!(e.contains("does not cover blocks 0..5"), "{e}");
     let e = run(&["generate", "--model", "/nonexistent.gguf", "--prompt", "x"]);
     assert!(e.contains("/nonexistent.gguf"), "{e}");
     let e = run(&["make-model", "--type", "q5_1", "/tmp/x.gguf"]);
     assert!(e.contains("--type q5_1"), "{e}");
+    let e = run(&["make-model", "--shape", "heads=3", "/tmp/x.gguf"]);
+    assert!(
+        e.contains("--shape: dim=64 does not divide into heads=3"),
+        "{e}"
+    );
+    // Sampling flags outside what a plan's `[sampling]` takes.
+    for (flag, value) in [
+        ("--temperature", "nan"),
+        ("--temperature", "-1"),
+        ("--temperature", "101"),
+        ("--top-p", "1.5"),
+    ] {
+        let e = generate(&[&format!("{flag}={value}")]);
+        assert!(
+            e.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{e}"
+        );
+        assert!(e.contains("not a number from 0 to"), "{e}");
+    }
 }
 
 #[test]

@@ -27,18 +27,37 @@ use std::path::Path;
 /// The sampler's flags, shared by `generate` and `stage`.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct SamplingArgs {
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature, 0 to 100 (0: greedy).
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
     pub temperature: f32,
     /// Keep the k most likely tokens (0: all).
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
-    /// Nucleus sampling threshold (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling threshold, 0 to 1 (1: off).
+    #[arg(long, default_value_t = 1.0, value_parser = top_p)]
     pub top_p: f32,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// `--temperature`: a number from 0 to 100, as a plan's `[sampling]`
+/// takes it.
+fn temperature(s: &str) -> Result<f32, String> {
+    number_within(s, 100.0)
+}
+
+/// `--top-p`: a number from 0 to 1.
+fn top_p(s: &str) -> Result<f32, String> {
+    number_within(s, 1.0)
+}
+
+fn number_within(s: &str, max: f32) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if (0.0..=max).contains(&x) => Ok(x),
+        Ok(_) => Err(format!("not a number from 0 to {max}")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl SamplingArgs {
