@@ -63,7 +63,8 @@ fn the_gpu_checks_fixtures_are_made_and_generate_on_the_cpu() {
             "f32",
             path.to_str().unwrap(),
         ]);
-        assert!(!ok && text.contains("rope_dims even"), "{bad}: {text}");
+        let says = "must be even and from 2 to the head's size, 32";
+        assert!(!ok && text.contains(says), "{bad}: {text}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
