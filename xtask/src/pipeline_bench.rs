@@ -198,6 +198,34 @@ fn one_process(bin: &Path, model: &Path, decode: u32, threads: u32) -> Result<f6
 const STORY: &str =
     "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
 
+/// Prompt tokens of the prefill measurement.
+const PREFILL_TOKENS: usize = 512;
+
+/// A prompt of about `tokens` tokens for `model` (repetitions of
+/// [`STORY`]) and its length as the model's tokenizer counts it (a
+/// fixture's made-up vocabulary cuts English finer than a trained one).
+fn long_prompt(bin: &Path, model: &Path, tokens: usize) -> Result<(String, usize), String> {
+    let count = |text: &str| -> Result<usize, String> {
+        let out = Command::new(bin.join("drover-worker"))
+            .args(["generate", "--json", "--max-tokens", "1", "--model"])
+            .arg(model)
+            .args(["--prompt", text])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("drover-worker generate: {e}"))?;
+        v["prompt_tokens"]
+            .as_array()
+            .map(Vec::len)
+            .ok_or_else(|| "no prompt_tokens from drover-worker generate".to_owned())
+    };
+    let per_story = count(&STORY.repeat(4))? as f64 / 4.0;
+    let repeats = ((tokens as f64 / per_story).round() as usize).max(1);
+    let text = STORY.repeat(repeats);
+    let n = count(&text)?;
+    Ok((text, n))
+}
+
 /// One table of [`stage_rates`].
 struct Rates<'a> {
     /// The model.
@@ -210,8 +238,9 @@ struct Rates<'a> {
     repeats: u32,
     /// Threads of each stage's worker (0: every core).
     threads: u32,
-    /// Whether to time a ~512-token prefill on 1 and 4 stages.
-    prefill: bool,
+    /// A long prompt and its tokens, to time its prefill on 1 and 4
+    /// stages.
+    prefill: Option<(&'a str, usize)>,
     /// One process's decode tokens/s, to compare with.
     reference: Option<f64>,
 }
@@ -262,12 +291,13 @@ fn stage_rates(bin: &Path, r: &Rates<'_>) -> Result<(), String> {
             1e3 / rate
         );
     }
-    if prefill {
+    if let Some((text, tokens)) = prefill {
         for (stages, (_, addr)) in [(1, &ups[0]), (4, &ups[3])] {
-            let (ttft, _, _) = prompt(addr, &STORY.repeat(32), 1)?;
+            let (ttft, _, _) = prompt(addr, text, 1)?;
+            let ms = ttft.as_secs_f64() * 1e3;
             println!(
-                "prefill of ~512 tokens on {stages} stage(s): {:.0} ms to the first token",
-                ttft.as_secs_f64() * 1e3
+                "prefill of {tokens} prompt tokens on {stages} stage(s): {ms:.0} ms to the first token ({:.0} tokens/s)",
+                tokens as f64 / ttft.as_secs_f64()
             );
         }
     }
@@ -283,7 +313,7 @@ fn hop_rates(bin: &Path, model: &Path, name: &str) -> Result<(), String> {
         decode: 200,
         repeats: 5,
         threads: 0,
-        prefill: false,
+        prefill: None,
         reference: None,
     };
     stage_rates(bin, &rates)
@@ -303,13 +333,14 @@ pub fn bench_pipeline(hop_only: bool) -> Result<(), String> {
     );
     let reference = one_process(&bin, &model, decode, 0)?;
     println!("one drover-worker process: decode {reference:.1} tokens/s");
+    let (text, tokens) = long_prompt(&bin, &model, PREFILL_TOKENS)?;
     let mut rates = Rates {
         model: &model,
         name: "q8_0",
         decode,
         repeats: 3,
         threads: 0,
-        prefill: true,
+        prefill: Some((&text, tokens)),
         reference: Some(reference),
     };
     stage_rates(&bin, &rates)?;
@@ -323,7 +354,7 @@ pub fn bench_pipeline(hop_only: bool) -> Result<(), String> {
     );
     rates.name = "q8_0-1t";
     rates.threads = 1;
-    rates.prefill = false;
+    rates.prefill = None;
     rates.reference = Some(reference);
     stage_rates(&bin, &rates)?;
     hops(&bin)?;
