@@ -178,6 +178,8 @@ impl Ledger {
         let mut out = String::new();
         match self.run_id {
             Some(run) => out.push_str(&format!("{run}\n")),
+            // Nothing to tabulate: the line alone.
+            None if self.nodes.is_empty() => return "no run in this state dir\n".to_owned(),
             None => out.push_str("no run in this state dir\n"),
         }
         out.push_str(&format!(
@@ -258,8 +260,18 @@ mod tests {
                 log_seqs: Default::default(),
             },
         ];
+        assert_eq!(
+            Ledger::from_records(&[]).table(),
+            "no run in this state dir\n",
+            "no header over no rows"
+        );
         let ledger = Ledger::from_records(&records);
         assert_eq!(ledger.run_id, Some(RunId(5)));
+        assert!(
+            ledger.table().starts_with("run-5\nnode "),
+            "{}",
+            ledger.table()
+        );
         assert_eq!(
             ledger.standing_leases(),
             vec![(a.clone(), lease(0, 1).into())]
