@@ -250,7 +250,7 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
         // stage table.
         Some(spec) => match crate::pipeline::model_file(&spec, state_dir, false).await {
             Err(e) => {
-                crate::stdout::line(&e.to_string());
+                crate::stdout::say(&e.to_string());
                 None
             }
             Ok(model) => match crate::pipeline::prepare(&plan, spec, &model) {
@@ -306,21 +306,21 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
         if let Some(pipeline) = &pipeline {
             doc["pipeline"] = pipeline.to_json();
         }
-        crate::stdout::line(&doc.to_string());
+        crate::stdout::say(&doc.to_string());
     } else {
-        crate::stdout::line(&format!(
+        crate::stdout::say(&format!(
             "run {}: {} logical node(s); `drover up` would create one lease each",
             plan.run_id,
             nodes.len()
         ));
-        crate::stdout::line(&format!(
+        crate::stdout::say(&format!(
             "{:<24} {:<10} {:<8} {:<24} verify",
             "node", "role", "provider", "image"
         ));
         for n in &nodes {
             let provider = serde_json::to_value(n.provider).unwrap_or_default();
             let provider = provider.as_str().unwrap_or("?");
-            crate::stdout::line(&format!(
+            crate::stdout::say(&format!(
                 "{:<24} {:<10} {:<8} {:<24} {}",
                 n.node_id,
                 n.role,
@@ -330,11 +330,11 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
             ));
         }
         if !machines.is_empty() {
-            crate::stdout::line("static machines (reserved for the run, not rented):");
+            crate::stdout::say("static machines (reserved for the run, not rented):");
             for n in &nodes {
                 if let Some(machine) = machines.get(&n.node_id) {
                     let node = &n.node_id;
-                    crate::stdout::line(&format!(
+                    crate::stdout::say(&format!(
                         "  {node:<22} {machine}  key {}",
                         machine.key_file
                     ));
@@ -342,10 +342,10 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
             }
         }
         if let Some(vast) = &vast {
-            crate::stdout::text(&crate::provider::vastai::plan::render(vast));
+            let _ = crate::stdout::text(&crate::provider::vastai::plan::render(vast));
         }
         if let Some(pipeline) = &pipeline {
-            crate::stdout::text(&pipeline.table());
+            let _ = crate::stdout::text(&pipeline.table());
         }
     }
     EXIT_OK
@@ -355,9 +355,9 @@ fn status_command(state_dir: &Path, json: bool) -> i32 {
     match Ledger::from_state_dir(state_dir) {
         Ok(ledger) => {
             if json {
-                crate::stdout::line(&ledger.to_json().to_string());
+                crate::stdout::say(&ledger.to_json().to_string());
             } else {
-                crate::stdout::text(&ledger.table());
+                let _ = crate::stdout::text(&ledger.table());
                 if let Some(tail) = &ledger.tail_note {
                     eprintln!("drover: journal: {tail}");
                 }

@@ -5,21 +5,27 @@
 
 use std::io::Write;
 
-/// Writes `text` and a newline to stdout and flushes; false when that
-/// failed (its reader closed the pipe, most likely), which the caller may
-/// take as the end of a listing or ignore.
-pub fn line(text: &str) -> bool {
+/// Writes `text` to stdout and flushes.
+pub fn text(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
+}
+
+/// [`text`] with a newline.
+pub fn line(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush())
-        .is_ok()
 }
 
-/// [`line`] without the newline (`text` carries its own).
-pub fn text(text: &str) -> bool {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .is_ok()
+/// A line said in passing: whatever becomes of it, the work goes on.
+pub fn say(text: &str) {
+    let _ = line(text);
+}
+
+/// Whether a write failed because stdout's reader closed it (`| head`):
+/// the reader has what it wanted, which is no error to report.
+pub fn reader_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
 }

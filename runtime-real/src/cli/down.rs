@@ -37,7 +37,7 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
         let what = "destroying from the journal instead";
         if json {
             let doc = serde_json::json!({"event": "down", "what": what, "error": e});
-            crate::stdout::line(&doc.to_string());
+            crate::stdout::say(&doc.to_string());
         } else {
             eprintln!("drover: {e}; {what}");
         }
@@ -49,7 +49,7 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
         Err(e) => errors.run.push(format!("{e:#}")),
     }
     if json {
-        crate::stdout::line(&failure_report(state_dir, &errors).to_string());
+        crate::stdout::say(&failure_report(state_dir, &errors).to_string());
     } else {
         // The lease errors were said on stdout, one line per lease.
         for error in &errors.run {
@@ -121,11 +121,11 @@ fn say(json: bool, what: &str, target: Option<(&LogicalNodeId, &LeaseId)>) {
             "event": "down", "what": what,
             "node": target.map(|t| t.0.clone()), "lease": target.map(|t| t.1.clone()),
         });
-        crate::stdout::line(&doc.to_string());
+        crate::stdout::say(&doc.to_string());
     } else {
         match target {
-            Some((node, lease)) => crate::stdout::line(&format!("{node} {lease}: {what}")),
-            None => crate::stdout::line(what),
+            Some((node, lease)) => crate::stdout::say(&format!("{node} {lease}: {what}")),
+            None => crate::stdout::say(what),
         };
     }
 }

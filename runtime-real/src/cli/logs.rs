@@ -80,7 +80,7 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
 enum Printed {
     /// Every whole line before this offset.
     Upto(u64),
-    /// Stdout failed: its reader is gone.
+    /// Stdout's reader is gone.
     ReaderGone,
 }
 
@@ -115,8 +115,10 @@ fn print_from(path: &Path, offset: u64, json: bool, query: &Query) -> std::io::R
         } else {
             crate::stdout::line(&datastream::format(&record))
         };
-        if !written {
-            return Ok(Printed::ReaderGone);
+        match written {
+            Ok(()) => {}
+            Err(e) if crate::stdout::reader_gone(&e) => return Ok(Printed::ReaderGone),
+            Err(e) => return Err(std::io::Error::new(e.kind(), format!("stdout: {e}"))),
         }
     }
 }

@@ -110,7 +110,7 @@ enum Answer {
 /// What a failed write to stdout means: its reader is gone, or an error
 /// for a person.
 fn stdout_failed(e: std::io::Error) -> Result<Answer, String> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
+    if crate::stdout::reader_gone(&e) {
         Ok(Answer::ReaderGone)
     } else {
         Err(format!("writing stdout: {e}"))
@@ -130,7 +130,6 @@ async fn ask(
         .submit(request_id, text, max_tokens)
         .await
         .map_err(|e| e.to_string())?;
-    let mut stdout = std::io::stdout();
     // Whether the last text written leaves the line open.
     let mut open_line = false;
     loop {
@@ -141,7 +140,7 @@ async fn ask(
                 client.addr()
             ));
         };
-        if json && let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        if json && let Err(e) = crate::stdout::line(&line) {
             return stdout_failed(e);
         }
         let answer = match message {
@@ -150,7 +149,7 @@ async fn ask(
                 text,
             } if id == request_id => {
                 if !json && !text.is_empty() {
-                    if let Err(e) = write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+                    if let Err(e) = crate::stdout::text(&text) {
                         return stdout_failed(e);
                     }
                     open_line = !text.ends_with('\n');
@@ -172,7 +171,7 @@ async fn ask(
         let ends_line = matches!(answer, Answer::Done) || open_line;
         if !json
             && ends_line
-            && let Err(e) = writeln!(stdout).and_then(|()| stdout.flush())
+            && let Err(e) = crate::stdout::line("")
         {
             return stdout_failed(e).map(|gone| match gone {
                 // The answer ended whole; only its newline was not read.

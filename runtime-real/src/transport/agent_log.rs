@@ -130,7 +130,7 @@ fn push(channel: LogChannel, bytes: Vec<u8>) {
 
 /// A progress line of the agent: stdout, and the `agent.stdout` channel.
 pub fn say(node: &LogicalNodeId, line: &str) {
-    crate::stdout::line(&format!("drover-agent[{node}]: {line}"));
+    crate::stdout::say(&format!("drover-agent[{node}]: {line}"));
     push(LogChannel::AgentStdout, line.as_bytes().to_vec());
 }
 

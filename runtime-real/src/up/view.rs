@@ -18,7 +18,7 @@ use core_fsm::node::Lifecycle;
 use render::{Fit, json_line, plain_line, terminal_size, tty_table};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -207,7 +207,7 @@ impl LiveView {
         out.push_str(line);
         out.push('\n');
         self.drawn = 0;
-        write_flush(&out);
+        let _ = crate::stdout::text(&out);
         crate::say::stdout_line(line);
         self.redraw();
     }
@@ -257,7 +257,7 @@ impl LiveView {
             );
         }
         out.push_str("running; stop with Ctrl-C, `stop` on stdin, or `drover down`\n");
-        write_flush(&format!("{erase}{out}"));
+        let _ = crate::stdout::text(&format!("{erase}{out}"));
         for line in out.lines() {
             crate::say::stdout_line(line);
         }
@@ -293,7 +293,7 @@ impl LiveView {
         let mut out = self.erase();
         out.push_str(&table);
         self.drawn = table.lines().count();
-        write_flush(&out);
+        let _ = crate::stdout::text(&out);
     }
 }
 
@@ -307,14 +307,8 @@ fn is_settled(stage: Lifecycle) -> bool {
 
 /// Prints a line and flushes (stdout may be a pipe a test reads).
 pub fn println_flush(line: &str) {
-    write_flush(&format!("{line}\n"));
+    crate::stdout::say(line);
     crate::say::stdout_line(line);
-}
-
-fn write_flush(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
 }
 
 #[cfg(test)]

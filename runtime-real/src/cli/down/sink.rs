@@ -110,7 +110,7 @@ impl driver::EffectSink for DownSink {
                 if !self.json {
                     // Resolving an intent can take several lists spaced by
                     // the create timeout: say what `down` is waiting on.
-                    crate::stdout::line(&format!(
+                    crate::stdout::say(&format!(
                         "looking for the lease of a create a crash left unanswered: listing the {} leases of {run_id} (an intent is given up only after {} clean lists, spaced by the create timeout)",
                         format!("{kind:?}").to_lowercase(),
                         core_fsm::node::Config::default().list_misses_max

@@ -1,7 +1,6 @@
 //! `drover fake-vast`'s stdout: one line per event (`--json`: NDJSON).
 
 use serde_json::json;
-use std::io::Write;
 
 /// Event lines on stdout.
 #[derive(Clone, Copy, Debug)]
@@ -13,13 +12,11 @@ pub struct Events {
 impl Events {
     /// One event line.
     pub fn say(&self, doc: serde_json::Value, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(out, "{doc}")
+        if self.json {
+            crate::stdout::say(&doc.to_string());
         } else {
-            writeln!(out, "{text}")
-        };
-        let _ = out.flush();
+            crate::stdout::say(text);
+        }
     }
 
     /// One instance event line.
