@@ -108,8 +108,12 @@ enum Plan {
 }
 
 /// Products smaller than this many multiply-adds run on the calling
-/// thread: handing them to the pool costs more than it saves.
-const SERIAL_ELEMENTS: usize = 1 << 15;
+/// thread: handing them to the pool costs more than it saves. Waking a
+/// sleeping pool thread costs tens of microseconds on a VM whose idle
+/// vCPU halts; 2^17 multiply-adds take about as long on one core. (At
+/// 2^15, TinyStories 260K's output matrix, 512 x 64, woke the pool on
+/// every token: 0.7-1 sleeps a token for the tiny model, 0.04 at 2^17.)
+const SERIAL_ELEMENTS: usize = 1 << 17;
 
 /// Weight bytes one task keeps hot while it walks every token: about half
 /// of a core's L2 cache, leaving room for the activations.
