@@ -146,7 +146,7 @@ pub fn main(cli: Cli) -> i32 {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("drover: cannot start the async runtime: {e}");
+            crate::stdout::eline!("drover: cannot start the async runtime: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -223,7 +223,7 @@ pub fn main(cli: Cli) -> i32 {
                 match crate::provider::local::node::serve(args).await {
                     Ok(()) => EXIT_OK,
                     Err(e) => {
-                        eprintln!("drover local-node: {e:#}");
+                        crate::stdout::eline!("drover local-node: {e:#}");
                         EXIT_FAILURE
                     }
                 }
@@ -240,7 +240,7 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
     let (plan, pipeline) = match crate::plan_toml::load_full(path) {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             return EXIT_CONFIG;
         }
     };
@@ -256,21 +256,21 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
             Ok(model) => match crate::pipeline::prepare(&plan, spec, &model) {
                 Ok(prepared) => Some(prepared),
                 Err(e) => {
-                    eprintln!("drover: {}: {e}", path.display());
+                    crate::stdout::eline!("drover: {}: {e}", path.display());
                     return EXIT_CONFIG;
                 }
             },
         },
     };
     if let Err(e) = crate::provider::check_plan(&plan).await {
-        eprintln!("drover: {e}");
+        crate::stdout::eline!("drover: {e}");
         return EXIT_CONFIG;
     }
     // Vast.ai groups: the offers `up` would rent now and the worst case.
     let vast = match crate::provider::vastai::plan::offers(&plan).await {
         Ok(vast) => vast,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -278,7 +278,7 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
     let machines = match crate::provider::static_hosts::hosts::of_plan(&plan) {
         Ok(machines) => machines,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             return EXIT_CONFIG;
         }
     };
@@ -359,13 +359,13 @@ fn status_command(state_dir: &Path, json: bool) -> i32 {
             } else {
                 let _ = crate::stdout::text(&ledger.table());
                 if let Some(tail) = &ledger.tail_note {
-                    eprintln!("drover: journal: {tail}");
+                    crate::stdout::eline!("drover: journal: {tail}");
                 }
             }
             EXIT_OK
         }
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             EXIT_FAILURE
         }
     }

@@ -185,7 +185,7 @@ impl Writer {
         if let Err(e) = self.write(out, &bytes) {
             self.failed += 1;
             if self.failed == 1 {
-                eprintln!("drover: datastream: orchestrator events: {e}");
+                crate::stdout::eline!("drover: datastream: orchestrator events: {e}");
             }
         }
     }
@@ -207,7 +207,7 @@ impl Writer {
         if let Some(archive) = &self.archive
             && archive.failed() > 0
         {
-            eprintln!(
+            crate::stdout::eline!(
                 "drover: frame log {}: {} record(s) could not be written",
                 archive.path().display(),
                 archive.failed()

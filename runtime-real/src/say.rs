@@ -73,11 +73,12 @@ pub fn stdout_line(line: &str) {
 
 /// Prints one line on stderr and copies it.
 pub fn stderr_line(line: &str) {
-    eprintln!("{line}");
+    crate::stdout::err_line(line);
     copy(channel::ORCHESTRATOR_STDERR, line);
 }
 
-/// `eprintln!` that also copies the line into the datastream.
+/// `eprintln!` that never panics (`crate::stdout::err_line`) and copies
+/// the line into the datastream.
 macro_rules! err {
     ($($arg:tt)*) => {
         $crate::say::stderr_line(&format!($($arg)*))

@@ -1,7 +1,7 @@
-//! What the `drover` commands print on stdout, without `println!`'s panic
-//! when the reader has gone: `drover logs ... | head` ends quietly once
-//! `head` has its lines, and `drover down | head -1` still destroys every
-//! lease after its reader left.
+//! What the `drover` commands print on stdout and stderr, without
+//! `println!`'s and `eprintln!`'s panic when the reader has gone: `drover
+//! logs ... | head` ends quietly once `head` has its lines, and `drover
+//! down 2>&1 | head -1` still destroys every lease after its reader left.
 
 use std::io::Write;
 
@@ -23,6 +23,23 @@ pub fn line(text: &str) -> std::io::Result<()> {
 pub fn say(text: &str) {
     let _ = line(text);
 }
+
+/// A line on stderr: whatever becomes of it (a closed pipe, a full disk
+/// under a redirected `2>`), the work goes on.
+pub fn err_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(text.as_bytes())
+        .and_then(|()| err.write_all(b"\n"));
+}
+
+/// `eprintln!` through [`err_line`]: never panics.
+macro_rules! eline {
+    ($($arg:tt)*) => {
+        $crate::stdout::err_line(&format!($($arg)*))
+    };
+}
+pub(crate) use eline;
 
 /// Whether a write failed because stdout's reader closed it (`| head`):
 /// the reader has what it wanted, which is no error to report.

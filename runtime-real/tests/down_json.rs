@@ -3,6 +3,8 @@
 //! it keeps open; nothing on stderr; exit 1. The state dir is written here
 //! (a vastai plan copy, a journal with one known lease and one open intent)
 //! and the fake Vast.ai runs in-process, so no `up` and no machine is needed.
+//! A `drover down` whose readers closed their pipes still ends with its
+//! exit code.
 
 mod vast_support;
 
@@ -161,5 +163,30 @@ fn down_json_that_cannot_reach_its_provider_is_json_naming_the_leases() {
         1,
         "{report}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn down_whose_readers_have_gone_still_ends_with_its_exit_code() {
+    // `drover down 2>&1 | head -1` once `head` has gone: every line it
+    // writes, on stdout or stderr, fails. It still does all it can and
+    // exits 1 naming nothing, where it used to abort (SIGABRT) at its
+    // first line on stderr.
+    let dir = scratch("down-closed-pipes");
+    let state = state_dir(&dir, "http://127.0.0.1:9");
+    let (out_reader, out_writer) = std::io::pipe().expect("a pipe");
+    let (err_reader, err_writer) = std::io::pipe().expect("a pipe");
+    drop((out_reader, err_reader));
+    let status = command(&state)
+        .env_remove("VAST_API_KEY")
+        .env("HOME", &dir)
+        .env_remove("XDG_CONFIG_HOME")
+        .arg("down")
+        .stdin(std::process::Stdio::null())
+        .stdout(out_writer)
+        .stderr(err_writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("drover-worker: {e}");
+            cli::err_line(&format!("drover-worker: {e}"));
             ExitCode::FAILURE
         }
     }

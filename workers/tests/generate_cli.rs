@@ -144,3 +144,39 @@ fn a_reader_that_closed_stdout_ends_a_command_quietly() {
         assert_eq!(stderr, "", "{args:?}");
     }
 }
+
+#[test]
+fn a_reader_that_closed_stderr_changes_nothing() {
+    // `drover-worker make-model ... 2>&1 | head -1`: the progress lines on
+    // stderr have no reader. The model is written all the same and the
+    // command exits 0 (it used to abort at its first line); a failure
+    // still exits 1.
+    let dir = std::env::temp_dir().join(format!("drover-closed-stderr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_path = dir.join("tiny.gguf");
+    for (shape, code) in [
+        ("dim=64,layers=1,heads=4,kv_heads=2,ff=96,vocab=300", 0),
+        ("dim=64,heads=3", 1),
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let status = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .args([
+                "make-model",
+                "--shape",
+                shape,
+                "--type",
+                "f32",
+                "--seed",
+                "1",
+            ])
+            .arg(&out_path)
+            .stderr(writer)
+            .status()
+            .expect("run drover-worker");
+        assert_eq!(status.code(), Some(code), "{shape}: {status}");
+    }
+    let model = std::fs::read(&out_path).expect("the model was written");
+    assert_eq!(&model[..4], b"GGUF");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -106,7 +106,7 @@ fn main() {
     let orchestrator = match parse_addr(&args.join) {
         Ok(addr) => addr,
         Err(err) => {
-            eprintln!("drover-agent: {err:#}");
+            runtime_real::stdout::err_line(&format!("drover-agent: {err:#}"));
             std::process::exit(2);
         }
     };
@@ -119,7 +119,10 @@ fn main() {
     if let Some(path) = &args.pid_file
         && let Err(err) = write_pid_file(path)
     {
-        eprintln!("drover-agent: pid file {}: {err}", path.display());
+        runtime_real::stdout::err_line(&format!(
+            "drover-agent: pid file {}: {err}",
+            path.display()
+        ));
         std::process::exit(1);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -128,7 +131,9 @@ fn main() {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("drover-agent: cannot start the runtime: {err}");
+            runtime_real::stdout::err_line(&format!(
+                "drover-agent: cannot start the runtime: {err}"
+            ));
             std::process::exit(1);
         }
     };
@@ -136,7 +141,7 @@ fn main() {
         match Agent::bind(config).await {
             Ok(agent) => agent.run().await.code(),
             Err(err) => {
-                eprintln!("drover-agent: {err:#}");
+                runtime_real::stdout::err_line(&format!("drover-agent: {err:#}"));
                 1
             }
         }

@@ -39,7 +39,7 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
             let doc = serde_json::json!({"event": "down", "what": what, "error": e});
             crate::stdout::say(&doc.to_string());
         } else {
-            eprintln!("drover: {e}; {what}");
+            crate::stdout::eline!("drover: {e}; {what}");
         }
     }
     let mut errors = Errors::default();
@@ -53,7 +53,7 @@ pub async fn run(state_dir: &Path, json: bool) -> i32 {
     } else {
         // The lease errors were said on stdout, one line per lease.
         for error in &errors.run {
-            eprintln!("drover: {error}");
+            crate::stdout::eline!("drover: {error}");
         }
     }
     EXIT_FAILURE

@@ -67,7 +67,7 @@ pub async fn run(state_dir: &Path, args: Args, json: bool) -> i32 {
     let key = match std::env::var(&args.api_key_env) {
         Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
         _ => {
-            eprintln!(
+            crate::stdout::eline!(
                 "drover fake-vast: ${} is not set; the fake accepts exactly that key",
                 args.api_key_env
             );
@@ -78,7 +78,7 @@ pub async fn run(state_dir: &Path, args: Args, json: bool) -> i32 {
     let drover = match std::fs::create_dir_all(&dir).and_then(|()| std::env::current_exe()) {
         Ok(drover) => drover,
         Err(e) => {
-            eprintln!("drover fake-vast: {}: {e}", dir.display());
+            crate::stdout::eline!("drover fake-vast: {}: {e}", dir.display());
             return EXIT_FAILURE;
         }
     };
@@ -99,7 +99,7 @@ pub async fn run(state_dir: &Path, args: Args, json: bool) -> i32 {
     let server = match vastai::serve(args.listen, config, backend.clone()).await {
         Ok(server) => server,
         Err(e) => {
-            eprintln!("drover fake-vast: cannot listen on {}: {e}", args.listen);
+            crate::stdout::eline!("drover fake-vast: cannot listen on {}: {e}", args.listen);
             return EXIT_FAILURE;
         }
     };
@@ -137,7 +137,9 @@ async fn wait_for_stop() {
             }
         }
         _ => {
-            eprintln!("drover fake-vast: cannot install signal handlers; stop with Ctrl-C");
+            crate::stdout::eline!(
+                "drover fake-vast: cannot install signal handlers; stop with Ctrl-C"
+            );
             let _ = tokio::signal::ctrl_c().await;
         }
     }
@@ -343,7 +345,7 @@ impl Inner {
         let count = nodes.len();
         for node in nodes {
             if let Err(e) = destroy(node).await {
-                eprintln!("drover fake-vast: {e}");
+                crate::stdout::eline!("drover fake-vast: {e}");
             }
         }
         count

@@ -45,16 +45,16 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
         (Some(node), false) => LogicalNodeId::from(node.as_str()),
         (None, true) => LogicalNodeId::from(datastream::ORCHESTRATOR),
         (Some(_), true) => {
-            eprintln!("drover logs: name a node or give --run, not both");
+            crate::stdout::eline!("drover logs: name a node or give --run, not both");
             return EXIT_CONFIG;
         }
         (None, false) => {
-            eprintln!("drover logs: name a node (e.g. `workers-0`) or give --run");
+            crate::stdout::eline!("drover logs: name a node (e.g. `workers-0`) or give --run");
             return EXIT_CONFIG;
         }
     };
     if !datastream::is_safe_file_stem(node.as_str()) {
-        eprintln!("drover logs: {}", datastream::unsafe_id(&node));
+        crate::stdout::eline!("drover logs: {}", datastream::unsafe_id(&node));
         return EXIT_FAILURE;
     }
     let path = datastream::file_of(state_dir, &node);
@@ -65,7 +65,7 @@ pub async fn run(state_dir: &Path, query: &Query, json: bool) -> i32 {
             // Its reader closed stdout (`| head`): it has what it wanted.
             Ok(Printed::ReaderGone) => return EXIT_OK,
             Err(e) => {
-                eprintln!("drover: {}: {e}", path.display());
+                crate::stdout::eline!("drover: {}: {e}", path.display());
                 return EXIT_FAILURE;
             }
         }

@@ -129,7 +129,7 @@ impl Archive {
         if let Err(e) = written {
             self.failed += 1;
             if self.failed == 1 {
-                eprintln!(
+                crate::stdout::eline!(
                     "drover: frame log {}: {e} (later failures are only counted)",
                     self.path.display()
                 );

@@ -17,7 +17,7 @@ pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json:
     let mut client = match connect(state_dir).await {
         Ok(client) => client,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -25,7 +25,7 @@ pub async fn prompt(state_dir: &Path, text: &str, max_tokens: Option<u32>, json:
         // A reader that stopped reading (`| head`) wanted no more.
         Ok(Answer::Done | Answer::ReaderGone) => EXIT_OK,
         Ok(Answer::Fault(reason)) | Err(reason) => {
-            eprintln!("drover: prompt failed: {reason}");
+            crate::stdout::eline!("drover: prompt failed: {reason}");
             EXIT_FAILURE
         }
     }
@@ -39,7 +39,7 @@ pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 
     let mut client = match connect(state_dir).await {
         Ok(client) => client,
         Err(e) => {
-            eprintln!("drover: {e}");
+            crate::stdout::eline!("drover: {e}");
             return EXIT_FAILURE;
         }
     };
@@ -56,7 +56,7 @@ pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 
             Ok(Some(line)) => line,
             Ok(None) => break,
             Err(e) => {
-                eprintln!("drover: chat: reading stdin: {e}");
+                crate::stdout::eline!("drover: chat: reading stdin: {e}");
                 return EXIT_FAILURE;
             }
         };
@@ -69,17 +69,17 @@ pub async fn chat(state_dir: &Path, max_tokens: Option<u32>, json: bool) -> i32 
             Ok(Answer::Done) => {}
             Ok(Answer::ReaderGone) => return if failed { EXIT_FAILURE } else { EXIT_OK },
             Ok(Answer::Fault(reason)) => {
-                eprintln!("drover: prompt failed: {reason}");
+                crate::stdout::eline!("drover: prompt failed: {reason}");
                 failed = true;
             }
             Err(reason) => {
-                eprintln!("drover: prompt failed: {reason}");
+                crate::stdout::eline!("drover: prompt failed: {reason}");
                 return EXIT_FAILURE;
             }
         }
     }
     if interactive {
-        eprintln!();
+        crate::stdout::eline!("");
     }
     if failed { EXIT_FAILURE } else { EXIT_OK }
 }

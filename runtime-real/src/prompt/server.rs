@@ -82,7 +82,7 @@ async fn accept_loop(listener: TcpListener, local_addr: SocketAddr, calls: mpsc:
                 }
                 Err(e) => {
                     let what = format!("prompt service on {local_addr}: accepting a connection");
-                    eprintln!("drover: {what}: {e}");
+                    crate::stdout::eline!("drover: {what}: {e}");
                     tokio::time::sleep(ACCEPT_RETRY).await;
                 }
             },

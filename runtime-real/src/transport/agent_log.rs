@@ -136,20 +136,20 @@ pub fn say(node: &LogicalNodeId, line: &str) {
 
 /// A problem line of the agent: stderr, and the `agent.stderr` channel.
 pub fn warn(node: &LogicalNodeId, line: &str) {
-    eprintln!("drover-agent[{node}]: {line}");
+    crate::stdout::eline!("drover-agent[{node}]: {line}");
     push(LogChannel::AgentStderr, line.as_bytes().to_vec());
 }
 
 /// A problem line of the agent that names no node (before one is known).
 pub fn warn_plain(line: &str) {
-    eprintln!("drover-agent: {line}");
+    crate::stdout::eline!("drover-agent: {line}");
     push(LogChannel::AgentStderr, line.as_bytes().to_vec());
 }
 
 /// A stderr line of the worker (any bytes): the agent's stderr with
 /// `prefix`, and the `worker.stderr` channel as it is.
 pub fn worker_line(prefix: &str, bytes: Vec<u8>) {
-    eprintln!("{prefix}: {}", String::from_utf8_lossy(&bytes));
+    crate::stdout::eline!("{prefix}: {}", String::from_utf8_lossy(&bytes));
     push(LogChannel::WorkerStderr, bytes);
 }
 
@@ -170,7 +170,7 @@ pub async fn forward(endpoint: &Endpoint, orchestrator: &EndpointAddr, node: &Lo
         failures = if sent_any { 1 } else { failures + 1 };
         let pause = crate::retry::pause(failures, RETRY_BASE, RETRY_MAX);
         // Not `warn`: a line about the log stream would feed the log stream.
-        eprintln!("drover-agent[{node}]: log stream lost; retrying in {pause:?}");
+        crate::stdout::eline!("drover-agent[{node}]: log stream lost; retrying in {pause:?}");
         tokio::time::sleep(pause).await;
     }
 }

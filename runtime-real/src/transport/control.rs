@@ -310,7 +310,7 @@ async fn bind_port(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!(
+        crate::stdout::eline!(
             "drover: control port {port} stays busy; binding another one \
              (agents of the previous run cannot rejoin)"
         );

@@ -229,7 +229,7 @@ pub async fn serve_log_stream(
             }
         };
         if let Err(e) = written {
-            eprintln!("drover: datastream write for {node}: {e}");
+            crate::stdout::eline!("drover: datastream write for {node}: {e}");
         }
     }
 }

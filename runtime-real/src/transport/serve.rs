@@ -141,7 +141,7 @@ fn admit(
             if let Err(err) = shared.store.save_admissions(&state.admissions) {
                 // The join stands; only a later rejoin after a restart of
                 // this orchestrator would fail.
-                eprintln!("drover: could not save admitted agents: {err:#}");
+                crate::stdout::eline!("drover: could not save admitted agents: {err:#}");
             }
             Ok((binding, false))
         }

@@ -8,6 +8,14 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` that never panics: a line about the work, which goes on
+/// whether or not anyone reads it.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::err_line(&format!($($arg)*))
+    };
+}
+
 mod bench;
 mod cuda;
 mod generate;
@@ -88,6 +96,15 @@ pub(crate) fn line(text: &str) -> bool {
         .is_ok()
 }
 
+/// Writes `text` and a newline to stderr, whatever becomes of it.
+pub fn err_line(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(text.as_bytes())
+        .and_then(|()| err.write_all(b"\n"));
+}
+
 /// A subcommand's failure, printed as `drover-worker: MESSAGE`.
 pub type CliResult = Result<(), String>;
 
@@ -112,7 +129,7 @@ pub fn make_model(
         ),
         None => None,
     };
-    eprintln!(
+    errln!(
         "making a {} model: {} parameters, {} weights, seed {seed}",
         shape.arch,
         shape.parameters(),
@@ -123,7 +140,7 @@ pub fn make_model(
     model
         .write_file(out)
         .map_err(|e| format!("{}: {e}", out.display()))?;
-    eprintln!("wrote {}", out.display());
+    errln!("wrote {}", out.display());
     Ok(())
 }
 

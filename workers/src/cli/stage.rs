@@ -122,7 +122,7 @@ fn load(
     let threads = pool
         .as_ref()
         .map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
-    eprintln!(
+    errln!(
         "stage {}..{} ready: {} bytes mapped, context {}, {threads} thread(s)",
         layers.start,
         layers.end,

@@ -75,10 +75,10 @@ pub async fn serve(args: NodeArgs) -> anyhow::Result<()> {
             match russh::server::run_stream(config, socket, handler).await {
                 Ok(session) => {
                     if let Err(e) = session.await {
-                        eprintln!("local-node: session from {peer} ended: {e}");
+                        crate::stdout::eline!("local-node: session from {peer} ended: {e}");
                     }
                 }
-                Err(e) => eprintln!("local-node: handshake from {peer} failed: {e}"),
+                Err(e) => crate::stdout::eline!("local-node: handshake from {peer} failed: {e}"),
             }
         });
     }
