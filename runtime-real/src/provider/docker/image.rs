@@ -284,16 +284,33 @@ pub fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, String> {
 /// Builds the image of `bin_dir`'s binaries unless the engine has its tag;
 /// returns the tag. A failed build names the step that failed.
 pub async fn ensure(engine: &Engine, bin_dir: &Path) -> Result<String, ProviderError> {
-    let context = Context::for_binaries(bin_dir).map_err(|e| error(Rejected, e))?;
-    let tag = context.tag().map_err(|e| error(Rejected, e))?;
+    // Reading and hashing the binaries (tens of MB), then packing them,
+    // would hold `drover`'s one thread for a fraction of a second.
+    let bin_dir = bin_dir.to_owned();
+    let (context, tag) = blocking(move || {
+        let context = Context::for_binaries(&bin_dir)?;
+        let tag = context.tag()?;
+        Ok((context, tag))
+    })
+    .await?;
     let docker = engine.client().await?;
     match docker.inspect_image(&tag).await {
         Ok(_) => return Ok(tag),
         Err(e) if super::engine::status_of(&e) == Some(404) => {}
         Err(e) => return Err(engine.failed("inspecting the node image", &e, Rejected)),
     }
-    let packed = context.pack(tag).map_err(|e| error(Rejected, e))?;
+    let packed = blocking(move || context.pack(tag)).await?;
     build(engine, packed).await
+}
+
+/// `work` on the blocking pool; its error, or its loss, is a rejection.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, ProviderError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|e| error(Rejected, e)),
+        Err(e) => Err(error(Rejected, format!("preparing the node image: {e}"))),
+    }
 }
 
 /// Builds `packed` as its tag (the classic builder: no BuildKit session).
