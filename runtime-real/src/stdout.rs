@@ -27,10 +27,9 @@ pub fn say(text: &str) {
 /// A line on stderr: whatever becomes of it (a closed pipe, a full disk
 /// under a redirected `2>`), the work goes on.
 pub fn err_line(text: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = err
-        .write_all(text.as_bytes())
-        .and_then(|()| err.write_all(b"\n"));
+    // One write: a line is not split by another process's on a shared
+    // stderr (the terminal `up` and its local nodes write to).
+    let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
 /// `eprintln!` through [`err_line`]: never panics.

@@ -99,10 +99,9 @@ pub(crate) fn line(text: &str) -> bool {
 /// Writes `text` and a newline to stderr, whatever becomes of it.
 pub fn err_line(text: &str) {
     use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = err
-        .write_all(text.as_bytes())
-        .and_then(|()| err.write_all(b"\n"));
+    // One write: a line is not split by another process's on a shared
+    // stderr (the terminal `up` and its local nodes write to).
+    let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
 /// A subcommand's failure, printed as `drover-worker: MESSAGE`.
