@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod engine;
 pub mod fixture;
 pub mod gguf;
+pub mod heap;
 pub mod kernels;
 pub mod model;
 pub mod rng;

@@ -72,6 +72,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    workers::heap::keep_freed_memory();
     let args = Args::parse();
     let result = match args.command {
         Command::Inspect { model, json } => cli::inspect(&model, json),

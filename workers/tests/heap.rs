@@ -1,0 +1,47 @@
+//! `heap::keep_freed_memory`: buffers of megabytes, freed and allocated
+//! again, reuse the same pages instead of faulting in new ones. Its own
+//! test binary: the allocator's settings are the whole process's.
+
+#![allow(unsafe_code)]
+
+/// Minor page faults of the calling thread so far.
+fn faults() -> i64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage");
+    // SAFETY: initialised by the successful call above.
+    unsafe { usage.assume_init() }.ru_minflt
+}
+
+/// Allocates `mib` MiB, writes every page and frees it; the faults taken.
+fn touch(mib: usize) -> i64 {
+    let before = faults();
+    let mut v = vec![1u8; mib << 20];
+    for page in v.chunks_mut(4096) {
+        page[0] = 2;
+    }
+    std::hint::black_box(&v);
+    drop(v);
+    faults() - before
+}
+
+#[test]
+fn freed_buffers_come_back_without_page_faults() {
+    workers::heap::keep_freed_memory();
+    // The pattern of a prefill: a large buffer, a smaller one, the large
+    // one again. glibc's defaults map the first large one for itself and
+    // unmap it when freed, so the second comes back as new pages.
+    let first = touch(24);
+    let small = touch(8);
+    let again = touch(24);
+    let pages = (24 << 20) / 4096;
+    assert!(
+        first > pages / 2,
+        "the first use faults its pages in ({first})"
+    );
+    assert!(
+        small + again < pages / 20,
+        "freed memory is used again: {small} + {again} faults for {pages} pages"
+    );
+}
