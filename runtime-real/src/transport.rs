@@ -26,7 +26,9 @@ pub use control::{ControlConfig, ControlPlane};
 use anyhow::{Context, Result, bail};
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::port::JoinBinding;
-use iroh::endpoint::{Endpoint, IdleTimeout, QuicTransportConfig, RelayMode, VarInt, presets};
+use iroh::endpoint::{
+    AckFrequencyConfig, Endpoint, IdleTimeout, QuicTransportConfig, RelayMode, VarInt, presets,
+};
 use iroh::{EndpointAddr, EndpointId, SecretKey};
 use std::fmt;
 use std::net::SocketAddr;
@@ -221,6 +223,7 @@ pub(crate) async fn build_endpoint(
     let transport = QuicTransportConfig::builder()
         .keep_alive_interval(KEEP_ALIVE)
         .max_idle_timeout(Some(idle))
+        .ack_frequency_config(Some(ack_frequency()))
         .build();
     let endpoint = Endpoint::builder(presets::Minimal)
         .secret_key(key)
@@ -237,6 +240,23 @@ pub(crate) async fn build_endpoint(
     Ok(endpoint)
 }
 
+/// What each end asks of its peer's acknowledgements (the QUIC ACK
+/// frequency extension): one ACK per eight packets or per 5 ms, whichever
+/// comes first, instead of one per two packets.
+fn ack_frequency() -> AckFrequencyConfig {
+    let mut config = AckFrequencyConfig::default();
+    config
+        .ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD))
+        .max_ack_delay(Some(MAX_ACK_DELAY));
+    config
+}
+
+/// Packets a peer may receive before it must acknowledge them.
+const ACK_ELICITING_THRESHOLD: u32 = 7;
+
+/// The longest a peer may hold back an acknowledgement.
+const MAX_ACK_DELAY: Duration = Duration::from_millis(5);
+
 /// The agent id of an endpoint id: its hex form (what `remote_id()` gives).
 pub fn agent_id_of(id: EndpointId) -> AgentId {
     AgentId::new(id.to_string())
@@ -245,6 +265,63 @@ pub fn agent_id_of(id: EndpointId) -> AgentId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every endpoint asks its peer for fewer acknowledgements (one
+    /// ACK_FREQUENCY frame each way); messages sent one at a time, as an
+    /// activation edge sends a token's, are acknowledged about once per
+    /// eight (QUIC's default: once per two).
+    #[tokio::test]
+    async fn peers_acknowledge_once_per_several_packets() {
+        const ALPN: &[u8] = b"drover/test-ack";
+        const MESSAGES: u64 = 128;
+        let local = SocketAddr::from(([127, 0, 0, 1], 0));
+        let a = build_endpoint(SecretKey::from_bytes(&[1; 32]), local, vec![ALPN.to_vec()]);
+        let b = build_endpoint(SecretKey::from_bytes(&[2; 32]), local, vec![ALPN.to_vec()]);
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let mut addr = EndpointAddr::new(b.id());
+        for socket in b.bound_sockets() {
+            addr = addr.with_ip_addr(socket);
+        }
+        // The receiver says when it has read each message, so each goes
+        // in a packet of its own.
+        let (read_tx, mut read_rx) = tokio::sync::mpsc::unbounded_channel();
+        let receiver = async {
+            let conn = b.accept().await.expect("incoming").await.expect("accepted");
+            let mut recv = conn.accept_uni().await.expect("a stream");
+            for i in 0..MESSAGES {
+                let mut message = [0u8; 32];
+                recv.read_exact(&mut message).await.expect("a message");
+                assert_eq!(message, [i as u8; 32]);
+                read_tx.send(()).expect("the sender waits");
+            }
+            conn
+        };
+        let sender = async {
+            let conn = a.connect(addr, ALPN).await.expect("connected");
+            let mut send = conn.open_uni().await.expect("a stream");
+            for i in 0..MESSAGES {
+                send.write_all(&[i as u8; 32]).await.expect("written");
+                read_rx.recv().await.expect("read");
+            }
+            send.finish().expect("finished");
+            conn
+        };
+        let bound = Duration::from_secs(20);
+        let (receiver, sender) =
+            tokio::time::timeout(bound, async { tokio::join!(receiver, sender) })
+                .await
+                .expect("the messages arrive within their bound");
+        let (sent, received) = (sender.stats(), receiver.stats());
+        assert!(sent.frame_tx.ack_frequency >= 1, "{sent:?}");
+        assert!(received.frame_tx.ack_frequency >= 1, "{received:?}");
+        let acks = received.frame_tx.acks + received.frame_tx.path_acks;
+        assert!(
+            3 * acks < MESSAGES,
+            "{acks} ACK frames for {MESSAGES} messages sent one at a time"
+        );
+        sender.close(CLOSE_DONE, b"done");
+        receiver.close(CLOSE_DONE, b"done");
+    }
 
     #[test]
     fn addresses_round_trip() {
