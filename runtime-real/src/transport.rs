@@ -321,6 +321,8 @@ mod tests {
         );
         sender.close(CLOSE_DONE, b"done");
         receiver.close(CLOSE_DONE, b"done");
+        a.close().await;
+        b.close().await;
     }
 
     #[test]
