@@ -31,11 +31,14 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The portable kernels and every SIMD set this processor runs.
+/// The portable kernels and every SIMD set this processor runs (the
+/// AVX-512 one with f16 as stored and packed in pairs, whichever vendor
+/// this is).
 pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
     let simd = [
         workers::kernels::avx2::kernels(),
-        workers::kernels::avx2::kernels_vnni(),
+        workers::kernels::avx2::kernels_vnni_f16(false),
+        workers::kernels::avx2::kernels_vnni_f16(true),
     ];
     std::iter::once(workers::kernels::Kernels::portable())
         .chain(simd.into_iter().flatten())

@@ -34,16 +34,19 @@ fn packed_f16_products_equal_the_rows_as_stored_bit_for_bit() {
         .into_iter()
         .filter(|k| k.pair(F16).is_some())
         .collect();
-    // The AVX2 set packs f16 (the 512-bit one and the portable one
-    // multiply the rows as stored).
+    // The AVX2 set packs f16, and the AVX-512 one where it is told to
+    // (the portable one multiplies the rows as stored).
     if let Some(avx2) = workers::kernels::avx2::kernels() {
         assert!(avx2.pair(F16).is_some(), "the AVX2 set has no f16 pairs");
+    }
+    if let Some(wide) = workers::kernels::avx2::kernels_vnni_f16(true) {
+        assert!(wide.pair(F16).is_some(), "the AVX-512 set has no f16 pairs");
     }
     for kernels in sets {
         assert!(kernels.packs(F16, 4) && !kernels.packs(F16, 5));
         // Whole 16-value steps only, steps with an 8-value rest and a
         // tail, a rest alone, a tail alone; one pair and many (the pool);
-        // batches on and off the tile's three tokens.
+        // batches on and off the tiles' three and four tokens.
         for (rows, cols, n) in [
             (2, 16, 1),
             (2, 27, 4),
@@ -52,6 +55,7 @@ fn packed_f16_products_equal_the_rows_as_stored_bit_for_bit() {
             (10, 100, 7),
             (34, 1544, 1),
             (258, 107, 5),
+            (12, 48, 9),
         ] {
             let plain: Vec<u8> = values(&mut rng, rows * cols, 1.0)
                 .chunks_exact(cols)

@@ -29,6 +29,11 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
         .iter()
         .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
             _ if w.packed => match kernels.pair(w.ty) {
+                // One token: one pair a call, one stream (see `pairs`).
+                Some(tile) if n == 1 => Plan::Pairs(Tile {
+                    rows: pairs::ROWS,
+                    ..tile
+                }),
                 Some(tile) => Plan::Pairs(tile),
                 // Two groups a call for a batch only: one token reads
                 // one stream faster than two (see `x8::AHEAD`).
@@ -52,7 +57,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     for (p, (w, y)) in products.iter_mut().enumerate() {
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
-            Plan::Pairs(_) => pairs::ROWS,
+            Plan::Pairs(tile) => tile.rows,
             // Whole pairs of groups where two go a call.
             Plan::Packed(_, two) => x8::ROWS * if two.is_some() { 2 } else { 1 },
             Plan::Dots(_) => 1,
@@ -174,12 +179,15 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mu
         for r0 in (0..count).step_by(tile.rows) {
             let rn = tile.rows.min(count - r0);
             let slices = if w.packed {
-                // One pair of rows packed together: its one slice.
-                assert!(rn == pairs::ROWS && (first + r0).is_multiple_of(pairs::ROWS));
+                // Pairs of rows packed together: one slice a pair.
+                assert!(rn.is_multiple_of(pairs::ROWS) && (first + r0).is_multiple_of(pairs::ROWS));
                 let bytes = pairs::pair_bytes(w.cols);
-                let at = (first + r0) / pairs::ROWS * bytes;
-                ws[0] = &w.data[at..at + bytes];
-                1
+                let first_pair = (first + r0) / pairs::ROWS;
+                for (i, wr) in ws[..rn / pairs::ROWS].iter_mut().enumerate() {
+                    let at = (first_pair + i) * bytes;
+                    *wr = &w.data[at..at + bytes];
+                }
+                rn / pairs::ROWS
             } else {
                 for (i, wr) in ws[..rn].iter_mut().enumerate() {
                     *wr = w.row(first + r0 + i);

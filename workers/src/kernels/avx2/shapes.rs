@@ -66,6 +66,20 @@ tile_shapes!(
 six_shapes!(tile_q4k, ktile::q4k);
 // One slice a pair of rows (`kernels::pairs`).
 tile_shapes!(pair_f16, tile::f16_pair, [(1, 1), (1, 2), (1, 3)]);
+tile_shapes!(
+    wide_pair_f16,
+    f16x16::pair,
+    [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (2, 1),
+        (2, 2),
+        (2, 3),
+        (2, 4)
+    ]
+);
 six_shapes!(tile_q6k, ktile::q6k);
 six_shapes!(vnni_q4k, ktile::q4k_vnni);
 six_shapes!(vnni_q6k, ktile::q6k_vnni);

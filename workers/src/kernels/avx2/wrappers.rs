@@ -1,0 +1,46 @@
+//! The one-row dot products and element-wise kernels as plain `fn`s, the
+//! type the kernel table holds.
+
+use super::attend;
+use super::imp;
+use super::kquants as imp_k;
+// SAFETY (all): these are only installed by `kernels()` after the
+// features they enable were detected on this processor.
+pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_f32(w, a) }
+}
+#[allow(clippy::too_many_arguments)] // `ops::attend_heads`'
+pub fn attend_heads(
+    q: &[f32],
+    hd: usize,
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    len: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    unsafe { attend::attend_heads(q, hd, keys, values, stride, offset, len, scale, out) }
+}
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    unsafe { imp::swiglu(gate, up) }
+}
+pub fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_f16(w, a) }
+}
+pub fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_q8_0(w, a) }
+}
+pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_q4_0(w, a) }
+}
+pub fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp_k::dot_bf16(w, a) }
+}
+pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp_k::dot_q4k(w, a) }
+}
+pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp_k::dot_q6k(w, a) }
+}
