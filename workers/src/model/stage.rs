@@ -263,8 +263,20 @@ impl Stage {
             block_forward(self.kernels, &self.config, block, &mut x, pos, keys, values);
         }
         self.cache.len = pos + n;
+        let out = self.head(x, n, logits);
+        if n > 1 {
+            // The batch's buffers go back (see `heap::give_back_freed`).
+            crate::heap::give_back_freed();
+        }
+        Ok(out)
+    }
+
+    /// The last stage's logits of the blocks' output `x` (`n` positions);
+    /// other stages' output is `x` itself.
+    fn head(&self, x: Vec<f32>, n: usize, logits: Logits) -> StageOutput {
+        let d = self.config.embedding;
         let Some(head) = &self.weights.head else {
-            return Ok(StageOutput::Activations(x));
+            return StageOutput::Activations(x);
         };
         let rows = match logits {
             Logits::Last => &x[(n - 1) * d..],
@@ -280,7 +292,7 @@ impl Stage {
             &Encoded::new(out.ty, &normed, d),
             &mut logits,
         );
-        Ok(StageOutput::Logits(logits))
+        StageOutput::Logits(logits)
     }
 }
 
