@@ -31,17 +31,15 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The portable kernels and every SIMD set this processor runs (the
-/// AVX-512 one with f16 as stored and packed in pairs, whichever vendor
-/// this is).
+/// The portable kernels and every SIMD set this processor runs, each
+/// with every maker's tuning (whichever maker this is).
 pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
-    let simd = [
-        workers::kernels::avx2::kernels(),
-        workers::kernels::avx2::kernels_vnni_f16(false),
-        workers::kernels::avx2::kernels_vnni_f16(true),
-    ];
+    use workers::kernels::avx2::{Tuning, kernels_for, kernels_vnni_for};
+    let simd = [Tuning::Amd, Tuning::Other]
+        .into_iter()
+        .flat_map(|t| [kernels_for(t), kernels_vnni_for(t)]);
     std::iter::once(workers::kernels::Kernels::portable())
-        .chain(simd.into_iter().flatten())
+        .chain(simd.flatten())
         .collect()
 }
 

@@ -8,6 +8,9 @@ use super::Kernels;
 #[cfg(target_arch = "x86_64")]
 use super::{Tile, TileFn, X8Fn, pairs};
 
+mod tuning;
+pub use tuning::Tuning;
+
 #[cfg(target_arch = "x86_64")]
 fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
     Tile {
@@ -18,55 +21,35 @@ fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
     }
 }
 
-/// The AVX2 kernels, if this processor runs them.
+/// The AVX2 kernels, if this processor runs them, tuned for its maker.
 pub fn kernels() -> Option<Kernels> {
-    build(false)
+    kernels_for(Tuning::detect())
+}
+
+/// The AVX2 kernels with `tuning`'s choices, if this processor runs them.
+pub fn kernels_for(tuning: Tuning) -> Option<Kernels> {
+    build(false, tuning)
 }
 
 /// The AVX2 kernels with AVX-512 VNNI tiles for q8_0, q4_0 and the
-/// k-quants, if this processor runs them; f16 packed in pairs on an AMD
-/// processor and multiplied as stored on others (see [`kernels_vnni_f16`]).
+/// k-quants, if this processor runs them, tuned for its maker.
 pub fn kernels_vnni() -> Option<Kernels> {
-    kernels_vnni_f16(amd())
+    kernels_vnni_for(Tuning::detect())
 }
 
-/// Whether this is an AMD processor (its CPUID vendor string).
-fn amd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let id = std::arch::x86_64::__cpuid(0);
-        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
-            .iter()
-            .flat_map(|r| r.to_le_bytes())
-            .collect();
-        vendor == b"AuthenticAMD"
-    }
+/// [`kernels_vnni`] with `tuning`'s choices.
+pub fn kernels_vnni_for(tuning: Tuning) -> Option<Kernels> {
     #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// [`kernels_vnni`] with the 512-bit f16 kernels on pairs of rows packed
-/// together (`pairs`) where `f16_pairs`, on the rows as stored otherwise.
-/// On a 2-core AMD EPYC (Zen 4), 0.5B f16, 2 threads, 3 interleaved
-/// rounds: decode 23.9 -> 30.6 tok/s and 512-token prefill 164.5 -> 175.8
-/// with the pairs (llama.cpp 37.9 and 187.0 in the same rounds); one
-/// thread 15.3 -> 22.6 and 96.1 -> 101.2 (llama.cpp 23.6 and 101.6). One
-/// row as stored keeps its two sums in one register, a single chain of
-/// fused multiply-adds; two rows from their own places are two streams,
-/// which the EPYC reads slower. On a 2-core Xeon the rows as stored beat
-/// the 256-bit pairs (the 512-bit pairs were not measured there).
-pub fn kernels_vnni_f16(f16_pairs: bool) -> Option<Kernels> {
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = f16_pairs;
+    let _ = tuning;
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
-        let mut kernels = build(true)?;
+        let mut kernels = build(true, tuning)?;
         // 512-bit decode kernels where AVX-512 F and BW are there too
         // (every processor with VNNI so far; the 256-bit tiles otherwise).
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
             kernels.decode_q8_0 = Some(decode_tile(gemv_q8_0));
             kernels.decode_q4_0 = Some(decode_tile(gemv_q4_0));
-            if f16_pairs {
+            if tuning.f16_pairs() {
                 // Two pairs by four tokens a batch tile; one token takes
                 // one pair a call (see `matmul`).
                 kernels.pair_f16 = Some(Tile {
@@ -127,7 +110,7 @@ fn decode_tile(f: TileFn) -> Tile {
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-fn build(vnni: bool) -> Option<Kernels> {
+fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         let ok = is_x86_feature_detected!("avx2")
@@ -144,10 +127,11 @@ fn build(vnni: bool) -> Option<Kernels> {
             } else {
                 (next_q4k, next_q6k)
             };
-            let (x8_q8_0, x8_q4_0, x8_q4k): (X8Fn, X8Fn, X8Fn) = if vnni {
-                (x8_q8_0_vnni, x8_q4_0_vnni, x8_q4k_vnni)
-            } else {
-                (x8_q8_0_avx2, x8_q4_0_avx2, x8_q4k_avx2)
+            let (x8_q8_0, x8_q4_0, x8_q4k): (X8Fn, X8Fn, X8Fn) = match (vnni, tuning.prefetch()) {
+                (true, true) => (x8_q8_0_vnni, x8_q4_0_vnni, x8_q4k_vnni),
+                (true, false) => (flat_q8_0_vnni, flat_q4_0_vnni, flat_q4k_vnni),
+                (false, true) => (x8_q8_0_avx2, x8_q4_0_avx2, x8_q4k_avx2),
+                (false, false) => (flat_q8_0_avx2, flat_q4_0_avx2, flat_q4k_avx2),
             };
             return Some(Kernels {
                 name,

@@ -131,19 +131,19 @@ decode_shapes!(
 
 /// The packed kernels (`kernels::x8`: one group a call in `x8`, two in
 /// `x16`), dispatching on the number of tokens to the kernel compiled for
-/// it.
+/// it (and, for `x8`'s, whether one token asks for its bytes ahead).
 macro_rules! packed_tokens {
-    ($($name:ident = $module:ident :: $kernel:ident),*) => {$(
+    ($($name:ident = $module:ident :: $kernel:ident $(< $($c:literal),+ >)?),*) => {$(
         #[allow(unsafe_code)]
         pub(super) fn $name(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; crate::kernels::x8::ROWS]]) {
             // SAFETY: only installed by `kernels()` or `kernels_vnni()`
             // after the features the kernel enables were detected on this
             // processor.
             match a.len() {
-                1 => unsafe { $module::$kernel::<1>(g, a, s, out) },
-                2 => unsafe { $module::$kernel::<2>(g, a, s, out) },
-                3 => unsafe { $module::$kernel::<3>(g, a, s, out) },
-                4 => unsafe { $module::$kernel::<4>(g, a, s, out) },
+                1 => unsafe { $module::$kernel::<1 $($(, $c)+)?>(g, a, s, out) },
+                2 => unsafe { $module::$kernel::<2 $($(, $c)+)?>(g, a, s, out) },
+                3 => unsafe { $module::$kernel::<3 $($(, $c)+)?>(g, a, s, out) },
+                4 => unsafe { $module::$kernel::<4 $($(, $c)+)?>(g, a, s, out) },
                 n => panic!("no packed kernel for {n} tokens"),
             }
         }
@@ -151,12 +151,18 @@ macro_rules! packed_tokens {
 }
 
 packed_tokens!(
-    x8_q8_0_vnni = x8::q8_0_vnni,
-    x8_q4_0_vnni = x8::q4_0_vnni,
-    x8_q8_0_avx2 = x8::q8_0_avx2,
-    x8_q4_0_avx2 = x8::q4_0_avx2,
-    x8_q4k_vnni = x8::q4k_vnni,
-    x8_q4k_avx2 = x8::q4k_avx2,
+    x8_q8_0_vnni = x8::vnni<true, false>,
+    x8_q4_0_vnni = x8::vnni<true, true>,
+    x8_q8_0_avx2 = x8::avx2<true, false>,
+    x8_q4_0_avx2 = x8::avx2<true, true>,
+    x8_q4k_vnni = x8::q4k_vnni<true>,
+    x8_q4k_avx2 = x8::q4k_avx2<true>,
+    flat_q8_0_vnni = x8::vnni<false, false>,
+    flat_q4_0_vnni = x8::vnni<false, true>,
+    flat_q8_0_avx2 = x8::avx2<false, false>,
+    flat_q4_0_avx2 = x8::avx2<false, true>,
+    flat_q4k_vnni = x8::q4k_vnni<false>,
+    flat_q4k_avx2 = x8::q4k_avx2<false>,
     x16_q8_0_vnni = x16::q8_0_vnni,
     x16_q4_0_vnni = x16::q4_0_vnni,
     x16_q4k_vnni = x16::q4k_vnni

@@ -16,6 +16,9 @@
 //! q4_0 (`maddubs` of nibbles and activations, eight products summed in
 //! 16 bits: at most 8 · 2 · 15 · 127 = 30480, no overflow) and uses the
 //! signs of the weights for q8_0, as the one-row kernel does.
+//!
+//! Each kernel's `PF` says whether a one-token call asks for its bytes
+//! ahead of its reading ([`AHEAD`]; the maker's choice, `avx2::Tuning`).
 
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
@@ -36,19 +39,21 @@ fn blocks(group: &[u8], bb: usize, a: &[&[u8]], sums: &[&[i32]], out: &[[f32; RO
 }
 
 /// How far ahead of its reading a one-token call asks for a group's
-/// bytes. The groups of a matrix lie back to back, so past a group's end
-/// this asks for the next group's (or nothing: a hint, never a read). On a
-/// 2-core Xeon, 0.5B q4_0 decode, interleaved: none 34-37 tok/s, 1 KiB
-/// 40-43, 4 KiB 39-51, 8 KiB 47-54, 16 KiB 45-51.
+/// bytes, where it does (`PF`). The groups of a matrix lie back to back,
+/// so past a group's end this asks for the next group's (or nothing: a
+/// hint, never a read). On a 2-core Xeon, 0.5B q4_0 decode, interleaved:
+/// none 34-37 tok/s, 1 KiB 40-43, 4 KiB 39-51, 8 KiB 47-54, 16 KiB 45-51.
+/// On a 2-core AMD EPYC (Zen 4) asking for nothing is faster (see
+/// `avx2::Tuning`).
 const AHEAD: usize = 8192;
 
 /// Asks for the `len` bytes at `at + AHEAD` of `group` when the call has
-/// one token (decode streams every group once; a batch reads each group
-/// from the cache again for every tile of tokens).
+/// one token and `PF` (decode streams every group once; a batch reads
+/// each group from the cache again for every tile of tokens).
 #[inline]
 #[target_feature(enable = "sse")]
-fn ahead<const T: usize>(group: &[u8], at: usize, len: usize) {
-    if T == 1 {
+fn ahead<const T: usize, const PF: bool>(group: &[u8], at: usize, len: usize) {
+    if T == 1 && PF {
         let p = group.as_ptr().wrapping_add(at + AHEAD);
         for k in (0..len).step_by(64) {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(k) as *const i8);
@@ -110,9 +115,8 @@ fn store<const T: usize>(acc: [__m256; T], out: &mut [[f32; ROWS]]) {
 }
 
 /// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with `vpdpbusd`.
-#[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-fn vnni<const Q4: bool, const T: usize>(
+pub fn vnni<const T: usize, const PF: bool, const Q4: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
@@ -125,7 +129,7 @@ fn vnni<const Q4: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * bb;
-        ahead::<T>(group, at, ROWS * bb);
+        ahead::<T, PF>(group, at, ROWS * bb);
         let y0 = 34 * b + 2;
         let mut dp = [_mm256_setzero_si256(); T];
         if Q4 {
@@ -158,9 +162,8 @@ fn vnni<const Q4: bool, const T: usize>(
 }
 
 /// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with AVX2.
-#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn avx2<const Q4: bool, const T: usize>(
+pub fn avx2<const T: usize, const PF: bool, const Q4: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
@@ -173,7 +176,7 @@ fn avx2<const Q4: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * bb;
-        ahead::<T>(group, at, ROWS * bb);
+        ahead::<T, PF>(group, at, ROWS * bb);
         let y0 = 34 * b + 2;
         let dx = scales(group, at);
         if Q4 {
@@ -285,12 +288,17 @@ fn q4k_block<const T: usize>(
 
 /// Packed q4_K rows against `T` tokens with `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+pub fn q4k_vnni<const T: usize, const PF: bool>(
+    g: &[u8],
+    a: &[&[u8]],
+    _s: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
     let blocks = q4k_blocks(g, a, out);
     let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
     for b in 0..blocks {
         let at = b * Q4K_GROUP_BLOCK;
-        ahead::<T>(g, at, Q4K_GROUP_BLOCK);
+        ahead::<T, PF>(g, at, Q4K_GROUP_BLOCK);
         // The low nibbles of a pair's chunks against its first 32
         // activation bytes, the high ones against the next 32.
         let pair_sums = |chunks: usize, p: usize| {
@@ -313,13 +321,18 @@ pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
 /// Packed q4_K rows against `T` tokens with AVX2: `maddubs` pairs summed
 /// in 16 bits over the sub-block (at most 8 · 2 · 15 · 127), then `madd`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4k_avx2<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+pub fn q4k_avx2<const T: usize, const PF: bool>(
+    g: &[u8],
+    a: &[&[u8]],
+    _s: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
     let blocks = q4k_blocks(g, a, out);
     let ones = _mm256_set1_epi16(1);
     let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
     for b in 0..blocks {
         let at = b * Q4K_GROUP_BLOCK;
-        ahead::<T>(g, at, Q4K_GROUP_BLOCK);
+        ahead::<T, PF>(g, at, Q4K_GROUP_BLOCK);
         let pair_sums = |chunks: usize, p: usize| {
             let mut ys: [&[u8]; T] = [&[]; T];
             for t in 0..T {
@@ -376,28 +389,4 @@ fn q4k_store<const T: usize>(acc: [__m256; T], macc: [__m256; T], out: &mut [[f3
         diff[t] = _mm256_sub_ps(acc[t], macc[t]);
     }
     store(diff, out)
-}
-
-/// Packed q8_0 rows against `T` tokens, VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q8_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    vnni::<false, T>(g, a, s, out)
-}
-
-/// Packed q4_0 rows against `T` tokens, VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    vnni::<true, T>(g, a, s, out)
-}
-
-/// Packed q8_0 rows against `T` tokens, AVX2.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q8_0_avx2<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    avx2::<false, T>(g, a, s, out)
-}
-
-/// Packed q4_0 rows against `T` tokens, AVX2.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_0_avx2<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    avx2::<true, T>(g, a, s, out)
 }
