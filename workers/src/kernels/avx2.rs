@@ -117,10 +117,16 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         if ok {
-            let (name, q8_0, q4_0, q4k, q6k): (_, TileFn, TileFn, TileFn, TileFn) = if vnni {
-                ("avx2+vnni", vnni_q8_0, vnni_q4_0, vnni_q4k, vnni_q6k)
+            let (q8_0, q4_0, q4k, q6k): (TileFn, TileFn, TileFn, TileFn) = if vnni {
+                (vnni_q8_0, vnni_q4_0, vnni_q4k, vnni_q6k)
             } else {
-                ("avx2", tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
+                (tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
+            };
+            let name = match (vnni, tuning) {
+                (true, Tuning::Amd) => "avx2+vnni, amd",
+                (true, Tuning::Other) => "avx2+vnni",
+                (false, Tuning::Amd) => "avx2, amd",
+                (false, Tuning::Other) => "avx2",
             };
             let (next_q4k, next_q6k): (TileFn, TileFn) = if vnni {
                 (vnni_next_q4k, vnni_next_q6k)

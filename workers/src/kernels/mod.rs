@@ -55,7 +55,8 @@ pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, 
 /// parts of a block compiled for the same processor.
 #[derive(Clone, Copy)]
 pub struct Kernels {
-    /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`.
+    /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`,
+    /// the first two followed by `, amd` where tuned for AMD processors.
     pub name: &'static str,
     /// [`ops::attend_heads`].
     pub attend: AttendFn,
