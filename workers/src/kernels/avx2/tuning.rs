@@ -6,7 +6,8 @@
 /// Whose measurements pick the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tuning {
-    /// AMD processors (measured: 2-core EPYC VMs, Zen 3 and Zen 4).
+    /// AMD processors (the choices measured on 2-core Zen 4 EPYC VMs; a
+    /// Zen 3 takes them unmeasured).
     Amd,
     /// Every other maker (measured: 2-core Intel Xeon VMs).
     Other,
