@@ -3,6 +3,7 @@
 use super::config::{Arch, Config};
 use crate::gguf::file::{Mapped, ModelFile, TensorData};
 use crate::gguf::{Error, TensorInfo};
+use crate::heap::HugeBuffer;
 use crate::kernels::{Kernels, Matrix};
 use crate::tensor::GgmlType;
 use crate::tensor::blocks::dequantize_row;
@@ -19,7 +20,7 @@ pub struct Weight {
     data: TensorData,
     /// The matrix packed for the kernels (see `kernels::x8` and
     /// `kernels::pairs`), if it is.
-    packed: Option<Arc<Vec<u8>>>,
+    packed: Option<Arc<HugeBuffer>>,
 }
 
 impl Weight {
@@ -45,7 +46,7 @@ impl Weight {
         }
         let (group_rows, packed_group) = Kernels::packed_group(m.ty, m.cols);
         let plain_group = group_rows * m.row_bytes();
-        let mut packed = vec![0u8; m.rows / group_rows * packed_group];
+        let mut packed = HugeBuffer::zeroed(m.rows / group_rows * packed_group);
         let groups = (PACK_PIECE_BYTES / plain_group).max(1);
         let pieces = packed
             .chunks_mut(groups * packed_group)
@@ -56,7 +57,6 @@ impl Weight {
                 self.data.release(i * groups * plain_group, data.len());
             }
         }
-        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
         self.packed = Some(Arc::new(packed));
     }
 
