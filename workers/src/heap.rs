@@ -84,11 +84,6 @@ impl HugeBuffer {
             Err(_) => HugeBuffer(Storage::Heap(vec![0; len])),
         }
     }
-
-    /// Whether the bytes are a mapping of their own (not the heap).
-    pub fn is_mapped(&self) -> bool {
-        matches!(self.0, Storage::Mapped(_))
-    }
 }
 
 impl std::ops::Deref for HugeBuffer {

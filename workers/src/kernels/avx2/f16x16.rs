@@ -154,8 +154,8 @@ pub fn pair<const S: usize, const T: usize>(
     let acc = pair_steps::<S, T>(w, a, n / STEP);
     for (p, pair) in w.iter().enumerate() {
         for r in 0..ROWS {
+            let at = |j| offset(n, r, j);
             for t in 0..T {
-                let at = |j| offset(n, r, j);
                 let o = &mut out[(ROWS * p + r) * stride + t];
                 *o = end(acc[p][r][t], pair, at, a[t], STEP * (n / STEP));
             }
