@@ -15,14 +15,20 @@
 # qwen2 (NEOX rope, QKV biases), in f32, f16, bf16, q8_0, q4_0, q4_k,
 # q6_k and q4_k_m; the llama q4_k_m one also split into two stages; a
 # tied head (tied=1) in q8_0 and q4_k_m; a rope over 16 of each head's 32
-# dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k. On a mismatch
-# the first differing position and both token ids are printed (`generate
-# --json` gives no logits). Truncate and resume are not checked here:
+# dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k. Each run also
+# writes the logits it sampled from (`generate --logits-out`), and so does
+# a second CPU run on the portable kernels: while the tokens agree, the
+# largest CPU-GPU logit difference is held to 1e-3, and where it is over,
+# to the CPU's own difference between its kernel sets (see
+# logit_difference). On a token mismatch the first differing position and
+# both token ids are printed. Truncate and resume are not checked here:
 # neither `generate` nor `bench` resumes from a cut (bench's --repeat cuts
-# to 0 and starts over, untimed for tokens). Float
-# models run twice on the GPU when cuBLAS loads: with cuBLAS, and with
-# DROVER_CUBLAS=0 (the NVRTC kernel that stands in for it). A 0.5b-shape
-# q4_0 model is made for `bench` (CPU and GPU tokens/s side by side).
+# to 0 and starts over, untimed for tokens). Float models run twice on the
+# GPU when cuBLAS loads: with cuBLAS, and with DROVER_CUBLAS=0 (the NVRTC
+# kernel that stands in for it). `bench` then measures tokens/s, CPU and
+# GPU side by side, on stories260K and 0.5b-shape q4_0 and q8_0 models,
+# and on the GPU alone a 7b-shape q4_0 one (llama-2-7B's shape, 3.8 GB),
+# with decode's fraction of the GPU's own copy bandwidth.
 #
 # What it needs, and where it finds it:
 # - drover-worker: target/gpu-check/drover-worker (a release build made
@@ -92,7 +98,8 @@ else
   say "FAIL: no NVRTC on this machine and no $CARRY/nvrtc-12.4.127.tar.xz"
   exit 1
 fi
-if ldconfig -p 2>/dev/null | grep -q 'libcublas.so.12 '; then
+# cudarc tries libcublas.so, then .so.12 and older: any of them is used.
+if ldconfig -p 2>/dev/null | grep -Eq 'libcublas\.so(\.(9|10|11|12))? '; then
   CUBLAS=yes
   say "cuBLAS: found (float products also checked without it)"
 else
@@ -154,27 +161,73 @@ first_difference() {
     fi
   done
 }
-gen() { # model backend [extra args...]
-  local model=$1 backend=$2
-  shift 2
-  timeout 120 "$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 \
-    --temperature 0 --json --backend "$backend" "$@" 2>>"$OUT/stderr.log"
+TIMEOUTS=0
+gen() { # model backend logits-file [extra args...]
+  local model=$1 backend=$2 logits=$3
+  shift 3
+  # A run past 30 s is a hang here (these models take well under a second);
+  # after three hangs the GPU runs stop, so one bug cannot eat the lease.
+  timeout 30 "$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 \
+    --temperature 0 --json --backend "$backend" --logits-out "$logits" "$@" 2>>"$OUT/stderr.log"
+  local rc=$?
+  [ "$rc" = 124 ] && { TIMEOUTS=$((TIMEOUTS + 1)); say "  timed out: $backend $model"; }
+  return "$rc"
+}
+# The largest difference between the CPU's and the GPU's logits over the
+# steps both sampled from, then the same between the CPU's two kernel sets
+# (its SIMD one and DROVER_KERNELS=portable): the yardstick. Where the
+# activations are rounded to a narrow type before a product (f16, bf16,
+# Q8_0, Q8_K), a sum that differs in its last bit can round one value the
+# other way, and on these random fixtures such a flip moves logits by up to
+# ~0.1, on the CPU between its own kernel sets too. Verdict: `ok` within
+# 1e-3; `spread` above that but within twice the CPU's own difference;
+# `OVER` beyond both (a failure).
+logit_difference() { # cpu gpu portable
+  python3 - "$1" "$2" "$3" <<'PY'
+import array, sys
+def read(path):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read())
+    return a
+def diff(a, b):
+    n = min(len(a), len(b))
+    return max((abs(x - y) for x, y in zip(a[:n], b[:n])), default=float("inf"))
+cpu, gpu, portable = (read(p) for p in sys.argv[1:4])
+d, own = diff(cpu, gpu), diff(cpu, portable)
+verdict = "ok" if d <= 1e-3 else "spread" if d <= 2 * own else "OVER"
+print(f"{d:.2e} {own:.2e} {verdict}")
+PY
 }
 check() { # name model label cublas(1|0) [extra args...]
   local name=$1 model=$2 label=$3 cublas=$4
   shift 4
-  local cpu gpu verdict
-  cpu=$(tokens "$(gen "$model" cpu "$@")")
-  gpu=$(tokens "$(DROVER_CUBLAS=$cublas gen "$model" cuda "$@")")
+  local cpu gpu verdict diff="- - -" logits=none
+  if [ "$TIMEOUTS" -ge 3 ]; then
+    say "$name $label: skipped (three runs hung)"
+    FAILED=1
+    return
+  fi
+  cpu=$(tokens "$(gen "$model" cpu "$WORK/cpu.f32" "$@")")
+  DROVER_KERNELS=portable gen "$model" cpu "$WORK/portable.f32" "$@" >/dev/null
+  gpu=$(tokens "$(DROVER_CUBLAS=$cublas gen "$model" cuda "$WORK/gpu.f32" "$@")")
   if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then verdict=same; else verdict=DIFFERENT; FAILED=1; fi
-  printf '%-22s %-16s %s\n' "$name" "$label" "$verdict" | tee -a "$REPORT"
+  if [ -s "$WORK/cpu.f32" ] && [ -s "$WORK/gpu.f32" ] && [ -s "$WORK/portable.f32" ]; then
+    diff=$(logit_difference "$WORK/cpu.f32" "$WORK/gpu.f32" "$WORK/portable.f32")
+    logits=${diff##* }
+    [ "$logits" = OVER ] && FAILED=1
+  fi
+  rm -f "$WORK/cpu.f32" "$WORK/gpu.f32" "$WORK/portable.f32"
+  read -r gpu_diff own_diff _ <<<"$diff"
+  printf '%-22s %-16s %-9s %-10s %-10s %s\n' "$name" "$label" "$verdict" "$gpu_diff" "$own_diff" "$logits" |
+    tee -a "$REPORT"
   [ "$verdict" = same ] || { first_difference "$cpu" "$gpu"; say "  cpu: $cpu"; say "  gpu: $gpu"; }
-  printf '{"model":"%s","run":"%s","match":%s}\n' "$name" "$label" \
-    "$([ "$verdict" = same ] && echo true || echo false)" >>"$RESULTS"
+  printf '{"model":"%s","run":"%s","match":%s,"max_logit_difference":"%s","cpu_portable_difference":"%s","logits":"%s"}\n' \
+    "$name" "$label" "$([ "$verdict" = same ] && echo true || echo false)" "$gpu_diff" "$own_diff" "$logits" >>"$RESULTS"
 }
 
-say "== greedy tokens, cpu vs cuda (32 tokens)"
-printf '%-22s %-16s %s\n' model run tokens | tee -a "$REPORT"
+say "== greedy tokens and logits, cpu vs cuda (32 tokens; logits compared while the tokens agree)"
+printf '%-22s %-16s %-9s %-10s %-10s %s\n' model run tokens "cpu-gpu" "cpu-cpu" logits | tee -a "$REPORT"
+say "(cpu-gpu: the largest |logit difference| between the backends; cpu-cpu: the same between the CPU's SIMD and portable kernels)"
 for entry in ${MODELS[@]+"${MODELS[@]}"}; do
   name=${entry%%=*}
   model=${entry#*=}
@@ -189,19 +242,32 @@ done
 check "llama-q4_k_m split" "$WORK/models/small-llama-q4_k_m.gguf" "cuda --split 2,2" \
   1 --split 2,2
 
-say "== tokens/s"
+say "== tokens/s (decode's fraction: bytes read per token / the copy bandwidth of the memory read, the GPU's for cuda)"
 BIG=$WORK/models/0.5b-q4_0.gguf
+SEVEN=$WORK/models/7b-q4_0.gguf
 STORIES_BENCH=()
 [ -n "$STORIES" ] && STORIES_BENCH=("$STORIES")
 [ -f "$BIG" ] || "$W" make-model --shape 0.5b --type q4_0 --seed 7 "$BIG" >>"$REPORT" 2>&1
-for model in ${STORIES_BENCH[@]+"${STORIES_BENCH[@]}"} "$BIG"; do
-  for backend in cpu cuda; do
-    line=$(timeout 180 "$W" bench --model "$model" --backend "$backend" --prefill 128 \
-      --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $backend $model"; FAILED=1; continue; }
-    echo "$line" >>"$RESULTS"
-    say "$(basename "$model") $backend: $(grep -o '"prefill_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"kernels":"[^"]*"' <<<"$line")"
-  done
+bench() { # model backend seconds
+  local line
+  line=$(timeout "$3" "$W" bench --model "$1" --backend "$2" --prefill 128 \
+    --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $2 $1"; FAILED=1; return; }
+  echo "$line" >>"$RESULTS"
+  say "$(basename "$1") $2: $(grep -o '"prefill_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_bandwidth_fraction":[0-9.]*' <<<"$line") $(grep -o '"copy_bandwidth_bytes_per_s":[0-9.e+]*' <<<"$line") $(grep -o '"load_s":[0-9.]*' <<<"$line") $(grep -o '"kernels":"[^"]*"' <<<"$line")"
+}
+BIG8=$WORK/models/0.5b-q8_0.gguf
+[ -f "$BIG8" ] || "$W" make-model --shape 0.5b --type q8_0 --seed 7 "$BIG8" >>"$REPORT" 2>&1
+for model in ${STORIES_BENCH[@]+"${STORIES_BENCH[@]}"} "$BIG" "$BIG8"; do
+  bench "$model" cpu 90
+  bench "$model" cuda 90
 done
+# llama-2-7B's shape in q4_0 (3.8 GB), on the GPU only (the CPU would take
+# minutes of the lease).
+t0=$(date +%s)
+[ -f "$SEVEN" ] || "$W" make-model --shape 7b --type q4_0 --seed 7 "$SEVEN" >>"$REPORT" 2>&1 ||
+  say "FAIL: make-model 7b"
+say "made the 7b q4_0 model in $(($(date +%s) - t0)) s"
+[ -f "$SEVEN" ] && bench "$SEVEN" cuda 200
 
 if [ "$FAILED" = 0 ]; then say "== gpu-check: every run matched"; else say "== gpu-check: FAILED (above)"; fi
 exit "$FAILED"

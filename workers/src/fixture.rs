@@ -104,9 +104,7 @@ pub fn make_model(
                 .and_then(|l| l.parse().ok())
                 .unwrap_or(0);
             let ty = ty.unwrap_or_else(|| recipe.for_tensor(&name, layer, layers));
-            let values: Vec<f32> = (0..cols * rows)
-                .map(|_| offset + rng.symmetric(scale))
-                .collect();
+            let values = draw(&mut rng, cols * rows, scale, offset);
             let ty = if (cols as u64).is_multiple_of(ty.block_elements()) {
                 ty
             } else {
@@ -121,7 +119,7 @@ pub fn make_model(
                 name,
                 dims,
                 ty,
-                data: quantized(ty, &values),
+                data: encoded(ty, &values),
             });
         };
     // Uniform weights scaled so each projection keeps unit variance; the
@@ -172,6 +170,40 @@ pub fn make_model(
         );
     }
     Ok(out)
+}
+
+/// The next `n` values `offset + rng.symmetric(scale)`, drawn in pieces on
+/// every core: each piece's generator skips to where the piece starts, so
+/// the values are those of one pass, and `rng` ends where that pass would.
+fn draw(rng: &mut SplitMix64, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 16;
+    let start = rng.clone();
+    rng.skip(n as u64);
+    let mut values = vec![0.0f32; n];
+    values
+        .par_chunks_mut(PIECE)
+        .enumerate()
+        .for_each(|(i, piece)| {
+            let mut r = start.clone();
+            r.skip((i * PIECE) as u64);
+            piece
+                .iter_mut()
+                .for_each(|v| *v = offset + r.symmetric(scale));
+        });
+    values
+}
+
+/// `values` encoded as `ty`, in pieces of whole blocks on every core (each
+/// block is encoded on its own, so the bytes are those of one pass).
+fn encoded(ty: GgmlType, values: &[f32]) -> Vec<u8> {
+    use rayon::prelude::*;
+    let piece = 256 * ty.block_elements() as usize;
+    let pieces: Vec<Vec<u8>> = values
+        .par_chunks(piece)
+        .map(|chunk| quantized(ty, chunk))
+        .collect();
+    pieces.concat()
 }
 
 /// llama.cpp's `general.file_type` for a model mostly of `ty`.

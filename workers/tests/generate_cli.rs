@@ -51,6 +51,31 @@ fn the_text_is_the_same_whatever_the_stage_split() {
 }
 
 #[test]
+fn logits_out_holds_the_row_each_token_was_sampled_from() {
+    let path = std::env::temp_dir().join(format!("drover-logits-{}.f32", std::process::id()));
+    let path_text = path.to_str().expect("a UTF-8 temp path");
+    let out = generate(&["--max-tokens", "12", "--logits-out", path_text]);
+    let bytes = std::fs::read(&path).expect("the logits file");
+    std::fs::remove_file(&path).ok();
+    let tokens = out["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 12);
+    let vocab = 512; // stories260K's
+    assert_eq!(bytes.len(), tokens.len() * vocab * 4, "one row per token");
+    for (step, (row, token)) in bytes.chunks(vocab * 4).zip(tokens).enumerate() {
+        let logits: Vec<f32> = row
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        // Greedy: the token is the row's first largest logit.
+        let best = logits
+            .iter()
+            .enumerate()
+            .fold(0, |best, (i, &x)| if x > logits[best] { i } else { best });
+        assert_eq!(Some(best as u64), token.as_u64(), "step {step}");
+    }
+}
+
+#[test]
 fn a_seed_fixes_a_sampled_completion() {
     let sampled = |seed: &str| {
         generate(&[

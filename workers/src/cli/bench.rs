@@ -72,7 +72,12 @@ pub fn bench(a: &BenchArgs) -> CliResult {
         Ok((best_prefill, best_decode))
     })?;
     let peak_rss = peak_rss_bytes();
-    let bandwidth = copy_bandwidth();
+    // The bound is the memory the weights are read from: the GPU's own
+    // for a CUDA stage, else the host's.
+    let bandwidth = match backend {
+        Backend::Cuda => crate::cuda::copy_bandwidth()?,
+        _ => copy_bandwidth(),
+    };
     let prefill_tps = a.prefill as f64 / best_prefill;
     let decode_tps = a.decode as f64 / best_decode;
     let bytes = chain.first().bytes_mapped();
@@ -104,8 +109,10 @@ pub fn bench(a: &BenchArgs) -> CliResult {
             a.prefill
         );
         outln!(
-            "decode  {:>5} tokens: {decode_tps:>10.1} tokens/s",
-            a.decode
+            "decode  {:>5} tokens: {decode_tps:>10.1} tokens/s, {:.0}% of the {:.0} GB/s copy bandwidth",
+            a.decode,
+            fraction * 100.0,
+            bandwidth / 1e9
         );
     }
     Ok(())

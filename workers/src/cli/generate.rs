@@ -38,6 +38,11 @@ pub struct GenerateArgs {
     /// One JSON object with prompt_tokens, tokens and text.
     #[arg(long)]
     pub json: bool,
+    /// Also writes the logits each token was sampled from to this file:
+    /// one row of `vocab` little-endian f32 per sampled step, in order
+    /// (for comparing backends; `scripts/gpu-check.sh` does).
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
 }
 
 /// Sizes the thread pool once, before any work.
@@ -106,9 +111,21 @@ fn complete(
     let mut logits = chain
         .forward(prompt, Logits::Last)
         .map_err(|e| e.to_string())?;
+    let mut logits_out = match &a.logits_out {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| format!("--logits-out {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     let reason = loop {
         if a.max_tokens > 0 && tokens.len() >= a.max_tokens {
             break "max_tokens";
+        }
+        if let Some(w) = logits_out.as_mut() {
+            let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
+            w.write_all(&bytes)
+                .map_err(|e| format!("--logits-out: {e}"))?;
         }
         let next = sampler.sample(&logits);
         if tokenizer.is_eog(next) {
@@ -132,6 +149,9 @@ fn complete(
             .forward(&[next], Logits::Last)
             .map_err(|e| e.to_string())?;
     };
+    if let Some(mut w) = logits_out {
+        w.flush().map_err(|e| format!("--logits-out: {e}"))?;
+    }
     let rest = decoder.finish();
     text.push_str(&rest);
     let written = if a.json {

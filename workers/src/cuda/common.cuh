@@ -55,8 +55,3 @@ __device__ __forceinline__ int group_sum(int v, int width) {
     }
     return v;
 }
-
-// Four bytes at any alignment as one 32-bit word, for __dp4a.
-__device__ __forceinline__ int load_i32(const u8* p) {
-    return (int)((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
-}

@@ -26,6 +26,13 @@ impl Gpu {
         let what =
             |e: cudarc::driver::DriverError| format!("--backend cuda: device {ordinal}: {e}");
         let ctx = CudaContext::new(ordinal).map_err(what)?;
+        // SAFETY: a stage runs every kernel and copy on the one stream
+        // below, in order, so no buffer is used by two streams and none is
+        // freed while another stream still uses it: the events cudarc would
+        // otherwise create and destroy with every buffer (two each, a driver
+        // call apiece, for each of a step's short-lived activations) guard
+        // nothing here.
+        unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(what)?;
         let arch = compile::arch_name(major, minor);
         let name = format!("{} ({arch})", ctx.name().map_err(what)?);

@@ -92,6 +92,52 @@ fn q6k_block(blk: &[u8], a: &[i8], d: f32) -> f32 {
     f16_at(blk, 208) * d * sumi as f32
 }
 
+/// `__dp4a(a, b, c)`: the four signed byte products of `a` and `b`, plus `c`.
+fn dp4a(a: i32, b: i32, c: i32) -> i32 {
+    let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
+    (0..4).fold(c, |s, i| s + a[i] as i8 as i32 * b[i] as i8 as i32)
+}
+
+/// `load_i32_b2`, and an aligned load of activation word `i` at `a`.
+fn word(p: &[u8]) -> i32 {
+    i32::from_le_bytes([p[0], p[1], p[2], p[3]])
+}
+fn act(a: &[i8], i: usize) -> i32 {
+    i32::from_le_bytes([a[i] as u8, a[i + 1] as u8, a[i + 2] as u8, a[i + 3] as u8])
+}
+
+/// `matvec_q8_0`'s four lanes on one block: the group's integer sum.
+fn q8_0_block(blk: &[u8], a: &[i8]) -> i32 {
+    (0..4)
+        .map(|part| {
+            let q = &blk[2 + part * 8..];
+            let s = dp4a(word(q), act(a, part * 8), 0);
+            dp4a(word(&q[4..]), act(a, part * 8 + 4), s)
+        })
+        .sum()
+}
+
+/// `matvec_q4_0`'s two lanes on one block: the pair's integer sum.
+fn q4_0_block(blk: &[u8], a: &[i8]) -> i32 {
+    (0..2)
+        .map(|half| {
+            let q = &blk[2 + half * 8..];
+            let (w0, w1) = (word(q), word(&q[4..]));
+            let (lo, hi) = (half * 8, 16 + half * 8);
+            let mut s = dp4a(w0 & 0x0F0F_0F0F, act(a, lo), 0);
+            s = dp4a(w1 & 0x0F0F_0F0F, act(a, lo + 4), s);
+            s = dp4a((w0 >> 4) & 0x0F0F_0F0F, act(a, hi), s);
+            s = dp4a((w1 >> 4) & 0x0F0F_0F0F, act(a, hi + 4), s);
+            let ones = 0x0101_0101;
+            let mut total = dp4a(ones, act(a, lo), 0);
+            total = dp4a(ones, act(a, lo + 4), total);
+            total = dp4a(ones, act(a, hi), total);
+            total = dp4a(ones, act(a, hi + 4), total);
+            s - 8 * total
+        })
+        .sum()
+}
+
 /// The Q8_K activation block as the CPU encodes it, in the kernel's parts.
 fn q8k_parts(bytes: &[u8]) -> (f32, Vec<i8>, Vec<i32>) {
     let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -120,6 +166,34 @@ mod tests {
         cases.extend([tie, vec![0.0; 256]]);
         for x in cases {
             assert_eq!(quantize_q8_k(&x), q8k_parts(&quantized(GgmlType::Q8K, &x)));
+        }
+    }
+
+    #[test]
+    fn q8_0_and_q4_0_blocks_read_as_the_cpu_reads_them() {
+        let mut cases: Vec<(Vec<f32>, Vec<f32>)> = (0..40)
+            .map(|s| (values(s, 32), values(s + 100, 32)))
+            .collect();
+        // Extremes: every nibble 0 or 15, activations at +-127.
+        cases.push((vec![-1.0; 32], vec![1.0; 32]));
+        cases.push((
+            (0..32).map(|i| [1.0, -1.0][i % 2]).collect(),
+            vec![-1.0; 32],
+        ));
+        for (w, x) in cases {
+            let acts = quantized(GgmlType::Q8_0, &x);
+            let a: Vec<i8> = acts[2..].iter().map(|&b| b as i8).collect();
+            let scale = |blk: &[u8]| f16_at(blk, 0) * f16_at(&acts, 0);
+            let q8 = quantized(GgmlType::Q8_0, &w);
+            assert_eq!(
+                (q8_0_block(&q8, &a) as f32 * scale(&q8)).to_bits(),
+                scalar::dot_q8_0(&q8, &acts).to_bits()
+            );
+            let q4 = quantized(GgmlType::Q4_0, &w);
+            assert_eq!(
+                (q4_0_block(&q4, &a) as f32 * scale(&q4)).to_bits(),
+                scalar::dot_q4_0(&q4, &acts).to_bits()
+            );
         }
     }
 

@@ -6,9 +6,7 @@ use super::forward::{DeviceMatrix, neox};
 use super::launch::{self, int};
 use crate::model::{Config, RopeLayout};
 use crate::tensor::GgmlType;
-use cudarc::driver::{
-    CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, PushKernelArg};
 
 /// Activations encoded for products with weights of one activation type.
 pub struct Acts<'x> {
@@ -34,13 +32,16 @@ enum ActsData<'x> {
 }
 
 impl Gpu {
-    /// A zeroed device buffer.
-    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(
-        &self,
-        len: usize,
-    ) -> Result<CudaSlice<T>, String> {
-        self.stream
-            .alloc_zeros::<T>(len)
+    /// A device buffer for a kernel's or a copy's output, not cleared: every
+    /// caller has the whole of it written (each kernel below writes every
+    /// element of its output, and `attention`'s scores before it reads them)
+    /// before anything reads it, so the clearing would be a launch per
+    /// buffer for nothing.
+    pub fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<CudaSlice<T>, String> {
+        // SAFETY: the memory is the device's and is only ever reached
+        // through kernels and copies on this stream, which write it before
+        // they read it (above); the host never reads it uninitialised.
+        unsafe { self.stream.alloc::<T>(len) }
             .map_err(|e| format!("device memory ({len} values): {e}"))
     }
 

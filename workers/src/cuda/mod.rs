@@ -18,6 +18,7 @@
 //! rounding.
 #![allow(unsafe_code)] // FFI through cudarc: each block says why it holds.
 
+mod bandwidth;
 mod blas;
 pub mod compile;
 mod device;
@@ -29,6 +30,7 @@ mod forward;
 mod kernels;
 pub mod launch;
 
+pub use bandwidth::copy_bandwidth;
 pub use device::Gpu;
 pub use forward::DeviceStage;
 

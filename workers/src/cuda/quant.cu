@@ -86,42 +86,83 @@ extern "C" __global__ void encode_bf16(const float* x, u16* out, int n) {
     if (i < n) out[i] = f32_to_bf16(x[i]);
 }
 
+// Two bytes at a 2-byte alignment (blocks of 34 and 18 bytes leave their
+// quants there) as one 16-bit load each: four bytes as one word.
+__device__ __forceinline__ int load_i32_b2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
+// Q8_0 · Q8_0: four lanes per block, eight values each (two words of
+// weights, 16-bit loads, against two of activations); the block's integer
+// sum meets in its first lane, which scales it. A warp reads eight
+// neighbouring blocks per step, every lane a load of its own.
 extern "C" __global__ void matvec_q8_0(const u8* w, const i8* aq, const float* ad, float* y,
                                        int rows, int cols) {
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
+    int part = lane % 4;
     const u8* wrow = w + (size_t)row * blocks * 34;
     const i8* a = aq + (size_t)t * cols;
     float sum = 0.0f;
-    for (int b = lane; b < blocks; b += WARP) {
-        const u8* blk = wrow + b * 34;
-        const int* ab = (const int*)(a + b * 32);
+#pragma unroll 4
+    for (int first = 0; first < blocks; first += WARP / 4) {
+        int b = first + lane / 4;
         int s = 0;
-        for (int j = 0; j < 8; j++) s = __dp4a(load_i32(blk + 2 + 4 * j), ab[j], s);
-        sum += (float)s * (load_f16(blk) * ad[t * blocks + b]);
+        if (b < blocks) {
+            const u8* q = wrow + b * 34 + 2 + part * 8;
+            const int* ab = (const int*)(a + b * 32 + part * 8);
+            s = __dp4a(load_i32_b2(q), ab[0], s);
+            s = __dp4a(load_i32_b2(q + 4), ab[1], s);
+        }
+        s = group_sum(s, 4);
+        if (part == 0 && b < blocks) {
+            sum += (float)s * (load_f16(wrow + b * 34) * ad[t * blocks + b]);
+        }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
 }
 
+// Q4_0 · Q8_0: two lanes per block. Lane `half` takes quant bytes
+// 8 * half .. 8 * half + 8: their low nibbles are values 8 * half + i,
+// their high nibbles values 16 + 8 * half + i. The nibbles go through
+// __dp4a unsigned, and 8 times the activations' sum comes off after
+// (sum((q - 8) a) = sum(q a) - 8 sum(a)), exactly. A warp reads sixteen
+// neighbouring blocks per step.
 extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* ad, float* y,
                                        int rows, int cols) {
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
+    int half = lane % 2;
     const u8* wrow = w + (size_t)row * blocks * 18;
     const i8* a = aq + (size_t)t * cols;
     float sum = 0.0f;
-    for (int b = lane; b < blocks; b += WARP) {
-        const u8* blk = wrow + b * 18;
-        const i8* ab = a + b * 32;
+#pragma unroll 4
+    for (int first = 0; first < blocks; first += WARP / 2) {
+        int b = first + lane / 2;
         int s = 0;
-        for (int j = 0; j < 16; j++) {
-            int q = blk[2 + j];
-            s += ((q & 0xF) - 8) * ab[j] + ((q >> 4) - 8) * ab[j + 16];
+        if (b < blocks) {
+            const u8* q = wrow + b * 18 + 2 + half * 8;
+            const int* lo = (const int*)(a + b * 32 + half * 8);
+            const int* hi = (const int*)(a + b * 32 + 16 + half * 8);
+            int w0 = load_i32_b2(q), w1 = load_i32_b2(q + 4);
+            s = __dp4a(w0 & 0x0F0F0F0F, lo[0], s);
+            s = __dp4a(w1 & 0x0F0F0F0F, lo[1], s);
+            s = __dp4a((w0 >> 4) & 0x0F0F0F0F, hi[0], s);
+            s = __dp4a((w1 >> 4) & 0x0F0F0F0F, hi[1], s);
+            int total = __dp4a(0x01010101, lo[0], 0);
+            total = __dp4a(0x01010101, lo[1], total);
+            total = __dp4a(0x01010101, hi[0], total);
+            total = __dp4a(0x01010101, hi[1], total);
+            s -= 8 * total;
         }
-        sum += (float)s * (load_f16(blk) * ad[t * blocks + b]);
+        s = group_sum(s, 2);
+        if (half == 0 && b < blocks) {
+            sum += (float)s * (load_f16(wrow + b * 18) * ad[t * blocks + b]);
+        }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
