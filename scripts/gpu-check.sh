@@ -28,7 +28,9 @@
 # kernel that stands in for it). `bench` then measures tokens/s, CPU and
 # GPU side by side, on stories260K and 0.5b-shape q4_0 and q8_0 models,
 # and on the GPU alone a 7b-shape q4_0 one (llama-2-7B's shape, 3.8 GB),
-# with decode's fraction of the GPU's own copy bandwidth.
+# with decode's fraction of the GPU's own copy bandwidth; each GPU bench
+# twice, with decode steps replayed as a captured graph (the default) and
+# without (DROVER_CUDA_GRAPH=0).
 #
 # What it needs, and where it finds it:
 # - drover-worker: target/gpu-check/drover-worker (a release build made
@@ -248,18 +250,22 @@ SEVEN=$WORK/models/7b-q4_0.gguf
 STORIES_BENCH=()
 [ -n "$STORIES" ] && STORIES_BENCH=("$STORIES")
 [ -f "$BIG" ] || "$W" make-model --shape 0.5b --type q4_0 --seed 7 "$BIG" >>"$REPORT" 2>&1
-bench() { # model backend seconds
-  local line
-  line=$(timeout "$3" "$W" bench --model "$1" --backend "$2" --prefill 128 \
-    --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $2 $1"; FAILED=1; return; }
+bench() { # model backend seconds [graph: 1|0]
+  local line graph=${4:-1} label=$2
+  [ "$graph" = 0 ] && label="$2 (no graph)"
+  line=$(DROVER_CUDA_GRAPH=$graph timeout "$3" "$W" bench --model "$1" --backend "$2" --prefill 128 \
+    --decode 64 --repeat 2 --json 2>>"$OUT/stderr.log") || { say "FAIL: bench $label $1"; FAILED=1; return; }
   echo "$line" >>"$RESULTS"
-  say "$(basename "$1") $2: $(grep -o '"prefill_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_bandwidth_fraction":[0-9.]*' <<<"$line") $(grep -o '"copy_bandwidth_bytes_per_s":[0-9.e+]*' <<<"$line") $(grep -o '"load_s":[0-9.]*' <<<"$line") $(grep -o '"kernels":"[^"]*"' <<<"$line")"
+  say "$(basename "$1") $label: $(grep -o '"prefill_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_tokens_per_s":[0-9.]*' <<<"$line") $(grep -o '"decode_bandwidth_fraction":[0-9.]*' <<<"$line") $(grep -o '"copy_bandwidth_bytes_per_s":[0-9.e+]*' <<<"$line") $(grep -o '"load_s":[0-9.]*' <<<"$line") $(grep -o '"kernels":"[^"]*"' <<<"$line")"
 }
 BIG8=$WORK/models/0.5b-q8_0.gguf
 [ -f "$BIG8" ] || "$W" make-model --shape 0.5b --type q8_0 --seed 7 "$BIG8" >>"$REPORT" 2>&1
+# cuda twice: decode steps as one captured graph (the default), and each
+# kernel launched on its own (DROVER_CUDA_GRAPH=0).
 for model in ${STORIES_BENCH[@]+"${STORIES_BENCH[@]}"} "$BIG" "$BIG8"; do
   bench "$model" cpu 90
   bench "$model" cuda 90
+  bench "$model" cuda 90 0
 done
 # llama-2-7B's shape in q4_0 (3.8 GB), on the GPU only (the CPU would take
 # minutes of the lease).
@@ -267,7 +273,7 @@ t0=$(date +%s)
 [ -f "$SEVEN" ] || "$W" make-model --shape 7b --type q4_0 --seed 7 "$SEVEN" >>"$REPORT" 2>&1 ||
   say "FAIL: make-model 7b"
 say "made the 7b q4_0 model in $(($(date +%s) - t0)) s"
-[ -f "$SEVEN" ] && bench "$SEVEN" cuda 200
+[ -f "$SEVEN" ] && bench "$SEVEN" cuda 200 && bench "$SEVEN" cuda 200 0
 
 if [ "$FAILED" = 0 ]; then say "== gpu-check: every run matched"; else say "== gpu-check: FAILED (above)"; fi
 exit "$FAILED"

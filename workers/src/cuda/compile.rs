@@ -33,6 +33,8 @@ pub const QUANT: Source = Source {
         "encode_bf16",
         "matvec_q8_0",
         "matvec_q4_0",
+        "matvec_q8_0_tiled",
+        "matvec_q4_0_tiled",
         "matvec_q4_k",
         "matvec_q6_k",
         "matvec_f32",
@@ -45,7 +47,15 @@ pub const QUANT: Source = Source {
 pub const OPS: Source = Source {
     name: "ops.cu",
     text: include_str!("ops.cu"),
-    kernels: &["rms_norm", "add_bias", "add", "swiglu", "rope", "attention"],
+    kernels: &[
+        "rms_norm",
+        "add_bias",
+        "add",
+        "swiglu",
+        "kv_store",
+        "rope",
+        "attention",
+    ],
 };
 
 /// Every kernel source.

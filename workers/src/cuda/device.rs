@@ -36,7 +36,9 @@ impl Gpu {
         let (major, minor) = ctx.compute_capability().map_err(what)?;
         let arch = compile::arch_name(major, minor);
         let name = format!("{} ({arch})", ctx.name().map_err(what)?);
-        let stream = ctx.default_stream();
+        // A stream of its own, not the legacy default one, which cannot
+        // be captured into a graph (`graph.rs`).
+        let stream = ctx.new_stream().map_err(what)?;
         let mut functions = BTreeMap::new();
         for source in SOURCES {
             let compiled = compile::compile(&source, &arch)?;

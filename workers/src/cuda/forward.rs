@@ -4,6 +4,8 @@
 
 use super::Libraries;
 use super::device::Gpu;
+use super::graph::Decode;
+use super::launch::int;
 use crate::model::weights::{StageWeights, Weight};
 use crate::model::{Config, Logits, RopeLayout, StageOutput};
 use crate::tensor::GgmlType;
@@ -36,12 +38,19 @@ struct DeviceBlock {
 
 /// A stage's blocks (and head, on the last stage) on one GPU.
 pub struct DeviceStage {
-    gpu: Gpu,
-    config: Config,
+    pub(super) gpu: Gpu,
+    pub(super) config: Config,
     blocks: Vec<DeviceBlock>,
-    head: Option<(CudaSlice<f32>, DeviceMatrix)>,
+    pub(super) head: Option<(CudaSlice<f32>, DeviceMatrix)>,
     keys: Vec<CudaSlice<f32>>,
     values: Vec<CudaSlice<f32>>,
+    /// The KV cache's positions.
+    pub(super) capacity: usize,
+    /// The first position of the step under way, where the kernels that
+    /// depend on it read it (so a captured step replays at any position).
+    pos: CudaSlice<i32>,
+    /// One-token steps as a captured graph (`graph.rs`).
+    pub(super) decode: Decode,
 }
 
 impl DeviceStage {
@@ -90,6 +99,10 @@ impl DeviceStage {
         let values = (0..blocks.len())
             .map(|_| cache())
             .collect::<Result<_, _>>()?;
+        let pos = gpu
+            .stream
+            .alloc_zeros::<i32>(1)
+            .map_err(|e| format!("device memory: {e}"))?;
         Ok(DeviceStage {
             gpu,
             config: config.clone(),
@@ -97,6 +110,9 @@ impl DeviceStage {
             head,
             keys,
             values,
+            capacity,
+            pos,
+            decode: Decode::Untried,
         })
     }
 
@@ -121,15 +137,59 @@ impl DeviceStage {
         let d = self.config.embedding;
         let n = x.len() / d;
         let stream = self.gpu.stream.clone();
-        let mut xd = stream.clone_htod(x).map_err(|e| format!("upload: {e}"))?;
+        stream
+            .memcpy_htod(&[int(pos)?], &mut self.pos)
+            .map_err(|e| format!("upload: {e}"))?;
+        if n == 1
+            && let Some(out) = self.decode_step(x)?
+        {
+            return Ok(self.output(out));
+        }
+        let xd = stream.clone_htod(x).map_err(|e| format!("upload: {e}"))?;
+        let y = self.run(xd, n, pos + n, logits)?;
+        let out = stream
+            .clone_dtoh(&y)
+            .map_err(|e| format!("download: {e}"))?;
+        Ok(self.output(out))
+    }
+
+    /// Whether any of the stage's products is of float weights (the ones
+    /// cuBLAS takes when it loads).
+    pub(super) fn has_float_products(&self) -> bool {
+        let float =
+            |m: &DeviceMatrix| matches!(m.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let blocks = self.blocks.iter().any(|b| {
+            [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]
+                .into_iter()
+                .any(float)
+        });
+        blocks || self.head.as_ref().is_some_and(|(_, output)| float(output))
+    }
+
+    /// What the stage hands on: logits on the last stage, else activations.
+    fn output(&self, out: Vec<f32>) -> StageOutput {
+        match self.head {
+            Some(_) => StageOutput::Logits(out),
+            None => StageOutput::Activations(out),
+        }
+    }
+
+    /// Enqueues `n` tokens' activations `xd` through the blocks and the
+    /// head, from the position `self.pos` holds, with `stride` rooms for
+    /// scores (see [`Gpu::attention`]): the result stays on the device.
+    pub(super) fn run(
+        &mut self,
+        mut xd: CudaSlice<f32>,
+        n: usize,
+        stride: usize,
+        logits: Logits,
+    ) -> Result<CudaSlice<f32>, String> {
+        let d = self.config.embedding;
         for i in 0..self.blocks.len() {
-            self.block(i, &mut xd, pos, n)?;
+            self.block(i, &mut xd, n, stride)?;
         }
         let Some((norm, output)) = &self.head else {
-            let out = stream
-                .clone_dtoh(&xd)
-                .map_err(|e| format!("download: {e}"))?;
-            return Ok(StageOutput::Activations(out));
+            return Ok(xd);
         };
         let rows = match logits {
             Logits::Last => {
@@ -141,19 +201,15 @@ impl DeviceStage {
         };
         let gpu = &self.gpu;
         let normed = gpu.rms_norm(&rows, norm, d, self.config.rms_eps)?;
-        let y = gpu.product(output, &gpu.encode(output.ty, &normed)?)?;
-        let out = stream
-            .clone_dtoh(&y)
-            .map_err(|e| format!("download: {e}"))?;
-        Ok(StageOutput::Logits(out))
+        gpu.product(output, &gpu.encode(output.ty, &normed)?)
     }
 
     fn block(
         &mut self,
         i: usize,
         x: &mut CudaSlice<f32>,
-        pos: usize,
         n: usize,
+        stride: usize,
     ) -> Result<(), String> {
         let (gpu, c, b) = (&self.gpu, &self.config, &self.blocks[i]);
         let (d, kvd) = (c.embedding, c.kv_dim());
@@ -169,16 +225,15 @@ impl DeviceStage {
             gpu.add_bias(&mut v, bv)?;
         }
         let scale = theta_scale(c.rope_base, c.rope_dims);
+        let pos = &self.pos;
         let rope = |x: &mut CudaSlice<f32>, heads: usize| {
             gpu.rope(x, n, heads, c.head_dim, c.rope_dims, scale, c.rope, pos)
         };
         rope(&mut q, c.heads)?;
         rope(&mut k, c.kv_heads)?;
-        let span = pos * kvd..(pos + n) * kvd;
         let (keys, values) = (&mut self.keys[i], &mut self.values[i]);
-        gpu.copy(&k, &mut keys.slice_mut(span.clone()))?;
-        gpu.copy(&v, &mut values.slice_mut(span))?;
-        let attn = gpu.attention(c, &q, keys, values, pos, n)?;
+        gpu.kv_store((&k, &v), (keys, values), pos, kvd)?;
+        let attn = gpu.attention(c, &q, keys, values, pos, n, stride)?;
         let o = gpu.product(&b.o, &gpu.encode(b.o.ty, &attn)?)?;
         gpu.add(x, &o)?;
         let h = gpu.rms_norm(x, &b.ffn_norm, d, c.rms_eps)?;

@@ -131,7 +131,9 @@ impl Gpu {
         let (rows, cols) = (int(w.rows)?, int(w.cols)?);
         let config = launch::per_row(w.rows, n)?;
         match (&acts.data, w.ty) {
-            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) => {
+            // One token a warp for one token (decode); a batch in tiles of
+            // tokens, each weight word loaded once a tile (`quant.cu`).
+            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) if n == 1 => {
                 let name = if w.ty == GgmlType::Q8_0 {
                     "matvec_q8_0"
                 } else {
@@ -144,6 +146,23 @@ impl Gpu {
                         .arg(&mut y)
                         .arg(&rows)
                         .arg(&cols);
+                })?;
+            }
+            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) => {
+                let name = if w.ty == GgmlType::Q8_0 {
+                    "matvec_q8_0_tiled"
+                } else {
+                    "matvec_q4_0_tiled"
+                };
+                let tokens = int(n)?;
+                self.launch(name, launch::per_row_tiled(w.rows, n)?, |b| {
+                    b.arg(&w.data)
+                        .arg(q)
+                        .arg(d)
+                        .arg(&mut y)
+                        .arg(&rows)
+                        .arg(&cols)
+                        .arg(&tokens);
                 })?;
             }
             (ActsData::Q8K { q, d, sums }, GgmlType::Q4K) => {
@@ -230,7 +249,8 @@ impl Gpu {
         })
     }
 
-    /// Rope over `tokens` tokens of `heads` heads from position `pos`.
+    /// Rope over `tokens` tokens of `heads` heads from the position `pos`
+    /// holds on the device.
     #[allow(clippy::too_many_arguments)] // the rope's parameters, as the CPU's
     pub fn rope(
         &self,
@@ -241,46 +261,61 @@ impl Gpu {
         dims: usize,
         theta_scale: f32,
         layout: RopeLayout,
-        pos: usize,
+        pos: &CudaSlice<i32>,
     ) -> Result<(), String> {
         let work = tokens * heads * (dims / 2);
         let args = [int(tokens)?, int(heads)?, int(head_dim)?, int(dims)?];
-        let (neox, pos) = (neox(layout), int(pos)?);
+        let neox = neox(layout);
         self.launch("rope", launch::elementwise(work)?, |b| {
             b.arg(x)
                 .arg(&args[0])
                 .arg(&args[1])
                 .arg(&args[2])
                 .arg(&args[3]);
-            b.arg(&theta_scale).arg(&neox).arg(&pos);
+            b.arg(&theta_scale).arg(&neox).arg(pos);
         })
     }
 
-    /// Causal grouped-query attention of `n` new tokens from `pos` over the
-    /// cache `keys`/`values` (already holding them). A long prefill runs in
-    /// chunks of tokens, so the score scratch (chunk × heads × (pos + n)
+    /// Stores `n` tokens' keys `k` and values `v` (each `n × kv_dim`) in
+    /// the caches from the position `pos` holds on the device.
+    pub fn kv_store(
+        &self,
+        (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
+        (keys, values): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        pos: &CudaSlice<i32>,
+        kv_dim: usize,
+    ) -> Result<(), String> {
+        let (kvd, total) = (int(kv_dim)?, int(k.len())?);
+        self.launch("kv_store", launch::elementwise(k.len())?, |b| {
+            b.arg(k).arg(v).arg(keys).arg(values).arg(pos);
+            b.arg(&kvd).arg(&total);
+        })
+    }
+
+    /// Causal grouped-query attention of `n` new tokens from the position
+    /// `pos` holds on the device over the cache `keys`/`values` (already
+    /// holding them); `stride`, at least that position + `n`, is each
+    /// token's and head's room for scores (a captured step passes the
+    /// cache's capacity, right at every position). A long prefill runs in
+    /// chunks of tokens, so the score scratch (chunk × heads × stride
     /// floats) stays within [`launch::SCORES_FLOATS`] and the grid's y
     /// within [`launch::MAX_GRID_Y`].
+    #[allow(clippy::too_many_arguments)] // the cache, where, and how much
     pub fn attention(
         &self,
         c: &Config,
         q: &CudaSlice<f32>,
         keys: &CudaSlice<f32>,
         values: &CudaSlice<f32>,
-        pos: usize,
+        pos: &CudaSlice<i32>,
         n: usize,
+        stride: usize,
     ) -> Result<CudaSlice<f32>, String> {
-        let stride = pos + n;
         let chunk = launch::attention_chunk(c.heads, stride, n);
         let mut out = self.alloc::<f32>(n * c.q_dim())?;
         let mut scores = self.alloc::<f32>(chunk * c.heads * stride)?;
-        let args = [
-            int(c.heads)?,
-            int(c.kv_heads)?,
-            int(c.head_dim)?,
-            int(pos)?,
-            int(stride)?,
-        ];
+        let args = [int(c.heads)?, int(c.kv_heads)?, int(c.head_dim)?];
+        let stride_arg = int(stride)?;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         for t0 in (0..n).step_by(chunk) {
             let t0_arg = int(t0)?;
@@ -294,7 +329,7 @@ impl Gpu {
                 for a in &args {
                     b.arg(a);
                 }
-                b.arg(&scale).arg(&t0_arg);
+                b.arg(pos).arg(&stride_arg).arg(&scale).arg(&t0_arg);
             })?;
         }
         Ok(out)

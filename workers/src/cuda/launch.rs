@@ -64,6 +64,18 @@ pub fn per_row(rows: usize, tokens: usize) -> Result<LaunchConfig, String> {
     })
 }
 
+/// Tokens per block along y of the Q8_0 and Q4_0 products (`quant.cu`'s
+/// TILE: the two must agree).
+pub const TOKEN_TILE: usize = 8;
+
+/// One warp per output row, each for up to [`TOKEN_TILE`] of `tokens`
+/// tokens: grid (ceil(rows / warps), ceil(tokens / TOKEN_TILE)).
+pub fn per_row_tiled(rows: usize, tokens: usize) -> Result<LaunchConfig, String> {
+    let mut c = per_row(rows, 1)?;
+    c.grid_dim.1 = tokens_y(tokens.div_ceil(TOKEN_TILE))?;
+    Ok(c)
+}
+
 /// One warp per quantization block, `blocks` of them.
 pub fn per_block(blocks: usize) -> Result<LaunchConfig, String> {
     per_row(blocks, 1)
@@ -112,6 +124,21 @@ mod tests {
                 assert_eq!(c.block_dim.0 % 32, 0);
             }
         }
+    }
+
+    #[test]
+    fn tiled_grids_cover_every_token_once() {
+        let quant = include_str!("quant.cu");
+        assert!(quant.contains(&format!("#define TILE {TOKEN_TILE}")));
+        for tokens in [1, 7, 8, 9, 512, 513] {
+            let c = per_row_tiled(4097, tokens).unwrap();
+            assert_eq!(c.grid_dim.0, per_row(4097, 1).unwrap().grid_dim.0);
+            let y = c.grid_dim.1 as usize;
+            // Block y takes tokens TILE * y ..: the last block starts
+            // inside the batch and the blocks reach its end.
+            assert!(y * TOKEN_TILE >= tokens && (y - 1) * TOKEN_TILE < tokens);
+        }
+        assert!(per_row_tiled(4, TOKEN_TILE * MAX_GRID_Y + 1).is_err());
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod emulate;
 #[cfg(test)]
 mod emulate_ops;
 mod forward;
+mod graph;
 mod kernels;
 pub mod launch;
 

@@ -153,13 +153,28 @@ extern "C" __global__ void swiglu(float* gate, const float* up, int total) {
     }
 }
 
+// Stores `total` values of new keys and values (tokens × kv_dim) in the
+// caches from position `*pos` on: `keys[*pos * kv_dim + i] = k[i]`.
+extern "C" __global__ void kv_store(const float* k, const float* v, float* keys, float* values,
+                                    const int* pos, int kv_dim, int total) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) {
+        size_t at = (size_t)*pos * kv_dim + i;
+        keys[at] = k[i];
+        values[at] = v[i];
+    }
+}
+
 // Rotates the first `dims` dimensions of every `head_dim` head of `x`
-// (tokens × heads × head_dim) for positions pos0, pos0 + 1, ...: one
+// (tokens × heads × head_dim) for positions pos0, pos0 + 1, ... (`*pos`,
+// read from device memory so that a captured decode step replays at any
+// position): one
 // thread per (token, head, pair). `neox` pairs (i, i + dims/2), otherwise
 // (2i, 2i + 1). The angle of pair i is the position times theta_scale^i,
 // multiplied up step by step as the CPU does.
 extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, int dims,
-                                float theta_scale, int neox, int pos0) {
+                                float theta_scale, int neox, const int* pos) {
+    int pos0 = *pos;
     int pairs = dims / 2;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= tokens * heads * pairs) return;
@@ -176,15 +191,18 @@ extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, i
 }
 
 // Causal grouped-query attention: block (head, token) attends over the
-// cached positions 0..=pos0 + token. Block y is token t0 + y; `scores`
-// holds `stride` floats (at least pos0 + t0 + gridDim.y) per (y, head).
+// cached positions 0..=pos0 + token (pos0 = `*pos`, in device memory as
+// for `rope`). Block y is token t0 + y; `scores` holds `stride` floats (at
+// least pos0 + t0 + gridDim.y) per (y, head).
 // Query head h reads key/value head h / (heads / kv_heads). As
 // `model::ops::attend`: scores by dot8, softmax with v_expf and its
 // denominator summed group by group of 8 in order, values added in order.
 extern "C" __global__ void attention(const float* q, const float* keys, const float* values,
                                      float* out, float* scores, int heads, int kv_heads,
-                                     int head_dim, int pos0, int stride, float scale, int t0) {
+                                     int head_dim, const int* pos, int stride, float scale,
+                                     int t0) {
     __shared__ float fscratch[THREADS];
+    int pos0 = *pos;
     __shared__ double total;
     int head = blockIdx.x, t = t0 + blockIdx.y;
     int len = pos0 + t + 1;

@@ -5,7 +5,9 @@
 //
 // Launch: blocks of (warps × 32) threads, grid (ceil(rows / warps), tokens);
 // warp w of block b computes row b * warps + w for token blockIdx.y, and
-// writes y[token * rows + row].
+// writes y[token * rows + row]. The `_tiled` Q8_0 and Q4_0 products take
+// TILE tokens per block along y instead (grid (ceil(rows / warps),
+// ceil(tokens / TILE))).
 //
 // Each block's integer sum is exact and is scaled as the CPU scales it
 // (the host compiles with --fmad=false so no multiply-add is fused); only
@@ -166,6 +168,121 @@ extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* a
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+// The Q8_0 and Q4_0 products for a batch (a prefill): TILE tokens per
+// block along y (`launch::TOKEN_TILE`), so each weight word is loaded once
+// and used for up to TILE tokens, whose sums stay in registers. The lanes
+// do as in the one-token kernels above, and each token's sum is taken in
+// the same order, so a token's result is the same bits either way. (One
+// token runs the kernels above: on an H200 the tiled ones made decode
+// slower, 225 -> 191 tok/s on a 7B q4_0, and a 128-token prefill faster,
+// 614 -> 787.)
+#define TILE 8
+
+// Q8_0 · Q8_0 for a batch: block y takes tokens TILE * y .. TILE * y +
+// TILE (fewer at the end).
+extern "C" __global__ void matvec_q8_0_tiled(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols, int tokens) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, blocks = cols / 32;
+    int t0 = blockIdx.y * TILE, nt = min(TILE, tokens - t0);
+    int part = lane % 4;
+    const u8* wrow = w + (size_t)row * blocks * 34;
+    float sum[TILE];
+#pragma unroll
+    for (int i = 0; i < TILE; i++) sum[i] = 0.0f;
+    for (int first = 0; first < blocks; first += WARP / 4) {
+        int b = first + lane / 4;
+        bool live = b < blocks;
+        int w0 = 0, w1 = 0;
+        float wd = 0.0f;
+        if (live) {
+            const u8* q = wrow + b * 34 + 2 + part * 8;
+            w0 = load_i32_b2(q);
+            w1 = load_i32_b2(q + 4);
+            wd = load_f16(wrow + b * 34);
+        }
+#pragma unroll
+        for (int i = 0; i < TILE; i++) {
+            if (i < nt) {
+                int t = t0 + i, s = 0;
+                if (live) {
+                    const int* ab = (const int*)(aq + (size_t)t * cols + b * 32 + part * 8);
+                    s = __dp4a(w0, ab[0], s);
+                    s = __dp4a(w1, ab[1], s);
+                }
+                s = group_sum(s, 4);
+                if (part == 0 && live) sum[i] += (float)s * (wd * ad[t * blocks + b]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TILE; i++) {
+        if (i < nt) {
+            float total = warp_sum(sum[i]);
+            if (lane == 0) y[(size_t)(t0 + i) * rows + row] = total;
+        }
+    }
+}
+
+// Q4_0 · Q8_0 for a batch, tokens along y as for Q8_0.
+extern "C" __global__ void matvec_q4_0_tiled(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols, int tokens) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, blocks = cols / 32;
+    int t0 = blockIdx.y * TILE, nt = min(TILE, tokens - t0);
+    int half = lane % 2;
+    const u8* wrow = w + (size_t)row * blocks * 18;
+    float sum[TILE];
+#pragma unroll
+    for (int i = 0; i < TILE; i++) sum[i] = 0.0f;
+    for (int first = 0; first < blocks; first += WARP / 2) {
+        int b = first + lane / 2;
+        bool live = b < blocks;
+        int lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0;
+        float wd = 0.0f;
+        if (live) {
+            const u8* q = wrow + b * 18 + 2 + half * 8;
+            int w0 = load_i32_b2(q), w1 = load_i32_b2(q + 4);
+            lo0 = w0 & 0x0F0F0F0F;
+            lo1 = w1 & 0x0F0F0F0F;
+            hi0 = (w0 >> 4) & 0x0F0F0F0F;
+            hi1 = (w1 >> 4) & 0x0F0F0F0F;
+            wd = load_f16(wrow + b * 18);
+        }
+#pragma unroll
+        for (int i = 0; i < TILE; i++) {
+            if (i < nt) {
+                int t = t0 + i, s = 0;
+                if (live) {
+                    const i8* a = aq + (size_t)t * cols + b * 32;
+                    const int* lo = (const int*)(a + half * 8);
+                    const int* hi = (const int*)(a + 16 + half * 8);
+                    s = __dp4a(lo0, lo[0], s);
+                    s = __dp4a(lo1, lo[1], s);
+                    s = __dp4a(hi0, hi[0], s);
+                    s = __dp4a(hi1, hi[1], s);
+                    int total = __dp4a(0x01010101, lo[0], 0);
+                    total = __dp4a(0x01010101, lo[1], total);
+                    total = __dp4a(0x01010101, hi[0], total);
+                    total = __dp4a(0x01010101, hi[1], total);
+                    s -= 8 * total;
+                }
+                s = group_sum(s, 2);
+                if (half == 0 && live) sum[i] += (float)s * (wd * ad[t * blocks + b]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TILE; i++) {
+        if (i < nt) {
+            float total = warp_sum(sum[i]);
+            if (lane == 0) y[(size_t)(t0 + i) * rows + row] = total;
+        }
+    }
 }
 
 // ggml's get_scale_min_k4: sub-block j's 6-bit scale and min.
