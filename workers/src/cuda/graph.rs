@@ -6,8 +6,8 @@
 //! score room as wide as the cache, so the same graph is right at every
 //! position. `DROVER_CUDA_GRAPH=0` turns it off; it is off where cuBLAS
 //! runs a product (a float matrix with cuBLAS loaded: its calls are not
-//! captured here), and a capture that
-//! fails turns it off for the stage, which then runs its steps as before.
+//! captured here); and a capture that fails turns it off for the stage,
+//! which then runs its steps kernel by kernel, with the same results.
 
 use super::forward::DeviceStage;
 use crate::model::Logits;

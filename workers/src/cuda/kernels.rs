@@ -131,7 +131,7 @@ impl Gpu {
         let (rows, cols) = (int(w.rows)?, int(w.cols)?);
         let config = launch::per_row(w.rows, n)?;
         match (&acts.data, w.ty) {
-            // One token a warp for one token (decode); a batch in tiles of
+            // One token (decode): the one-token kernels. A batch: tiles of
             // tokens, each weight word loaded once a tile (`quant.cu`).
             (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) if n == 1 => {
                 let name = if w.ty == GgmlType::Q8_0 {
