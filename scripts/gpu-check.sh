@@ -163,7 +163,10 @@ first_difference() {
     fi
   done
 }
-TIMEOUTS=0
+# Hangs are counted in a file: `gen` mostly runs inside $(...), a subshell,
+# where a variable's increment would be lost.
+HANGS=$WORK/hangs
+: >"$HANGS"
 gen() { # model backend logits-file [extra args...]
   local model=$1 backend=$2 logits=$3
   shift 3
@@ -172,7 +175,7 @@ gen() { # model backend logits-file [extra args...]
   timeout 30 "$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 \
     --temperature 0 --json --backend "$backend" --logits-out "$logits" "$@" 2>>"$OUT/stderr.log"
   local rc=$?
-  [ "$rc" = 124 ] && { TIMEOUTS=$((TIMEOUTS + 1)); say "  timed out: $backend $model"; }
+  [ "$rc" = 124 ] && { echo "$backend $model" >>"$HANGS"; say "  timed out: $backend $model"; }
   return "$rc"
 }
 # The largest difference between the CPU's and the GPU's logits over the
@@ -189,7 +192,8 @@ logit_difference() { # cpu gpu portable
 import array, sys
 def read(path):
     a = array.array("f")
-    a.frombytes(open(path, "rb").read())
+    data = open(path, "rb").read()
+    a.frombytes(data[: len(data) // 4 * 4])  # a run cut short: whole floats
     return a
 def diff(a, b):
     n = min(len(a), len(b))
@@ -204,7 +208,7 @@ check() { # name model label cublas(1|0) [extra args...]
   local name=$1 model=$2 label=$3 cublas=$4
   shift 4
   local cpu gpu verdict diff="- - -" logits=none
-  if [ "$TIMEOUTS" -ge 3 ]; then
+  if [ "$(wc -l <"$HANGS")" -ge 3 ]; then
     say "$name $label: skipped (three runs hung)"
     FAILED=1
     return
@@ -216,7 +220,15 @@ check() { # name model label cublas(1|0) [extra args...]
   if [ -s "$WORK/cpu.f32" ] && [ -s "$WORK/gpu.f32" ] && [ -s "$WORK/portable.f32" ]; then
     diff=$(logit_difference "$WORK/cpu.f32" "$WORK/gpu.f32" "$WORK/portable.f32")
     logits=${diff##* }
-    [ "$logits" = OVER ] && FAILED=1
+    case $logits in
+    ok | spread) ;;
+    OVER) FAILED=1 ;;
+    *)
+      diff="- - -"
+      logits=unchecked # python3 missing or failing (its message is above)
+      FAILED=1
+      ;;
+    esac
   fi
   rm -f "$WORK/cpu.f32" "$WORK/gpu.f32" "$WORK/portable.f32"
   read -r gpu_diff own_diff _ <<<"$diff"
@@ -271,7 +283,7 @@ done
 # minutes of the lease).
 t0=$(date +%s)
 [ -f "$SEVEN" ] || "$W" make-model --shape 7b --type q4_0 --seed 7 "$SEVEN" >>"$REPORT" 2>&1 ||
-  say "FAIL: make-model 7b"
+  { say "FAIL: make-model 7b"; FAILED=1; }
 say "made the 7b q4_0 model in $(($(date +%s) - t0)) s"
 [ -f "$SEVEN" ] && bench "$SEVEN" cuda 200 && bench "$SEVEN" cuda 200 0
 

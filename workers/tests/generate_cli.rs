@@ -116,6 +116,11 @@ fn bad_arguments_are_named() {
     assert!(e.contains("does not cover blocks 0..5"), "{e}");
     let e = run(&["generate", "--model", "/nonexistent.gguf", "--prompt", "x"]);
     assert!(e.contains("/nonexistent.gguf"), "{e}");
+    let e = generate(&["--logits-out", "/nonexistent-dir/logits.f32"]);
+    assert!(
+        e.contains("--logits-out /nonexistent-dir/logits.f32"),
+        "{e}"
+    );
     let e = run(&["make-model", "--type", "q5_1", "/tmp/x.gguf"]);
     assert!(e.contains("--type q5_1"), "{e}");
     let e = run(&["make-model", "--shape", "heads=3", "/tmp/x.gguf"]);

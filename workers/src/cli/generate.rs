@@ -39,8 +39,10 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub json: bool,
     /// Also writes the logits each token was sampled from to this file:
-    /// one row of `vocab` little-endian f32 per sampled step, in order
-    /// (for comparing backends; `scripts/gpu-check.sh` does).
+    /// one row of `vocab` little-endian f32 per sampled step, in order, the
+    /// step that sampled the end of text included (so one row more than
+    /// `tokens` when the reason is `eos`); for comparing backends
+    /// (`scripts/gpu-check.sh` does).
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
 }
@@ -108,9 +110,7 @@ fn complete(
     let mut out = std::io::stdout().lock();
     let mut text = String::new();
     let mut tokens = Vec::new();
-    let mut logits = chain
-        .forward(prompt, Logits::Last)
-        .map_err(|e| e.to_string())?;
+    // Opened before any work, so a bad path fails at once.
     let mut logits_out = match &a.logits_out {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -118,6 +118,13 @@ fn complete(
         )),
         None => None,
     };
+    let finish_logits = |w: Option<std::io::BufWriter<std::fs::File>>| match w {
+        Some(mut w) => w.flush().map_err(|e| format!("--logits-out: {e}")),
+        None => Ok(()),
+    };
+    let mut logits = chain
+        .forward(prompt, Logits::Last)
+        .map_err(|e| e.to_string())?;
     let reason = loop {
         if a.max_tokens > 0 && tokens.len() >= a.max_tokens {
             break "max_tokens";
@@ -137,7 +144,9 @@ fn complete(
             match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
                 Ok(()) => {}
                 // A reader that closed stdout (`| head`) wants no more.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return finish_logits(logits_out);
+                }
                 Err(e) => return Err(format!("stdout: {e}")),
             }
         }
@@ -149,9 +158,7 @@ fn complete(
             .forward(&[next], Logits::Last)
             .map_err(|e| e.to_string())?;
     };
-    if let Some(mut w) = logits_out {
-        w.flush().map_err(|e| format!("--logits-out: {e}"))?;
-    }
+    finish_logits(logits_out)?;
     let rest = decoder.finish();
     text.push_str(&rest);
     let written = if a.json {

@@ -11,7 +11,9 @@
 
 use super::forward::DeviceStage;
 use crate::model::Logits;
-use cudarc::driver::sys::{CUgraphInstantiate_flags_enum, CUstreamCaptureMode};
+use cudarc::driver::sys::{
+    CUdevice_attribute, CUgraphInstantiate_flags_enum, CUstreamCaptureMode, CUstreamCaptureStatus,
+};
 use cudarc::driver::{CudaGraph, CudaSlice};
 
 /// Whether one-token steps run as a graph.
@@ -32,10 +34,10 @@ pub struct Step {
     output: CudaSlice<f32>,
 }
 
-// SAFETY: the graph's handles are the driver's, usable from any thread on
-// which the context is current (cudarc makes it current before each
-// launch); the stage that owns them is used by one thread at a time
-// (`&mut self`), as its buffers are.
+// SAFETY: Send only moves the step to another thread. The graph's
+// handles are the driver's, not tied to the thread that made them: any
+// thread may launch or destroy them once the context is current there,
+// and cudarc makes it current before each launch and in Drop.
 unsafe impl Send for Step {}
 
 /// Whether graphs are wanted (`DROVER_CUDA_GRAPH=0` says no).
@@ -73,6 +75,20 @@ impl DeviceStage {
         if !wanted() || (self.gpu.blas.is_some() && self.has_float_products()) {
             return Ok(Decode::Off);
         }
+        let ctx = self.gpu.stream.context().clone();
+        let what = |e: cudarc::driver::DriverError| format!("--backend cuda: {e}");
+        // The step's buffers must be allocated and freed in stream order to
+        // be captured (cudarc frees synchronously without memory pools,
+        // which would break the capture).
+        let pools = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+            .map_err(what)?;
+        if pools == 0 {
+            return Ok(Decode::Off);
+        }
+        // An error a Drop stored earlier is the device's, not the capture's:
+        // report it here rather than let it turn graphs off.
+        ctx.check_err().map_err(what)?;
         let d = self.config.embedding;
         let out_len = self.head.as_ref().map_or(d, |(_, output)| output.rows);
         let input = self.gpu.alloc::<f32>(d)?;
@@ -91,7 +107,17 @@ impl DeviceStage {
             let y = self.run(xd, 1, capacity, Logits::Last)?;
             self.gpu.copy(&y, &mut output)
         })();
+        // A capture that broke part way leaves errors stored by the Drops of
+        // its buffers (their frees fail once it is invalid); cudarc would
+        // return such an error before ending the capture, and the stream
+        // would stay in capture mode. Clear them, then end it.
+        let _ = ctx.check_err();
         let graph = stream.end_capture(CUgraphInstantiate_flags_enum(0));
+        let _ = ctx.check_err();
+        let capturing = stream.capture_status().map_err(what)?;
+        if capturing != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err("--backend cuda: the decode step's capture could not be ended".into());
+        }
         match (body, graph) {
             (Ok(()), Ok(Some(graph))) => Ok(Decode::Captured(Step {
                 graph,
