@@ -15,7 +15,8 @@
 # qwen2 (NEOX rope, QKV biases), in f32, f16, bf16, q8_0, q4_0, q4_k,
 # q6_k and q4_k_m; the llama q4_k_m one also split into two stages; a
 # tied head (tied=1) in q8_0 and q4_k_m; a rope over 16 of each head's 32
-# dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k. Each run also
+# dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k; heads of their
+# own size (4 heads of 48 in a 256-wide model, head_dim=48) in q8_0. Each run also
 # writes the logits it sampled from (`generate --logits-out`), and so does
 # a second CPU run on the portable kernels: while the tokens agree, the
 # largest CPU-GPU logit difference is held to 1e-3, and where it is over,
@@ -139,7 +140,8 @@ for arch in llama qwen2; do
   done
 done
 for entry in tied-q8_0:small,tied=1:q8_0 tied-q4_k_m:small,tied=1:q4_k_m \
-  rope16-q8_0:small,rope_dims=16:q8_0 qwen2-rope16-q4_k:small,arch=qwen2,rope_dims=16:q4_k; do
+  rope16-q8_0:small,rope_dims=16:q8_0 qwen2-rope16-q4_k:small,arch=qwen2,rope_dims=16:q4_k \
+  heads48-q8_0:small,heads=4,kv_heads=2,head_dim=48:q8_0; do
   IFS=: read -r name shape ty <<<"$entry"
   path=$WORK/models/$name.gguf
   [ -f "$path" ] || "$W" make-model --shape "$shape" --type "$ty" --seed 7 \

@@ -86,15 +86,18 @@ pub fn make_model(
         )
         .meta(
             &k("rope.dimension_count"),
-            Value::U32(shape.rope_dims.unwrap_or(shape.dim / shape.heads) as u32),
+            Value::U32(shape.rope_dims.unwrap_or(shape.head()) as u32),
         )
         .meta(&k("rope.freq_base"), Value::F32(10000.0))
         .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
         .meta("general.file_type", Value::U32(recipe.file_type()));
+    if let Some(head) = shape.head_dim {
+        out.meta(&k("attention.key_length"), Value::U32(head as u32))
+            .meta(&k("attention.value_length"), Value::U32(head as u32));
+    }
     vocabulary(&mut out, shape.vocab, vocab_from)?;
     let mut rng = SplitMix64::new(seed);
-    let d = shape.dim;
-    let kv = d / shape.heads * shape.kv_heads;
+    let (d, q, kv) = (shape.dim, shape.q_dim(), shape.kv_dim());
     let layers = shape.layers;
     let mut tensor =
         |name: String, cols: usize, rows: usize, scale: f32, ty: Option<GgmlType>, offset: f32| {
@@ -130,15 +133,15 @@ pub fn make_model(
     for i in 0..shape.layers {
         let n = |s: &str| format!("blk.{i}.{s}");
         tensor(n("attn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
-        tensor(n("attn_q.weight"), d, d, unit(d), None, 0.0);
+        tensor(n("attn_q.weight"), d, q, unit(d), None, 0.0);
         tensor(n("attn_k.weight"), d, kv, unit(d), None, 0.0);
         tensor(n("attn_v.weight"), d, kv, unit(d), None, 0.0);
         if a == "qwen2" {
-            tensor(n("attn_q.bias"), d, 1, 0.5, Some(GgmlType::F32), 0.0);
+            tensor(n("attn_q.bias"), q, 1, 0.5, Some(GgmlType::F32), 0.0);
             tensor(n("attn_k.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
             tensor(n("attn_v.bias"), kv, 1, 0.5, Some(GgmlType::F32), 0.0);
         }
-        tensor(n("attn_output.weight"), d, d, 0.5 * unit(d), None, 0.0);
+        tensor(n("attn_output.weight"), q, d, 0.5 * unit(q), None, 0.0);
         tensor(n("ffn_norm.weight"), d, 1, 0.2, Some(GgmlType::F32), 1.0);
         tensor(n("ffn_gate.weight"), d, shape.ff, unit(d), None, 0.0);
         tensor(n("ffn_up.weight"), d, shape.ff, unit(d), None, 0.0);
@@ -339,6 +342,14 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         shape: "small,arch=qwen2",
         recipe: "f32",
         seed: 2,
+    },
+    // Heads of their own size (`attention.key_length`): 4 heads of 48, so
+    // the query and attention's output are 192 wide in a 256-wide model.
+    GoldenFixture {
+        name: "heads-f32",
+        shape: "small,heads=4,kv_heads=2,head_dim=48",
+        recipe: "f32",
+        seed: 3,
     },
 ];
 

@@ -1,6 +1,6 @@
 //! The fixtures `scripts/gpu-check.sh` makes beyond the `small` shape (a
-//! tied head, a rope over part of each head) are made and run on the CPU,
-//! so the GPU check's failures are the GPU's.
+//! tied head, a rope over part of each head, heads of their own size) are
+//! made and run on the CPU, so the GPU check's failures are the GPU's.
 
 use std::process::Command;
 
@@ -23,6 +23,7 @@ fn the_gpu_checks_fixtures_are_made_and_generate_on_the_cpu() {
         ("small,tied=1", "q4_k_m"),
         ("small,rope_dims=16", "q8_0"),
         ("small,arch=qwen2,rope_dims=8", "q4_k"),
+        ("small,heads=4,kv_heads=2,head_dim=48", "q8_0"),
     ] {
         let path = dir.join(format!("{}-{ty}.gguf", shape.replace([',', '='], "-")));
         let path = path.to_str().unwrap();

@@ -112,7 +112,7 @@ fn bound(name: &str) -> Bound {
 fn tokens_logits_and_greedy_continuations_match_llama_cpp() {
     let dir = common::scratch("golden");
     let all = goldens();
-    assert!(all.len() >= 7, "stories260k and every fixture have goldens");
+    assert!(all.len() >= 8, "stories260k and every fixture have goldens");
     let mut exact_positions = 0;
     let mut positions = 0;
     for (name, golden) in &all {

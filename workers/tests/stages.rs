@@ -39,6 +39,50 @@ fn every_split_of_stories260k_gives_bit_identical_logits() {
     }
 }
 
+/// A model whose heads are not `dim / heads` wide (`attention.key_length`,
+/// as in Mistral-NeMo): made with the size asked for, read back with it,
+/// and split into stages with bit-identical logits. (llama.cpp's logits
+/// for it are the `heads-f32` golden.)
+#[test]
+fn heads_of_their_own_size_are_made_read_and_split() {
+    use workers::fixture::{Recipe, Shape, make_model};
+    let shape = Shape::parse("small,heads=4,kv_heads=2,head_dim=48").expect("shape");
+    assert_eq!((shape.q_dim(), shape.kv_dim()), (192, 96));
+    let path = common::scratch("head-dim").join("heads.gguf");
+    make_model(&shape, Recipe::parse("f32").expect("f32"), 3, None)
+        .expect("make")
+        .write_file(&path)
+        .expect("write");
+    let file = ModelFile::open(&path).expect("open");
+    let config = Config::from_header(file.header(), "heads").expect("config");
+    assert_eq!(
+        (config.head_dim, config.q_dim(), config.embedding),
+        (48, 192, 256)
+    );
+    let elements: u64 = file.header().tensors.iter().map(|t| t.elements()).sum();
+    assert_eq!(elements, shape.parameters());
+    let q = file.header().tensor("blk.0.attn_q.weight").expect("q");
+    let o = file.header().tensor("blk.0.attn_output.weight").expect("o");
+    assert_eq!(
+        (q.dims.as_slice(), o.dims.as_slice()),
+        (&[256, 192][..], &[192, 256][..])
+    );
+    let prompt = [1u32, 300, 301, 302, 303];
+    let logits = |split: &[std::ops::Range<usize>]| {
+        let mut chain = Chain::open(&path, split, 32).expect("chain");
+        let mut all = vec![chain.forward(&prompt, Logits::All).expect("prefill")];
+        all.push(chain.forward(&[304], Logits::Last).expect("decode"));
+        all
+    };
+    let one = logits(&balanced_split(4, 1));
+    assert!(one.iter().flatten().all(|x| x.is_finite()));
+    for split in [balanced_split(4, 2), split_from_sizes(&[1, 3])] {
+        let bits =
+            |v: &[Vec<f32>]| -> Vec<u32> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+        assert_eq!(bits(&logits(&split)), bits(&one), "split {split:?}");
+    }
+}
+
 #[test]
 fn balanced_splits_are_contiguous_and_front_loaded() {
     assert_eq!(balanced_split(5, 3), vec![0..2, 2..4, 4..5]);

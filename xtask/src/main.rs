@@ -67,9 +67,10 @@ enum Task {
         /// side by side, printing the ratio (`xtask/src/baseline.rs`).
         #[arg(long, value_name = "REV")]
         baseline: Option<String>,
-        /// `bench pipeline` only: just the two hop tables (the models
-        /// whose compute is negligible), a few minutes instead of half an
-        /// hour.
+        /// `bench pipeline` only: just the hop tables (models whose
+        /// compute is small: the 256-byte row, the 6 KiB row, and the 6
+        /// KiB row behind the 0.5B's attention), a few minutes instead of
+        /// half an hour.
         #[arg(long)]
         hop: bool,
     },
