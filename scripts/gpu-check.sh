@@ -31,7 +31,11 @@
 # and on the GPU alone a 7b-shape q4_0 one (llama-2-7B's shape, 3.8 GB),
 # with decode's fraction of the GPU's own copy bandwidth; each GPU bench
 # twice, with decode steps replayed as a captured graph (the default) and
-# without (DROVER_CUDA_GRAPH=0).
+# without (DROVER_CUDA_GRAPH=0). Before the benches, `drover up` serves
+# stories260K split over three local nodes with `backend = "cuda"` (agents,
+# workers and iroh edges as separate processes), and one prompt's text must
+# equal the CPU's (pipeline_check; PIPELINE_BACKEND=cpu tries it without a
+# GPU).
 #
 # What it needs, and where it finds it:
 # - drover-worker: target/gpu-check/drover-worker (a release build made
@@ -54,7 +58,9 @@
 #   cargo build --release --locked -p workers --bin drover-worker
 #   cp "${CARGO_TARGET_DIR:-target}/release/drover-worker" target/gpu-check/
 #   cp ../shared/models/stories260k.gguf target/gpu-check/  # ~1 MB; never committed
-# Run (the device tool; carry the one folder, ~30 MB):
+#   cargo build --release --locked -p runtime-real --bin drover --bin drover-agent
+#   for b in drover drover-agent; do xz -6 -T0 -c "${CARGO_TARGET_DIR:-target}/release/$b" > target/gpu-check/$b.xz; done
+# Run (the device tool; carry the one folder, ~45 MB):
 #   run command="bash scripts/gpu-check.sh" carry=["target/gpu-check"] timeout_s=480
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -257,6 +263,94 @@ for entry in ${MODELS[@]+"${MODELS[@]}"}; do
 done
 check "llama-q4_k_m split" "$WORK/models/small-llama-q4_k_m.gguf" "cuda --split 2,2" \
   1 --split 2,2
+
+# A pipeline across processes: `drover up` on local nodes (each node an
+# agent and its `drover-worker stage`, edges over iroh on loopback) with
+# `backend = "cuda"`, the model split over three stages, one prompt, its
+# text compared byte for byte with `drover-worker generate` on the CPU.
+# Needs drover and drover-agent carried (xz-compressed, as below).
+pipeline_check() {
+  local bin=$WORK/bin state=$WORK/pipeline plan=$WORK/pipeline.toml model=${1:-} b
+  local want got up rc i backend=${PIPELINE_BACKEND:-cuda}
+  say "== a pipeline across processes (drover up, 3 local nodes, backend = \"$backend\")"
+  [ -n "$model" ] || { say "FAIL: pipeline: no model"; FAILED=1; return; }
+  mkdir -p "$bin"
+  for b in drover drover-agent; do
+    if [ -f "$CARRY/$b.xz" ]; then
+      xz -dc "$CARRY/$b.xz" >"$bin/$b" || { say "FAIL: pipeline: cannot unpack $CARRY/$b.xz"; FAILED=1; return; }
+    elif [ -f "$CARRY/$b" ]; then
+      cp "$CARRY/$b" "$bin/$b"
+    else
+      say "FAIL: pipeline: no $CARRY/$b.xz (see Prepare)"
+      FAILED=1
+      return
+    fi
+    chmod +x "$bin/$b"
+  done
+  cp "$W" "$bin/drover-worker" # the agent runs the worker beside itself
+  rm -rf "$state"
+  cat >"$plan" <<TOML
+run_id = 1
+[model]
+path = "$PWD/$model"
+[pipeline]
+group = "workers"
+backend = "$backend"
+[prompt]
+rpc_addr = "127.0.0.1:0"
+[sampling]
+temperature = 0.0
+[[group]]
+name = "workers"
+role = "worker"
+count = 3
+provider = "local"
+[group.shape]
+image = "local"
+disk_gb = 1
+[group.boot]
+ssh_user = "drover"
+verify_commands = ["true"]
+start_command = "DROVER_JOIN_TOKEN='\${JOIN_TOKEN}' DROVER_CACHE_DIR=$PWD/$WORK/slice-cache nohup drover-agent --join '\${ORCH_ADDR}' --node '\${LOGICAL_NODE_ID}' > agent.log 2>&1 &"
+TOML
+  want=$("$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 --temperature 0 2>>"$OUT/stderr.log")
+  PATH="$bin:$PATH" timeout 180 "$bin/drover" --state-dir "$state" up "$plan" </dev/null >"$OUT/pipeline-up.log" 2>&1 &
+  up=$!
+  # Serving within 60 s (it takes about a second on a CPU).
+  for ((i = 0; i < 600; i++)); do
+    grep -q '^ready:' "$OUT/pipeline-up.log" 2>/dev/null && break
+    kill -0 "$up" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q '^ready:' "$OUT/pipeline-up.log"; then
+    if kill -0 "$up" 2>/dev/null; then
+      say "FAIL: pipeline: drover up did not serve within 60 s (its log: $OUT/pipeline-up.log)"
+      kill -TERM "$up" 2>/dev/null
+      wait "$up"
+    else
+      wait "$up"
+      say "FAIL: pipeline: drover up ended before serving, exit $? (its log: $OUT/pipeline-up.log):"
+      say "  $(tail -1 "$OUT/pipeline-up.log")"
+    fi
+    FAILED=1
+    return
+  fi
+  got=$(timeout 60 "$bin/drover" --state-dir "$state" prompt "Once upon a time" --max-tokens 32 2>>"$OUT/stderr.log")
+  if [ -n "$want" ] && [ "$got" = "$want" ]; then
+    say "pipeline $(basename "$model") $backend x3: same text as drover-worker generate on the CPU"
+  else
+    say "pipeline $(basename "$model") $backend x3: DIFFERENT"
+    say "  cpu:      $want"
+    say "  pipeline: $got"
+    FAILED=1
+  fi
+  kill -TERM "$up" 2>/dev/null
+  wait "$up"
+  rc=$?
+  [ "$rc" = 0 ] || { say "FAIL: pipeline: drover up exited $rc after the stop (log: $OUT/pipeline-up.log)"; FAILED=1; }
+  grep -E 'stage|cuda|GPU|error' "$OUT/pipeline-up.log" | tail -5 >>"$REPORT"
+}
+pipeline_check "${STORIES:-$WORK/models/small-llama-q8_0.gguf}"
 
 say "== tokens/s (decode's fraction: bytes read per token / the copy bandwidth of the memory read, the GPU's for cuda)"
 BIG=$WORK/models/0.5b-q4_0.gguf

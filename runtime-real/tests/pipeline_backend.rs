@@ -26,7 +26,8 @@ fn a_cuda_pipeline_loads_on_the_gpu_or_fails_naming_what_is_missing() {
             let failed = up.wait_line(SERVE, |l| l["event"] == "pipeline_failed");
             let error = failed["error"].as_str().unwrap();
             assert!(
-                error.contains("WeightLoadFailed") && error.contains("libcuda.so.1"),
+                error.starts_with("stage 0 failed to load its weights")
+                    && error.contains("libcuda.so.1"),
                 "{error}"
             );
             assert!(missing.contains("libcuda.so.1"), "{missing}");

@@ -107,7 +107,7 @@ fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes(
     // or the worker's exit.
     let repairing = up.wait_line(REPAIR, |l| l["event"] == "repairing");
     assert!(
-        repairing["cause"].as_str().unwrap().contains("stage: 1"),
+        repairing["cause"].as_str().unwrap().contains("stage 1 "),
         "{repairing}"
     );
     let repaired = up.wait_line(REPAIR, |l| l["event"] == "repaired");

@@ -133,12 +133,130 @@ pub enum RunError {
     },
 }
 
+impl fmt::Display for PhaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PhaseName::Readiness => "the readiness barrier",
+            PhaseName::Acknowledgement => "the acknowledgement",
+            PhaseName::WeightLoading => "weight loading",
+            PhaseName::StageReadiness => "stage readiness",
+            PhaseName::PromptStartup => "prompt startup",
+            PhaseName::Serving => "serving",
+            PhaseName::Repair => "a repair",
+        })
+    }
+}
+
+/// `0, 2 and 3`: stage indices for people.
+struct Stages<'a>(&'a [StageIndex]);
+
+impl fmt::Display for Stages<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        f.write_str(if n == 1 { "stage " } else { "stages " })?;
+        for (i, stage) in self.0.iter().enumerate() {
+            let sep = match i {
+                0 => "",
+                i if i + 1 == n => " and ",
+                _ => ", ",
+            };
+            write!(f, "{sep}{stage}")?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Debug text of these types holds ids and reasons only, never secrets.
+        // Ids, phases and reasons only: never a secret.
         match self {
             RunError::Planning(error) => write!(f, "planning: {error}"),
-            other => write!(f, "{other:?}"),
+            RunError::ReadinessTimeout { missing } => write!(
+                f,
+                "readiness timed out: the node of {} never reported ready",
+                Stages(missing)
+            ),
+            RunError::AckTimeout { missing } => write!(
+                f,
+                "acknowledgement timed out: {} not confirmed",
+                Stages(missing)
+            ),
+            RunError::StageProvisionFailed { stage, fault } => {
+                write!(f, "stage {stage} could not be provisioned: {fault}")
+            }
+            RunError::WeightLoadFailed { stage, fault } => {
+                write!(f, "stage {stage} failed to load its weights: {fault}")
+            }
+            RunError::WeightLoadTimeout { stage } => {
+                write!(f, "stage {stage} took too long to load its weights")
+            }
+            RunError::StageReadyTimeout {
+                missing,
+                token_endpoints_missing,
+            } => {
+                write!(f, "stage readiness timed out:")?;
+                if !missing.is_empty() {
+                    write!(f, " {} not ready", Stages(missing))?;
+                }
+                if *token_endpoints_missing {
+                    let and = if missing.is_empty() { "" } else { ";" };
+                    write!(f, "{and} the token endpoints not open")?;
+                }
+                Ok(())
+            }
+            RunError::PromptBindFailed { reason } => {
+                write!(f, "the prompt service could not open: {reason}")
+            }
+            RunError::NodeDead { node, during } => {
+                write!(f, "node {node}'s agent died during {during}")
+            }
+            RunError::SendFailed {
+                node,
+                during,
+                reason,
+            } => write!(
+                f,
+                "a message to node {node} failed during {during}: {reason}"
+            ),
+            RunError::ShutdownRequested { during } => {
+                write!(
+                    f,
+                    "a stop was asked for during {during}, before the model was served"
+                )
+            }
+            RunError::StageFault { stage, fault } => {
+                write!(f, "stage {stage} faulted while serving: {fault}")
+            }
+            RunError::EndpointFault { during, reason } => {
+                write!(f, "a token endpoint failed during {during}: {reason}")
+            }
+            RunError::TokenSequence {
+                request,
+                expected,
+                got,
+            } => write!(
+                f,
+                "{request}: token {got} arrived where token {expected} was due"
+            ),
+            RunError::RepairTimeout { cause, missing } => write!(
+                f,
+                "the repair ran out of time ({} not replaced or not stopped) after: {cause}",
+                Stages(missing)
+            ),
+            RunError::StopTimeout {
+                stages,
+                token_endpoints,
+            } => {
+                write!(f, "teardown timed out:")?;
+                if !stages.is_empty() {
+                    write!(f, " {} never confirmed the stop", Stages(stages))?;
+                }
+                if *token_endpoints {
+                    let and = if stages.is_empty() { "" } else { ";" };
+                    write!(f, "{and} the token endpoints never confirmed closing")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -149,5 +267,73 @@ pub fn exit_code(outcome: Result<(), &RunError>) -> i32 {
     match outcome {
         Ok(()) => 0,
         Err(_) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_errors_read_as_sentences() {
+        let load = RunError::WeightLoadFailed {
+            stage: 0,
+            fault: Fault::LoadFailed {
+                reason: "no libcuda.so.1".into(),
+            },
+        };
+        let cases = [
+            (
+                load.clone(),
+                "stage 0 failed to load its weights: its worker could not load: no libcuda.so.1",
+            ),
+            (
+                RunError::ShutdownRequested {
+                    during: PhaseName::WeightLoading,
+                },
+                "a stop was asked for during weight loading, before the model was served",
+            ),
+            (
+                RunError::ReadinessTimeout {
+                    missing: vec![0, 2, 3],
+                },
+                "readiness timed out: the node of stages 0, 2 and 3 never reported ready",
+            ),
+            (
+                RunError::StageReadyTimeout {
+                    missing: vec![1],
+                    token_endpoints_missing: true,
+                },
+                "stage readiness timed out: stage 1 not ready; the token endpoints not open",
+            ),
+            (
+                RunError::StopTimeout {
+                    stages: vec![],
+                    token_endpoints: true,
+                },
+                "teardown timed out: the token endpoints never confirmed closing",
+            ),
+            (
+                RunError::RepairTimeout {
+                    cause: Box::new(RunError::NodeDead {
+                        node: LogicalNodeId::from("workers-1"),
+                        during: PhaseName::Serving,
+                    }),
+                    missing: vec![1, 2],
+                },
+                "the repair ran out of time (stages 1 and 2 not replaced or not stopped) after: node workers-1's agent died during serving",
+            ),
+            (
+                RunError::TokenSequence {
+                    request: RequestId(4),
+                    expected: 7,
+                    got: 9,
+                },
+                "req-4: token 9 arrived where token 7 was due",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text, "{error:?}");
+        }
     }
 }

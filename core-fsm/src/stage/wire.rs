@@ -129,6 +129,27 @@ pub enum Fault {
     },
 }
 
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Unauthorised { from, node } => write!(
+                f,
+                "a provision from {from} for node {node} was refused (another orchestrator, or another node's)"
+            ),
+            Fault::SequenceViolation { expected, got } => {
+                write!(f, "step {got} arrived where step {expected} was due")
+            }
+            Fault::Overrun { busy, got } => {
+                write!(f, "step {got} arrived while step {busy} was still running")
+            }
+            Fault::WorkerCrashed { reason } => write!(f, "its worker crashed: {reason}"),
+            Fault::StepFailed { seq, reason } => write!(f, "step {seq} failed: {reason}"),
+            Fault::LoadFailed { reason } => write!(f, "its worker could not load: {reason}"),
+            Fault::EdgeFault { reason } => write!(f, "an edge failed: {reason}"),
+        }
+    }
+}
+
 /// What a stage reports to the orchestrator's run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Report {
