@@ -194,3 +194,89 @@ pub enum Report {
         clean: bool,
     },
 }
+
+/// A report for people, without its node (the line it is written on names
+/// the node): `stage 1: weights loaded (run-7)`.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Report::WeightsReady { run_id, stage, .. } => {
+                write!(f, "stage {stage}: weights loaded ({run_id})")
+            }
+            Report::StageReady { run_id, stage, .. } => {
+                write!(f, "stage {stage}: ready ({run_id})")
+            }
+            Report::StageFault {
+                stage: Some(stage),
+                fault,
+                ..
+            } => write!(f, "stage {stage}: faulted: {fault}"),
+            Report::StageFault {
+                stage: None, fault, ..
+            } => write!(f, "{fault}"),
+            Report::StageStopped { stage, clean, .. } => {
+                match stage {
+                    Some(stage) => write!(f, "stage {stage}: stopped")?,
+                    None => write!(f, "stopped before any stage was provisioned")?,
+                }
+                if !clean {
+                    write!(f, " (a stop step timed out)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_and_faults_read_as_sentences() {
+        let node = LogicalNodeId::from("workers-1");
+        let cases = [
+            (
+                Report::WeightsReady {
+                    run_id: RunId(7),
+                    node: node.clone(),
+                    stage: 1,
+                },
+                "stage 1: weights loaded (run-7)",
+            ),
+            (
+                Report::StageFault {
+                    run_id: Some(RunId(7)),
+                    node: node.clone(),
+                    stage: Some(1),
+                    fault: Fault::Overrun { busy: 4, got: 5 },
+                },
+                "stage 1: faulted: step 5 arrived while step 4 was still running",
+            ),
+            (
+                Report::StageFault {
+                    run_id: None,
+                    node: node.clone(),
+                    stage: None,
+                    fault: Fault::Unauthorised {
+                        from: AgentId::new("ab12"),
+                        node: node.clone(),
+                    },
+                },
+                "a provision from ab12 for node workers-1 was refused (another orchestrator, or another node's)",
+            ),
+            (
+                Report::StageStopped {
+                    run_id: RunId(7),
+                    node,
+                    stage: Some(2),
+                    clean: false,
+                },
+                "stage 2: stopped (a stop step timed out)",
+            ),
+        ];
+        for (report, text) in cases {
+            assert_eq!(report.to_string(), text, "{report:?}");
+        }
+    }
+}

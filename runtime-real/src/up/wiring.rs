@@ -360,7 +360,7 @@ fn observe(hub: &crate::datastream::Hub, event: &ControlEvent) {
                     format!("{node}: stage {stage} runtime ready (report {readiness_id})")
                 }
                 Frame::ReadyAcked { stage, .. } => format!("{node}: stage {stage} acknowledged"),
-                Frame::StageReport(report) => format!("{node}: {report:?}"),
+                Frame::StageReport(report) => format!("{node}: {report}"),
                 Frame::WeightsFetched {
                     first_layer,
                     end_layer,
