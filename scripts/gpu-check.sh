@@ -264,10 +264,10 @@ done
 check "llama-q4_k_m split" "$WORK/models/small-llama-q4_k_m.gguf" "cuda --split 2,2" \
   1 --split 2,2
 
-# A pipeline across processes: `drover up` on local nodes (each node an
-# agent and its `drover-worker stage`, edges over iroh on loopback) with
-# `backend = "cuda"`, the model split over three stages, one prompt, its
-# text compared byte for byte with `drover-worker generate` on the CPU.
+# A pipeline across processes: `drover up examples/pipeline.toml` (three
+# local nodes, each an agent and its `drover-worker stage`, edges over iroh
+# on loopback) with `backend = "cuda"`, one prompt, its text compared byte
+# for byte with `drover-worker generate` on the CPU.
 # Needs drover and drover-agent carried (xz-compressed, as below).
 pipeline_check() {
   local bin=$WORK/bin state=$WORK/pipeline plan=$WORK/pipeline.toml model=${1:-} b
@@ -289,32 +289,19 @@ pipeline_check() {
   done
   cp "$W" "$bin/drover-worker" # the agent runs the worker beside itself
   rm -rf "$state"
-  cat >"$plan" <<TOML
-run_id = 1
-[model]
-path = "$PWD/$model"
-[pipeline]
-group = "workers"
-backend = "$backend"
-[prompt]
-rpc_addr = "127.0.0.1:0"
-[sampling]
-temperature = 0.0
-[[group]]
-name = "workers"
-role = "worker"
-count = 3
-provider = "local"
-[group.shape]
-image = "local"
-disk_gb = 1
-[group.boot]
-ssh_user = "drover"
-verify_commands = ["true"]
-start_command = "DROVER_JOIN_TOKEN='\${JOIN_TOKEN}' DROVER_CACHE_DIR=$PWD/$WORK/slice-cache nohup drover-agent --join '\${ORCH_ADDR}' --node '\${LOGICAL_NODE_ID}' > agent.log 2>&1 &"
-TOML
+  # The README's example, on this model and backend, with a port of its
+  # own and the node caches under $WORK.
+  sed -e "s|^path = .*|path = \"$PWD/$model\"|" \
+    -e "s|^group = \"workers\".*|&\nbackend = \"$backend\"|" \
+    -e 's|^rpc_addr = .*|rpc_addr = "127.0.0.1:0"|' \
+    -e "s|DROVER_CACHE_DIR=[^ ]*|DROVER_CACHE_DIR=$PWD/$WORK/slice-cache|" \
+    examples/pipeline.toml >"$plan"
+  grep -q "^backend = \"$backend\"" "$plan" || { say "FAIL: pipeline: examples/pipeline.toml changed shape"; FAILED=1; return; }
   want=$("$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 --temperature 0 2>>"$OUT/stderr.log")
-  PATH="$bin:$PATH" timeout 180 "$bin/drover" --state-dir "$state" up "$plan" </dev/null >"$OUT/pipeline-up.log" 2>&1 &
+  # --foreground: a stop reaches drover once (without it, timeout sends
+  # the signal to drover and to its whole group, and a second stop is
+  # drover's "leave now").
+  PATH="$bin:$PATH" timeout --foreground 180 "$bin/drover" --state-dir "$state" up "$plan" </dev/null >"$OUT/pipeline-up.log" 2>&1 &
   up=$!
   # Serving within 60 s (it takes about a second on a CPU).
   for ((i = 0; i < 600; i++)); do

@@ -210,3 +210,78 @@ fn a_reader_that_closed_stderr_changes_nothing() {
     assert_eq!(&model[..4], b"GGUF");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `DROVER_KERNELS` picks the kernel set `bench` reports and computes
+/// with: `avx2` is the AVX2 set without AVX-512 tiles where the processor
+/// has AVX2 (the fallback elsewhere); another value is named on stderr and
+/// the detected set used. Every set gives stories260K the same tokens.
+#[test]
+fn drover_kernels_picks_the_kernel_set() {
+    let run = |kernels: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .env("DROVER_KERNELS", kernels)
+            .args([
+                "bench",
+                "--json",
+                "--threads",
+                "1",
+                "--prefill",
+                "8",
+                "--decode",
+                "4",
+                "--model",
+            ])
+            .arg(common::stories())
+            .output()
+            .expect("run drover-worker");
+        assert!(
+            out.status.success(),
+            "{kernels}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        let name = json["kernels"].as_str().expect("kernels").to_owned();
+        (name, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (portable, _) = run("portable");
+    assert_eq!(portable, "portable");
+    let (avx2, _) = run("avx2");
+    let has_avx2 = cfg!(target_arch = "x86_64")
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c");
+    if has_avx2 {
+        assert!(avx2 == "avx2" || avx2 == "avx2, amd", "{avx2}");
+    } else {
+        assert_eq!(avx2, "portable");
+    }
+    let (detected, warning) = run("avx9000");
+    assert!(
+        warning.contains("DROVER_KERNELS=\"avx9000\" is neither"),
+        "{warning}"
+    );
+    assert_eq!(
+        detected,
+        run("").0,
+        "an unknown value falls back to detection"
+    );
+    let tokens = |kernels: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+            .env("DROVER_KERNELS", kernels)
+            .args([
+                "generate",
+                "--json",
+                "--max-tokens",
+                "32",
+                "--prompt",
+                "Once upon a time",
+                "--model",
+            ])
+            .arg(common::stories())
+            .output()
+            .expect("run drover-worker");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        json["tokens"].clone()
+    };
+    assert_eq!(tokens("avx2"), tokens("portable"));
+}

@@ -73,6 +73,11 @@ enum Task {
         /// half an hour.
         #[arg(long)]
         hop: bool,
+        /// `bench worker` only: both sides as on a processor without
+        /// AVX-512: llama.cpp built without it (a venv of its own, built
+        /// once), drover-worker on its AVX2 kernels (`DROVER_KERNELS=avx2`).
+        #[arg(long)]
+        no_avx512: bool,
     },
     /// Run cargo-mutants over core-fsm against its tests and the simulation
     /// battery, and report the share caught.
@@ -109,6 +114,7 @@ fn main() -> ExitCode {
             provider,
             baseline,
             hop,
+            no_avx512,
         } => match baseline {
             Some(rev) => {
                 let done = match what.as_str() {
@@ -119,7 +125,7 @@ fn main() -> ExitCode {
                 done.map_err(|e| eprintln!("xtask bench --baseline: {e}"))
                     .is_ok()
             }
-            None => bench(&what, &provider, hop),
+            None => bench(&what, &provider, hop, no_avx512),
         },
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),
@@ -379,9 +385,13 @@ fn release_example(name: &str, args: &[&str]) -> Command {
     cargo(&all)
 }
 
-fn bench(what: &str, provider: &str, hop: bool) -> bool {
+fn bench(what: &str, provider: &str, hop: bool, no_avx512: bool) -> bool {
     if hop && what != "pipeline" {
         eprintln!("xtask bench: --hop is for `bench pipeline`, not `{what}`");
+        return false;
+    }
+    if no_avx512 && what != "worker" {
+        eprintln!("xtask bench: --no-avx512 is for `bench worker`, not `{what}`");
         return false;
     }
     match what {
@@ -401,7 +411,7 @@ fn bench(what: &str, provider: &str, hop: bool) -> bool {
             ]),
         ),
         "sim" => bench_sim(),
-        "worker" => worker::bench_worker()
+        "worker" => worker::bench_worker(no_avx512)
             .map_err(|e| eprintln!("xtask bench worker: {e}"))
             .is_ok(),
         "pipeline" => pipeline_bench::bench_pipeline(hop)

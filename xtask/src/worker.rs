@@ -23,7 +23,8 @@ pub fn stories() -> PathBuf {
 /// later), whatever `GGML_AMX_*` says, and on the VMs tried they crash in
 /// `ggml_backend_amx_mul_mat`; drover-worker has no AMX kernels either, so
 /// the comparison stays between AVX-512 (or AVX2) code on both sides.
-fn llama_cmake_args() -> String {
+/// `no_avx512`: every AVX-512 option off, as on a processor without it.
+fn llama_cmake_args(no_avx512: bool) -> String {
     const AMX_OFF: &str = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF";
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let Some(flags) = cpuinfo.lines().find_map(|l| l.strip_prefix("flags")) else {
@@ -47,7 +48,12 @@ fn llama_cmake_args() -> String {
         ("avx512_bf16", "AVX512_BF16"),
         ("avx_vnni", "AVX_VNNI"),
     ] {
-        let on = if flags.contains(&flag) { "ON" } else { "OFF" };
+        let wanted = !(no_avx512 && option.starts_with("AVX512"));
+        let on = if wanted && flags.contains(&flag) {
+            "ON"
+        } else {
+            "OFF"
+        };
         args.push(format!("-DGGML_{option}={on}"));
     }
     args.push(AMX_OFF.to_owned());
@@ -55,13 +61,15 @@ fn llama_cmake_args() -> String {
 }
 
 /// The venv holding llama-cpp-python, made (and llama.cpp built, about 12
-/// minutes on 2 cores) when missing.
-pub fn llama_venv() -> Result<PathBuf, String> {
+/// minutes on 2 cores) when missing; `no_avx512`: a venv of its own whose
+/// llama.cpp is built without AVX-512.
+pub fn llama_venv(no_avx512: bool) -> Result<PathBuf, String> {
     let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
-    // Keyed by the release and the absence of AMX; built for the processor
-    // of the machine that first made it.
+    // Keyed by the release and the absence of AMX (and of AVX-512); built
+    // for the processor of the machine that first made it.
+    let key = if no_avx512 { "-noavx512" } else { "" };
     let venv = PathBuf::from(home).join(format!(
-        ".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}-noamx"
+        ".cache/drover/llama-cpp-python-{LLAMA_CPP_PYTHON}-noamx{key}"
     ));
     let python = venv.join("bin/python");
     let ready = python.exists()
@@ -78,7 +86,7 @@ pub fn llama_venv() -> Result<PathBuf, String> {
     );
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     run(Command::new(venv.join("bin/pip"))
-        .env("CMAKE_ARGS", llama_cmake_args())
+        .env("CMAKE_ARGS", llama_cmake_args(no_avx512))
         .args([
             "install",
             // A wheel cached from a build with other options is not reused.
@@ -127,7 +135,7 @@ pub fn worker_binary() -> Result<PathBuf, String> {
 /// Writes `workers/tests/golden/*.json`: llama.cpp's tokens, logits and
 /// greedy continuations for stories260K and every golden fixture.
 pub fn reference() -> Result<(), String> {
-    let python = llama_venv()?;
+    let python = llama_venv(false)?;
     let worker = worker_binary()?;
     let dir = workspace().join("target/fixtures");
     let listing = output(
@@ -182,9 +190,12 @@ const ROUNDS: usize = 3;
 
 /// `cargo xtask bench worker`: drover-worker and llama.cpp side by side on
 /// the same GGUF files, the same prompt ids and the same thread count.
-pub fn bench_worker() -> Result<(), String> {
-    let python = llama_venv()?;
+/// `no_avx512`: both as on a processor without AVX-512 (llama.cpp built
+/// without it, drover-worker on `DROVER_KERNELS=avx2`).
+pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
+    let python = llama_venv(no_avx512)?;
     let worker = worker_binary()?;
+    let kernels = if no_avx512 { "avx2" } else { "" };
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .to_string();
@@ -212,6 +223,7 @@ pub fn bench_worker() -> Result<(), String> {
         let run_ours = || -> Result<serde_json::Value, String> {
             json(&output(
                 Command::new(&worker)
+                    .env("DROVER_KERNELS", kernels)
                     .args([
                         "bench",
                         "--json",
@@ -246,6 +258,10 @@ pub fn bench_worker() -> Result<(), String> {
                 (run_ours()?, theirs)
             };
             rounds.push((ours, theirs));
+        }
+        if ty == "f16" {
+            let set = rounds[0].0["kernels"].as_str().unwrap_or("?");
+            println!("(drover-worker's kernels: {set})");
         }
         let best = |side: fn(&(serde_json::Value, serde_json::Value)) -> &serde_json::Value,
                     k: &str| {

@@ -137,12 +137,22 @@ impl Kernels {
             .unwrap_or_else(Kernels::portable)
     }
 
-    /// The kernels chosen for this process (detected once; `DROVER_KERNELS=portable`
-    /// forces the fallback).
+    /// The kernels chosen for this process, detected once. `DROVER_KERNELS`
+    /// narrows the choice: `portable` forces the fallback, `avx2` the AVX2
+    /// set without its AVX-512 tiles (as on a processor without AVX-512;
+    /// the fallback where there is no AVX2). Another value is named on
+    /// stderr and the detected set used.
     pub fn current() -> &'static Kernels {
         static CURRENT: OnceLock<Kernels> = OnceLock::new();
         CURRENT.get_or_init(|| match std::env::var("DROVER_KERNELS").as_deref() {
             Ok("portable") => Kernels::portable(),
+            Ok("avx2") => avx2::kernels().unwrap_or_else(Kernels::portable),
+            Ok(other) if !other.is_empty() => {
+                eprintln!(
+                    "drover-worker: DROVER_KERNELS={other:?} is neither \"portable\" nor \"avx2\"; using the detected kernels"
+                );
+                Kernels::detect()
+            }
             _ => Kernels::detect(),
         })
     }
