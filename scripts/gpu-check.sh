@@ -290,18 +290,30 @@ pipeline_check() {
   cp "$W" "$bin/drover-worker" # the agent runs the worker beside itself
   rm -rf "$state"
   # The README's example, on this model and backend, with a port of its
-  # own and the node caches under $WORK.
+  # own, the node caches under $WORK, and the loader path that finds the
+  # carried NVRTC (a local node starts its agent with a cleared
+  # environment; the agent passes its own on to the worker).
   sed -e "s|^path = .*|path = \"$PWD/$model\"|" \
     -e "s|^group = \"workers\".*|&\nbackend = \"$backend\"|" \
     -e 's|^rpc_addr = .*|rpc_addr = "127.0.0.1:0"|' \
-    -e "s|DROVER_CACHE_DIR=[^ ]*|DROVER_CACHE_DIR=$PWD/$WORK/slice-cache|" \
+    -e "s|DROVER_CACHE_DIR=[^ ]*|LD_LIBRARY_PATH='${LD_LIBRARY_PATH:-}' DROVER_CACHE_DIR=$PWD/$WORK/slice-cache|" \
     examples/pipeline.toml >"$plan"
-  grep -q "^backend = \"$backend\"" "$plan" || { say "FAIL: pipeline: examples/pipeline.toml changed shape"; FAILED=1; return; }
-  want=$("$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 --temperature 0 2>>"$OUT/stderr.log")
+  for edit in "^path = \"$PWD/$model\"" "^backend = \"$backend\"" '^rpc_addr = "127.0.0.1:0"' "DROVER_CACHE_DIR=$PWD/$WORK/slice-cache"; do
+    grep -qF -- "${edit#^}" "$plan" || {
+      say "FAIL: pipeline: examples/pipeline.toml changed shape (no ${edit#^} after the edits)"
+      FAILED=1
+      return
+    }
+  done
+  want=$(timeout 60 "$W" generate --model "$model" --prompt "Once upon a time" --max-tokens 32 --temperature 0 2>>"$OUT/stderr.log") || {
+    say "FAIL: pipeline: drover-worker generate on the CPU failed, exit $?"
+    FAILED=1
+    return
+  }
   # --foreground: a stop reaches drover once (without it, timeout sends
   # the signal to drover and to its whole group, and a second stop is
-  # drover's "leave now").
-  PATH="$bin:$PATH" timeout --foreground 180 "$bin/drover" --state-dir "$state" up "$plan" </dev/null >"$OUT/pipeline-up.log" 2>&1 &
+  # drover's "leave now"); -k: killed 30 s after a stop that hangs.
+  PATH="$bin:$PATH" timeout --foreground -k 30 180 "$bin/drover" --state-dir "$state" up "$plan" </dev/null >"$OUT/pipeline-up.log" 2>&1 &
   up=$!
   # Serving within 60 s (it takes about a second on a CPU).
   for ((i = 0; i < 600; i++)); do
@@ -323,7 +335,11 @@ pipeline_check() {
     return
   fi
   got=$(timeout 60 "$bin/drover" --state-dir "$state" prompt "Once upon a time" --max-tokens 32 2>>"$OUT/stderr.log")
-  if [ -n "$want" ] && [ "$got" = "$want" ]; then
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    say "FAIL: pipeline: drover prompt failed, exit $rc (stderr: $OUT/stderr.log)"
+    FAILED=1
+  elif [ "$got" = "$want" ]; then
     say "pipeline $(basename "$model") $backend x3: same text as drover-worker generate on the CPU"
   else
     say "pipeline $(basename "$model") $backend x3: DIFFERENT"

@@ -14,6 +14,7 @@
 
 mod wire;
 
+pub(crate) use wire::OneLine;
 pub use wire::{Edge, EdgeKind, Fault, LayerRange, Provision, Report, StageIndex};
 
 use crate::ids::{AgentId, LogicalNodeId, RunId};

@@ -280,6 +280,11 @@ fn drover_kernels_picks_the_kernel_set() {
             .arg(common::stories())
             .output()
             .expect("run drover-worker");
+        assert!(
+            out.status.success(),
+            "{kernels}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
         json["tokens"].clone()
     };

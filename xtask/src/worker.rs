@@ -195,7 +195,6 @@ const ROUNDS: usize = 3;
 pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
     let python = llama_venv(no_avx512)?;
     let worker = worker_binary()?;
-    let kernels = if no_avx512 { "avx2" } else { "" };
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .to_string();
@@ -221,9 +220,12 @@ pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
     for ty in ["f16", "q8_0", "q4_0", "q4_k_m"] {
         let model = bench_model(&worker, "0.5b", ty)?;
         let run_ours = || -> Result<serde_json::Value, String> {
+            let mut command = Command::new(&worker);
+            if no_avx512 {
+                command.env("DROVER_KERNELS", "avx2");
+            }
             json(&output(
-                Command::new(&worker)
-                    .env("DROVER_KERNELS", kernels)
+                command
                     .args([
                         "bench",
                         "--json",

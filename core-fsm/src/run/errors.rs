@@ -3,7 +3,7 @@
 
 use super::{PlanningError, RequestId};
 use crate::ids::LogicalNodeId;
-use crate::stage::{Fault, StageIndex};
+use crate::stage::{Fault, OneLine, StageIndex};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -173,7 +173,7 @@ impl fmt::Display for RunError {
             RunError::Planning(error) => write!(f, "planning: {error}"),
             RunError::ReadinessTimeout { missing } => write!(
                 f,
-                "readiness timed out: the node of {} never reported ready",
+                "readiness timed out: {} had no ready node",
                 Stages(missing)
             ),
             RunError::AckTimeout { missing } => write!(
@@ -205,7 +205,7 @@ impl fmt::Display for RunError {
                 Ok(())
             }
             RunError::PromptBindFailed { reason } => {
-                write!(f, "the prompt service could not open: {reason}")
+                write!(f, "the prompt service could not open: {}", OneLine(reason))
             }
             RunError::NodeDead { node, during } => {
                 write!(f, "node {node}'s agent died during {during}")
@@ -227,9 +227,11 @@ impl fmt::Display for RunError {
             RunError::StageFault { stage, fault } => {
                 write!(f, "stage {stage} faulted while serving: {fault}")
             }
-            RunError::EndpointFault { during, reason } => {
-                write!(f, "a token endpoint failed during {during}: {reason}")
-            }
+            RunError::EndpointFault { during, reason } => write!(
+                f,
+                "a token endpoint failed during {during}: {}",
+                OneLine(reason)
+            ),
             RunError::TokenSequence {
                 request,
                 expected,
@@ -238,6 +240,9 @@ impl fmt::Display for RunError {
                 f,
                 "{request}: token {got} arrived where token {expected} was due"
             ),
+            RunError::RepairTimeout { cause, missing } if missing.is_empty() => {
+                write!(f, "the repair ran out of time after: {cause}")
+            }
             RunError::RepairTimeout { cause, missing } => write!(
                 f,
                 "the repair ran out of time ({} not replaced or not stopped) after: {cause}",
@@ -297,7 +302,7 @@ mod tests {
                 RunError::ReadinessTimeout {
                     missing: vec![0, 2, 3],
                 },
-                "readiness timed out: the node of stages 0, 2 and 3 never reported ready",
+                "readiness timed out: stages 0, 2 and 3 had no ready node",
             ),
             (
                 RunError::StageReadyTimeout {
@@ -322,6 +327,18 @@ mod tests {
                     missing: vec![1, 2],
                 },
                 "the repair ran out of time (stages 1 and 2 not replaced or not stopped) after: node workers-1's agent died during serving",
+            ),
+            (
+                RunError::RepairTimeout {
+                    cause: Box::new(RunError::StageFault {
+                        stage: 0,
+                        fault: Fault::EdgeFault {
+                            reason: "reset".into(),
+                        },
+                    }),
+                    missing: vec![],
+                },
+                "the repair ran out of time after: stage 0 faulted while serving: an edge failed: reset",
             ),
             (
                 RunError::TokenSequence {

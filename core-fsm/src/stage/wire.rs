@@ -129,6 +129,24 @@ pub enum Fault {
     },
 }
 
+/// A reason from elsewhere (a worker's stderr, an I/O error), written on
+/// one line: control characters (a newline, a terminal escape) are escaped
+/// as Rust writes them, so the text cannot break or restyle a log line.
+pub(crate) struct OneLine<'a>(pub &'a str);
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -142,10 +160,16 @@ impl fmt::Display for Fault {
             Fault::Overrun { busy, got } => {
                 write!(f, "step {got} arrived while step {busy} was still running")
             }
-            Fault::WorkerCrashed { reason } => write!(f, "its worker crashed: {reason}"),
-            Fault::StepFailed { seq, reason } => write!(f, "step {seq} failed: {reason}"),
-            Fault::LoadFailed { reason } => write!(f, "its worker could not load: {reason}"),
-            Fault::EdgeFault { reason } => write!(f, "an edge failed: {reason}"),
+            Fault::WorkerCrashed { reason } => {
+                write!(f, "its worker crashed: {}", OneLine(reason))
+            }
+            Fault::StepFailed { seq, reason } => {
+                write!(f, "step {seq} failed: {}", OneLine(reason))
+            }
+            Fault::LoadFailed { reason } => {
+                write!(f, "its worker could not load: {}", OneLine(reason))
+            }
+            Fault::EdgeFault { reason } => write!(f, "an edge failed: {}", OneLine(reason)),
         }
     }
 }
@@ -268,11 +292,22 @@ mod tests {
             (
                 Report::StageStopped {
                     run_id: RunId(7),
-                    node,
+                    node: node.clone(),
                     stage: Some(2),
                     clean: false,
                 },
                 "stage 2: stopped (a stop step timed out)",
+            ),
+            (
+                Report::StageFault {
+                    run_id: Some(RunId(7)),
+                    node,
+                    stage: Some(0),
+                    fault: Fault::WorkerCrashed {
+                        reason: "exit 1\n\u{1b}[31mred".into(),
+                    },
+                },
+                "stage 0: faulted: its worker crashed: exit 1\\n\\u{1b}[31mred",
             ),
         ];
         for (report, text) in cases {

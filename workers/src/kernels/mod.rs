@@ -147,13 +147,19 @@ impl Kernels {
         CURRENT.get_or_init(|| match std::env::var("DROVER_KERNELS").as_deref() {
             Ok("portable") => Kernels::portable(),
             Ok("avx2") => avx2::kernels().unwrap_or_else(Kernels::portable),
-            Ok(other) if !other.is_empty() => {
+            Ok("") | Err(std::env::VarError::NotPresent) => Kernels::detect(),
+            Ok(other) => {
                 eprintln!(
                     "drover-worker: DROVER_KERNELS={other:?} is neither \"portable\" nor \"avx2\"; using the detected kernels"
                 );
                 Kernels::detect()
             }
-            _ => Kernels::detect(),
+            Err(std::env::VarError::NotUnicode(other)) => {
+                eprintln!(
+                    "drover-worker: DROVER_KERNELS={other:?} is not UTF-8; using the detected kernels"
+                );
+                Kernels::detect()
+            }
         })
     }
 

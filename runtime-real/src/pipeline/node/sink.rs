@@ -33,7 +33,7 @@ impl driver::EffectSink<Effect> for NodeSink {
                 });
                 let _ = self.tx.send(Input::WorkerSpawned { op, result }).await;
             }
-            Effect::Boot(effect) => say(&self.shared.node, &format!("boot: {effect:?}")),
+            Effect::Boot(effect) => say(&self.shared.node, &format!("boot: {effect}")),
             Effect::Report(report) => self.report(report),
             // The control connection heartbeats on its own interval.
             Effect::Heartbeat { .. } => {}
