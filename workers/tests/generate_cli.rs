@@ -4,27 +4,40 @@ mod common;
 
 use std::process::Command;
 
-fn generate(extra: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
-        .args([
-            "generate",
-            "--json",
-            "--threads",
-            "1",
-            "--prompt",
-            "Once upon a time",
-            "--model",
-        ])
+/// Runs drover-worker on stories260K (`args` then `--model` and `extra`),
+/// `DROVER_KERNELS` set when given; its JSON line and its stderr.
+fn worker_json(
+    kernels: Option<&str>,
+    args: &[&str],
+    extra: &[&str],
+) -> (serde_json::Value, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_drover-worker"));
+    if let Some(kernels) = kernels {
+        command.env("DROVER_KERNELS", kernels);
+    }
+    let out = command
+        .args(args)
+        .arg("--model")
         .arg(common::stories())
         .args(extra)
         .output()
         .expect("run drover-worker");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{kernels:?} {args:?}: {stderr}");
+    let json = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    (json, stderr)
+}
+
+fn generate(extra: &[&str]) -> serde_json::Value {
+    let args = [
+        "generate",
+        "--json",
+        "--threads",
+        "1",
+        "--prompt",
+        "Once upon a time",
+    ];
+    worker_json(None, &args, extra).0
 }
 
 #[test]
@@ -218,30 +231,21 @@ fn a_reader_that_closed_stderr_changes_nothing() {
 #[test]
 fn drover_kernels_picks_the_kernel_set() {
     let run = |kernels: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
-            .env("DROVER_KERNELS", kernels)
-            .args([
-                "bench",
-                "--json",
-                "--threads",
-                "1",
-                "--prefill",
-                "8",
-                "--decode",
-                "4",
-                "--model",
-            ])
-            .arg(common::stories())
-            .output()
-            .expect("run drover-worker");
-        assert!(
-            out.status.success(),
-            "{kernels}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-        let name = json["kernels"].as_str().expect("kernels").to_owned();
-        (name, String::from_utf8_lossy(&out.stderr).into_owned())
+        let args = [
+            "bench",
+            "--json",
+            "--threads",
+            "1",
+            "--prefill",
+            "8",
+            "--decode",
+            "4",
+        ];
+        let (json, stderr) = worker_json(Some(kernels), &args, &[]);
+        (
+            json["kernels"].as_str().expect("kernels").to_owned(),
+            stderr,
+        )
     };
     let (portable, _) = run("portable");
     assert_eq!(portable, "portable");
@@ -266,27 +270,15 @@ fn drover_kernels_picks_the_kernel_set() {
         "an unknown value falls back to detection"
     );
     let tokens = |kernels: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
-            .env("DROVER_KERNELS", kernels)
-            .args([
-                "generate",
-                "--json",
-                "--max-tokens",
-                "32",
-                "--prompt",
-                "Once upon a time",
-                "--model",
-            ])
-            .arg(common::stories())
-            .output()
-            .expect("run drover-worker");
-        assert!(
-            out.status.success(),
-            "{kernels}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-        json["tokens"].clone()
+        let args = [
+            "generate",
+            "--json",
+            "--max-tokens",
+            "32",
+            "--prompt",
+            "Once upon a time",
+        ];
+        worker_json(Some(kernels), &args, &[]).0["tokens"].clone()
     };
     assert_eq!(tokens("avx2"), tokens("portable"));
 }

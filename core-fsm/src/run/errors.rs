@@ -166,6 +166,25 @@ impl fmt::Display for Stages<'_> {
     }
 }
 
+/// What a timeout waited for in vain: ` stages 1 and 2 {stages_did}`, then
+/// `; the token endpoints {endpoints_did}` where they were waited for too.
+fn waited_for(
+    f: &mut fmt::Formatter<'_>,
+    stages: &[StageIndex],
+    stages_did: &str,
+    endpoints: bool,
+    endpoints_did: &str,
+) -> fmt::Result {
+    if !stages.is_empty() {
+        write!(f, " {} {stages_did}", Stages(stages))?;
+    }
+    if endpoints {
+        let and = if stages.is_empty() { "" } else { ";" };
+        write!(f, "{and} the token endpoints {endpoints_did}")?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Ids, phases and reasons only: never a secret.
@@ -195,14 +214,13 @@ impl fmt::Display for RunError {
                 token_endpoints_missing,
             } => {
                 write!(f, "stage readiness timed out:")?;
-                if !missing.is_empty() {
-                    write!(f, " {} not ready", Stages(missing))?;
-                }
-                if *token_endpoints_missing {
-                    let and = if missing.is_empty() { "" } else { ";" };
-                    write!(f, "{and} the token endpoints not open")?;
-                }
-                Ok(())
+                waited_for(
+                    f,
+                    missing,
+                    "not ready",
+                    *token_endpoints_missing,
+                    "not open",
+                )
             }
             RunError::PromptBindFailed { reason } => {
                 write!(f, "the prompt service could not open: {}", OneLine(reason))
@@ -216,7 +234,8 @@ impl fmt::Display for RunError {
                 reason,
             } => write!(
                 f,
-                "a message to node {node} failed during {during}: {reason}"
+                "a message to node {node} failed during {during}: {}",
+                OneLine(reason)
             ),
             RunError::ShutdownRequested { during } => {
                 write!(
@@ -253,14 +272,8 @@ impl fmt::Display for RunError {
                 token_endpoints,
             } => {
                 write!(f, "teardown timed out:")?;
-                if !stages.is_empty() {
-                    write!(f, " {} never confirmed the stop", Stages(stages))?;
-                }
-                if *token_endpoints {
-                    let and = if stages.is_empty() { "" } else { ";" };
-                    write!(f, "{and} the token endpoints never confirmed closing")?;
-                }
-                Ok(())
+                let (stop, close) = ("never confirmed the stop", "never confirmed closing");
+                waited_for(f, stages, stop, *token_endpoints, close)
             }
         }
     }
@@ -310,6 +323,21 @@ mod tests {
                     token_endpoints_missing: true,
                 },
                 "stage readiness timed out: stage 1 not ready; the token endpoints not open",
+            ),
+            (
+                RunError::StopTimeout {
+                    stages: vec![2],
+                    token_endpoints: true,
+                },
+                "teardown timed out: stage 2 never confirmed the stop; the token endpoints never confirmed closing",
+            ),
+            (
+                RunError::SendFailed {
+                    node: LogicalNodeId::from("workers-0"),
+                    during: PhaseName::Serving,
+                    reason: "broken\npipe".into(),
+                },
+                "a message to node workers-0 failed during serving: broken\\npipe",
             ),
             (
                 RunError::StopTimeout {
