@@ -83,6 +83,10 @@ def main():
         name, path = arg.split("=", 1)
         golden = record(name, path)
         golden["reference"] = f"llama-cpp-python {llama_cpp.__version__}"
+        # llama.cpp's CPU kernels sum in an order of their instruction set
+        # (8 lanes on AVX2, 16 on AVX-512), so its own logits differ from
+        # one processor to another: record the one these came from.
+        golden["system_info"] = llama_cpp.llama_print_system_info().decode().strip()
         with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
             json.dump(golden, f, separators=(",", ":"))
             f.write("\n")

@@ -80,20 +80,34 @@ struct Bound {
     flip_margin: f32,
 }
 
-/// f32 models match to float rounding. A quantized model re-encodes every
-/// activation into integers before each product, so a last-bit difference
-/// in a float sum (llama.cpp's repacked q4_0/q4_K kernels sum in another
-/// order) can move a value across a rounding edge and shift later logits by
-/// up to ~0.2; such a drift can only reorder tokens whose logits were close.
-/// (q8_0 matches llama.cpp's batched products exactly on every golden
-/// prompt.) The f16 fixture differs by ~1e-3 on average for a reason not yet
-/// found; its greedy tokens all agree.
+/// f32 models match to float rounding. The quantized models re-encode
+/// every activation into integers (f16 into f16) before each product, so a
+/// last-bit difference in a float sum can move a value across a rounding
+/// edge and shift later logits by up to ~0.2; such a drift can only
+/// reorder tokens whose logits were close. llama.cpp's kernels sum in an
+/// order of the processor's instruction set: its own logits on the same
+/// file moved by up to 0.094 (q4_0) and 0.0062 (f16) between the goldens
+/// made on an AVX2 machine and these, made on an AVX-512 one
+/// (`system_info` in each golden). Against these, q4_0 matches bit for bit
+/// and q4_K_M within 3e-6 on x86's packed kernels (both within 3e-6 on
+/// the portable ones). Two still drift: q8_0, whose products llama.cpp
+/// sums in eight lanes of four values (llamafile's tinyBLAS) where
+/// drover-worker sums whole blocks exactly, and f16, whose f16-rounded
+/// activations flip where an earlier float sum differs in the last bit: it
+/// matches at position 0, where attention weighs one value, so most likely
+/// attention's sums (llama.cpp's AVX-512 `expf` and 16-lane order, a fixed
+/// 8-lane order here).
 fn bound(name: &str) -> Bound {
     match name {
         n if n.ends_with("f32") || n == "stories260k" => Bound {
             max: 1e-4,
             mean: 1e-5,
             flip_margin: 0.0,
+        },
+        "small-q4_0" | "small-q4_k_m" => Bound {
+            max: 1e-3,
+            mean: 1e-4,
+            flip_margin: 0.5,
         },
         n if n.ends_with("f16") => Bound {
             max: 1e-2,
