@@ -1,4 +1,4 @@
-//! The fixtures `scripts/gpu-check.sh` makes beyond the `small` shape (a
+//! The fixtures `workers/gpu-check.sh` makes beyond the `small` shape (a
 //! tied head, a rope over part of each head, heads of their own size) are
 //! made and run on the CPU, so the GPU check's failures are the GPU's.
 

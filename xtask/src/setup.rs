@@ -43,7 +43,7 @@ pub const VASTAI_CLI: Venv = Venv {
 
 /// NVRTC from NVIDIA's wheel, which `workers/tests/cuda_nvrtc.rs` compiles
 /// every CUDA kernel with (no GPU needed). 12.4: the oldest CUDA an H200
-/// runs, the one `scripts/gpu-check.sh` carries to the GPU machine.
+/// runs, the one `workers/gpu-check.sh` carries to the GPU machine.
 pub const NVRTC: Venv = Venv {
     name: "nvidia-cuda-nvrtc-12.4.127",
     packages: &["nvidia-cuda-nvrtc-cu12==12.4.127"],

@@ -42,7 +42,7 @@ pub struct GenerateArgs {
     /// one row of `vocab` little-endian f32 per sampled step, in order, the
     /// step that sampled the end of text included (so one row more than
     /// `tokens` when the reason is `eos`); for comparing backends
-    /// (`scripts/gpu-check.sh` does).
+    /// (`workers/gpu-check.sh` does).
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
 }

@@ -61,7 +61,7 @@
 #   cargo build --release --locked -p runtime-real --bin drover --bin drover-agent
 #   for b in drover drover-agent; do xz -6 -T0 -c "${CARGO_TARGET_DIR:-target}/release/$b" > target/gpu-check/$b.xz; done
 # Run (the device tool; carry the one folder, ~45 MB):
-#   run command="bash scripts/gpu-check.sh" carry=["target/gpu-check"] timeout_s=480
+#   run command="bash workers/gpu-check.sh" carry=["target/gpu-check"] timeout_s=480
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
