@@ -7,7 +7,8 @@
 //!   (run and membership), a child of the composite, in `up`'s loop;
 //! - [`node`]: the node side, `core_fsm::agent` through the same loop, with
 //!   [`worker`] (the `drover-worker stage` child), [`fetch`] (slice-only
-//!   weights and their cache) and [`edges`] (activation and token edges);
+//!   weights and their cache) and [`edges`] (activation and token edges),
+//!   the agent and its worker's serving thread on one processor ([`pin`]);
 //! - [`wire`]: what travels on the pipeline's connections.
 
 pub mod download;
@@ -17,6 +18,7 @@ pub mod host;
 pub mod lives;
 pub mod model;
 pub mod node;
+pub mod pin;
 mod prepared;
 pub mod shared;
 pub mod spec;

@@ -6,6 +6,7 @@
 //! tokens and the last samples the next one ([`sample`]). Its reference is
 //! llama.cpp on the same file: same tokens, logits within rounding.
 
+pub mod affinity;
 pub mod cli;
 pub mod cuda;
 pub mod engine;

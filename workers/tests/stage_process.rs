@@ -245,3 +245,89 @@ fn a_malformed_frame_is_answered_with_a_fault_naming_its_offset() {
     }
     assert!(!w.child.wait().expect("wait").success());
 }
+
+/// `Cpus_allowed_list` of one thread of `pid` (`0-1,3` read as 0, 1, 3).
+#[cfg(target_os = "linux")]
+fn cpus_of(pid: u32, tid: u32) -> Vec<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .expect("the thread's status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().expect("cpu"), b.parse().expect("cpu"));
+        cpus.extend(a..=b);
+    }
+    cpus
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn serve_cpu_keeps_the_serving_thread_on_its_processor_and_no_other_thread() {
+    let all = workers::affinity::allowed().expect("this process's processors");
+    let cpu = *all.last().expect("a processor");
+    let model = common::stories();
+    let cpu_arg = cpu.to_string();
+    let args = [
+        "--ctx",
+        "64",
+        "--threads",
+        "2",
+        "--serve-cpu",
+        &cpu_arg,
+        "--layers",
+        "0..5",
+        "--model",
+    ];
+    let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    args.push(model.as_os_str());
+    let (mut w, ready) = Worker::spawn(&args);
+    assert!(matches!(ready, Reply::Ready { .. }), "{ready:?}");
+    // A step answered: the serving thread has pinned itself by now.
+    let r = w.ask(&forward(
+        1,
+        0,
+        Input::Tokens(vec![1, 403]),
+        OutputKind::Token,
+    ));
+    assert_eq!(r, Reply::Token { seq: 1, id: 407 }, "the same token");
+    let pid = w.child.id();
+    let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the worker's threads")
+        .map(|e| {
+            e.expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .parse()
+                .expect("tid")
+        })
+        .collect();
+    let pinned: Vec<u32> = tids
+        .iter()
+        .copied()
+        .filter(|&t| cpus_of(pid, t) == vec![cpu])
+        .collect();
+    assert!(!pinned.is_empty(), "a thread runs on processor {cpu} only");
+    assert_eq!(
+        cpus_of(pid, pid),
+        all,
+        "the main thread keeps every processor"
+    );
+    if all.len() > 1 {
+        assert_eq!(
+            pinned.len(),
+            1,
+            "only the serving thread is pinned: {tids:?}"
+        );
+        assert!(
+            tids.iter().any(|&t| t != pid && cpus_of(pid, t) == all),
+            "the pool's other thread runs anywhere"
+        );
+    }
+    drop(w.stdin);
+    assert!(w.child.wait().expect("wait").success());
+}

@@ -110,6 +110,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // This thread runs the agent: it keeps to one processor, shared with
+    // its worker's serving thread; the runtime's other threads do not.
+    if let Err(err) = runtime_real::pipeline::pin::hold(&args.node) {
+        runtime_real::stdout::err_line(&format!(
+            "drover-agent: not kept to one processor ({err}); running on any"
+        ));
+    }
     let mut config = AgentConfig::new(orchestrator, LogicalNodeId::new(args.node), args.token);
     config.run = args.run.map(RunId);
     config.lease = args.lease.map(LeaseId::new);
@@ -127,6 +134,7 @@ fn main() {
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(runtime_real::pipeline::pin::release_current)
         .build()
     {
         Ok(runtime) => runtime,

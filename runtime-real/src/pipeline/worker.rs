@@ -88,8 +88,21 @@ pub fn spawn(
     inputs: mpsc::Sender<Input>,
 ) -> Result<WorkerHandle, String> {
     let binary = worker_binary();
-    let mut child = Command::new(&binary)
-        .arg("stage")
+    let mut command = Command::new(&binary);
+    command.arg("stage");
+    if let Some(pin) = super::pin::current() {
+        command.arg("--serve-cpu").arg(pin.cpu.to_string());
+        let allowed = pin.allowed.clone();
+        // The child would inherit the agent thread's one processor: it
+        // gets every processor back between fork and exec.
+        #[allow(unsafe_code)]
+        // SAFETY: `restrict` makes one system call and neither allocates
+        // nor locks, as the time between fork and exec demands.
+        unsafe {
+            command.pre_exec(move || workers::affinity::restrict(&allowed));
+        }
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

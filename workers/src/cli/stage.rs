@@ -35,6 +35,12 @@ pub struct StageArgs {
     /// without it, the agent's `Load` names the backend).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
+    /// The processor that the thread reading and answering requests runs
+    /// on (its agent runs on the same one, so a step's hand-offs between
+    /// the two stay on one processor); the stage's other threads run on
+    /// any.
+    #[arg(long)]
+    pub serve_cpu: Option<usize>,
 }
 
 /// Parses `START..END`.
@@ -223,7 +229,13 @@ pub fn stage(a: &StageArgs) -> CliResult {
     // The loop runs on a thread of the stage's pool, reading and writing
     // the pipes itself: a step then starts and ends on the thread that
     // computes it, with no hand-off to the pool and back per token.
+    let serve_cpu = a.serve_cpu;
     let mut run = || {
+        if let Some(cpu) = serve_cpu
+            && let Err(e) = crate::affinity::restrict(&[cpu])
+        {
+            errln!("--serve-cpu {cpu}: {e}; the serving thread runs on any processor");
+        }
         serve(
             &mut loaded.stage,
             &mut loaded.sampler,
