@@ -107,7 +107,7 @@ fn bound(name: &str) -> Bound {
         "small-q4_0" | "small-q4_k_m" => Bound {
             max: 1e-3,
             mean: 1e-4,
-            flip_margin: 0.5,
+            flip_margin: 0.1,
         },
         n if n.ends_with("f16") => Bound {
             max: 1e-2,

@@ -5,10 +5,15 @@
 //! wakes the other processor, which costs tens of microseconds on a VM
 //! whose idle vCPUs halt. So the agent keeps its own thread on one
 //! processor and starts its worker with `--serve-cpu` for the same one.
-//! The worker's other threads, and the agent's blocking threads, run on
-//! every processor the agent was given. (`cargo xtask bench pipeline
-//! --hop` on a 2-core Xeon VM, per extra stage: the 256-byte row 176-187
-//! µs unpinned, 127-150 pinned; the 6 KiB row 226-283 µs, 164-189.)
+//! The worker's other threads (its pool, unless the plan gives a stage one
+//! thread), and the agent's blocking threads, run on every processor the
+//! agent was given. (`cargo xtask bench pipeline --hop` on a 2-core Xeon
+//! VM, per extra stage: the 256-byte row 176-187 µs unpinned, 126-154
+//! pinned; the 6 KiB row 226-283 µs, 167-180.)
+//!
+//! Nothing is pinned where the agent has one processor, nor where it may
+//! use fewer processors than it sees (a CPU quota, as on hosts shared by
+//! containers): there another tenant may keep any one processor busy.
 
 use std::sync::OnceLock;
 use workers::affinity;
@@ -28,7 +33,18 @@ static PIN: OnceLock<Pin> = OnceLock::new();
 /// by the node's name so that local nodes on one host spread over them.
 /// `Ok(None)` where there is one processor only: nothing to gain.
 pub fn hold(node: &str) -> Result<Option<&'static Pin>, String> {
-    let allowed = affinity::allowed().map_err(|e| format!("its processors: {e}"))?;
+    let allowed = match affinity::allowed() {
+        Ok(allowed) => allowed,
+        // Not Linux: nothing to pin, and nothing to say.
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Ok(None),
+        Err(e) => return Err(format!("its processors: {e}")),
+    };
+    // std reads the cgroup's CPU quota: under one, the share is smaller
+    // than the set.
+    let share = std::thread::available_parallelism().map_or(allowed.len(), |n| n.get());
+    if share < allowed.len() {
+        return Ok(None);
+    }
     let Some(cpu) = choose(node, &allowed) else {
         return Ok(None);
     };

@@ -94,12 +94,16 @@ pub fn spawn(
         command.arg("--serve-cpu").arg(pin.cpu.to_string());
         let allowed = pin.allowed.clone();
         // The child would inherit the agent thread's one processor: it
-        // gets every processor back between fork and exec.
+        // gets every processor back between fork and exec, where it can
+        // (a refusal leaves it on the agent's, and it still starts).
         #[allow(unsafe_code)]
         // SAFETY: `restrict` makes one system call and neither allocates
         // nor locks, as the time between fork and exec demands.
         unsafe {
-            command.pre_exec(move || workers::affinity::restrict(&allowed));
+            command.pre_exec(move || {
+                let _ = workers::affinity::restrict(&allowed);
+                Ok(())
+            });
         }
     }
     let mut child = command
