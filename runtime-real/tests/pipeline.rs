@@ -141,48 +141,8 @@ fn two_stages_of_one_thread_each_serve_the_same_text() {
                 "{node}: {lines:#?}"
             );
         }
-        agents_share_a_processor_with_their_serving_threads(state);
+        agents_share_a_processor_with_their_serving_threads(state, 2);
     });
-}
-
-/// Each node's agent runs on one processor, and so does one thread of its
-/// worker (the one serving steps): the same processor. The worker's main
-/// thread keeps every processor.
-fn agents_share_a_processor_with_their_serving_threads(state: &Path) {
-    let all = workers::affinity::allowed().unwrap();
-    let share = std::thread::available_parallelism().unwrap().get();
-    if all.len() < 2 || share < all.len() {
-        return; // one processor, or a CPU quota: nothing is pinned
-    }
-    let agents = processes(state, "drover-agent");
-    let workers = processes(state, "drover-worker");
-    assert_eq!(
-        (agents.len(), workers.len()),
-        (2, 2),
-        "{agents:?} {workers:?}"
-    );
-    for (agent, cwd) in &agents {
-        let cpus = thread_cpus(*agent, *agent);
-        assert_eq!(
-            cpus.len(),
-            1,
-            "agent {agent} runs on one processor: {cpus:?}"
-        );
-        let (worker, _) = workers
-            .iter()
-            .find(|(_, c)| c == cwd)
-            .unwrap_or_else(|| panic!("agent {agent}'s worker in {}", cwd.display()));
-        assert_eq!(
-            thread_cpus(*worker, *worker),
-            all,
-            "worker {worker}'s main thread"
-        );
-        let serving: Vec<u32> = threads_of(*worker)
-            .into_iter()
-            .filter(|&t| thread_cpus(*worker, t) == cpus)
-            .collect();
-        assert_eq!(serving.len(), 1, "worker {worker}: one thread on {cpus:?}");
-    }
 }
 
 #[test]

@@ -125,6 +125,8 @@ fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes(
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now, worker, "a new worker process");
     assert_served(&state, PROMPT, 40);
+    // The new worker serves on its agent's processor too.
+    agents_share_a_processor_with_their_serving_threads(&state, 3);
 
     up.type_stop();
     let code = up.wait_exit(EXIT);

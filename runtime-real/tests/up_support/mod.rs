@@ -5,7 +5,9 @@
 
 #![allow(dead_code)]
 
+mod pin;
 use core_fsm::plan::RunPlan;
+pub use pin::*;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -559,29 +561,4 @@ pub fn assert_served(state: &Path, prompt: &str, max_tokens: u32) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The processors thread `tid` of process `pid` may run on
-/// (`Cpus_allowed_list`, `0-1,3` read as 0, 1, 3).
-pub fn thread_cpus(pid: u32, tid: u32) -> Vec<usize> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim();
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
-    }
-    cpus
-}
-
-/// The thread ids of process `pid`.
-pub fn threads_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
-        .collect()
 }
