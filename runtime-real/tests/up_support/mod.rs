@@ -7,6 +7,7 @@
 
 mod pin;
 use core_fsm::plan::RunPlan;
+#[allow(unused_imports)] // not every test binary checks the pinning
 pub use pin::*;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
