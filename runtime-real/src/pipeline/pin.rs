@@ -30,26 +30,30 @@ pub struct Pin {
 static PIN: OnceLock<Pin> = OnceLock::new();
 
 /// Keeps the calling thread (the agent's) on one of its processors, chosen
-/// by the node's name so that local nodes on one host spread over them.
-/// `Ok(None)` where there is one processor only: nothing to gain.
-pub fn hold(node: &str) -> Result<Option<&'static Pin>, String> {
+/// by the node's name so that local nodes on one host spread over them;
+/// nothing where pinning is not [`worth_it`].
+pub fn hold(node: &str) -> Result<(), String> {
     let allowed = match affinity::allowed() {
         Ok(allowed) => allowed,
         // Not Linux: nothing to pin, and nothing to say.
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Ok(()),
         Err(e) => return Err(format!("its processors: {e}")),
     };
-    // std reads the cgroup's CPU quota: under one, the share is smaller
-    // than the set.
-    let share = std::thread::available_parallelism().map_or(allowed.len(), |n| n.get());
-    if share < allowed.len() {
-        return Ok(None);
+    if !worth_it(&allowed) {
+        return Ok(());
     }
-    let Some(cpu) = choose(node, &allowed) else {
-        return Ok(None);
-    };
+    let cpu = choose(node, &allowed);
     affinity::restrict(&[cpu]).map_err(|e| format!("processor {cpu}: {e}"))?;
-    Ok(Some(PIN.get_or_init(|| Pin { cpu, allowed })))
+    PIN.get_or_init(|| Pin { cpu, allowed });
+    Ok(())
+}
+
+/// Whether an agent that may run on `allowed` pins: with two processors
+/// or more, and no CPU quota below them (std reads the cgroup's quota into
+/// `available_parallelism`).
+pub fn worth_it(allowed: &[usize]) -> bool {
+    let share = std::thread::available_parallelism().map_or(allowed.len(), |n| n.get());
+    allowed.len() >= 2 && share >= allowed.len()
 }
 
 /// The pin [`hold`] made, if any.
@@ -65,16 +69,13 @@ pub fn release_current() {
     }
 }
 
-/// The processor for `node` among `allowed` (FNV-1a of its name), or
-/// `None` with fewer than two.
-fn choose(node: &str, allowed: &[usize]) -> Option<usize> {
-    if allowed.len() < 2 {
-        return None;
-    }
+/// The processor for `node` among `allowed` (FNV-1a of its name); at
+/// least one.
+fn choose(node: &str, allowed: &[usize]) -> usize {
     let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    Some(allowed[(hash % allowed.len() as u64) as usize])
+    allowed[(hash % allowed.len() as u64) as usize]
 }
 
 #[cfg(test)]
@@ -86,11 +87,11 @@ mod tests {
         let cpus = [0, 1, 2, 3];
         assert_eq!(choose("node-a", &cpus), choose("node-a", &cpus));
         let used: std::collections::BTreeSet<usize> = (0..16)
-            .filter_map(|i| choose(&format!("workers-{i}"), &cpus))
+            .map(|i| choose(&format!("workers-{i}"), &cpus))
             .collect();
         assert!(used.len() > 1, "sixteen nodes on one processor: {used:?}");
         assert!(used.iter().all(|c| cpus.contains(c)));
-        assert_eq!(choose("node-a", &[5]), None, "one processor: no pin");
-        assert_eq!(choose("node-a", &[]), None);
+        assert!(!worth_it(&[5]), "one processor: no pin");
+        assert!(!worth_it(&[]));
     }
 }

@@ -34,8 +34,7 @@ pub fn threads_of(pid: u32) -> Vec<u32> {
 /// nothing where nothing is pinned (one processor, or a CPU quota).
 pub fn agents_share_a_processor_with_their_serving_threads(state: &Path, nodes: usize) {
     let all = workers::affinity::allowed().unwrap();
-    let share = std::thread::available_parallelism().unwrap().get();
-    if all.len() < 2 || share < all.len() {
+    if !runtime_real::pipeline::pin::worth_it(&all) {
         return;
     }
     let agents = processes(state, "drover-agent");
