@@ -7,8 +7,10 @@
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
+pub mod f32s;
+
 /// The protocol version both sides send first.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The largest frame accepted: a 512-token prefill of an 8192-wide model's
 /// activations is 16 MiB.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -94,7 +96,7 @@ pub enum Input {
     /// Token ids.
     Tokens(Vec<u32>),
     /// `rows × embedding` f32 residual activations.
-    Activations(Vec<f32>),
+    Activations(#[serde(with = "f32s")] Vec<f32>),
 }
 
 /// What the last stage returns for a batch.
@@ -131,6 +133,7 @@ pub enum Reply {
         /// The request's sequence number.
         seq: u64,
         /// `rows × embedding` values.
+        #[serde(with = "f32s")]
         data: Vec<f32>,
     },
     /// The sampled token (last stage).
@@ -145,6 +148,7 @@ pub enum Reply {
         /// The request's sequence number.
         seq: u64,
         /// `vocab` values per position.
+        #[serde(with = "f32s")]
         data: Vec<f32>,
     },
     /// The request failed (or the stream broke); `seq` 0 when no request

@@ -24,7 +24,7 @@ pub const EDGE_ALPN: &[u8] = b"drover/edge/1";
 /// The QUIC application protocol of the model's byte ranges.
 pub const WEIGHTS_ALPN: &[u8] = b"drover/weights/1";
 /// The version byte of every edge and weights frame.
-pub const EDGE_VERSION: u8 = 1;
+pub const EDGE_VERSION: u8 = 2;
 /// The largest frame: a 512-token prefill of an 8192-wide model is 16 MiB.
 pub const EDGE_FRAME_MAX: usize = 64 << 20;
 
@@ -75,8 +75,9 @@ pub struct Step {
 pub enum Payload {
     /// Token ids.
     Tokens(Vec<u32>),
-    /// `rows × hidden` f32 residual activations.
-    Activations(Vec<f32>),
+    /// `rows × hidden` f32 residual activations, as their bytes
+    /// ([`workers::wire::f32s`]).
+    Activations(#[serde(with = "workers::wire::f32s")] Vec<f32>),
 }
 
 /// Where a stage's weights come from and how they are checked, carried in
@@ -183,17 +184,17 @@ pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(
     w: &mut W,
     value: &T,
 ) -> Result<(), EdgeError> {
-    let body = postcard::to_stdvec(value).map_err(|e| EdgeError::Malformed(e.to_string()))?;
-    let len = body.len() + 1;
+    // The body goes straight after the length (filled in below) and the
+    // version byte: one buffer, one copy.
+    let mut out = postcard::to_extend(value, vec![0, 0, 0, 0, EDGE_VERSION])
+        .map_err(|e| EdgeError::Malformed(e.to_string()))?;
+    let len = out.len() - 4;
     if len > EDGE_FRAME_MAX {
         return Err(EdgeError::Malformed(format!(
             "a frame of {len} bytes is over the {EDGE_FRAME_MAX}-byte cap"
         )));
     }
-    let mut out = Vec::with_capacity(4 + len);
-    out.extend_from_slice(&u32::try_from(len).expect("capped").to_be_bytes());
-    out.push(EDGE_VERSION);
-    out.extend_from_slice(&body);
+    out[..4].copy_from_slice(&u32::try_from(len).expect("capped").to_be_bytes());
     w.write_all(&out).await?;
     w.flush().await?;
     Ok(())

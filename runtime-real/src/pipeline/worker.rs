@@ -87,8 +87,18 @@ pub fn spawn(
     label: &str,
     inputs: mpsc::Sender<Input>,
 ) -> Result<WorkerHandle, String> {
-    let binary = worker_binary();
-    let mut command = Command::new(&binary);
+    spawn_binary(&worker_binary(), op, stage, label, inputs)
+}
+
+/// [`spawn`] of the worker `binary`.
+fn spawn_binary(
+    binary: &Path,
+    op: OpId,
+    stage: u32,
+    label: &str,
+    inputs: mpsc::Sender<Input>,
+) -> Result<WorkerHandle, String> {
+    let mut command = Command::new(binary);
     command.arg("stage");
     if let Some(pin) = super::pin::current() {
         command.arg("--serve-cpu").arg(pin.cpu.to_string());
@@ -193,9 +203,10 @@ async fn read_reply(out: &mut Replies) -> Result<Reply, String> {
 }
 
 async fn write_request(stdin: &mut ChildStdin, request: &Request) -> Result<(), String> {
-    let body = postcard::to_stdvec(request).map_err(|e| e.to_string())?;
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
+    // The body goes straight after its length, filled in below.
+    let mut frame = postcard::to_extend(request, vec![0u8; 4]).map_err(|e| e.to_string())?;
+    let len = u32::try_from(frame.len() - 4).map_err(|_| "an oversized request".to_owned())?;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
     stdin
         .write_all(&frame)
         .await
@@ -217,8 +228,17 @@ async fn actor(
     expected: Arc<AtomicBool>,
 ) {
     match read_reply(&mut stdout).await {
-        Ok(Reply::Hello { .. }) => {
+        Ok(Reply::Hello { version }) if version == workers::wire::VERSION => {
             let _ = inputs.send(Input::WorkerReady { op }).await;
+        }
+        // A worker of another build: its frames would not decode. Its
+        // stdin closes, it exits, and the supervisor reports the exit.
+        Ok(Reply::Hello { version }) => {
+            crate::transport::agent_log::warn_plain(&format!(
+                "the worker speaks stage protocol version {version}, this agent {}",
+                workers::wire::VERSION
+            ));
+            return;
         }
         // The exit (if it exits) is reported by the supervisor.
         Ok(other) => crate::transport::agent_log::warn_plain(&format!(
@@ -447,3 +467,6 @@ async fn run_step(
         other => Err(format!("the worker answered a step with {other:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests;
