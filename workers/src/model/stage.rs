@@ -201,6 +201,13 @@ impl Stage {
         let d = self.config.embedding;
         let mut x = match (input, &self.weights.embedding) {
             (StageInput::Tokens(tokens), Some(embd)) => {
+                // A lookup through the mapping maps its rows' pages, and
+                // where the file's page cache holds 2 MiB folios, a whole
+                // folio each: a prompt's rows would make most of the
+                // embedding resident. So rows are read from the file,
+                // unless the head reads the whole mapping every token
+                // anyway.
+                let mapped = self.weights.head_reads_embedding();
                 let mut x = Vec::with_capacity(tokens.len() * d);
                 for &t in tokens {
                     if t as usize >= self.config.vocab {
@@ -209,14 +216,14 @@ impl Stage {
                             self.config.vocab
                         )));
                     }
-                    x.extend(embd.row_f32(t as usize));
-                }
-                // A lookup maps its rows' pages, and where the file's page
-                // cache holds 2 MiB folios, a whole folio each: a prompt's
-                // rows would make most of the embedding resident. Each
-                // token reads a row once, so its pages go again.
-                if !self.weights.head_reads_embedding() {
-                    embd.release();
+                    if mapped {
+                        x.extend(embd.row_f32(t as usize));
+                    } else {
+                        let row = embd.read_row_f32(t as usize).map_err(|e| {
+                            StageError::Invalid(format!("reading token {t}'s embedding row: {e}"))
+                        })?;
+                        x.extend(row);
+                    }
                 }
                 x
             }

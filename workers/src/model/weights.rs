@@ -75,11 +75,17 @@ impl Weight {
         out
     }
 
-    /// Takes the tensor's mapped pages out of this process's resident set:
-    /// the file's page cache keeps them, and a later read maps them again
-    /// (see `TensorData::release`).
-    pub fn release(&self) {
-        self.data.release(0, self.data.bytes().len());
+    /// Row `r` decoded to f32, read from the file (see
+    /// `TensorData::read_at`): a lookup that leaves no page of the mapping
+    /// resident.
+    pub fn read_row_f32(&self, r: usize) -> std::io::Result<Vec<f32>> {
+        let cols = self.info.dims[0];
+        let row = self.info.ty.row_bytes(cols) as usize;
+        let mut bytes = vec![0u8; row];
+        self.data.read_at(r * row, &mut bytes)?;
+        let mut out = vec![0f32; cols as usize];
+        dequantize_row(self.info.ty, &bytes, &mut out);
+        Ok(out)
     }
 
     /// The element type.
