@@ -4,6 +4,7 @@
 
 use super::*;
 use std::time::Duration;
+use workers::wire::{self, Reply};
 
 /// How long a stand-in worker may take to be heard.
 const BOUND: Duration = Duration::from_secs(20);
