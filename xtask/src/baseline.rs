@@ -122,7 +122,8 @@ pub fn sim(rev: &str) -> Result<(), String> {
             let mut cmd = Command::new(bin);
             cmd.args(["bench", "--seeds", SIM_SEEDS, "--threads", "1"]);
             let text = output("drover-sim bench", cmd)?;
-            let rate = crate::seeds_per_core(&text).ok_or("no figure in drover-sim's output")?;
+            let rate =
+                crate::benches::seeds_per_core(&text).ok_or("no figure in drover-sim's output")?;
             rates[side].push(rate);
         }
         println!(
