@@ -11,7 +11,16 @@ use std::io;
 
 /// The processors the calling thread may run on, in ascending order.
 pub fn allowed() -> io::Result<Vec<usize>> {
-    imp::allowed()
+    imp::allowed_of(0)
+}
+
+/// The processors thread `tid` (a system-wide thread id: a process's
+/// first thread has its process id) may run on, in ascending order.
+pub fn allowed_of(tid: u32) -> io::Result<Vec<usize>> {
+    match i32::try_from(tid) {
+        Ok(0) | Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        Ok(tid) => imp::allowed_of(tid),
+    }
 }
 
 /// Lets the calling thread run only on `cpus`. Neither allocates nor
@@ -28,12 +37,15 @@ mod imp {
     /// The most processors a `cpu_set_t` holds.
     const SET_SIZE: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
 
-    pub fn allowed() -> io::Result<Vec<usize>> {
+    /// `tid` 0: the calling thread.
+    pub fn allowed_of(tid: libc::pid_t) -> io::Result<Vec<usize>> {
         // SAFETY: an all-zero cpu_set_t is a valid, empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: the size is the set's own; 0 names the calling thread.
-        let r =
-            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        // SAFETY: the size is the set's own; a thread id that names no
+        // thread is an error, not undefined behaviour.
+        let r = unsafe {
+            libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+        };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -66,7 +78,7 @@ mod imp {
 mod imp {
     use std::io;
 
-    pub fn allowed() -> io::Result<Vec<usize>> {
+    pub fn allowed_of(_tid: i32) -> io::Result<Vec<usize>> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 
@@ -91,6 +103,23 @@ mod tests {
         .join()
         .expect("thread");
         assert_eq!(pinned, vec![last]);
+        // Another thread's set, read from outside it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            restrict(&[last]).expect("restrict");
+            // SAFETY: gettid has no preconditions.
+            #[allow(unsafe_code)]
+            let tid = unsafe { libc::gettid() } as u32;
+            tx.send(tid).expect("send");
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().expect("the thread's id");
+        assert_eq!(allowed_of(tid).expect("allowed_of"), vec![last]);
+        done.send(()).expect("done");
+        other.join().expect("thread");
+        assert_eq!(allowed_of(std::process::id()).expect("main"), all);
+        assert!(allowed_of(0).is_err(), "0 names no thread here");
         assert_eq!(allowed().expect("allowed"), all, "the caller's set stays");
         let back = std::thread::spawn(move || {
             restrict(&[last]).expect("restrict");

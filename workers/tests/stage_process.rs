@@ -246,23 +246,9 @@ fn a_malformed_frame_is_answered_with_a_fault_naming_its_offset() {
     assert!(!w.child.wait().expect("wait").success());
 }
 
-/// `Cpus_allowed_list` of one thread of `pid` (`0-1,3` read as 0, 1, 3).
-#[cfg(target_os = "linux")]
-fn cpus_of(pid: u32, tid: u32) -> Vec<usize> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-        .expect("the thread's status");
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list")
-        .trim();
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.parse().expect("cpu"), b.parse().expect("cpu"));
-        cpus.extend(a..=b);
-    }
-    cpus
+/// The processors thread `tid` (of any process) may run on.
+fn cpus_of(tid: u32) -> Vec<usize> {
+    workers::affinity::allowed_of(tid).expect("the thread's processors")
 }
 
 #[cfg(target_os = "linux")]
@@ -309,14 +295,10 @@ fn serve_cpu_keeps_the_serving_thread_on_its_processor_and_no_other_thread() {
     let pinned: Vec<u32> = tids
         .iter()
         .copied()
-        .filter(|&t| cpus_of(pid, t) == vec![cpu])
+        .filter(|&t| cpus_of(t) == vec![cpu])
         .collect();
     assert!(!pinned.is_empty(), "a thread runs on processor {cpu} only");
-    assert_eq!(
-        cpus_of(pid, pid),
-        all,
-        "the main thread keeps every processor"
-    );
+    assert_eq!(cpus_of(pid), all, "the main thread keeps every processor");
     if all.len() > 1 {
         assert_eq!(
             pinned.len(),
@@ -324,7 +306,7 @@ fn serve_cpu_keeps_the_serving_thread_on_its_processor_and_no_other_thread() {
             "only the serving thread is pinned: {tids:?}"
         );
         assert!(
-            tids.iter().any(|&t| t != pid && cpus_of(pid, t) == all),
+            tids.iter().any(|&t| t != pid && cpus_of(t) == all),
             "the pool's other thread runs anywhere"
         );
     }

@@ -3,21 +3,9 @@
 use super::processes;
 use std::path::Path;
 
-/// The processors thread `tid` of process `pid` may run on
-/// (`Cpus_allowed_list`, `0-1,3` read as 0, 1, 3).
-pub fn thread_cpus(pid: u32, tid: u32) -> Vec<usize> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim();
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
-    }
-    cpus
+/// The processors thread `tid` (of any process) may run on.
+pub fn thread_cpus(tid: u32) -> Vec<usize> {
+    workers::affinity::allowed_of(tid).unwrap()
 }
 
 /// The thread ids of process `pid`.
@@ -45,7 +33,7 @@ pub fn agents_share_a_processor_with_their_serving_threads(state: &Path, nodes: 
         "{agents:?} {workers:?}"
     );
     for (agent, cwd) in &agents {
-        let cpus = thread_cpus(*agent, *agent);
+        let cpus = thread_cpus(*agent);
         assert_eq!(
             cpus.len(),
             1,
@@ -55,14 +43,10 @@ pub fn agents_share_a_processor_with_their_serving_threads(state: &Path, nodes: 
             .iter()
             .find(|(_, c)| c == cwd)
             .unwrap_or_else(|| panic!("agent {agent}'s worker in {}", cwd.display()));
-        assert_eq!(
-            thread_cpus(*worker, *worker),
-            all,
-            "worker {worker}'s main thread"
-        );
+        assert_eq!(thread_cpus(*worker), all, "worker {worker}'s main thread");
         let serving: Vec<u32> = threads_of(*worker)
             .into_iter()
-            .filter(|&t| thread_cpus(*worker, t) == cpus)
+            .filter(|&t| thread_cpus(t) == cpus)
             .collect();
         assert_eq!(serving.len(), 1, "worker {worker}: one thread on {cpus:?}");
     }
