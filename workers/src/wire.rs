@@ -9,7 +9,8 @@ use std::io::{self, Read, Write};
 
 pub mod f32s;
 
-/// The protocol version both sides send first.
+/// The protocol's version: the worker sends it first (`Hello`, `Ready`),
+/// and an agent lets go of a worker that speaks another.
 pub const VERSION: u16 = 3;
 /// The largest frame accepted: a 512-token prefill of an 8192-wide model's
 /// activations is 16 MiB.
@@ -283,6 +284,10 @@ mod tests {
         let frame = &w.0[0];
         let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(len + 4, frame.len());
+        // The variant, the seq, then the values as one byte string: its
+        // length in bytes (6144, a two-byte varint) and the bytes.
+        assert_eq!(&frame[4..8], &[1, 7, 0x80, 0x30]);
+        assert_eq!(frame.len(), 8 + 4 * 1536);
         let mut r = FrameReader::new(&frame[..]);
         assert_eq!(r.read::<Reply>().unwrap(), reply);
         assert!(matches!(r.read::<Reply>(), Err(FrameError::Closed)));

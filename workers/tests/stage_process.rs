@@ -247,6 +247,7 @@ fn a_malformed_frame_is_answered_with_a_fault_naming_its_offset() {
 }
 
 /// The processors thread `tid` (of any process) may run on.
+#[cfg(target_os = "linux")]
 fn cpus_of(tid: u32) -> Vec<usize> {
     workers::affinity::allowed_of(tid).expect("the thread's processors")
 }

@@ -251,6 +251,12 @@ mod tests {
         });
         let mut bytes = Vec::new();
         write(&mut bytes, &frame).await.unwrap();
+        // The activations as one byte string: its length in bytes (8),
+        // then 1.5 and -2.0 little-endian.
+        assert!(
+            bytes.ends_with(&[8, 0, 0, 0xc0, 0x3f, 0, 0, 0, 0xc0, 1]),
+            "{bytes:?}"
+        );
         let back: EdgeFrame = read(&mut bytes.as_slice()).await.unwrap();
         assert_eq!(back, frame);
         let mut wrong = bytes.clone();

@@ -69,3 +69,57 @@ fn looked_up_embedding_rows_never_enter_the_resident_set() {
         tokens.len()
     );
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_packed_tied_head_leaves_the_embedding_out_of_the_resident_set_too() {
+    // q8_0, the head tied to a 1.1 MiB embedding, one stage that is first
+    // and last. Where the kernels pack q8_0 the head multiplies by its
+    // packed copy, and neither it nor the lookups read the mapping.
+    let shape =
+        Shape::parse("tiny,dim=64,layers=1,heads=4,kv_heads=4,ff=128,vocab=16384,tied=true")
+            .expect("shape");
+    let model = make_model(&shape, Recipe::parse("q8_0").expect("q8_0"), 3, None).expect("model");
+    let path =
+        std::env::temp_dir().join(format!("drover-resident-tied-{}.gguf", std::process::id()));
+    model.write_file(&path).expect("write");
+    let mut stage = Stage::open(&path, 0..1, 64).expect("stage");
+    let _ = std::fs::remove_file(&path);
+    let packed = stage
+        .weights
+        .head
+        .as_ref()
+        .expect("a last stage")
+        .output
+        .matrix()
+        .packed;
+    let (addr, len) = {
+        let bytes = stage
+            .weights
+            .embedding
+            .as_ref()
+            .expect("a first stage")
+            .matrix()
+            .data;
+        (bytes.as_ptr() as usize, bytes.len())
+    };
+    let tokens: Vec<u32> = (0..64).map(|i| i * 256 + 7).collect();
+    let out = stage.forward(StageInput::Tokens(&tokens), Logits::Last);
+    assert!(matches!(out, Ok(StageOutput::Logits(_))));
+    let after = present_pages(addr, len);
+    if packed {
+        assert!(!stage.weights.head_reads_embedding());
+        assert!(
+            after <= 16,
+            "{after} pages of a packed tied head's embedding mapped after a step"
+        );
+    } else {
+        // The portable kernels: the head reads every mapped byte a token.
+        assert!(stage.weights.head_reads_embedding());
+        assert!(
+            after >= len / 4096,
+            "{after} of {} pages mapped",
+            len / 4096
+        );
+    }
+}

@@ -55,6 +55,9 @@ pub enum StageError {
     /// A bad layer range, input or position.
     #[error("{0}")]
     Invalid(String),
+    /// Reading the model file after it was opened (an embedding row).
+    #[error("{0}")]
+    Read(String),
     /// The GPU or its libraries.
     #[error("{0}")]
     Backend(String),
@@ -200,32 +203,10 @@ impl Stage {
     ) -> Result<StageOutput, StageError> {
         let d = self.config.embedding;
         let mut x = match (input, &self.weights.embedding) {
-            (StageInput::Tokens(tokens), Some(embd)) => {
-                // A lookup through the mapping maps its rows' pages, and
-                // where the file's page cache holds 2 MiB folios, a whole
-                // folio each: a prompt's rows would make most of the
-                // embedding resident. So rows are read from the file,
-                // unless the head reads the whole mapping every token
-                // anyway.
-                let mapped = self.weights.head_reads_embedding();
-                let mut x = Vec::with_capacity(tokens.len() * d);
-                for &t in tokens {
-                    if t as usize >= self.config.vocab {
-                        return Err(StageError::Invalid(format!(
-                            "token id {t} is outside the vocabulary of {}",
-                            self.config.vocab
-                        )));
-                    }
-                    if mapped {
-                        x.extend(embd.row_f32(t as usize));
-                    } else {
-                        let row = embd.read_row_f32(t as usize).map_err(|e| {
-                            StageError::Invalid(format!("reading token {t}'s embedding row: {e}"))
-                        })?;
-                        x.extend(row);
-                    }
-                }
-                x
+            (StageInput::Tokens(tokens), Some(_)) => {
+                // On a GPU the head multiplies by its own copy.
+                let mapped = self.device.is_none() && self.weights.head_reads_embedding();
+                self.weights.embed(tokens, self.config.vocab, mapped)?
             }
             (StageInput::Activations(a), None) if a.len() % d == 0 => a.to_vec(),
             (StageInput::Activations(a), None) => {

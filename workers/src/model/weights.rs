@@ -38,7 +38,7 @@ impl Weight {
     /// Packs the matrix where `kernels` run it packed; `release`: the
     /// mapped bytes are read no more, so their pages leave the resident
     /// set as each piece is packed, and the tensor is never resident
-    /// twice over (a tied head keeps them: the embedding reads them).
+    /// twice over.
     fn pack(&mut self, kernels: &Kernels, release: bool) {
         let m = self.matrix();
         if m.packed || !kernels.packs(m.ty, m.rows) {
@@ -147,6 +147,42 @@ impl Head {
 }
 
 impl StageWeights {
+    /// The embedding rows of `tokens`, one `embedding`-wide f32 row each.
+    /// Read from the file, unless `mapped` (the mapped bytes are resident
+    /// anyway: a tied head not packed multiplies by them every token). A
+    /// lookup through the mapping maps its rows' pages, and where the
+    /// file's page cache holds 2 MiB folios, a whole folio each, so a
+    /// prompt's rows would make most of the embedding resident.
+    pub fn embed(
+        &self,
+        tokens: &[u32],
+        vocab: usize,
+        mapped: bool,
+    ) -> Result<Vec<f32>, super::StageError> {
+        use super::StageError;
+        let embd = self
+            .embedding
+            .as_ref()
+            .ok_or_else(|| StageError::Invalid("this stage has no embedding".into()))?;
+        let mut x = Vec::with_capacity(tokens.len() * embd.info.dims[0] as usize);
+        for &t in tokens {
+            if t as usize >= vocab {
+                return Err(StageError::Invalid(format!(
+                    "token id {t} is outside the vocabulary of {vocab}"
+                )));
+            }
+            if mapped {
+                x.extend(embd.row_f32(t as usize));
+            } else {
+                let row = embd.read_row_f32(t as usize).map_err(|e| {
+                    StageError::Read(format!("reading token {t}'s embedding row: {e}"))
+                })?;
+                x.extend(row);
+            }
+        }
+        Ok(x)
+    }
+
     /// Whether the head multiplies by the embedding's mapped bytes (a tied
     /// head not packed): then every token reads all of them.
     pub fn head_reads_embedding(&self) -> bool {
@@ -171,9 +207,10 @@ impl StageWeights {
                 w.pack(kernels, true);
             }
         }
+        // A tied head's mapped bytes go too: the embedding's lookups read
+        // the file, not the mapping (`embed`).
         if let Some(head) = &mut self.head {
-            let tied = head.tied();
-            head.output.pack(kernels, !tied);
+            head.output.pack(kernels, true);
         }
     }
 }

@@ -68,13 +68,18 @@ pub(super) async fn actor(
         Ok(Reply::Hello { version }) if version == workers::wire::VERSION => {
             let _ = inputs.send(Input::WorkerReady { op }).await;
         }
-        // A worker of another build: its frames would not decode. Its
-        // stdin closes, it exits, and the supervisor reports the exit.
+        // A worker of another build: its frames would not decode. The
+        // machine hears why (the supervisor stays quiet about the exit);
+        // the worker's stdin closes, so it exits, and a worker that does
+        // not is killed when the machine drops its handle.
         Ok(Reply::Hello { version }) => {
-            crate::transport::agent_log::warn_plain(&format!(
+            let reason = format!(
                 "the worker speaks stage protocol version {version}, this agent {}",
                 workers::wire::VERSION
-            ));
+            );
+            crate::transport::agent_log::warn_plain(&reason);
+            expected.store(true, Ordering::SeqCst);
+            let _ = inputs.send(Input::WorkerExited { op, reason }).await;
             return;
         }
         // The exit (if it exits) is reported by the supervisor.

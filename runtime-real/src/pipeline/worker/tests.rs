@@ -57,13 +57,24 @@ async fn a_worker_of_another_protocol_is_let_go() {
     let (tx, mut inputs) = mpsc::channel(8);
     let binary = stand_in("other", wire::VERSION - 1);
     let _handle = spawn_binary(&binary, OpId(8), 0, "test", tx).unwrap();
-    // Never ready: its stdin closes, it exits, and the exit is reported.
+    // Never ready: the machine hears why, once.
     match next(&mut inputs).await {
         Input::WorkerExited { op, reason } => {
             assert_eq!(op, OpId(8));
-            assert!(reason.contains("exited"), "{reason}");
+            let want = format!(
+                "the worker speaks stage protocol version {}, this agent {}",
+                wire::VERSION - 1,
+                wire::VERSION
+            );
+            assert_eq!(reason, want);
         }
         other => panic!("expected WorkerExited, got {other:?}"),
     }
+    // Its stdin closed and it exited: the supervisor ends without a word,
+    // and with it the last sender of the inputs.
+    let more = tokio::time::timeout(BOUND, inputs.recv())
+        .await
+        .expect("the worker exited in time");
+    assert!(more.is_none(), "a second report: {more:?}");
     let _ = std::fs::remove_dir_all(binary.parent().unwrap());
 }
