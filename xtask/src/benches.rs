@@ -1,22 +1,12 @@
 //! `cargo xtask bench WHAT`: which benchmark runs, and the simulators'
 //! throughput side by side (`bench sim`).
 
-use crate::{DROVER_MADSIM, cargo, madsim_cargo, pipeline_bench, step, worker};
+use crate::{DROVER_MADSIM, DROVER_SIM, cargo, madsim_cargo, pipeline_bench, step, worker};
 use std::process::Command;
 
 /// Both tiers' throughput on the standard scenario, side by side.
 fn bench_sim() -> bool {
-    let mut tier1 = cargo(&[
-        "run",
-        "--quiet",
-        "--profile",
-        "sim",
-        "-p",
-        "sim",
-        "--bin",
-        "drover-sim",
-        "--",
-    ]);
+    let mut tier1 = cargo(DROVER_SIM);
     tier1.arg("bench");
     let mut tier2 = madsim_cargo(DROVER_MADSIM);
     tier2.arg("--bench");

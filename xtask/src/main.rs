@@ -261,18 +261,21 @@ fn tidy() -> bool {
     }
 }
 
+/// `cargo run` of the tier-1 simulator, built with the `sim` profile.
+const DROVER_SIM: &[&str] = &[
+    "run",
+    "--quiet",
+    "--profile",
+    "sim",
+    "-p",
+    "sim",
+    "--bin",
+    "drover-sim",
+    "--",
+];
+
 fn drover_sim(args: &[String]) -> bool {
-    let mut cmd = cargo(&[
-        "run",
-        "--quiet",
-        "--profile",
-        "sim",
-        "-p",
-        "sim",
-        "--bin",
-        "drover-sim",
-        "--",
-    ]);
+    let mut cmd = cargo(DROVER_SIM);
     cmd.args(args);
     step("drover-sim", cmd)
 }

@@ -21,30 +21,46 @@ fn present_pages(addr: usize, len: usize) -> usize {
         .count()
 }
 
+/// A one-block stage (the first, and the last too when the model has
+/// one block) of a model of `shape` in `ty`, from a file that is gone
+/// once the stage has mapped it.
+#[cfg(target_os = "linux")]
+fn first_stage(shape: &str, ty: &str, name: &str) -> Stage {
+    let shape = Shape::parse(shape).expect("shape");
+    let model = make_model(&shape, Recipe::parse(ty).expect("type"), 3, None).expect("model");
+    let path = std::env::temp_dir().join(format!("drover-{name}-{}.gguf", std::process::id()));
+    model.write_file(&path).expect("write");
+    let stage = Stage::open(&path, 0..1, 64).expect("stage");
+    let _ = std::fs::remove_file(&path);
+    stage
+}
+
+/// Where the stage's embedding is mapped: its address and length.
+#[cfg(target_os = "linux")]
+fn embedding_range(stage: &Stage) -> (usize, usize) {
+    let embd = stage.weights.embedding.as_ref().expect("a first stage");
+    let bytes = embd.matrix().data;
+    (bytes.as_ptr() as usize, bytes.len())
+}
+
+/// Token ids a page or more apart in a 16384-row table, all over it.
+#[cfg(target_os = "linux")]
+fn spread_tokens() -> Vec<u32> {
+    (0..64).map(|i| i * 256 + 7).collect()
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn looked_up_embedding_rows_never_enter_the_resident_set() {
     // A 4 MiB f32 embedding (vocab 16384 x dim 64), the first of two blocks.
-    let shape =
-        Shape::parse("tiny,dim=64,layers=2,heads=4,kv_heads=4,ff=128,vocab=16384").expect("shape");
-    let model = make_model(&shape, Recipe::parse("f32").expect("f32"), 3, None).expect("model");
-    let path = std::env::temp_dir().join(format!("drover-resident-{}.gguf", std::process::id()));
-    model.write_file(&path).expect("write");
-    let mut stage = Stage::open(&path, 0..1, 64).expect("stage");
-    let _ = std::fs::remove_file(&path);
+    let mut stage = first_stage(
+        "tiny,dim=64,layers=2,heads=4,kv_heads=4,ff=128,vocab=16384",
+        "f32",
+        "resident",
+    );
     assert!(!stage.weights.head_reads_embedding());
-    let (addr, len) = {
-        let bytes = stage
-            .weights
-            .embedding
-            .as_ref()
-            .expect("a first stage")
-            .matrix()
-            .data;
-        (bytes.as_ptr() as usize, bytes.len())
-    };
-    // Rows a page or more apart, all over the table.
-    let tokens: Vec<u32> = (0..64).map(|i| i * 256 + 7).collect();
+    let (addr, len) = embedding_range(&stage);
+    let tokens = spread_tokens();
     let out = stage.forward(StageInput::Tokens(&tokens), Logits::Last);
     assert!(matches!(out, Ok(StageOutput::Activations(_))));
     // The step reads block 0's tensors, which follow the embedding in the
@@ -76,34 +92,15 @@ fn a_packed_tied_head_leaves_the_embedding_out_of_the_resident_set_too() {
     // q8_0, the head tied to a 1.1 MiB embedding, one stage that is first
     // and last. Where the kernels pack q8_0 the head multiplies by its
     // packed copy, and neither it nor the lookups read the mapping.
-    let shape =
-        Shape::parse("tiny,dim=64,layers=1,heads=4,kv_heads=4,ff=128,vocab=16384,tied=true")
-            .expect("shape");
-    let model = make_model(&shape, Recipe::parse("q8_0").expect("q8_0"), 3, None).expect("model");
-    let path =
-        std::env::temp_dir().join(format!("drover-resident-tied-{}.gguf", std::process::id()));
-    model.write_file(&path).expect("write");
-    let mut stage = Stage::open(&path, 0..1, 64).expect("stage");
-    let _ = std::fs::remove_file(&path);
-    let packed = stage
-        .weights
-        .head
-        .as_ref()
-        .expect("a last stage")
-        .output
-        .matrix()
-        .packed;
-    let (addr, len) = {
-        let bytes = stage
-            .weights
-            .embedding
-            .as_ref()
-            .expect("a first stage")
-            .matrix()
-            .data;
-        (bytes.as_ptr() as usize, bytes.len())
-    };
-    let tokens: Vec<u32> = (0..64).map(|i| i * 256 + 7).collect();
+    let mut stage = first_stage(
+        "tiny,dim=64,layers=1,heads=4,kv_heads=4,ff=128,vocab=16384,tied=true",
+        "q8_0",
+        "resident-tied",
+    );
+    let head = stage.weights.head.as_ref().expect("a last stage");
+    let packed = head.output.matrix().packed;
+    let (addr, len) = embedding_range(&stage);
+    let tokens = spread_tokens();
     let out = stage.forward(StageInput::Tokens(&tokens), Logits::Last);
     assert!(matches!(out, Ok(StageOutput::Logits(_))));
     let after = present_pages(addr, len);
