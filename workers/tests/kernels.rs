@@ -338,3 +338,56 @@ fn each_kernel_set_names_its_instructions_and_tuning() {
         }
     }
 }
+
+/// One q8_0 row against one q8_0 activation row as llama.cpp sums it on
+/// x86 (llamafile's tinyBLAS, for a batch and for one token alike): each
+/// block's eight groups of four products in eight float lanes, each lane
+/// `fma(dx * dy, group, lane)` block after block, then the lanes added
+/// pairwise (4 apart, then 2, then 1).
+fn q8_0_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::f16_at;
+    let mut lanes = [0f32; 8];
+    for (x, y) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            let group: i32 = (2 + 4 * j..6 + 4 * j)
+                .map(|i| x[i] as i8 as i32 * y[i] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(group as f32, *lane);
+        }
+    }
+    let l = lanes;
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+#[test]
+fn q8_0_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(17);
+    let simd: Vec<Kernels> = kernel_sets()
+        .into_iter()
+        .filter(|k| k.name != "portable")
+        .collect();
+    for kernels in &simd {
+        // Row counts that whole groups of eight would have packed, and
+        // others; one token and batches on and off the tiles' edges.
+        for (rows, blocks, n) in [
+            (8, 1, 1),
+            (16, 40, 4),
+            (40, 9, 7),
+            (264, 28, 13),
+            (37, 5, 3),
+        ] {
+            assert!(!kernels.packs(GgmlType::Q8_0, rows), "{}", kernels.name);
+            let cols = 32 * blocks;
+            let data = matrix_bytes(&mut rng, GgmlType::Q8_0, rows, cols);
+            let m = matrix(GgmlType::Q8_0, rows, cols, &data);
+            let x = row(&mut rng, n * cols, 2.0);
+            let row_bytes = data.len() / rows;
+            let want = |r: usize, a: &[u8]| {
+                q8_0_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
+            };
+            let what = format!("q8_0 rows {rows} blocks {blocks}");
+            common::assert_alone_and_batched(kernels, &m, &x, n, want, &what);
+        }
+    }
+}

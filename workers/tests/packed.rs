@@ -1,4 +1,4 @@
-//! q8_0, q4_0 and q4_K weights packed eight rows together (`kernels::x8`): every
+//! q4_0 and q4_K weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -11,7 +11,7 @@ use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4K];
+const PACKED_TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q4K];
 
 /// Columns of `blocks` blocks of `ty`.
 fn cols(ty: GgmlType, blocks: usize) -> usize {
@@ -87,7 +87,9 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
     }
     assert!(!x8::packable(GgmlType::Q4_0, 12));
     assert!(!x8::packable(GgmlType::Q6K, 16));
-    assert!(x8::packable(GgmlType::Q8_0, 24));
+    assert!(x8::packable(GgmlType::Q4_0, 24));
+    // q8_0 stays as stored, summed as llama.cpp sums it (`kernels.rs`).
+    assert!(!x8::packable(GgmlType::Q8_0, 24));
 }
 
 #[test]

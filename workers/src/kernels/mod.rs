@@ -37,15 +37,15 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q8_0, q4_0 or
-/// q4_K weight rows against up to [`x8::TOKENS`] activation rows and, for
-/// q8_0 activations, their block sums (`sums[t][b]`, the sum of block
-/// `b`'s quants of token `t`), writing token `t`'s eight outputs to
+/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0 or q4_K
+/// weight rows against up to [`x8::TOKENS`] activation rows and, for
+/// q4_0's q8_0 activations, their block sums (`sums[t][b]`, the sum of
+/// block `b`'s quants of token `t`), writing token `t`'s eight outputs to
 /// `out[t]`.
 pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
 
 /// The largest tile side.
-pub const TILE_MAX: usize = 4;
+pub const TILE_MAX: usize = 8;
 
 /// The attention of the query heads that share one KV head over the cache
 /// (see [`ops::attend_heads`]).
@@ -79,13 +79,11 @@ pub struct Kernels {
     decode_f16: Option<Tile>,
     decode_q4k: Option<Tile>,
     decode_q6k: Option<Tile>,
-    x8_q8_0: X8Fn,
     x8_q4_0: X8Fn,
     x8_q4k: X8Fn,
-    /// Packed q8_0, q4_0 and q4_K two groups a call (`group` the two back
+    /// Packed q4_0 and q4_K two groups a call (`group` the two back
     /// to back, the second's outputs after the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
-    x16_q8_0: Option<X8Fn>,
     x16_q4_0: Option<X8Fn>,
     x16_q4k: Option<X8Fn>,
     /// The tile for f16 rows packed in pairs ([`pairs`]; two rows, one
@@ -119,10 +117,8 @@ impl Kernels {
             decode_f16: None,
             decode_q4k: None,
             decode_q6k: None,
-            x8_q8_0: x8::portable_q8_0,
             x8_q4_0: x8::portable_q4_0,
             x8_q4k: x8::portable_q4k,
-            x16_q8_0: None,
             x16_q4_0: None,
             x16_q4k: None,
             pair_f16: None,
@@ -194,7 +190,6 @@ impl Kernels {
     /// The kernel for packed weights of `ty`, where `ty` has a packed layout.
     pub fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
         match ty {
-            GgmlType::Q8_0 => Some(self.x8_q8_0),
             GgmlType::Q4_0 => Some(self.x8_q4_0),
             GgmlType::Q4K => Some(self.x8_q4k),
             _ => None,
@@ -205,7 +200,6 @@ impl Kernels {
     /// `x16_q4k`), where these kernels have one.
     pub fn x16(&self, ty: GgmlType) -> Option<X8Fn> {
         match ty {
-            GgmlType::Q8_0 => self.x16_q8_0,
             GgmlType::Q4_0 => self.x16_q4_0,
             GgmlType::Q4K => self.x16_q4k,
             _ => None,
@@ -225,6 +219,7 @@ impl Kernels {
     /// `rows` rows (see [`x8`] and [`pairs`]).
     pub fn packs(&self, ty: GgmlType, rows: usize) -> bool {
         self.pack
+            && !(ty == GgmlType::Q8_0 && std::env::var_os("XQ8").is_some())
             && (x8::packable(ty, rows) || (pairs::packable(ty, rows) && self.pair(ty).is_some()))
     }
 
@@ -297,7 +292,7 @@ pub struct Encoded {
     ty: GgmlType,
     row_bytes: usize,
     data: Vec<u8>,
-    /// For q8_0, each block's sum of quants (see [`X8Fn`]).
+    /// For q4_0 weights, each q8_0 block's sum of quants (see [`X8Fn`]).
     sums: Vec<i32>,
 }
 
@@ -327,8 +322,8 @@ impl Encoded {
                 .collect();
             parts.iter().for_each(|p| data.extend_from_slice(p));
         }
-        let sums = match ty {
-            GgmlType::Q8_0 => x8::block_sums(&data),
+        let sums = match weight_ty {
+            GgmlType::Q4_0 => x8::block_sums(&data),
             _ => Vec::new(),
         };
         Encoded {

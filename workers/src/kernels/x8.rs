@@ -1,18 +1,22 @@
-//! q8_0, q4_0 and q4_K weights packed eight rows together, the layout
-//! the processor reads best for these types on x86 (llama.cpp repacks
-//! q4_0 and q4_K for the same reason).
+//! q4_0 and q4_K weights packed eight rows together, the layout the
+//! processor reads best for these types on x86, as llama.cpp repacks them
+//! there.
+//!
+//! q8_0 is not packed: llama.cpp does not repack it on x86, and its
+//! products there (llamafile's tinyBLAS, batch or one token) keep each
+//! block's four-value groups in eight float lanes, which a row-major
+//! kernel reproduces bit for bit (`avx2::imp::dot_q8_0` and the tiles)
+//! and a packed one could only at eight times its float work.
 //!
 //! A packed matrix is a run of groups of eight rows. A group holds, for
 //! each block in order, the eight rows' scales and then their quants in
 //! 32-byte chunks: chunk `j` holds bytes `4j..4j + 4` of each row's
 //! quants, row `r` at bytes `4r..4r + 4`.
 //!
-//! - q8_0 (32 columns a block): the eight f16 scales (16 bytes), then
-//!   eight chunks (32 quants a row).
-//! - q4_0: the scales, then four chunks (16 bytes of packed nibbles a
-//!   row: the low nibbles are columns `4j..4j + 4`, the high ones
-//!   `16 + 4j..16 + 4j + 4`). These two take the bytes of their eight
-//!   rows unpacked: the layout only moves them.
+//! - q4_0 (32 columns a block): the eight f16 scales (16 bytes), then
+//!   four chunks (16 bytes of packed nibbles a row: the low nibbles are
+//!   columns `4j..4j + 4`, the high ones `16 + 4j..16 + 4j + 4`): the
+//!   bytes of its eight rows unpacked, only moved.
 //! - q4_K (256 columns): the eight `d` (16 bytes) and `dmin` (16), the
 //!   six-bit sub-block scales decoded to bytes, `[sub-block][row]` (64),
 //!   the mins likewise but in pairs of sub-blocks, `[pair][row][2]` (64),
@@ -24,7 +28,7 @@
 //! integer multiply-add against four activation bytes broadcast sums them
 //! into eight lanes, one a row: no horizontal sum anywhere. The float
 //! steps follow, per block, from zero, with `isum` the block's exact
-//! integer dot product (q8_0, q4_0) or its sub-block sums times their
+//! integer dot product (q4_0) or its sub-block sums times their
 //! scales (q4_K, and `msum` its mins times the activation's sub-block
 //! sums): `acc = fma(dx * dy, isum as f32, acc)`, and for q4_K also
 //! `macc = fma(dmin * dy, msum as f32, macc)`, the result `acc - macc`
@@ -45,7 +49,6 @@ pub const TOKENS: usize = 4;
 /// Bytes of one encoded block of one row of `ty`, and its columns.
 fn block_shape(ty: GgmlType) -> (usize, usize) {
     match ty {
-        GgmlType::Q8_0 => (34, 32),
         GgmlType::Q4_0 => (18, 32),
         GgmlType::Q4K => (144, 256),
         _ => panic!("{ty} is not packed eight rows together"),
@@ -65,9 +68,7 @@ pub const Q4K_GROUP_BLOCK: usize = 160 + 8 * 128;
 
 /// Whether a matrix of `ty` with `rows` rows can be packed.
 pub fn packable(ty: GgmlType, rows: usize) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4K)
-        && rows.is_multiple_of(ROWS)
-        && rows > 0
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4K) && rows.is_multiple_of(ROWS) && rows > 0
 }
 
 /// Bytes of one packed group of eight rows of `cols` values of `ty`.
@@ -155,19 +156,16 @@ impl Q4kScales {
     }
 }
 
-/// The integer dot product of one block of weights (`x`, plain layout)
-/// and one q8_0 activation block (`y`).
-fn block_isum(ty: GgmlType, x: &[u8], y: &[u8]) -> i32 {
+/// The integer dot product of one q4_0 block of weights (`x`, plain
+/// layout) and one q8_0 activation block (`y`).
+fn block_isum(x: &[u8], y: &[u8]) -> i32 {
     let a = |i: usize| y[2 + i] as i8 as i32;
-    match ty {
-        GgmlType::Q8_0 => (0..32).map(|i| x[2 + i] as i8 as i32 * a(i)).sum(),
-        _ => (0..16)
-            .map(|i| {
-                let q = x[2 + i];
-                ((q & 0xF) as i32 - 8) * a(i) + ((q >> 4) as i32 - 8) * a(i + 16)
-            })
-            .sum(),
-    }
+    (0..16)
+        .map(|i| {
+            let q = x[2 + i];
+            ((q & 0xF) as i32 - 8) * a(i) + ((q >> 4) as i32 - 8) * a(i + 16)
+        })
+        .sum()
 }
 
 /// A q4_K block's integer sums against a q8_K block `y`: its sub-block
@@ -213,7 +211,7 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
                 f16_at(x, 0),
                 0.0,
                 f16_at(y, 0),
-                block_isum(ty, x, y),
+                block_isum(x, y),
                 0,
             ),
         }
@@ -221,8 +219,8 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
     acc[0] - acc[1]
 }
 
-/// Row `r` (0..8) of block `b` of a packed group of q8_0 or q4_0, in the
-/// plain layout.
+/// Row `r` (0..8) of block `b` of a packed group of q4_0, in the plain
+/// layout.
 fn unpacked_block(ty: GgmlType, group: &[u8], b: usize, r: usize) -> Vec<u8> {
     let bb = block_shape(ty).0;
     let block = &group[b * ROWS * bb..(b + 1) * ROWS * bb];
@@ -266,7 +264,7 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                         f16_at(&x, 0),
                         0.0,
                         f16_at(y, 0),
-                        block_isum(ty, &x, y),
+                        block_isum(&x, y),
                         0,
                     );
                 }
@@ -274,11 +272,6 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
             *o = acc[0] - acc[1];
         }
     }
-}
-
-/// The portable packed q8_0 kernel.
-pub fn portable_q8_0(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    portable(GgmlType::Q8_0, group, a, out)
 }
 
 /// The portable packed q4_0 kernel.

@@ -89,12 +89,12 @@ fn looked_up_embedding_rows_never_enter_the_resident_set() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_packed_tied_head_leaves_the_embedding_out_of_the_resident_set_too() {
-    // q8_0, the head tied to a 1.1 MiB embedding, one stage that is first
-    // and last. Where the kernels pack q8_0 the head multiplies by its
+    // q4_0, the head tied to a 0.6 MiB embedding, one stage that is first
+    // and last. Where the kernels pack q4_0 the head multiplies by its
     // packed copy, and neither it nor the lookups read the mapping.
     let mut stage = first_stage(
         "tiny,dim=64,layers=1,heads=4,kv_heads=4,ff=128,vocab=16384,tied=true",
-        "q8_0",
+        "q4_0",
         "resident-tied",
     );
     let head = stage.weights.head.as_ref().expect("a last stage");

@@ -43,23 +43,20 @@ pub fn quantized(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     out
 }
 
-/// `v.round_ties_even()` without a library call where the processor
-/// baseline has no rounding instruction: for |v| < 2^22, adding and taking
-/// away 1.5 · 2^23 rounds |v| to an integer, ties to even (the default
-/// rounding mode), exactly, and the sign goes back on (-0.5 gives -0.0);
-/// anything larger goes to the library.
-#[inline]
-fn round_even(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    if v.abs() < 4_194_304.0 {
-        ((v.abs() + MAGIC) - MAGIC).copysign(v)
-    } else {
-        v.round_ties_even()
-    }
-}
-
 fn amax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// `v.round_ties_even()` without a library call (the processor baseline
+/// has no rounding instruction) for a value under 2^22 in magnitude or
+/// not finite, as an activation scaled to its block is (at most 127):
+/// adding and taking away 1.5 · 2^23 rounds |v| to an integer, ties to
+/// even (the default rounding mode), exactly, and the sign goes back on
+/// (-0.5 gives -0.0). No branch, so the loops around it vectorize.
+#[inline]
+fn round_small(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    ((v.abs() + MAGIC) - MAGIC).copysign(v)
 }
 
 /// ggml's AVX2 `quantize_row_q8_0`: scale by 127/amax, round half to even.
@@ -68,7 +65,11 @@ fn q8_0_block(x: &[f32], out: &mut Vec<u8>) {
     let d = max / 127.0;
     let id = if max != 0.0 { 127.0 / max } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-    out.extend(x.iter().map(|v| round_even(v * id) as i8 as u8));
+    let mut q = [0u8; 32];
+    for (q, v) in q.iter_mut().zip(x) {
+        *q = round_small(v * id) as i8 as u8;
+    }
+    out.extend_from_slice(&q);
 }
 
 /// ggml's `quantize_row_q4_0_ref`.
@@ -85,24 +86,24 @@ fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-/// ggml's `quantize_row_q8_K_ref`.
+/// ggml's `quantize_row_q8_K_ref`: the scale from the first value of the
+/// largest magnitude, its sign kept (NaNs pass over).
 fn q8k_block(x: &[f32], out: &mut Vec<u8>) {
-    let max = x
-        .iter()
-        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let top = amax(x);
+    let max = x.iter().copied().find(|v| v.abs() == top).unwrap_or(0.0);
     if max == 0.0 {
         out.extend_from_slice(&0f32.to_le_bytes());
         out.extend(std::iter::repeat_n(0u8, 256 + 32));
         return;
     }
     let iscale = -127.0 / max;
-    let qs: Vec<i8> = x
-        .iter()
-        .map(|v| (round_even(iscale * v) as i32).min(127) as i8)
-        .collect();
+    let mut q = [0i8; 256];
+    for (q, v) in q.iter_mut().zip(x) {
+        *q = (round_small(iscale * v) as i32).min(127) as i8;
+    }
     out.extend_from_slice(&(1.0 / iscale).to_le_bytes());
-    out.extend(qs.iter().map(|&q| q as u8));
-    for sub in qs.chunks_exact(16) {
+    out.extend_from_slice(&q.map(|q| q as u8));
+    for sub in q.chunks_exact(16) {
         let sum: i16 = sub.iter().map(|&q| q as i16).sum();
         out.extend_from_slice(&sum.to_le_bytes());
     }
@@ -214,10 +215,79 @@ fn q6k_block(x: &[f32], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
-    use super::round_even;
+    use super::*;
+
+    /// The earlier, plainer forms of the two activation encoders, kept as
+    /// the reference the faster ones are held to.
+    fn q8_0_reference(x: &[f32], out: &mut Vec<u8>) {
+        let max = amax(x);
+        let d = max / 127.0;
+        let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        out.extend(x.iter().map(|v| (v * id).round_ties_even() as i8 as u8));
+    }
+
+    fn q8k_reference(x: &[f32], out: &mut Vec<u8>) {
+        let max = x
+            .iter()
+            .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        if max == 0.0 {
+            out.extend_from_slice(&0f32.to_le_bytes());
+            out.extend(std::iter::repeat_n(0u8, 256 + 32));
+            return;
+        }
+        let iscale = -127.0 / max;
+        let qs: Vec<i8> = x
+            .iter()
+            .map(|v| ((iscale * v).round_ties_even() as i32).min(127) as i8)
+            .collect();
+        out.extend_from_slice(&(1.0 / iscale).to_le_bytes());
+        out.extend(qs.iter().map(|&q| q as u8));
+        for sub in qs.chunks_exact(16) {
+            let sum: i16 = sub.iter().map(|&q| q as i16).sum();
+            out.extend_from_slice(&sum.to_le_bytes());
+        }
+    }
 
     #[test]
-    fn round_even_is_round_ties_even() {
+    fn activation_encoders_give_the_reference_bytes() {
+        let mut rng = crate::rng::SplitMix64::new(41);
+        let mut rows: Vec<Vec<f32>> = (0..200)
+            .map(|i| (0..256).map(|_| rng.symmetric(1.0 + i as f32)).collect())
+            .collect();
+        // Ties at every half step, a largest magnitude that is negative and
+        // repeated with both signs, zeros (both signs), NaNs and infinities.
+        rows.push((0..256).map(|i| (i as f32 - 128.0) * 0.5).collect());
+        let mut both = vec![0.25f32; 256];
+        (both[3], both[9], both[200]) = (-2.0, 2.0, -2.0);
+        rows.push(both);
+        rows.push(vec![0.0; 256]);
+        rows.push(
+            (0..256)
+                .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+                .collect(),
+        );
+        let mut odd = rows[0].clone();
+        (odd[0], odd[40], odd[77]) = (f32::NAN, f32::INFINITY, f32::NEG_INFINITY);
+        rows.push(odd);
+        let mut nan_first = vec![0.5f32; 256];
+        (nan_first[0], nan_first[31], nan_first[255]) = (f32::NAN, -3.0, 1e-30);
+        rows.push(nan_first);
+        for (i, x) in rows.iter().enumerate() {
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            x.chunks_exact(32).for_each(|b| q8_0_block(b, &mut got));
+            x.chunks_exact(32)
+                .for_each(|b| q8_0_reference(b, &mut want));
+            assert_eq!(got, want, "q8_0 row {i}");
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            q8k_block(x, &mut got);
+            q8k_reference(x, &mut want);
+            assert_eq!(got, want, "q8_K row {i}");
+        }
+    }
+
+    #[test]
+    fn round_small_is_round_ties_even_where_it_is_used() {
         let mut values = vec![
             0.5f32,
             1.5,
@@ -227,17 +297,17 @@ mod tests {
             126.5,
             -127.5,
             4_194_303.5,
-            1e9,
             -0.0,
         ];
         values.extend((-3000..3000).map(|i| i as f32 * 0.0625 + 0.001 * (i % 7) as f32));
-        values.extend([f32::INFINITY, f32::NEG_INFINITY, 8_388_609.0, 0.49999997]);
+        values.extend([f32::INFINITY, f32::NEG_INFINITY, 0.49999997]);
         for v in values {
             assert_eq!(
-                round_even(v).to_bits(),
+                round_small(v).to_bits(),
                 v.round_ties_even().to_bits(),
                 "{v}"
             );
         }
+        assert!(round_small(f32::NAN).is_nan());
     }
 }

@@ -58,6 +58,49 @@ q0_shapes!(tile_q8_0, tile::q8_0);
 q0_shapes!(tile_q4_0, tile::q4_0);
 q0_shapes!(vnni_q8_0, vnni::q8_0);
 q0_shapes!(vnni_q4_0, vnni::q4_0);
+// Two tokens a 512-bit register: up to six rows by six tokens.
+tile_shapes!(
+    wide_q8_0,
+    vnni::q8_0_wide,
+    [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (1, 5),
+        (1, 6),
+        (2, 1),
+        (2, 2),
+        (2, 3),
+        (2, 4),
+        (2, 5),
+        (2, 6),
+        (3, 1),
+        (3, 2),
+        (3, 3),
+        (3, 4),
+        (3, 5),
+        (3, 6),
+        (4, 1),
+        (4, 2),
+        (4, 3),
+        (4, 4),
+        (4, 5),
+        (4, 6),
+        (5, 1),
+        (5, 2),
+        (5, 3),
+        (5, 4),
+        (5, 5),
+        (5, 6),
+        (6, 1),
+        (6, 2),
+        (6, 3),
+        (6, 4),
+        (6, 5),
+        (6, 6)
+    ]
+);
 tile_shapes!(
     tile_f16,
     tile::f16_rows,
@@ -151,19 +194,14 @@ macro_rules! packed_tokens {
 }
 
 packed_tokens!(
-    x8_q8_0_vnni = x8::vnni<true, false>,
-    x8_q4_0_vnni = x8::vnni<true, true>,
-    x8_q8_0_avx2 = x8::avx2<true, false>,
-    x8_q4_0_avx2 = x8::avx2<true, true>,
+    x8_q4_0_vnni = x8::q4_0_vnni<true>,
+    x8_q4_0_avx2 = x8::q4_0_avx2<true>,
     x8_q4k_vnni = x8::q4k_vnni<true>,
     x8_q4k_avx2 = x8::q4k_avx2<true>,
-    flat_q8_0_vnni = x8::vnni<false, false>,
-    flat_q4_0_vnni = x8::vnni<false, true>,
-    flat_q8_0_avx2 = x8::avx2<false, false>,
-    flat_q4_0_avx2 = x8::avx2<false, true>,
+    flat_q4_0_vnni = x8::q4_0_vnni<false>,
+    flat_q4_0_avx2 = x8::q4_0_avx2<false>,
     flat_q4k_vnni = x8::q4k_vnni<false>,
     flat_q4k_avx2 = x8::q4k_avx2<false>,
-    x16_q8_0_vnni = x16::q8_0_vnni,
     x16_q4_0_vnni = x16::q4_0_vnni,
     x16_q4k_vnni = x16::q4k_vnni
 );

@@ -108,3 +108,68 @@ pub fn q4_0<const R: usize, const T: usize>(
 ) {
     q0::<true, R, T>(w, a, out, stride)
 }
+
+/// The 32 quants of the q8_0 block at the start of `y` and those of `z`,
+/// `y`'s in the low half.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+fn two_quants(y: &[u8], z: &[u8]) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(signed_quants(y)), signed_quants(z))
+}
+
+/// `R × T` q8_0 weight rows against q8_0 activation rows in 512-bit
+/// registers, two tokens a register (token `2p` in the low half, `2p + 1`
+/// in the high; an odd last token fills both): each half takes exactly
+/// the steps of [`q8_0`]'s lanes, so the outputs are its bits, with half
+/// the instructions for the integer and float steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub fn q8_0_wide<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    const PAIRS: usize = 3;
+    assert!(w.len() == R && a.len() == T && T <= 2 * PAIRS);
+    let pairs = T.div_ceil(2);
+    let blocks = a[0].len() / 34;
+    assert!(a.iter().all(|y| y.len() == blocks * 34));
+    assert!(w.iter().all(|x| x.len() == blocks * 34));
+    let offset = _mm512_set1_epi8(-128);
+    let mut acc = [[_mm512_setzero_ps(); PAIRS]; R];
+    for b in 0..blocks {
+        let mut qy = [_mm512_setzero_si512(); PAIRS];
+        let mut base = [_mm512_setzero_si512(); PAIRS];
+        let mut dy = [_mm512_setzero_ps(); PAIRS];
+        for p in 0..pairs {
+            let y = &a[2 * p][34 * b..34 * b + 34];
+            let z = &a[(2 * p + 1).min(T - 1)][34 * b..34 * b + 34];
+            qy[p] = two_quants(y, z);
+            // Minus the offset times each group of four activations.
+            let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qy[p]);
+            base[p] = _mm512_sub_epi32(_mm512_setzero_si512(), sums);
+            dy[p] =
+                _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(y, 0)), _mm512_set1_ps(f16(z, 0)));
+        }
+        for r in 0..R {
+            let x = &w[r][34 * b..34 * b + 34];
+            let ux = _mm512_xor_si512(two_quants(x, x), offset);
+            let dx = _mm512_set1_ps(f16(x, 0));
+            for p in 0..pairs {
+                let sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[p], ux, qy[p]));
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[p]), sum, acc[r][p]);
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            let both = _mm512_castps_pd(acc[r][t / 2]);
+            let half = if t % 2 == 0 {
+                _mm512_castpd512_pd256(both)
+            } else {
+                _mm512_extractf64x4_pd::<1>(both)
+            };
+            out[r * stride + t] = hsum(_mm256_castpd_ps(half));
+        }
+    }
+}

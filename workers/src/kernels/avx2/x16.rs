@@ -1,11 +1,11 @@
-//! Packed q8_0, q4_0 and q4_K (layout and order: `kernels::x8`) two
+//! Packed q4_0 and q4_K (layout and order: `kernels::x8`) two
 //! groups of eight rows a call in 512-bit registers, where the processor
 //! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
 //! the first group's eight rows, the high half the second's, so one
 //! `vpdpbusd` sums sixteen rows against four activation bytes broadcast.
 //!
 //! Each lane takes exactly the steps of its row in the 256-bit kernels
-//! (`x8::vnni`, `x8::q4k_vnni`): the same exact integer sums, then per
+//! (`x8::q4_0_vnni`, `x8::q4k_vnni`): the same exact integer sums, then per
 //! block `acc = fma(dx * dy, isum, acc)` (q4_K also `macc = fma(dmin *
 //! dy, msum, macc)`, then `acc - macc`); so the outputs are their bits,
 //! alone and in a batch. A batch only: one token reads the two groups as
@@ -127,55 +127,37 @@ pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     store(diff, out)
 }
 
-/// Two packed q4_0 (`Q4`) or q8_0 groups back to back (`g`) against `T`
-/// tokens with 512-bit `vpdpbusd`, each lane as `x8::vnni` sums its row;
-/// `out` as [`q4k_vnni`].
-#[inline]
+/// Two packed q4_0 groups back to back (`g`) against `T` tokens with
+/// 512-bit `vpdpbusd`, each lane as `x8::q4_0_vnni` sums its row; `out` as
+/// [`q4k_vnni`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q0<const Q4: bool, const T: usize>(
-    g: &[u8],
-    a: &[&[u8]],
-    sums: &[&[i32]],
-    out: &mut [[f32; ROWS]],
-) {
-    let bb = if Q4 { 18 } else { 34 };
+pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
     let half = g.len() / 2;
-    let blocks = half / (ROWS * bb);
-    assert_eq!(g.len(), 2 * blocks * ROWS * bb);
+    let blocks = half / (ROWS * 18);
+    assert_eq!(g.len(), 2 * blocks * ROWS * 18);
     assert!(a.len() == T && sums.len() == T && out.len() >= 2 * T);
     assert!(a.iter().all(|y| y.len() == blocks * 34));
     assert!(sums.iter().all(|s| s.len() == blocks));
     let mask = _mm512_set1_epi8(0x0F);
-    let flip = _mm512_set1_epi8(-128);
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..blocks {
-        let at = b * ROWS * bb;
+        let at = b * ROWS * 18;
         let y0 = 34 * b + 2;
         let mut dp = [_mm512_setzero_si512(); T];
-        if Q4 {
-            for j in 0..4 {
-                let w = both32(g, half, at + 16 + 32 * j);
-                let lo = _mm512_and_si512(w, mask);
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
-                for t in 0..T {
-                    dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
-                    dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
-                }
-            }
-        } else {
-            for j in 0..8 {
-                let w = _mm512_xor_si512(both32(g, half, at + 16 + 32 * j), flip);
-                for t in 0..T {
-                    dp[t] = _mm512_dpbusd_epi32(dp[t], w, broadcast4(a[t], y0 + 4 * j));
-                }
+        for j in 0..4 {
+            let w = both32(g, half, at + 16 + 32 * j);
+            let lo = _mm512_and_si512(w, mask);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+            for t in 0..T {
+                dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
+                dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
             }
         }
         let dx = _mm512_cvtph_ps(both16(g, half, at));
-        // The weights' offset (8 for q4_0, 128 for q8_0) times the
-        // activation block's sum, taken off each lane.
-        let shift = if Q4 { 3 } else { 7 };
+        // The nibbles' offset, 8, times the activation block's sum, taken
+        // off each lane.
         for t in 0..T {
-            let isum = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(sums[t][b].wrapping_shl(shift)));
+            let isum = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(sums[t][b].wrapping_shl(3)));
             let dy = _mm512_set1_ps(f16(&a[t][34 * b..], 0));
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum), acc[t]);
         }
@@ -195,16 +177,4 @@ fn store<const T: usize>(sums: [__m512; T], out: &mut [[f32; ROWS]]) {
         out[t].copy_from_slice(&both[..ROWS]);
         out[T + t].copy_from_slice(&both[ROWS..]);
     }
-}
-
-/// Two packed q8_0 groups against `T` tokens.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn q8_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    q0::<false, T>(g, a, s, out)
-}
-
-/// Two packed q4_0 groups against `T` tokens.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], s: &[&[i32]], out: &mut [[f32; ROWS]]) {
-    q0::<true, T>(g, a, s, out)
 }

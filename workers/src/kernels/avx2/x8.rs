@@ -1,5 +1,4 @@
-//! The packed q8_0, q4_0 and q4_K kernels (layout and order:
-//! `kernels::x8`):
+//! The packed q4_0 and q4_K kernels (layout and order: `kernels::x8`):
 //! one group of eight rows against up to `x8::TOKENS` tokens a call, with
 //! AVX2's `maddubs`/`madd` or AVX-512 VNNI's 256-bit `vpdpbusd`.
 //!
@@ -9,13 +8,10 @@
 //! the eight rows' exact integer sums then take one conversion and one
 //! multiply-add for all eight outputs of a token.
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes: the weights are made
-//! unsigned by an offset (q4_0 nibbles as stored, offset 8; q8_0 quants
-//! plus 128), and the offset times the activation block's sum
-//! (`Encoded`'s block sums) is taken off the lane. AVX2 does the same for
-//! q4_0 (`maddubs` of nibbles and activations, eight products summed in
-//! 16 bits: at most 8 · 2 · 15 · 127 = 30480, no overflow) and uses the
-//! signs of the weights for q8_0, as the one-row kernel does.
+//! The q4_0 nibbles are the unsigned side as stored (`vpdpbusd`, or
+//! AVX2's `maddubs` with eight products summed in 16 bits: at most
+//! 8 · 2 · 15 · 127 = 30480, no overflow), and 8 times the activation
+//! block's sum (`Encoded`'s block sums) is taken off the lane.
 //!
 //! Each kernel's `PF` says whether a one-token call asks for its bytes
 //! ahead of its reading ([`AHEAD`]; the maker's choice, `avx2::Tuning`).
@@ -89,17 +85,11 @@ fn scales(group: &[u8], at: usize) -> __m256 {
 }
 
 /// `acc = fma(dx * dy, isum, acc)` for one token's eight outputs, where
-/// `isum` is `dp` less `offset_shift`-scaled block sum `sum`.
+/// `isum` is `dp` less 8 times the activation block's sum `sum`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn accumulate<const SHIFT: i32>(
-    acc: __m256,
-    dx: __m256,
-    y: &[u8],
-    dp: __m256i,
-    sum: i32,
-) -> __m256 {
-    let isum = _mm256_sub_epi32(dp, _mm256_slli_epi32::<SHIFT>(_mm256_set1_epi32(sum)));
+fn accumulate(acc: __m256, dx: __m256, y: &[u8], dp: __m256i, sum: i32) -> __m256 {
+    let isum = _mm256_sub_epi32(dp, _mm256_slli_epi32::<3>(_mm256_set1_epi32(sum)));
     let dy = _mm256_set1_ps(f16(y, 0));
     _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc)
 }
@@ -114,100 +104,66 @@ fn store<const T: usize>(acc: [__m256; T], out: &mut [[f32; ROWS]]) {
     }
 }
 
-/// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with `vpdpbusd`.
+/// Packed q4_0 rows against `T` tokens with `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn vnni<const T: usize, const PF: bool, const Q4: bool>(
+pub fn q4_0_vnni<const T: usize, const PF: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let bb = if Q4 { 18 } else { 34 };
-    let blocks = blocks(group, bb, a, sums, out);
+    let blocks = blocks(group, 18, a, sums, out);
     assert_eq!(a.len(), T);
-    let flip = _mm256_set1_epi8(-128);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
-        let at = b * ROWS * bb;
-        ahead::<T, PF>(group, at, ROWS * bb);
+        let at = b * ROWS * 18;
+        ahead::<T, PF>(group, at, ROWS * 18);
         let y0 = 34 * b + 2;
         let mut dp = [_mm256_setzero_si256(); T];
-        if Q4 {
-            for j in 0..4 {
-                let (lo, hi) = nibbles(group, at + 16 + 32 * j);
-                for t in 0..T {
-                    dp[t] = _mm256_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
-                    dp[t] = _mm256_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
-                }
-            }
-        } else {
-            for j in 0..8 {
-                let w = _mm256_xor_si256(load(group, at + 16 + 32 * j), flip);
-                for t in 0..T {
-                    dp[t] = _mm256_dpbusd_epi32(dp[t], w, broadcast4(a[t], y0 + 4 * j));
-                }
+        for j in 0..4 {
+            let (lo, hi) = nibbles(group, at + 16 + 32 * j);
+            for t in 0..T {
+                dp[t] = _mm256_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
+                dp[t] = _mm256_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
             }
         }
         let dx = scales(group, at);
         for t in 0..T {
-            let y = &a[t][34 * b..];
-            acc[t] = if Q4 {
-                accumulate::<3>(acc[t], dx, y, dp[t], sums[t][b])
-            } else {
-                accumulate::<7>(acc[t], dx, y, dp[t], sums[t][b])
-            };
+            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp[t], sums[t][b]);
         }
     }
     store(acc, out)
 }
 
-/// Packed q4_0 (`Q4`) or q8_0 rows against `T` tokens with AVX2.
+/// Packed q4_0 rows against `T` tokens with AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn avx2<const T: usize, const PF: bool, const Q4: bool>(
+pub fn q4_0_avx2<const T: usize, const PF: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let bb = if Q4 { 18 } else { 34 };
-    let blocks = blocks(group, bb, a, sums, out);
+    let blocks = blocks(group, 18, a, sums, out);
     assert_eq!(a.len(), T);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
-        let at = b * ROWS * bb;
-        ahead::<T, PF>(group, at, ROWS * bb);
+        let at = b * ROWS * 18;
+        ahead::<T, PF>(group, at, ROWS * 18);
         let y0 = 34 * b + 2;
         let dx = scales(group, at);
-        if Q4 {
-            let mut dp = [_mm256_setzero_si256(); T];
-            for j in 0..4 {
-                let (lo, hi) = nibbles(group, at + 16 + 32 * j);
-                for t in 0..T {
-                    let l = _mm256_maddubs_epi16(lo, broadcast4(a[t], y0 + 4 * j));
-                    let h = _mm256_maddubs_epi16(hi, broadcast4(a[t], y0 + 16 + 4 * j));
-                    dp[t] = _mm256_add_epi16(dp[t], _mm256_add_epi16(l, h));
-                }
-            }
+        let mut dp = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let (lo, hi) = nibbles(group, at + 16 + 32 * j);
             for t in 0..T {
-                let dp = _mm256_madd_epi16(dp[t], ones);
-                acc[t] = accumulate::<3>(acc[t], dx, &a[t][34 * b..], dp, sums[t][b]);
+                let l = _mm256_maddubs_epi16(lo, broadcast4(a[t], y0 + 4 * j));
+                let h = _mm256_maddubs_epi16(hi, broadcast4(a[t], y0 + 16 + 4 * j));
+                dp[t] = _mm256_add_epi16(dp[t], _mm256_add_epi16(l, h));
             }
-        } else {
-            let mut dp = [_mm256_setzero_si256(); T];
-            for j in 0..8 {
-                let w = load(group, at + 16 + 32 * j);
-                let aw = _mm256_sign_epi8(w, w);
-                for t in 0..T {
-                    let sa = _mm256_sign_epi8(broadcast4(a[t], y0 + 4 * j), w);
-                    let m = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), ones);
-                    dp[t] = _mm256_add_epi32(dp[t], m);
-                }
-            }
-            for t in 0..T {
-                // Signed products: nothing to take off.
-                acc[t] = accumulate::<0>(acc[t], dx, &a[t][34 * b..], dp[t], 0);
-            }
+        }
+        for t in 0..T {
+            let dp = _mm256_madd_epi16(dp[t], ones);
+            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp, sums[t][b]);
         }
     }
     store(acc, out)
