@@ -34,10 +34,10 @@ pub fn scratch(name: &str) -> PathBuf {
 /// The portable kernels and every SIMD set this processor runs, each
 /// with every maker's tuning (whichever maker this is).
 pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
-    use workers::kernels::avx2::{Tuning, kernels_for, kernels_vnni_for};
+    use workers::kernels::avx2::{Tuning, kernels_avx_vnni_for, kernels_for, kernels_vnni_for};
     let simd = [Tuning::Amd, Tuning::Other]
         .into_iter()
-        .flat_map(|t| [kernels_for(t), kernels_vnni_for(t)]);
+        .flat_map(|t| [kernels_for(t), kernels_avx_vnni_for(t), kernels_vnni_for(t)]);
     std::iter::once(workers::kernels::Kernels::portable())
         .chain(simd.flatten())
         .collect()

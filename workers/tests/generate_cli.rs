@@ -255,7 +255,13 @@ fn drover_kernels_picks_the_kernel_set() {
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c");
     if has_avx2 {
-        assert!(avx2 == "avx2" || avx2 == "avx2, amd", "{avx2}");
+        // With AVX-VNNI's q8_0 tile where the processor has it.
+        let set = if std::is_x86_feature_detected!("avxvnni") {
+            "avx2+avx-vnni"
+        } else {
+            "avx2"
+        };
+        assert!(avx2 == set || avx2 == format!("{set}, amd"), "{avx2}");
     } else {
         assert_eq!(avx2, "portable");
     }

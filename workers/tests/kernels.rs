@@ -318,7 +318,7 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
 fn each_kernel_set_names_its_instructions_and_tuning() {
     // What `bench` and a stage's description print: two sets that differ
     // only in their maker's tuning are told apart.
-    use workers::kernels::avx2::{Tuning, kernels_for, kernels_vnni_for};
+    use workers::kernels::avx2::{Tuning, kernels_avx_vnni_for, kernels_for, kernels_vnni_for};
     let names: Vec<&str> = kernel_sets().iter().map(|k| k.name).collect();
     let mut unique = names.clone();
     unique.sort();
@@ -330,6 +330,7 @@ fn each_kernel_set_names_its_instructions_and_tuning() {
     );
     for (set, simd) in [
         ("avx2", kernels_for as fn(Tuning) -> _),
+        ("avx2+avx-vnni", kernels_avx_vnni_for),
         ("avx2+vnni", kernels_vnni_for),
     ] {
         if let (Some(amd), Some(other)) = (simd(Tuning::Amd), simd(Tuning::Other)) {

@@ -21,9 +21,32 @@ fn tile(rows: usize, tokens: usize, f: TileFn) -> Tile {
     }
 }
 
-/// The AVX2 kernels, if this processor runs them, tuned for its maker.
+/// The AVX2 kernels, if this processor runs them, tuned for its maker:
+/// with AVX-VNNI's q8_0 tile where the processor has it.
 pub fn kernels() -> Option<Kernels> {
-    kernels_for(Tuning::detect())
+    let tuning = Tuning::detect();
+    kernels_avx_vnni_for(tuning).or_else(|| kernels_for(tuning))
+}
+
+/// The AVX2 kernels with `tuning`'s choices and q8_0 batches on AVX-VNNI's
+/// `vpdpbusd` (`vnni::q8_0_avx_vnni`), if this processor runs them: for a
+/// processor with AVX-VNNI and without AVX-512 (Intel's client processors
+/// since Alder Lake), where q8_0's tile would otherwise take three
+/// instructions for each of its integer sums.
+pub fn kernels_avx_vnni_for(tuning: Tuning) -> Option<Kernels> {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = tuning;
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avxvnni") {
+        let mut kernels = build(false, tuning)?;
+        kernels.name = match tuning {
+            Tuning::Amd => "avx2+avx-vnni, amd",
+            Tuning::Other => "avx2+avx-vnni",
+        };
+        kernels.tile_q8_0 = Some(tile(Q0_ROWS, Q0_TOKENS, avx_vnni_q8_0));
+        return Some(kernels);
+    }
+    None
 }
 
 /// The AVX2 kernels with `tuning`'s choices, if this processor runs them.

@@ -55,8 +55,9 @@ pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, 
 /// parts of a block compiled for the same processor.
 #[derive(Clone, Copy)]
 pub struct Kernels {
-    /// Which implementation was picked: `avx2+vnni`, `avx2` or `portable`,
-    /// the first two followed by `, amd` where tuned for AMD processors.
+    /// Which implementation was picked: `avx2+vnni`, `avx2+avx-vnni`,
+    /// `avx2` or `portable`, the SIMD ones followed by `, amd` where tuned
+    /// for AMD processors.
     pub name: &'static str,
     /// [`ops::attend_heads`].
     pub attend: AttendFn,
@@ -135,8 +136,9 @@ impl Kernels {
 
     /// The kernels chosen for this process, detected once. `DROVER_KERNELS`
     /// narrows the choice: `portable` forces the fallback, `avx2` the AVX2
-    /// set without its AVX-512 tiles (as on a processor without AVX-512;
-    /// the fallback where there is no AVX2). Another value is named on
+    /// set without its AVX-512 tiles (as on a processor without AVX-512,
+    /// with AVX-VNNI's q8_0 tile where this one has it; the fallback where
+    /// there is no AVX2). Another value is named on
     /// stderr and the detected set used.
     pub fn current() -> &'static Kernels {
         static CURRENT: OnceLock<Kernels> = OnceLock::new();

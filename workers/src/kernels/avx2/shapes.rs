@@ -58,6 +58,7 @@ q0_shapes!(tile_q8_0, tile::q8_0);
 q0_shapes!(tile_q4_0, tile::q4_0);
 q0_shapes!(vnni_q8_0, vnni::q8_0);
 q0_shapes!(vnni_q4_0, vnni::q4_0);
+q0_shapes!(avx_vnni_q8_0, vnni::q8_0_avx_vnni);
 // Two tokens a 512-bit register: up to six rows by six tokens.
 tile_shapes!(
     wide_q8_0,

@@ -1,6 +1,7 @@
 //! q8_0 and q4_0 tiles with AVX-512 VNNI's 256-bit `vpdpbusd`, chosen at
 //! run time where the processor has it (Zen 4, Ice Lake and later), in
-//! the AVX2 tiles' shape (`tile::Q0_ROWS × tile::Q0_TOKENS`).
+//! the AVX2 tiles' shape (`tile::Q0_ROWS × tile::Q0_TOKENS`); the q8_0 one
+//! also with AVX-VNNI's, where a processor has that without AVX-512.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes and adds each group of
 //! four products to an i32 lane. Weights are made unsigned by an offset
@@ -42,6 +43,50 @@ fn signed_quants(block: &[u8]) -> __m256i {
     unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) }
 }
 
+/// The body of a `R × T` q4_0 (`Q4`) or q8_0 tile (`out[r * stride + t]`
+/// receives row `r` · token `t`), with `$dpbusd` the 256-bit `vpdpbusd` of
+/// the instruction set: AVX-512 VNNI's (EVEX) or AVX-VNNI's (VEX), the
+/// same sums.
+macro_rules! q0_tile {
+    ($dpbusd:ident, $q4:expr, $r:expr, $t:expr, $w:expr, $a:expr, $out:expr, $stride:expr) => {{
+        let (w, a, out, stride) = ($w, $a, $out, $stride);
+        let wb = if $q4 { 18 } else { 34 };
+        let offset = _mm256_set1_epi8(if $q4 { 8 } else { -128 });
+        assert!(w.len() == $r && a.len() == $t);
+        let blocks = a[0].len() / 34;
+        assert!(a.iter().all(|y| y.len() == blocks * 34));
+        assert!(w.iter().all(|x| x.len() == blocks * wb));
+        let mut acc = [[_mm256_setzero_ps(); $t]; $r];
+        for b in 0..blocks {
+            let mut qy = [_mm256_setzero_si256(); $t];
+            let mut base = [_mm256_setzero_si256(); $t];
+            let mut dy = [_mm256_setzero_ps(); $t];
+            for t in 0..$t {
+                let y = &a[t][34 * b..34 * b + 34];
+                qy[t] = signed_quants(y);
+                // Minus the offset times each group of four activations.
+                let sums = $dpbusd(_mm256_setzero_si256(), offset, qy[t]);
+                base[t] = _mm256_sub_epi32(_mm256_setzero_si256(), sums);
+                dy[t] = _mm256_set1_ps(f16(y, 0));
+            }
+            for r in 0..$r {
+                let x = &w[r][wb * b..wb * b + wb];
+                let ux = unsigned_quants::<{ $q4 }>(x);
+                let dx = _mm256_set1_ps(f16(x, 0));
+                for t in 0..$t {
+                    let sum = _mm256_cvtepi32_ps($dpbusd(base[t], ux, qy[t]));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), sum, acc[r][t]);
+                }
+            }
+        }
+        for r in 0..$r {
+            for t in 0..$t {
+                out[r * stride + t] = hsum(acc[r][t]);
+            }
+        }
+    }};
+}
+
 /// `R × T` q4_0 (`Q4`) or q8_0 weight rows against q8_0 activation rows;
 /// `out[r * stride + t]` receives row `r` · token `t`.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
@@ -51,40 +96,20 @@ fn q0<const Q4: bool, const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    let wb = if Q4 { 18 } else { 34 };
-    let offset = _mm256_set1_epi8(if Q4 { 8 } else { -128 });
-    assert!(w.len() == R && a.len() == T);
-    let blocks = a[0].len() / 34;
-    assert!(a.iter().all(|y| y.len() == blocks * 34));
-    assert!(w.iter().all(|x| x.len() == blocks * wb));
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    for b in 0..blocks {
-        let mut qy = [_mm256_setzero_si256(); T];
-        let mut base = [_mm256_setzero_si256(); T];
-        let mut dy = [_mm256_setzero_ps(); T];
-        for t in 0..T {
-            let y = &a[t][34 * b..34 * b + 34];
-            qy[t] = signed_quants(y);
-            // Minus the offset times each group of four activations.
-            let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, qy[t]);
-            base[t] = _mm256_sub_epi32(_mm256_setzero_si256(), sums);
-            dy[t] = _mm256_set1_ps(f16(y, 0));
-        }
-        for r in 0..R {
-            let x = &w[r][wb * b..wb * b + wb];
-            let ux = unsigned_quants::<Q4>(x);
-            let dx = _mm256_set1_ps(f16(x, 0));
-            for t in 0..T {
-                let sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base[t], ux, qy[t]));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), sum, acc[r][t]);
-            }
-        }
-    }
-    for r in 0..R {
-        for t in 0..T {
-            out[r * stride + t] = hsum(acc[r][t]);
-        }
-    }
+    q0_tile!(_mm256_dpbusd_epi32, Q4, R, T, w, a, out, stride)
+}
+
+/// [`q8_0`] with AVX-VNNI's `vpdpbusd` (VEX), for a processor that has it
+/// without AVX-512 (Intel's client processors since Alder Lake, and its
+/// E-core Xeons): the same sums, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub fn q8_0_avx_vnni<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0_tile!(_mm256_dpbusd_avx_epi32, false, R, T, w, a, out, stride)
 }
 
 /// `R × T` q8_0 weight rows against q8_0 activation rows.
