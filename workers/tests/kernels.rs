@@ -368,6 +368,11 @@ fn q8_0_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
         .into_iter()
         .filter(|k| k.name != "portable")
         .collect();
+    #[cfg(target_arch = "x86_64")]
+    assert!(
+        !std::is_x86_feature_detected!("avx2") || !simd.is_empty(),
+        "an AVX2 processor without a SIMD kernel set"
+    );
     for kernels in &simd {
         // Row counts that whole groups of eight would have packed, and
         // others; one token and batches on and off the tiles' edges.

@@ -182,3 +182,27 @@ fn packed_and_stored_products_share_activations_as_each_alone() {
         }
     }
 }
+
+#[test]
+fn an_encoding_for_q8_0_weights_serves_a_packed_q4_0_matrix_too() {
+    // Q in q8_0 and K, V in q4_0 (a file with types chosen per tensor):
+    // the block's activations are encoded once, for Q's type, and the
+    // packed q4_0 product takes its block sums from that encoding.
+    let mut rng = SplitMix64::new(55);
+    let (n, cols) = (5, 128);
+    for kernels in kernel_sets() {
+        let q = rows_of(&mut rng, GgmlType::Q8_0, 24, cols);
+        let k = rows_of(&mut rng, GgmlType::Q4_0, 32, cols);
+        let k = x8::pack(GgmlType::Q4_0, 32, cols, &k);
+        let ms = [
+            Matrix {
+                packed: false,
+                ..packed(GgmlType::Q8_0, 24, cols, &q)
+            },
+            packed(GgmlType::Q4_0, 32, cols, &k),
+        ];
+        let x = values(&mut rng, n * cols, 2.0);
+        let encoded = Encoded::new(GgmlType::Q8_0, &x, cols);
+        common::assert_shared_equals_alone(&kernels, &ms, &encoded, n);
+    }
+}

@@ -45,7 +45,7 @@ pub struct Tile {
 pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
 
 /// The largest tile side.
-pub const TILE_MAX: usize = 8;
+pub const TILE_MAX: usize = 6;
 
 /// The attention of the query heads that share one KV head over the cache
 /// (see [`ops::attend_heads`]).
@@ -221,7 +221,6 @@ impl Kernels {
     /// `rows` rows (see [`x8`] and [`pairs`]).
     pub fn packs(&self, ty: GgmlType, rows: usize) -> bool {
         self.pack
-            && !(ty == GgmlType::Q8_0 && std::env::var_os("XQ8").is_some())
             && (x8::packable(ty, rows) || (pairs::packable(ty, rows) && self.pair(ty).is_some()))
     }
 
@@ -294,7 +293,9 @@ pub struct Encoded {
     ty: GgmlType,
     row_bytes: usize,
     data: Vec<u8>,
-    /// For q4_0 weights, each q8_0 block's sum of quants (see [`X8Fn`]).
+    /// For q8_0 activations, each block's sum of quants (what the packed
+    /// q4_0 kernels take the weights' offset off with, see [`X8Fn`]; an
+    /// encoding made for q8_0 weights can serve a packed q4_0 matrix too).
     sums: Vec<i32>,
 }
 
@@ -324,8 +325,8 @@ impl Encoded {
                 .collect();
             parts.iter().for_each(|p| data.extend_from_slice(p));
         }
-        let sums = match weight_ty {
-            GgmlType::Q4_0 => x8::block_sums(&data),
+        let sums = match ty {
+            GgmlType::Q8_0 => x8::block_sums(&data),
             _ => Vec::new(),
         };
         Encoded {

@@ -270,6 +270,11 @@ mod tests {
         let mut odd = rows[0].clone();
         (odd[0], odd[40], odd[77]) = (f32::NAN, f32::INFINITY, f32::NEG_INFINITY);
         rows.push(odd);
+        // A subnormal largest magnitude: its scale, 127 over it, is
+        // infinite, and every value saturates.
+        let mut tiny = vec![0.0f32; 256];
+        (tiny[5], tiny[6], tiny[100]) = (-1e-40, 1e-40, 5e-41);
+        rows.push(tiny);
         let mut nan_first = vec![0.5f32; 256];
         (nan_first[0], nan_first[31], nan_first[255]) = (f32::NAN, -3.0, 1e-30);
         rows.push(nan_first);

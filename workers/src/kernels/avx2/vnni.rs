@@ -1,7 +1,9 @@
 //! q8_0 and q4_0 tiles with AVX-512 VNNI's 256-bit `vpdpbusd`, chosen at
 //! run time where the processor has it (Zen 4, Ice Lake and later), in
 //! the AVX2 tiles' shape (`tile::Q0_ROWS × tile::Q0_TOKENS`); the q8_0 one
-//! also with AVX-VNNI's, where a processor has that without AVX-512.
+//! also with AVX-VNNI's, where a processor has that without AVX-512, and
+//! in 512-bit registers two tokens a register ([`q8_0_wide`], the batch
+//! tile where the processor has AVX-512 F and BW too).
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes and adds each group of
 //! four products to an i32 lane. Weights are made unsigned by an offset

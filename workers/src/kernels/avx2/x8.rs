@@ -24,10 +24,10 @@ use super::ktile::load;
 use crate::kernels::x8::{Q4K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
-/// Checks the shapes one call reads and returns the number of blocks.
-fn blocks(group: &[u8], bb: usize, a: &[&[u8]], sums: &[&[i32]], out: &[[f32; ROWS]]) -> usize {
-    let blocks = group.len() / (ROWS * bb);
-    assert_eq!(group.len(), blocks * ROWS * bb);
+/// Checks the shapes one q4_0 call reads and returns the number of blocks.
+fn blocks(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &[[f32; ROWS]]) -> usize {
+    let blocks = group.len() / (ROWS * 18);
+    assert_eq!(group.len(), blocks * ROWS * 18);
     assert!(sums.len() == a.len() && out.len() >= a.len());
     assert!(a.iter().all(|y| y.len() == blocks * 34));
     assert!(sums.iter().all(|s| s.len() == blocks));
@@ -112,7 +112,7 @@ pub fn q4_0_vnni<const T: usize, const PF: bool>(
     sums: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let blocks = blocks(group, 18, a, sums, out);
+    let blocks = blocks(group, a, sums, out);
     assert_eq!(a.len(), T);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
@@ -143,7 +143,7 @@ pub fn q4_0_avx2<const T: usize, const PF: bool>(
     sums: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let blocks = blocks(group, 18, a, sums, out);
+    let blocks = blocks(group, a, sums, out);
     assert_eq!(a.len(), T);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
