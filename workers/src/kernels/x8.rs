@@ -221,8 +221,8 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
 
 /// Row `r` (0..8) of block `b` of a packed group of q4_0, in the plain
 /// layout.
-fn unpacked_block(ty: GgmlType, group: &[u8], b: usize, r: usize) -> Vec<u8> {
-    let bb = block_shape(ty).0;
+fn unpacked_q4_0(group: &[u8], b: usize, r: usize) -> Vec<u8> {
+    let bb = block_shape(GgmlType::Q4_0).0;
     let block = &group[b * ROWS * bb..(b + 1) * ROWS * bb];
     let mut out = block[2 * r..2 * r + 2].to_vec();
     for j in 0..(bb - 2) / 4 {
@@ -258,7 +258,7 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                     let (isum, msum) = q4k_isums(&parts, qs, y);
                     step(&mut acc, d, dmin, dy, isum, msum);
                 } else {
-                    let x = unpacked_block(ty, group, b, r);
+                    let x = unpacked_q4_0(group, b, r);
                     step(
                         &mut acc,
                         f16_at(&x, 0),
@@ -309,7 +309,7 @@ mod tests {
         for blk in 0..2 {
             for r in 0..8 {
                 let plain = &data[r * 36 + blk * 18..r * 36 + blk * 18 + 18];
-                assert_eq!(unpacked_block(GgmlType::Q4_0, &packed, blk, r), plain);
+                assert_eq!(unpacked_q4_0(&packed, blk, r), plain);
             }
         }
     }
