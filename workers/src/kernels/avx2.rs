@@ -112,7 +112,7 @@ const F16_DECODE_ROWS: usize = 1;
 /// tokens a register): rows by tokens. On a 2-core Xeon (AVX-512), 0.5B
 /// q8_0 prefill of 512 tokens, best of four interleaved runs: 4 x 4
 /// 149 tok/s, 6 x 4 155, 4 x 6 167 (spread 125-167), 6 x 6 160 (spread
-/// 155-160), 4 x 8 160; the 256-bit tile of 4 x 3 took 100-120.
+/// 155-160), 4 x 8 160; the 256-bit tile of 4 x 3 took 78-120.
 #[cfg(target_arch = "x86_64")]
 const WIDE_Q8_0_ROWS: usize = 6;
 #[cfg(target_arch = "x86_64")]
