@@ -5,6 +5,7 @@ mod common;
 
 use common::kernel_sets;
 use workers::kernels::{Kernels, Matrix};
+use workers::model::ops;
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
@@ -186,10 +187,10 @@ fn a_batched_product_is_close_to_the_portable_one() {
 #[test]
 fn every_kernel_set_attends_and_gates_with_the_same_bits() {
     let mut rng = SplitMix64::new(21);
-    // Heads of whole groups of 8 and with a tail; positions on and off the
-    // keys the kernels score at a time; one query head a KV head and groups
-    // on and off the four the kernels take together.
-    let cases = [(24, 72, 24), (20, 60, 40), (128, 384, 128)];
+    // Heads narrower than 64, of whole groups of 64 and with a tail;
+    // positions fewer and more than 16 and 64 lanes; one query head a KV
+    // head and several.
+    let cases = [(24, 72, 24), (20, 60, 40), (128, 384, 128), (136, 408, 136)];
     for (((hd, stride, offset), len), heads) in cases
         .into_iter()
         .flat_map(|c| [1usize, 2, 3, 5, 8, 13, 130].map(|len| (c, len)))
@@ -198,26 +199,32 @@ fn every_kernel_set_attends_and_gates_with_the_same_bits() {
         let q = row(&mut rng, heads * hd, 1.0);
         let keys = row(&mut rng, len * stride, 1.0);
         let values = row(&mut rng, len * stride, 1.0);
-        // Each head alone through the one-head reference.
-        let mut want = vec![0f32; heads * hd];
-        for (q, out) in q.chunks_exact(hd).zip(want.chunks_exact_mut(hd)) {
-            workers::model::ops::attend(q, &keys, &values, stride, offset, len, 0.3, out);
-        }
-        for kernels in kernel_sets() {
-            let mut got = vec![0f32; heads * hd];
-            (kernels.attend)(&q, hd, &keys, &values, stride, offset, len, 0.3, &mut got);
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "{} attention of {heads} {hd}-wide heads over {len} positions",
-                kernels.name
-            );
+        // Each head alone through the one-head reference, in a batch's
+        // order and in one token's.
+        for batch in [false, true] {
+            let mut want = vec![0f32; heads * hd];
+            let mut lanes = Vec::new();
+            for (q, out) in q.chunks_exact(hd).zip(want.chunks_exact_mut(hd)) {
+                let (v, k) = (&values, &keys);
+                ops::attend(q, k, v, stride, offset, len, 0.3, batch, &mut lanes, out);
+            }
+            for kernels in kernel_sets() {
+                let mut got = vec![0f32; heads * hd];
+                let (v, k) = (&values, &keys);
+                (kernels.attend)(&q, hd, k, v, stride, offset, len, 0.3, batch, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{} attention of {heads} {hd}-wide heads over {len} positions, batch {batch}",
+                    kernels.name
+                );
+            }
         }
     }
-    // 8 * 5 + 3 values: whole groups of 8 with v_expf, then a tail.
+    // 16 * 2 + 11 values: whole groups of 16 with v_expf, then a tail.
     let gate = row(&mut rng, 43, 6.0);
     let up = row(&mut rng, 43, 2.0);
     let mut want = gate.clone();

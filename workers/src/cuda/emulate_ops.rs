@@ -12,29 +12,19 @@ fn v_expf(x: f32) -> f32 {
         f32::from_bits(0x35bf_be8e),
         (-n).mul_add(f32::from_bits(0x3f31_7200), x),
     );
-    let e = z.to_bits() << 23;
-    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
     let u = b * b;
-    let p = f32::from_bits(0x3c07_2010)
+    let inner = f32::from_bits(0x3c07_2010)
         .mul_add(b, f32::from_bits(0x3d2b_9f17))
         .mul_add(
             u,
             f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
         );
-    let j = p.mul_add(u, f32::from_bits(0x3f7f_fff6) * b);
-    if n.abs() <= 126.0 {
-        return j.mul_add(k, k);
-    }
-    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
-    let (s1, s2) = (
-        f32::from_bits(g.wrapping_add(0x7f00_0000)),
-        f32::from_bits(e.wrapping_sub(g)),
-    );
-    if n.abs() > 192.0 {
-        s1 * s1
-    } else {
-        s2.mul_add(j, s2) * s1
-    }
+    let j = inner.mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0));
+    let whole = n as i32; // CUDA's conversion: NaN to 0, as Rust's
+    (j as f64 * f64::from_bits(((whole as i64 + 1023) as u64) << 52)) as f32
 }
 
 /// `ops.cu`'s `EXPF_TABLE`.
@@ -107,22 +97,31 @@ fn libm_expf(x: f32) -> f32 {
     (y * s) as f32
 }
 
-/// `ops.cu`'s `hsum8`.
-fn hsum8(v: &[f32; 8]) -> f32 {
-    let s = [v[4] + v[0], v[5] + v[1], v[6] + v[2], v[7] + v[3]];
-    (s[0] + s[2]) + (s[1] + s[3])
+/// `ops.cu`'s `reduce16`.
+fn reduce16(v: &[f32]) -> f32 {
+    let a: Vec<f32> = (0..8).map(|i| v[i + 8] + v[i]).collect();
+    let (b0, b1, b2, b3) = (a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]);
+    (b0 + b2) + (b1 + b3)
 }
 
-/// `ops.cu`'s `dot8`.
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let whole = a.len() / 8 * 8;
-    for i in (0..whole).step_by(8) {
-        for l in 0..8 {
-            lanes[l] += a[i + l] * b[i + l];
+/// `ops.cu`'s `reduce64`.
+fn reduce64(v: &[f32]) -> f32 {
+    let x: Vec<f32> = (0..16)
+        .map(|l| (v[l] + v[32 + l]) + (v[16 + l] + v[48 + l]))
+        .collect();
+    reduce16(&x)
+}
+
+/// `ops.cu`'s `dot64`.
+fn dot64(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 64];
+    let whole = a.len() / 64 * 64;
+    for i in (0..whole).step_by(64) {
+        for l in 0..64 {
+            lanes[l] = a[i + l].mul_add(b[i + l], lanes[l]);
         }
     }
-    let mut sum = hsum8(&lanes);
+    let mut sum = reduce64(&lanes);
     for i in whole..a.len() {
         sum += a[i] * b[i];
     }
@@ -133,7 +132,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 fn swiglu(gate: &mut [f32], up: &[f32]) {
     let total = gate.len();
     for (i, (g, &u)) in gate.iter_mut().zip(up).enumerate() {
-        let e = if i < total / 8 * 8 {
+        let e = if i < total / 16 * 16 {
             v_expf(0.0 - *g)
         } else {
             libm_expf(-*g)
@@ -149,16 +148,16 @@ fn softmax(s: &mut [f32]) {
     for v in s.iter_mut() {
         *v = v_expf(*v - max);
     }
-    let groups = s.len().div_ceil(8);
+    let groups = s.len().div_ceil(16);
     let mut total = 0f64;
     for g0 in (0..groups).step_by(super::launch::REDUCE_THREADS as usize) {
         let n = (super::launch::REDUCE_THREADS as usize).min(groups - g0);
         let scratch: Vec<f32> = (g0..g0 + n)
             .map(|g| {
-                let mut lanes = [0f32; 8];
-                let group = &s[8 * g..(8 * g + 8).min(s.len())];
+                let mut lanes = [0f32; 16];
+                let group = &s[16 * g..(16 * g + 16).min(s.len())];
                 lanes[..group.len()].copy_from_slice(group);
-                hsum8(&lanes)
+                reduce16(&lanes)
             })
             .collect();
         for v in scratch {
@@ -172,14 +171,34 @@ fn softmax(s: &mut [f32]) {
 }
 
 /// The `attention` kernel's block for one query head over `len` positions
-/// (keys and values of position j at `j * stride + offset`).
-fn attend(q: &[f32], kv: (&[f32], &[f32]), stride: usize, offset: usize, len: usize) -> Vec<f32> {
+/// (keys and values of position j at `j * stride + offset`), for a batch's
+/// token (`batch`) or one token alone.
+fn attend(
+    q: &[f32],
+    kv: (&[f32], &[f32]),
+    (stride, offset, len): (usize, usize, usize),
+    batch: bool,
+) -> Vec<f32> {
     let (hd, scale) = (q.len(), 1.0 / (q.len() as f32).sqrt());
     let at = |j: usize| j * stride + offset..j * stride + offset + hd;
-    let mut s: Vec<f32> = (0..len).map(|j| dot8(q, &kv.0[at(j)]) * scale).collect();
+    let mut s: Vec<f32> = (0..len).map(|j| dot64(&kv.0[at(j)], q) * scale).collect();
     softmax(&mut s);
+    let slots = if batch { 16 } else { 64 };
     (0..hd)
-        .map(|d| (0..len).fold(0f32, |acc, j| acc + s[j] * kv.1[at(j)][d]))
+        .map(|d| {
+            let lanes: Vec<f32> = (0..slots)
+                .map(|k| {
+                    (k..len)
+                        .step_by(slots)
+                        .fold(0f32, |acc, j| kv.1[at(j)][d].mul_add(s[j], acc))
+                })
+                .collect();
+            if batch {
+                reduce16(&lanes)
+            } else {
+                reduce64(&lanes)
+            }
+        })
         .collect()
 }
 
@@ -272,7 +291,7 @@ mod tests {
             for (seed, scale) in [(1, 1.0), (2, 30.0), (3, 1e4)] {
                 let (a, b) = (spread(seed, n, scale), spread(seed + 9, n, 1.0));
                 let cpu = crate::model::ops::dot(&a, &b);
-                assert_eq!(dot8(&a, &b).to_bits(), cpu.to_bits(), "dot n {n}");
+                assert_eq!(dot64(&a, &b).to_bits(), cpu.to_bits(), "dot n {n}");
                 let (mut cpu, mut gpu) = (a.clone(), a);
                 crate::model::ops::softmax(&mut cpu);
                 softmax(&mut gpu);
@@ -294,22 +313,19 @@ mod tests {
             let keys = spread(hd as u64, len * stride, 3.0);
             let values = spread(hd as u64 + 1, len * stride, 1.0);
             let q = spread(hd as u64 + 2, hd, 3.0);
-            for kv in 0..kv_heads {
+            for (kv, batch) in (0..kv_heads).flat_map(|kv| [(kv, false), (kv, true)]) {
                 let mut cpu = vec![0f32; hd];
                 let scale = 1.0 / (hd as f32).sqrt();
-                crate::model::ops::attend(
-                    &q,
-                    &keys,
-                    &values,
-                    stride,
-                    kv * hd,
-                    len,
-                    scale,
-                    &mut cpu,
-                );
-                let gpu = attend(&q, (&keys, &values), stride, kv * hd, len);
+                let (k, v, lanes) = (&keys, &values, &mut Vec::new());
+                let at = kv * hd;
+                crate::model::ops::attend(&q, k, v, stride, at, len, scale, batch, lanes, &mut cpu);
+                let gpu = attend(&q, (k, v), (stride, at, len), batch);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&gpu), bits(&cpu), "head_dim {hd} len {len}");
+                assert_eq!(
+                    bits(&gpu),
+                    bits(&cpu),
+                    "head_dim {hd} len {len} batch {batch}"
+                );
             }
         }
     }

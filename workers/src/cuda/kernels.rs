@@ -316,6 +316,8 @@ impl Gpu {
         let mut scores = self.alloc::<f32>(chunk * c.heads * stride)?;
         let args = [int(c.heads)?, int(c.kv_heads)?, int(c.head_dim)?];
         let stride_arg = int(stride)?;
+        // One token's value sums keep 64 lanes, a batch's 16 (`ops::weigh`).
+        let batch = int(usize::from(n > 1))?;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         for t0 in (0..n).step_by(chunk) {
             let t0_arg = int(t0)?;
@@ -329,7 +331,11 @@ impl Gpu {
                 for a in &args {
                     b.arg(a);
                 }
-                b.arg(pos).arg(&stride_arg).arg(&scale).arg(&t0_arg);
+                b.arg(pos)
+                    .arg(&stride_arg)
+                    .arg(&scale)
+                    .arg(&t0_arg)
+                    .arg(&batch);
             })?;
         }
         Ok(out)

@@ -6,25 +6,21 @@
 
 #define THREADS 256
 
-// `model::ops::v_expf` (ggml's AVX2 exp, lane by lane), line for line:
-// explicit fmaf, which --fmad=false leaves fused.
+// `model::ops::v_expf` (ggml's AVX-512 exp, lane by lane), line for line:
+// explicit fmaf, which --fmad=false leaves fused; `scalef` as the product
+// with 2^n in double, rounded once.
 __device__ __forceinline__ float v_expf(float x) {
     const float r = __uint_as_float(0x4b400000u); // 0x1.8p23
     float z = fmaf(x, __uint_as_float(0x3fb8aa3bu), r);
     float n = z - r;
     float b = fmaf(-n, __uint_as_float(0x35bfbe8eu), fmaf(-n, __uint_as_float(0x3f317200u), x));
-    u32 e = __float_as_uint(z) << 23;
-    float k = __uint_as_float(e + __float_as_uint(1.0f));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : __int_as_float(0x7f800000);
     float u = b * b;
-    float p = fmaf(fmaf(__uint_as_float(0x3c072010u), b, __uint_as_float(0x3d2b9f17u)), u,
-                   fmaf(__uint_as_float(0x3e2aaf33u), b, __uint_as_float(0x3efffedbu)));
-    float j = fmaf(p, u, __uint_as_float(0x3f7ffff6u) * b);
-    if (fabsf(n) <= 126.0f) return fmaf(j, k, k);
-    u32 g = n <= 0.0f ? 0x82000000u : 0u;
-    float s1 = __uint_as_float(g + 0x7f000000u);
-    float s2 = __uint_as_float(e - g);
-    if (fabsf(n) > 192.0f) return s1 * s1;
-    return fmaf(s2, j, s2) * s1;
+    float j = fmaf(fmaf(fmaf(__uint_as_float(0x3c072010u), b, __uint_as_float(0x3d2b9f17u)), u,
+                        fmaf(__uint_as_float(0x3e2aaf33u), b, __uint_as_float(0x3efffedbu))),
+                   u, fmaf(__uint_as_float(0x3f7ffff6u), b, 1.0f));
+    int whole = (int)n; // NaN: 0, as the CPU's cast
+    return (float)((double)j * __longlong_as_double((long long)(whole + 1023) << 52));
 }
 
 // 2^(i/32) as binary64 words less i << 47 (glibc's exp2f_data.c).
@@ -67,29 +63,46 @@ __device__ float libm_expf(float x) {
     return (float)(y * s);
 }
 
-// ggml's horizontal add of 8 lanes (`model::ops::hsum8`).
-__device__ __forceinline__ float hsum8(const float* v) {
-    float s0 = v[4] + v[0], s1 = v[5] + v[1], s2 = v[6] + v[2], s3 = v[7] + v[3];
-    return (s0 + s2) + (s1 + s3);
+// GCC's `_mm512_reduce_add_ps` of 16 lanes (`model::ops::reduce16`).
+__device__ __forceinline__ float reduce16(const float* v) {
+    float a[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) a[i] = v[i + 8] + v[i];
+    float b0 = a[4] + a[0], b1 = a[5] + a[1], b2 = a[6] + a[2], b3 = a[7] + a[3];
+    return (b0 + b2) + (b1 + b3);
 }
 
-// `model::ops::dot`: eight interleaved sums, hsum8, then the tail.
-__device__ float dot8(const float* a, const float* b, int n) {
-    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    int whole = n / 8 * 8;
-    for (int i = 0; i < whole; i += 8) {
-        for (int l = 0; l < 8; l++) lanes[l] += a[i + l] * b[i + l];
+// ggml's GGML_F32x16_REDUCE of four 16-lane accumulators, back to back in
+// `v` (`model::ops::reduce64`).
+__device__ __forceinline__ float reduce64(const float* v) {
+    float x[16];
+#pragma unroll
+    for (int l = 0; l < 16; l++) x[l] = (v[l] + v[32 + l]) + (v[16 + l] + v[48 + l]);
+    return reduce16(x);
+}
+
+// `model::ops::dot` (ggml's AVX-512 `ggml_vec_dot_f32`): whole groups of
+// 64 in 64 fused lanes, reduce64, then the tail one by one.
+__device__ float dot64(const float* a, const float* b, int n) {
+    float lanes[64];
+#pragma unroll
+    for (int l = 0; l < 64; l++) lanes[l] = 0.0f;
+    int whole = n / 64 * 64;
+    for (int i = 0; i < whole; i += 64) {
+#pragma unroll
+        for (int l = 0; l < 64; l++) lanes[l] = fmaf(a[i + l], b[i + l], lanes[l]);
     }
-    float sum = hsum8(lanes);
+    float sum = reduce64(lanes);
     for (int i = whole; i < n; i++) sum += a[i] * b[i];
     return sum;
 }
 
-// The sum of the group of 8 at `v` of which `n` exist (the rest zeros).
-__device__ float group8(const float* v, int n) {
-    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int l = 0; l < n && l < 8; l++) lanes[l] = v[l];
-    return hsum8(lanes);
+// The sum of the group of 16 at `v` of which `n` exist (the rest zeros).
+__device__ float group16(const float* v, int n) {
+    float lanes[16];
+#pragma unroll
+    for (int l = 0; l < 16; l++) lanes[l] = l < n ? v[l] : 0.0f;
+    return reduce16(lanes);
 }
 
 // The sum of `v` over the block (THREADS threads); every thread gets it.
@@ -143,12 +156,12 @@ extern "C" __global__ void add(float* x, const float* y, int total) {
 }
 
 // gate = silu(gate) * up over the whole buffer as `model::ops::swiglu`:
-// whole groups of 8 with v_expf, the last total % 8 with libm's expf.
+// whole groups of 16 with v_expf, the last total % 16 with libm's expf.
 extern "C" __global__ void swiglu(float* gate, const float* up, int total) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) {
         float g = gate[i];
-        float e = i < total / 8 * 8 ? v_expf(0.0f - g) : libm_expf(-g);
+        float e = i < total / 16 * 16 ? v_expf(0.0f - g) : libm_expf(-g);
         gate[i] = g / (1.0f + e) * up[i];
     }
 }
@@ -186,8 +199,8 @@ extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, i
     int a = neox ? pair : 2 * pair;
     int b = neox ? pair + pairs : 2 * pair + 1;
     float x0 = h[a], x1 = h[b];
-    h[a] = x0 * c - x1 * s;
-    h[b] = x0 * s + x1 * c;
+    h[a] = fmaf(x0, c, -(x1 * s));
+    h[b] = fmaf(x0, s, x1 * c);
 }
 
 // Causal grouped-query attention: block (head, token) attends over the
@@ -195,12 +208,14 @@ extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, i
 // for `rope`). Block y is token t0 + y; `scores` holds `stride` floats (at
 // least pos0 + t0 + gridDim.y) per (y, head).
 // Query head h reads key/value head h / (heads / kv_heads). As
-// `model::ops::attend`: scores by dot8, softmax with v_expf and its
-// denominator summed group by group of 8 in order, values added in order.
+// `model::ops::attend`: scores by dot64, softmax with v_expf and its
+// denominator summed group by group of 16 in order, each value's sum in
+// 16 fused lanes for a batch (`batch` 1) or 64 for one token, reduced as
+// the CPU reduces them.
 extern "C" __global__ void attention(const float* q, const float* keys, const float* values,
                                      float* out, float* scores, int heads, int kv_heads,
                                      int head_dim, const int* pos, int stride, float scale,
-                                     int t0) {
+                                     int t0, int batch) {
     __shared__ float fscratch[THREADS];
     int pos0 = *pos;
     __shared__ double total;
@@ -213,7 +228,7 @@ extern "C" __global__ void attention(const float* q, const float* keys, const fl
     float max = __int_as_float(0xff800000); // -infinity
     for (int j = threadIdx.x; j < len; j += blockDim.x) {
         const float* k = keys + (size_t)j * kv_dim + offset;
-        s[j] = dot8(qh, k, head_dim) * scale;
+        s[j] = dot64(k, qh, head_dim) * scale;
         max = fmaxf(max, s[j]);
     }
     max = block_max(max, fscratch);
@@ -222,10 +237,10 @@ extern "C" __global__ void attention(const float* q, const float* keys, const fl
     __syncthreads();
     // Each group's sum in parallel, THREADS groups at a time; thread 0 adds
     // them to the double in group order, as the CPU's loop does.
-    int groups = (len + 7) / 8;
+    int groups = (len + 15) / 16;
     for (int g0 = 0; g0 < groups; g0 += blockDim.x) {
         int g = g0 + threadIdx.x;
-        if (g < groups) fscratch[threadIdx.x] = group8(s + 8 * g, len - 8 * g);
+        if (g < groups) fscratch[threadIdx.x] = group16(s + 16 * g, len - 16 * g);
         __syncthreads();
         if (threadIdx.x == 0) {
             int n = min((int)blockDim.x, groups - g0);
@@ -234,10 +249,17 @@ extern "C" __global__ void attention(const float* q, const float* keys, const fl
         __syncthreads();
     }
     float inverse = (float)(1.0 / total);
+    for (int j = threadIdx.x; j < len; j += blockDim.x) s[j] *= inverse;
+    __syncthreads();
     float* o = out + ((size_t)t * heads + head) * head_dim;
+    int slots = batch ? 16 : 64;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = 0; j < len; j++) acc += (s[j] * inverse) * values[(size_t)j * kv_dim + offset + d];
-        o[d] = acc;
+        float lanes[64];
+        for (int k = 0; k < slots; k++) {
+            float acc = 0.0f;
+            for (int j = k; j < len; j += slots) acc = fmaf(values[(size_t)j * kv_dim + offset + d], s[j], acc);
+            lanes[k] = acc;
+        }
+        o[d] = batch ? reduce16(lanes) : reduce64(lanes);
     }
 }

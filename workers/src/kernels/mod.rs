@@ -49,7 +49,7 @@ pub const TILE_MAX: usize = 6;
 
 /// The attention of the query heads that share one KV head over the cache
 /// (see [`ops::attend_heads`]).
-pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, &mut [f32]);
+pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, bool, &mut [f32]);
 
 /// The dot products in use, one per weight type, and the element-wise
 /// parts of a block compiled for the same processor.

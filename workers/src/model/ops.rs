@@ -51,17 +51,16 @@ pub fn rope(
                 RopeLayout::Neox => (i, i + dims / 2),
             };
             let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * cos - x1 * sin;
-            head[b] = x0 * sin + x1 * cos;
+            head[a] = x0.mul_add(cos, -(x1 * sin));
+            head[b] = x0.mul_add(sin, x1 * cos);
         }
     }
 }
 
-/// `exp(x)` as ggml's 8-wide AVX2 `ggml_v_expf` computes it, lane by lane
-/// (Arm's optimized-routines approximation: a degree-5 polynomial after a
-/// reduction by ln 2, at most 1.5 ulp from `expf`). llama.cpp's CPU backend
-/// computes softmax and SiLU with it; matching it keeps the rounding of
-/// every activation that a quantized product then encodes the same.
+/// `exp(x)` as ggml's 16-wide AVX-512 `ggml_v_expf` computes it, lane by
+/// lane (Arm's optimized-routines approximation: a degree-5 polynomial
+/// after a reduction by ln 2, the constant term inside the polynomial and
+/// `scalef` for the power of two).
 #[inline(always)]
 pub fn v_expf(x: f32) -> f32 {
     let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
@@ -71,50 +70,52 @@ pub fn v_expf(x: f32) -> f32 {
         f32::from_bits(0x35bf_be8e),
         (-n).mul_add(f32::from_bits(0x3f31_7200), x),
     );
-    let e = z.to_bits().wrapping_shl(23);
-    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
     let u = b * b;
-    let p = f32::from_bits(0x3c07_2010)
+    let j = f32::from_bits(0x3c07_2010)
         .mul_add(b, f32::from_bits(0x3d2b_9f17))
         .mul_add(
             u,
             f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
-        );
-    let j = p.mul_add(u, f32::from_bits(0x3f7f_fff6) * b);
-    if n.abs() <= 126.0 {
-        return j.mul_add(k, k);
-    }
-    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
-    let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
-    let s2 = f32::from_bits(e.wrapping_sub(g));
-    if n.abs() > 192.0 {
-        s1 * s1
-    } else {
-        s2.mul_add(j, s2) * s1
-    }
+        )
+        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0));
+    // `scalef(j, n)`: j · 2^n rounded once (n is whole, |n| <= 192).
+    let pow = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    (j as f64 * pow) as f32
 }
 
-/// Sums 8 lanes in the order of ggml's AVX2 horizontal add.
+/// Sums 16 lanes as GCC's `_mm512_reduce_add_ps` does: the halves, then
+/// the quarters, then pairs.
 #[inline(always)]
-fn hsum8(v: &[f32]) -> f32 {
-    let s: [f32; 4] = std::array::from_fn(|i| v[i + 4] + v[i]);
-    (s[0] + s[2]) + (s[1] + s[3])
+pub fn reduce16(v: &[f32; 16]) -> f32 {
+    let a: [f32; 8] = std::array::from_fn(|i| v[i + 8] + v[i]);
+    let b: [f32; 4] = std::array::from_fn(|i| a[i + 4] + a[i]);
+    (b[0] + b[2]) + (b[1] + b[3])
 }
 
-/// Softmax in place as ggml computes it over a row padded to whole groups
-/// of 8: [`v_expf`] per value, each group's sum (in ggml's order) added to
-/// an f64 denominator.
+/// Sums four 16-lane accumulators as ggml's `GGML_F32x16_REDUCE` does.
+#[inline(always)]
+pub fn reduce64(acc: &[[f32; 16]; 4]) -> f32 {
+    let x: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    reduce16(&x)
+}
+
+/// Softmax in place as ggml's AVX-512 build computes it over a row padded
+/// to whole groups of 16: [`v_expf`] per value, each group's sum (in
+/// [`reduce16`]'s order) added to an f64 denominator.
 #[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0f64;
-    for group in x.chunks_mut(8) {
-        let mut lanes = [0f32; 8];
+    for group in x.chunks_mut(16) {
+        let mut lanes = [0f32; 16];
         for (l, v) in lanes.iter_mut().zip(group.iter_mut()) {
             *v = v_expf(*v - max);
             *l = *v;
         }
-        sum += hsum8(&lanes) as f64;
+        sum += reduce16(&lanes) as f64;
     }
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
@@ -122,13 +123,13 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// `gate = silu(gate) * up`, as ggml's fused SwiGLU: groups of 8 with
+/// `gate = silu(gate) * up`, as ggml's fused SwiGLU: groups of 16 with
 /// [`v_expf`], the rest with `expf`. Inlined into the kernels' copies
 /// compiled for wider vectors (`Kernels::swiglu`); no float operation is
 /// reordered there, so every copy gives the same bits.
 #[inline(always)]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    let whole = gate.len() / 8 * 8;
+    let whole = gate.len() / 16 * 16;
     for (g, &u) in gate[..whole].iter_mut().zip(up) {
         *g = *g / (1.0 + v_expf(0.0 - *g)) * u;
     }
@@ -137,20 +138,22 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// `a · b` in eight interleaved sums (which the compiler keeps in vector
-/// registers), added pairwise at the end, then the tail: one fixed order on
-/// every processor, and no chain of dependent additions.
+/// `a · b` as ggml's AVX-512 `ggml_vec_dot_f32`: whole groups of 64 in
+/// four 16-lane accumulators (a fused multiply-add per lane), summed as
+/// [`reduce64`], then the rest one by one, fused.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    let mut lanes = [0f32; 8];
-    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
+    let whole = a.len() / 64 * 64;
+    let mut acc = [[0f32; 16]; 4];
+    for (x, y) in a[..whole].chunks_exact(64).zip(b.chunks_exact(64)) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for (l, acc) in acc.iter_mut().enumerate() {
+                *acc = x[16 * j + l].mul_add(y[16 * j + l], *acc);
+            }
         }
     }
-    let mut sum = hsum8(&lanes);
-    let whole = a.len() / 8 * 8;
+    let mut sum = reduce64(&acc);
     for (x, y) in a[whole..].iter().zip(&b[whole..]) {
         sum += x * y;
     }
@@ -160,7 +163,9 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// One query head `q` attending to `len` cached positions: the keys and
 /// values of position `j` are `keys[j * stride + offset..][..q.len()]`
 /// (and the same in `values`); the weighted sum of values goes to `out`.
-/// Inlined into the kernels' copies as [`swiglu`] is.
+/// `batch`: one of several tokens computed together (see [`weigh`]);
+/// `lanes`: scratch, reused from call to call. Inlined into the kernels'
+/// copies as [`swiglu`] is.
 #[allow(clippy::too_many_arguments)] // one head's view of the cache
 #[inline(always)]
 pub fn attend(
@@ -171,32 +176,22 @@ pub fn attend(
     offset: usize,
     len: usize,
     scale: f32,
+    batch: bool,
+    lanes: &mut Vec<f32>,
     out: &mut [f32],
 ) {
     let hd = q.len();
-    let key = |j: usize| &keys[j * stride + offset..j * stride + offset + hd];
-    // Four keys at a time: four independent chains of additions, each
-    // summed exactly as [`dot`] sums it. Loops, not iterator closures: a
-    // closure keeps the features of the function it is written in, not
-    // of the copy this is inlined into.
     let mut scores = Vec::with_capacity(len);
-    let mut j = 0;
-    while j + 4 <= len {
-        let ks = [key(j), key(j + 1), key(j + 2), key(j + 3)];
-        for s in dot4(q, ks) {
-            scores.push(s * scale);
-        }
-        j += 4;
+    for j in 0..len {
+        scores.push(dot(&keys[j * stride + offset..j * stride + offset + hd], q) * scale);
     }
-    for j in j..len {
-        scores.push(dot(q, key(j)) * scale);
-    }
-    weigh(&mut scores, values, stride, offset, out);
+    weigh(&mut scores, values, stride, offset, batch, lanes, out);
 }
 
 /// [`attend`] for each of the query heads in `q` (`hd` values each, back
 /// to back) that share one KV head, the outputs back to back in `out`.
 #[allow(clippy::too_many_arguments)] // [`attend`]'s and the head width
+#[inline(always)]
 pub fn attend_heads(
     q: &[f32],
     hd: usize,
@@ -206,82 +201,76 @@ pub fn attend_heads(
     offset: usize,
     len: usize,
     scale: f32,
+    batch: bool,
     out: &mut [f32],
 ) {
-    assert!(hd > 0 && out.len() == q.len());
+    assert!(hd > 0 && out.len() == q.len() && q.len().is_multiple_of(hd));
+    let mut lanes = Vec::new();
     for (q, out) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
-        attend(q, keys, values, stride, offset, len, scale, out);
+        attend(
+            q, keys, values, stride, offset, len, scale, batch, &mut lanes, out,
+        );
     }
 }
 
 /// The rest of [`attend`] once the scaled scores are known: their softmax,
-/// then the weighted sum of the values into `out`. Inlined as `attend` is.
+/// then the weighted sum of the values into `out`, each value's sum in
+/// llama.cpp's order (its cache holds values transposed, so this sum is a
+/// dot product over positions): a batch's, llamafile's `tinyBLAS` on
+/// AVX-512, keeps 16 lanes, position `j` fused into lane `j % 16`, summed
+/// as [`reduce16`]; one token's, `ggml_vec_dot_f32`, keeps 64 lanes summed
+/// as [`reduce64`]. The lanes are rows of `out.len()` values in `lanes`,
+/// so every step runs across a whole head.
 #[inline(always)]
-pub fn weigh(scores: &mut [f32], values: &[f32], stride: usize, offset: usize, out: &mut [f32]) {
+pub fn weigh(
+    scores: &mut [f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    batch: bool,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     softmax(scores);
-    // A piece of `out` at a time, held in registers over every position
-    // (the whole row went through memory on each pass): each value's sum
-    // is still two positions per step, added in position order.
-    let whole = out.len() / WEIGH_PIECE * WEIGH_PIECE;
-    let (pieces, rest) = out.split_at_mut(whole);
-    for (c, piece) in pieces.chunks_exact_mut(WEIGH_PIECE).enumerate() {
-        let mut acc = [0f32; WEIGH_PIECE];
-        acc.copy_from_slice(piece);
-        weigh_piece(&mut acc, scores, values, stride, offset + c * WEIGH_PIECE);
-        piece.copy_from_slice(&acc);
-    }
-    weigh_piece(rest, scores, values, stride, offset + whole);
-}
-
-/// Values a piece of [`weigh`]'s output holds (eight 8-wide registers).
-const WEIGH_PIECE: usize = 64;
-
-/// `out += Σ scores[j] · value(j)`, two positions per step, in position
-/// order, for the values from `offset` of each position's row.
-#[inline(always)]
-fn weigh_piece(out: &mut [f32], scores: &[f32], values: &[f32], stride: usize, offset: usize) {
-    let (w, len) = (out.len(), scores.len());
-    let value = |j: usize| &values[j * stride + offset..j * stride + offset + w];
-    let mut j = 0;
-    while j + 2 <= len {
-        let (p0, p1, v0, v1) = (scores[j], scores[j + 1], value(j), value(j + 1));
-        for ((o, &a), &b) in out.iter_mut().zip(v0).zip(v1) {
-            *o = (*o + p0 * a) + p1 * b;
-        }
-        j += 2;
-    }
-    if j < len {
-        let (p, v) = (scores[j], value(j));
-        for (o, &a) in out.iter_mut().zip(v) {
-            *o += p * a;
+    let w = out.len();
+    let slots = if batch { 16 } else { 64 };
+    lanes.clear();
+    lanes.resize(slots * w, 0.0);
+    for (j, &p) in scores.iter().enumerate() {
+        let lane = &mut lanes[(j % slots) * w..(j % slots + 1) * w];
+        let v = &values[j * stride + offset..j * stride + offset + w];
+        for (l, &v) in lane.iter_mut().zip(v) {
+            *l = v.mul_add(p, *l);
         }
     }
+    reduce_lanes(lanes, w, batch);
+    out.copy_from_slice(&lanes[..w]);
 }
 
-/// [`dot`] of `a` with four rows at once.
+/// [`weigh`]'s lanes (rows of `w` values, 16 for a batch, 64 for one
+/// token) summed into the first row: [`reduce64`]'s first steps, then
+/// [`reduce16`]'s, lane by lane, a whole row a step.
 #[inline(always)]
-fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    let whole = a.len() / 8 * 8;
-    let mut lanes = [[0f32; 8]; 4];
-    let mut i = 0;
-    while i < whole {
-        let x = &a[i..i + 8];
-        for (lanes, b) in lanes.iter_mut().zip(&b) {
-            let y = &b[i..i + 8];
-            for l in 0..8 {
-                lanes[l] += x[l] * y[l];
+pub fn reduce_lanes(lanes: &mut [f32], w: usize, batch: bool) {
+    let row = |k: usize| k * w..(k + 1) * w;
+    if !batch {
+        // GGML_F32x16_REDUCE: accumulators 0 + 2 and 1 + 3, then their
+        // sum, into the first 16 rows.
+        for k in 0..16 {
+            for d in 0..w {
+                lanes[k * w + d] = (lanes[k * w + d] + lanes[(32 + k) * w + d])
+                    + (lanes[(16 + k) * w + d] + lanes[(48 + k) * w + d]);
             }
         }
-        i += 8;
     }
-    let mut out = [0f32; 4];
-    for k in 0..4 {
-        out[k] = hsum8(&lanes[k]);
-        for i in whole..a.len() {
-            out[k] += a[i] * b[k][i];
+    for half in [8, 4, 2, 1] {
+        for k in 0..half {
+            let (to, from) = lanes.split_at_mut(row(k + half).start);
+            for (a, &b) in to[row(k)].iter_mut().zip(&from[..w]) {
+                *a += b;
+            }
         }
     }
-    out
 }
 
 /// `x += y`.
@@ -296,35 +285,85 @@ mod tests {
     use super::*;
     use crate::rng::SplitMix64;
 
+    /// Value `d`'s sum as llama.cpp forms it, one value at a time: lane
+    /// `k`'s fused chain over positions `k, k + slots, ...`, the lanes
+    /// summed as the 512-bit reductions sum them.
+    fn value_sum(p: &[f32], v: impl Fn(usize) -> f32, slots: usize) -> f32 {
+        let lane = |k: usize| {
+            (k..p.len())
+                .step_by(slots)
+                .fold(0f32, |acc, j| v(j).mul_add(p[j], acc))
+        };
+        if slots == 16 {
+            reduce16(&std::array::from_fn(lane))
+        } else {
+            reduce64(&std::array::from_fn(|a| {
+                std::array::from_fn(|l| lane(16 * a + l))
+            }))
+        }
+    }
+
     #[test]
-    fn weighing_in_pieces_sums_each_value_in_position_order() {
+    fn weighing_sums_each_value_in_llama_cpps_lanes() {
         let mut rng = SplitMix64::new(9);
-        // Heads narrower than a piece, whole pieces, and pieces with a rest;
-        // odd and even position counts.
+        // Heads narrower than 64 values and wider; fewer positions than
+        // 16 lanes, between 16 and 64, and more than 64.
         for (hd, stride, offset) in [(24, 72, 24), (128, 512, 256), (130, 400, 7)] {
-            for len in [1, 2, 7, 64] {
+            for len in [1, 2, 7, 17, 64, 150] {
                 let values: Vec<f32> = (0..len * stride + offset + hd)
                     .map(|_| rng.symmetric(1.0))
                     .collect();
                 let scores: Vec<f32> = (0..len).map(|_| rng.symmetric(3.0)).collect();
-                let mut got = vec![0f32; hd];
-                weigh(&mut scores.clone(), &values, stride, offset, &mut got);
                 let mut p = scores.clone();
                 softmax(&mut p);
-                for (i, got) in got.iter().enumerate() {
-                    let v = |j: usize| values[j * stride + offset + i];
-                    let mut want = 0f32;
-                    let mut j = 0;
-                    while j + 2 <= len {
-                        want = (want + p[j] * v(j)) + p[j + 1] * v(j + 1);
-                        j += 2;
+                for batch in [false, true] {
+                    let mut got = vec![0f32; hd];
+                    let mut lanes = Vec::new();
+                    let mut s = scores.clone();
+                    weigh(&mut s, &values, stride, offset, batch, &mut lanes, &mut got);
+                    for (d, got) in got.iter().enumerate() {
+                        let v = |j: usize| values[j * stride + offset + d];
+                        let want = value_sum(&p, v, if batch { 16 } else { 64 });
+                        assert_eq!(got.to_bits(), want.to_bits(), "hd {hd} len {len} value {d}");
                     }
-                    if j < len {
-                        want += p[j] * v(j);
-                    }
-                    assert_eq!(got.to_bits(), want.to_bits(), "hd {hd} len {len} value {i}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_score_sums_whole_groups_of_64_in_16_lane_accumulators_then_the_rest() {
+        let mut rng = SplitMix64::new(4);
+        for n in [1, 32, 63, 64, 65, 128, 200] {
+            let a: Vec<f32> = (0..n).map(|_| rng.symmetric(2.0)).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.symmetric(2.0)).collect();
+            let whole = n / 64 * 64;
+            let lane = |k: usize| {
+                (k..whole)
+                    .step_by(64)
+                    .fold(0f32, |acc, i| a[i].mul_add(b[i], acc))
+            };
+            let acc = std::array::from_fn(|j| std::array::from_fn(|l| lane(16 * j + l)));
+            let want = (whole..n).fold(reduce64(&acc), |s, i| s + a[i] * b[i]);
+            assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "n {n}");
+        }
+    }
+
+    #[test]
+    fn v_expf_is_within_two_ulps_of_expf_and_flushes_as_ggml_does() {
+        let mut x = -103.0f32;
+        while x < 88.0 {
+            let (got, want) = (v_expf(x), x.exp());
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(
+                ulps <= 2 || want < f32::MIN_POSITIVE,
+                "v_expf({x}) = {got}, expf {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(v_expf(f32::NEG_INFINITY), 0.0);
+        assert_eq!(v_expf(-200.0), 0.0);
+        assert_eq!(v_expf(200.0), f32::INFINITY);
+        assert_eq!(v_expf(0.0), 1.0);
     }
 }

@@ -1,15 +1,10 @@
-//! `ops::attend_heads` for AVX2 and FMA: the query heads that share a KV
-//! head attend together, up to four at a time, so each key is loaded once
-//! for all of them and their chains of additions run side by side (one
-//! head alone waited on each addition in turn). Each score is summed in
-//! `ops::dot`'s order (a multiply and an add per lane, then ggml's
-//! horizontal add, then the tail) and each head's softmax and weighted sum
-//! are `ops::weigh` compiled for these features: the portable bits.
-
-// Heads index accumulators, queries and scores together.
-#![allow(clippy::needless_range_loop)]
+//! `ops::attend_heads` for AVX2 and FMA, the same operations in the same
+//! order as the portable copy (llama.cpp's AVX-512 order): a score's 64
+//! lanes are eight registers, and each lane of a value's sum is a chain
+//! over its positions kept in registers, 64 values of the head at a time.
 
 use super::imp::hsum;
+use crate::model::ops;
 use std::arch::x86_64::*;
 
 /// `heads = q.len() / hd` query heads attending to `len` cached positions
@@ -25,93 +20,106 @@ pub fn attend_heads(
     offset: usize,
     len: usize,
     scale: f32,
+    batch: bool,
     out: &mut [f32],
 ) {
-    assert!(hd > 0 && q.len().is_multiple_of(hd) && out.len() == q.len());
-    let cache = Cache {
-        keys,
-        values,
-        stride,
-        offset,
-        len,
-    };
-    let mut h = 0;
-    while h < q.len() / hd {
-        let n = (q.len() / hd - h).min(4);
-        let (q, out) = (&q[h * hd..(h + n) * hd], &mut out[h * hd..(h + n) * hd]);
-        match n {
-            1 => heads::<1>(q, hd, &cache, scale, out),
-            2 => heads::<2>(q, hd, &cache, scale, out),
-            3 => heads::<3>(q, hd, &cache, scale, out),
-            _ => heads::<4>(q, hd, &cache, scale, out),
+    assert!(hd > 0 && out.len() == q.len() && q.len().is_multiple_of(hd));
+    assert!(len == 0 || (len - 1) * stride + offset + hd <= keys.len().min(values.len()));
+    let mut lanes = Vec::new();
+    let mut scores = Vec::with_capacity(len);
+    for (q, out) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
+        scores.clear();
+        for j in 0..len {
+            scores.push(dot(&keys[j * stride + offset..j * stride + offset + hd], q) * scale);
         }
-        h += n;
+        ops::softmax(&mut scores);
+        weigh(&scores, values, stride, offset, batch, &mut lanes, out);
     }
 }
 
-/// One KV head's view of a block's cache.
-struct Cache<'a> {
-    keys: &'a [f32],
-    values: &'a [f32],
-    stride: usize,
-    offset: usize,
-    len: usize,
-}
-
-/// `Q` heads (`q` and `out` hold `Q * hd` values) over the cache.
+/// `ops::dot`: whole groups of 64 in eight registers (two a 16-lane
+/// accumulator), `ops::reduce64` as two register additions and `hsum`
+/// (which sums 8 lanes as `reduce16` sums its last three steps), then the
+/// rest one by one.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn heads<const Q: usize>(q: &[f32], hd: usize, c: &Cache, scale: f32, out: &mut [f32]) {
-    let whole = hd / 8 * 8;
-    let key = |j: usize| &c.keys[j * c.stride + c.offset..j * c.stride + c.offset + hd];
-    let mut qs: [&[f32]; Q] = [&[]; Q];
-    for h in 0..Q {
-        qs[h] = &q[h * hd..(h + 1) * hd];
-    }
-    let score = |q: &[f32], k: &[f32], acc: __m256| {
-        let mut sum = hsum(acc);
-        for i in whole..hd {
-            sum += q[i] * k[i];
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let whole = a.len() / 64 * 64;
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for i in (0..whole).step_by(64) {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8r + 8 <= whole <= the length of both.
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_ps(a.as_ptr().add(i + 8 * r)),
+                    _mm256_loadu_ps(b.as_ptr().add(i + 8 * r)),
+                )
+            };
+            *acc = _mm256_fmadd_ps(x, y, *acc);
         }
-        sum * scale
+    }
+    // Accumulator j's lanes 0-7 are register 2j, its lanes 8-15 2j + 1.
+    let half = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[h], acc[4 + h]),
+            _mm256_add_ps(acc[2 + h], acc[6 + h]),
+        )
     };
-    // SAFETY (the loads): `i + 8 <= whole <= hd`, the length of every
-    // query and key.
-    let load = |v: &[f32], i: usize| unsafe { _mm256_loadu_ps(v.as_ptr().add(i)) };
-    let mut scores: [Vec<f32>; Q] = std::array::from_fn(|_| Vec::with_capacity(c.len));
-    let mut j = 0;
-    // Two keys a pass against every head: 2 · Q sums in registers.
-    while j + 2 <= c.len {
-        let ks = [key(j), key(j + 1)];
-        let mut acc = [[_mm256_setzero_ps(); 2]; Q];
-        for i in (0..whole).step_by(8) {
-            let (k0, k1) = (load(ks[0], i), load(ks[1], i));
-            for h in 0..Q {
-                let x = load(qs[h], i);
-                acc[h][0] = _mm256_add_ps(acc[h][0], _mm256_mul_ps(x, k0));
-                acc[h][1] = _mm256_add_ps(acc[h][1], _mm256_mul_ps(x, k1));
+    let mut sum = hsum(_mm256_add_ps(half(1), half(0)));
+    for i in whole..a.len() {
+        sum += a[i] * b[i];
+    }
+    sum
+}
+
+/// `ops::weigh` after the softmax: lane `k` of a value's sum is the fused
+/// chain over positions `k, k + slots, ...`, kept in registers for 64
+/// values of the head at a time, stored as row `k` of `lanes`, then the
+/// rows summed as `ops::weigh` sums them.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn weigh(
+    p: &[f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    batch: bool,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let w = out.len();
+    let slots = if batch { 16 } else { 64 };
+    lanes.clear();
+    lanes.resize(slots * w, 0.0);
+    let whole = w / 64 * 64;
+    for k in 0..slots.min(p.len()) {
+        let lane = &mut lanes[k * w..(k + 1) * w];
+        for d in (0..whole).step_by(64) {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for j in (k..p.len()).step_by(slots) {
+                let at = j * stride + offset + d;
+                let pj = _mm256_set1_ps(p[j]);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: at + 8r + 8 <= j * stride + offset + w, within
+                    // `values` (checked by the caller).
+                    let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(at + 8 * r)) };
+                    *acc = _mm256_fmadd_ps(v, pj, *acc);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                // SAFETY: d + 8r + 8 <= whole <= w, the lane's length.
+                unsafe { _mm256_storeu_ps(lane.as_mut_ptr().add(d + 8 * r), *acc) };
             }
         }
-        for h in 0..Q {
-            scores[h].push(score(qs[h], ks[0], acc[h][0]));
-            scores[h].push(score(qs[h], ks[1], acc[h][1]));
-        }
-        j += 2;
-    }
-    if j < c.len {
-        let k = key(j);
-        let mut acc = [_mm256_setzero_ps(); Q];
-        for i in (0..whole).step_by(8) {
-            let k0 = load(k, i);
-            for h in 0..Q {
-                acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(load(qs[h], i), k0));
+        for d in whole..w {
+            let mut acc = 0f32;
+            for j in (k..p.len()).step_by(slots) {
+                acc = values[j * stride + offset + d].mul_add(p[j], acc);
             }
-        }
-        for h in 0..Q {
-            scores[h].push(score(qs[h], k, acc[h]));
+            lane[d] = acc;
         }
     }
-    for (h, out) in out.chunks_exact_mut(hd).enumerate() {
-        crate::model::ops::weigh(&mut scores[h], c.values, c.stride, c.offset, out);
-    }
+    ops::reduce_lanes(lanes, w, batch);
+    out.copy_from_slice(&lanes[..w]);
 }

@@ -19,9 +19,10 @@ pub fn attend_heads(
     offset: usize,
     len: usize,
     scale: f32,
+    batch: bool,
     out: &mut [f32],
 ) {
-    unsafe { attend::attend_heads(q, hd, keys, values, stride, offset, len, scale, out) }
+    unsafe { attend::attend_heads(q, hd, keys, values, stride, offset, len, scale, batch, out) }
 }
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     unsafe { imp::swiglu(gate, up) }
