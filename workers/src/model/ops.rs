@@ -29,7 +29,34 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
 /// Rotates the first `dims` dimensions of each `head_dim` head of `x` (one
 /// token's heads, back to back) for position `pos`. The angle steps by
 /// multiplication, as ggml's rope does, not by a fresh `powf` per pair.
+/// The rotation is GCC's contraction of ggml's `x0*cos - x1*sin` and
+/// `x0*sin + x1*cos`: the first product of each fused, the second rounded.
+#[allow(unsafe_code)] // a call to the copy compiled for FMA, once detected
 pub fn rope(
+    x: &mut [f32],
+    head_dim: usize,
+    dims: usize,
+    base: f32,
+    layout: RopeLayout,
+    pos: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the processor has FMA (checked just above).
+        return unsafe { rope_fma(x, head_dim, dims, base, layout, pos) };
+    }
+    rope_steps(x, head_dim, dims, base, layout, pos)
+}
+
+/// [`rope`] compiled with FMA: each `mul_add` one instruction, not a call.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn rope_fma(x: &mut [f32], hd: usize, dims: usize, base: f32, l: RopeLayout, pos: usize) {
+    rope_steps(x, hd, dims, base, l, pos)
+}
+
+#[inline(always)]
+fn rope_steps(
     x: &mut [f32],
     head_dim: usize,
     dims: usize,
@@ -140,7 +167,8 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 
 /// `a · b` as ggml's AVX-512 `ggml_vec_dot_f32`: whole groups of 64 in
 /// four 16-lane accumulators (a fused multiply-add per lane), summed as
-/// [`reduce64`], then the rest one by one, fused.
+/// [`reduce64`], then the rest one by one, not fused (GCC leaves that
+/// `sumf += x[i]*y[i]` unfused; the f16 golden tells the two apart).
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -164,8 +192,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// values of position `j` are `keys[j * stride + offset..][..q.len()]`
 /// (and the same in `values`); the weighted sum of values goes to `out`.
 /// `batch`: one of several tokens computed together (see [`weigh`]);
-/// `lanes`: scratch, reused from call to call. Inlined into the kernels'
-/// copies as [`swiglu`] is.
+/// `lanes`: scratch, reused from call to call. The portable copy; the
+/// AVX2 kernels have their own (`kernels/avx2/attend.rs`), the same bits.
 #[allow(clippy::too_many_arguments)] // one head's view of the cache
 #[inline(always)]
 pub fn attend(

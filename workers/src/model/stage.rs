@@ -392,8 +392,8 @@ fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n * qd];
     // One task per token and KV head: the query heads that share the KV
-    // head (contiguous in `q` and `out`) attend together, so each key and
-    // value is read once for all of them.
+    // head (contiguous in `q` and `out`), one after another, with one
+    // scratch for their lanes.
     let one = |(idx, o): (usize, &mut [f32])| {
         let (t, kv_head) = (idx / c.kv_heads, idx % c.kv_heads);
         let qh = &q[t * qd + kv_head * group * hd..t * qd + (kv_head + 1) * group * hd];

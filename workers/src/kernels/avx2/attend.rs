@@ -24,7 +24,9 @@ pub fn attend_heads(
     out: &mut [f32],
 ) {
     assert!(hd > 0 && out.len() == q.len() && q.len().is_multiple_of(hd));
-    assert!(len == 0 || (len - 1) * stride + offset + hd <= keys.len().min(values.len()));
+    let end = len.checked_sub(1).map(|j| j.checked_mul(stride));
+    let end = end.map(|at| at.and_then(|at| at.checked_add(offset + hd)));
+    assert!(end.is_none_or(|end| end.is_some_and(|end| end <= keys.len())));
     let mut lanes = Vec::new();
     let mut scores = Vec::with_capacity(len);
     for (q, out) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
@@ -89,6 +91,9 @@ fn weigh(
     out: &mut [f32],
 ) {
     let w = out.len();
+    let last = p.len().checked_sub(1).map(|j| j.checked_mul(stride));
+    let end = last.map(|at| at.and_then(|at| at.checked_add(offset + w)));
+    assert!(end.is_none_or(|end| end.is_some_and(|end| end <= values.len())));
     let slots = if batch { 16 } else { 64 };
     lanes.clear();
     lanes.resize(slots * w, 0.0);
@@ -102,7 +107,7 @@ fn weigh(
                 let pj = _mm256_set1_ps(p[j]);
                 for (r, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: at + 8r + 8 <= j * stride + offset + w, within
-                    // `values` (checked by the caller).
+                    // `values` (checked above for the last position).
                     let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(at + 8 * r)) };
                     *acc = _mm256_fmadd_ps(v, pj, *acc);
                 }
