@@ -183,7 +183,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 q4_0: dot_q4_0,
                 q4k: dot_q4k,
                 q6k: dot_q6k,
-                tile_q8_0: Some(tile(Q0_ROWS, Q0_TOKENS, q8_0)),
+                tile_q8_0: Some(tile(Q8_0_ROWS, Q8_0_TOKENS, q8_0)),
                 tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
                 tile_f16: Some(Tile {
                     widen_f16: true,
@@ -261,7 +261,7 @@ mod x16;
 #[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};
 #[cfg(target_arch = "x86_64")]
-use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS};
+use tile::{F16_ROWS, F16_TOKENS, Q0_ROWS, Q0_TOKENS, Q8_0_ROWS, Q8_0_TOKENS};
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
