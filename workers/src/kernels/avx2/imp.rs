@@ -23,8 +23,8 @@ pub(super) fn f16(b: &[u8], i: usize) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
 }
 
-/// `ops::swiglu` compiled for AVX2 and FMA, as `attend::attend_heads`
-/// is `ops::attend_heads`.
+/// `ops::swiglu` compiled for AVX2 and FMA: no float operation reordered,
+/// so the portable bits (`attend::attend_heads` is written out instead).
 #[target_feature(enable = "avx2,fma")]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     crate::model::ops::swiglu(gate, up)
