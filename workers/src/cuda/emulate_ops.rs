@@ -171,14 +171,16 @@ fn softmax(s: &mut [f32]) {
 }
 
 /// The `attention` kernel's block for one query head over `len` positions
-/// (keys and values of position j at `j * stride + offset`), for a batch's
-/// token (`batch`) or one token alone.
+/// (keys and values of position j at `j * stride + offset`), for token `t`
+/// of `n` computed together.
 fn attend(
     q: &[f32],
     kv: (&[f32], &[f32]),
     (stride, offset, len): (usize, usize, usize),
-    batch: bool,
+    (n, t): (usize, usize),
 ) -> Vec<f32> {
+    let piece = t / 512 * 512;
+    let batch = n.min(piece + 512) - piece > 1;
     let (hd, scale) = (q.len(), 1.0 / (q.len() as f32).sqrt());
     let at = |j: usize| j * stride + offset..j * stride + offset + hd;
     let mut s: Vec<f32> = (0..len).map(|j| dot64(&kv.0[at(j)], q) * scale).collect();
@@ -313,13 +315,16 @@ mod tests {
             let keys = spread(hd as u64, len * stride, 3.0);
             let values = spread(hd as u64 + 1, len * stride, 1.0);
             let q = spread(hd as u64 + 2, hd, 3.0);
-            for (kv, batch) in (0..kv_heads).flat_map(|kv| [(kv, false), (kv, true)]) {
+            // Alone, in a batch, and alone or not at the edge of a piece.
+            let tokens = [(1, 0), (2, 1), (513, 512), (513, 511), (1025, 1024)];
+            for (kv, (n, t)) in (0..kv_heads).flat_map(|kv| tokens.map(|nt| (kv, nt))) {
+                let batch = crate::model::ops::in_batch(n, t);
                 let mut cpu = vec![0f32; hd];
                 let scale = 1.0 / (hd as f32).sqrt();
                 let (k, v, lanes) = (&keys, &values, &mut Vec::new());
                 let at = kv * hd;
                 crate::model::ops::attend(&q, k, v, stride, at, len, scale, batch, lanes, &mut cpu);
-                let gpu = attend(&q, (k, v), (stride, at, len), batch);
+                let gpu = attend(&q, (k, v), (stride, at, len), (n, t));
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&gpu),

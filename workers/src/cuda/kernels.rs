@@ -316,8 +316,8 @@ impl Gpu {
         let mut scores = self.alloc::<f32>(chunk * c.heads * stride)?;
         let args = [int(c.heads)?, int(c.kv_heads)?, int(c.head_dim)?];
         let stride_arg = int(stride)?;
-        // One token's value sums keep 64 lanes, a batch's 16 (`ops::weigh`).
-        let batch = int(usize::from(n > 1))?;
+        // The kernel sums each token's values as `ops::in_batch` says.
+        let tokens_arg = int(n)?;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         for t0 in (0..n).step_by(chunk) {
             let t0_arg = int(t0)?;
@@ -335,7 +335,7 @@ impl Gpu {
                     .arg(&stride_arg)
                     .arg(&scale)
                     .arg(&t0_arg)
-                    .arg(&batch);
+                    .arg(&tokens_arg);
             })?;
         }
         Ok(out)

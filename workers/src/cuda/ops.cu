@@ -210,12 +210,13 @@ extern "C" __global__ void rope(float* x, int tokens, int heads, int head_dim, i
 // Query head h reads key/value head h / (heads / kv_heads). As
 // `model::ops::attend`: scores by dot64, softmax with v_expf and its
 // denominator summed group by group of 16 in order, each value's sum in
-// 16 fused lanes for a batch (`batch` 1) or 64 for one token, reduced as
-// the CPU reduces them.
+// 16 fused lanes for a token computed with others in its piece of 512
+// (`model::ops::in_batch`; `n` tokens in all) or 64 for one alone, reduced
+// as the CPU reduces them.
 extern "C" __global__ void attention(const float* q, const float* keys, const float* values,
                                      float* out, float* scores, int heads, int kv_heads,
                                      int head_dim, const int* pos, int stride, float scale,
-                                     int t0, int batch) {
+                                     int t0, int n) {
     __shared__ float fscratch[THREADS];
     int pos0 = *pos;
     __shared__ double total;
@@ -252,6 +253,8 @@ extern "C" __global__ void attention(const float* q, const float* keys, const fl
     for (int j = threadIdx.x; j < len; j += blockDim.x) s[j] *= inverse;
     __syncthreads();
     float* o = out + ((size_t)t * heads + head) * head_dim;
+    int piece = t / 512 * 512;
+    int batch = min(n, piece + 512) - piece > 1;
     int slots = batch ? 16 : 64;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float lanes[64];

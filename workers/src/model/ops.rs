@@ -241,6 +241,18 @@ pub fn attend_heads(
     }
 }
 
+/// Tokens llama.cpp computes together (its default `n_ubatch`): a longer
+/// batch goes as pieces of this many, and a piece of one token is summed
+/// as one token alone.
+pub const UBATCH: usize = 512;
+
+/// Whether token `t` of `n` computed together is summed in a batch's
+/// order (see [`weigh`]): its piece of [`UBATCH`] tokens holds another.
+pub fn in_batch(n: usize, t: usize) -> bool {
+    let start = t / UBATCH * UBATCH;
+    n.min(start + UBATCH) - start > 1
+}
+
 /// The rest of [`attend`] once the scaled scores are known: their softmax,
 /// then the weighted sum of the values into `out`, each value's sum in
 /// llama.cpp's order (its cache holds values transposed, so this sum is a
@@ -357,6 +369,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_token_is_summed_as_one_alone_only_in_a_piece_of_its_own() {
+        assert!(!in_batch(1, 0));
+        assert!(in_batch(2, 0) && in_batch(2, 1));
+        assert!((0..512).all(|t| in_batch(512, t)));
+        // 513: a piece of 512, then the last token alone.
+        assert!((0..512).all(|t| in_batch(513, t)));
+        assert!(!in_batch(513, 512));
+        assert!(in_batch(514, 512) && in_batch(514, 513));
+        assert!(!in_batch(1025, 1024) && in_batch(1025, 1023));
     }
 
     #[test]

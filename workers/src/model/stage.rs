@@ -398,7 +398,8 @@ fn attention(
         let (t, kv_head) = (idx / c.kv_heads, idx % c.kv_heads);
         let qh = &q[t * qd + kv_head * group * hd..t * qd + (kv_head + 1) * group * hd];
         let run = kv_head * capacity * hd;
-        (kernels.attend)(qh, hd, keys, values, hd, run, pos + t + 1, scale, n > 1, o);
+        let batch = ops::in_batch(n, t);
+        (kernels.attend)(qh, hd, keys, values, hd, run, pos + t + 1, scale, batch, o);
     };
     let work = n * c.heads * (pos + n) * hd;
     if work < 1 << 16 {
