@@ -5,7 +5,7 @@ mod common;
 
 use common::kernel_sets;
 use workers::kernels::{Kernels, Matrix};
-use workers::model::ops;
+use workers::model::{RopeLayout, ops};
 use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
@@ -237,6 +237,22 @@ fn every_kernel_set_attends_and_gates_with_the_same_bits() {
             .zip(&want)
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "{} swiglu", kernels.name);
+    }
+    // Rope over all of each 32-wide head and over half of it, both layouts.
+    let x = row(&mut rng, 4 * 32, 3.0);
+    for (dims, layout, pos) in [(32, RopeLayout::Adjacent, 7), (16, RopeLayout::Neox, 300)] {
+        let mut want = x.clone();
+        (Kernels::portable().rope)(&mut want, 32, dims, 10000.0, layout, pos);
+        assert_ne!(want, x, "rope moved nothing");
+        for kernels in kernel_sets() {
+            let mut got = x.clone();
+            (kernels.rope)(&mut got, 32, dims, 10000.0, layout, pos);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{} rope over {dims} dimensions", kernels.name);
+        }
     }
 }
 

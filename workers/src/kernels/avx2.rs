@@ -176,6 +176,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 name,
                 attend: attend_heads,
                 swiglu,
+                rope,
                 f32: dot_f32,
                 f16: dot_f16,
                 bf16: dot_bf16,

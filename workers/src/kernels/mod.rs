@@ -51,6 +51,9 @@ pub const TILE_MAX: usize = 6;
 /// (see [`ops::attend_heads`]).
 pub type AttendFn = fn(&[f32], usize, &[f32], &[f32], usize, usize, usize, f32, bool, &mut [f32]);
 
+/// Rope of one token's heads (see [`ops::rope`]).
+pub type RopeFn = fn(&mut [f32], usize, usize, f32, crate::model::RopeLayout, usize);
+
 /// The dot products in use, one per weight type, and the element-wise
 /// parts of a block compiled for the same processor.
 #[derive(Clone, Copy)]
@@ -63,6 +66,8 @@ pub struct Kernels {
     pub attend: AttendFn,
     /// [`ops::swiglu`].
     pub swiglu: fn(&mut [f32], &[f32]),
+    /// [`ops::rope`].
+    pub rope: RopeFn,
     f32: DotFn,
     f16: DotFn,
     bf16: DotFn,
@@ -101,6 +106,7 @@ impl Kernels {
             name: "portable",
             attend: ops::attend_heads,
             swiglu: ops::swiglu,
+            rope: ops::rope,
             f32: scalar::dot_f32,
             f16: scalar::dot_f16,
             bf16: scalar::dot_bf16,

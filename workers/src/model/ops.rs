@@ -31,32 +31,10 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
 /// multiplication, as ggml's rope does, not by a fresh `powf` per pair.
 /// The rotation is GCC's contraction of ggml's `x0*cos - x1*sin` and
 /// `x0*sin + x1*cos`: the first product of each fused, the second rounded.
-#[allow(unsafe_code)] // a call to the copy compiled for FMA, once detected
-pub fn rope(
-    x: &mut [f32],
-    head_dim: usize,
-    dims: usize,
-    base: f32,
-    layout: RopeLayout,
-    pos: usize,
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the processor has FMA (checked just above).
-        return unsafe { rope_fma(x, head_dim, dims, base, layout, pos) };
-    }
-    rope_steps(x, head_dim, dims, base, layout, pos)
-}
-
-/// [`rope`] compiled with FMA: each `mul_add` one instruction, not a call.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "fma")]
-fn rope_fma(x: &mut [f32], hd: usize, dims: usize, base: f32, l: RopeLayout, pos: usize) {
-    rope_steps(x, hd, dims, base, l, pos)
-}
-
+/// Inlined into the kernels' copies as [`swiglu`] is (`Kernels::rope`),
+/// where each `mul_add` is one instruction rather than a call.
 #[inline(always)]
-fn rope_steps(
+pub fn rope(
     x: &mut [f32],
     head_dim: usize,
     dims: usize,

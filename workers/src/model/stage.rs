@@ -338,7 +338,7 @@ fn block_forward(
         ops::add_bias(&mut v, bv);
     }
     for t in 0..n {
-        ops::rope(
+        (kernels.rope)(
             &mut q[t * qd..(t + 1) * qd],
             c.head_dim,
             c.rope_dims,
@@ -346,7 +346,7 @@ fn block_forward(
             c.rope,
             pos + t,
         );
-        ops::rope(
+        (kernels.rope)(
             &mut k[t * kvd..(t + 1) * kvd],
             c.head_dim,
             c.rope_dims,

@@ -1,6 +1,7 @@
 //! The one-row AVX2 dot products and element-wise kernels, and the
 //! helpers the tiles share (`hsum`, `f16`).
 
+use crate::model::RopeLayout;
 use std::arch::x86_64::*;
 
 #[inline]
@@ -28,6 +29,13 @@ pub(super) fn f16(b: &[u8], i: usize) -> f32 {
 #[target_feature(enable = "avx2,fma")]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     crate::model::ops::swiglu(gate, up)
+}
+
+/// `ops::rope` compiled for AVX2 and FMA: its fused steps one instruction
+/// each, the portable bits.
+#[target_feature(enable = "avx2,fma")]
+pub fn rope(x: &mut [f32], hd: usize, dims: usize, base: f32, l: RopeLayout, pos: usize) {
+    crate::model::ops::rope(x, hd, dims, base, l, pos)
 }
 
 #[target_feature(enable = "avx2,fma")]

@@ -4,6 +4,7 @@
 use super::attend;
 use super::imp;
 use super::kquants as imp_k;
+use crate::model::RopeLayout;
 // SAFETY (all): these are only installed by `kernels()` after the
 // features they enable were detected on this processor.
 pub fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
@@ -26,6 +27,9 @@ pub fn attend_heads(
 }
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     unsafe { imp::swiglu(gate, up) }
+}
+pub fn rope(x: &mut [f32], hd: usize, dims: usize, base: f32, l: RopeLayout, pos: usize) {
+    unsafe { imp::rope(x, hd, dims, base, l, pos) }
 }
 pub fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp::dot_f16(w, a) }
