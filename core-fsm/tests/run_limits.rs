@@ -335,3 +335,43 @@ fn a_layer_range_is_empty_only_when_it_holds_no_layer() {
     assert!(!range(2, 3).is_empty());
     assert_eq!(range(2, 5).len(), 3);
 }
+
+/// A prompt's chunks cover it in order, none over `max` tokens (so its
+/// activations fit an edge frame), no more than `in_flight` of them
+/// unless `max` asks for more, and as even as they come.
+#[test]
+fn prefill_chunks_cover_the_prompt_within_their_bounds() {
+    use core_fsm::run::prefill_chunks;
+    for len in 0..300usize {
+        for (min, in_flight, max) in [(32, 8, 0), (2, 8, 3), (32, 8, 7), (1, 1, 5), (4, 3, 4)] {
+            let chunks = prefill_chunks(len, min, in_flight, max);
+            assert_eq!(
+                chunks.iter().sum::<usize>(),
+                len,
+                "{len} {min} {in_flight} {max}"
+            );
+            assert!(chunks.iter().all(|&c| c > 0));
+            if max > 0 {
+                assert!(chunks.iter().all(|&c| c <= max), "{chunks:?} over {max}");
+            }
+            let needed = if max == 0 { 1 } else { len.div_ceil(max) };
+            assert!(
+                chunks.len() <= in_flight.max(needed),
+                "{len} tokens in {} chunks",
+                chunks.len()
+            );
+            // Every chunk but the last is the same size, the last no larger.
+            if let Some((last, rest)) = chunks.split_last() {
+                let size = rest.first().unwrap_or(last);
+                assert!(rest.iter().all(|c| c == size) && last <= size, "{chunks:?}");
+            }
+        }
+    }
+    // The runtime's own sizes: 32 tokens at least, 8 in flight.
+    assert_eq!(prefill_chunks(33, 32, 8, 0), [17, 16]);
+    assert_eq!(prefill_chunks(5000, 32, 8, 0).len(), 8);
+    // A wide model's long prompt: chunks of at most 1000 tokens, so more
+    // than 8.
+    let wide = prefill_chunks(20_000, 32, 8, 1000);
+    assert_eq!(wide, vec![1000; 20]);
+}

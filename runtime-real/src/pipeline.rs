@@ -49,10 +49,45 @@ pub const PREFILL_IN_FLIGHT: u64 = 8;
 /// The smallest chunk a prompt is cut into (shorter prompts go whole).
 pub const PREFILL_CHUNK_MIN: usize = 32;
 
-/// How a prompt of `len` tokens is cut into chunks: their lengths, in order
+/// Most steps a stage holds waiting behind the one it executes (its
+/// inbound ring): a prompt too long for [`PREFILL_IN_FLIGHT`] chunks
+/// whose activations fit a frame travels in more, all sent at once.
+pub const STAGE_RING: u64 = 256;
+
+/// Bytes of a step frame besides its activations (the step's numbers and
+/// the frame's own header), with room to spare.
+const STEP_FRAME_SLACK: usize = 4096;
+
+/// Most tokens one chunk may carry: its activations (`embedding` f32s a
+/// token) must fit one edge frame and one frame of the worker's pipes.
+pub fn chunk_tokens_max(embedding: usize) -> usize {
+    let frame = wire::EDGE_FRAME_MAX.min(workers::wire::MAX_FRAME_BYTES as usize);
+    ((frame - STEP_FRAME_SLACK) / (4 * embedding.max(1))).max(1)
+}
+
+/// How a prompt of `len` tokens is cut into chunks for a model of
+/// `embedding` values a token: their lengths, in order
 /// (`core_fsm::run::prefill_chunks` with this runtime's sizes).
-pub fn prefill_chunks(len: usize) -> Vec<usize> {
-    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
+pub fn prefill_chunks(len: usize, embedding: usize) -> Vec<usize> {
+    core_fsm::run::prefill_chunks(
+        len,
+        PREFILL_CHUNK_MIN,
+        PREFILL_IN_FLIGHT as usize,
+        chunk_tokens_max(embedding),
+    )
+}
+
+/// The context a run serves: the plan's (`0`: the model's), at most the
+/// model's, and at most what a stage's ring carries whole (a prompt, or a
+/// resumed request's prompt and tokens, of that many positions travels in
+/// [`STAGE_RING`] + 1 chunks at most).
+pub fn run_context(plan_ctx: u32, model_ctx: u32, embedding: usize) -> u32 {
+    let ctx = match plan_ctx {
+        0 => model_ctx,
+        ctx => ctx.min(model_ctx),
+    };
+    let carried = (STAGE_RING as usize + 1).saturating_mul(chunk_tokens_max(embedding));
+    ctx.min(u32::try_from(carried).unwrap_or(u32::MAX))
 }
 
 /// A pipeline host input, as the composite takes it.
@@ -237,10 +272,11 @@ impl Running {
         });
         *self.shared.parts.lock().expect("parts") =
             Some((stages.clone(), prepared.weights.clone()));
-        let context = match prepared.spec.ctx {
-            0 => prepared.model.context(),
-            ctx => ctx.min(prepared.model.context()),
-        };
+        let context = run_context(
+            prepared.spec.ctx,
+            prepared.model.context(),
+            prepared.model.config.embedding,
+        );
         let config = run::Config {
             run_id,
             orchestrator: control.id(),
@@ -285,13 +321,53 @@ mod tests {
 
     #[test]
     fn prompts_are_cut_into_at_most_the_chunks_in_flight() {
-        assert_eq!(prefill_chunks(5), [5]);
-        assert_eq!(prefill_chunks(32), [32]);
-        assert_eq!(prefill_chunks(33), [17, 16]);
-        assert_eq!(prefill_chunks(200).len(), 7);
-        let long = prefill_chunks(5000);
+        // TinyStories 260K: 64 values a token.
+        assert_eq!(prefill_chunks(5, 64), [5]);
+        assert_eq!(prefill_chunks(32, 64), [32]);
+        assert_eq!(prefill_chunks(33, 64), [17, 16]);
+        assert_eq!(prefill_chunks(200, 64).len(), 7);
+        let long = prefill_chunks(5000, 64);
         assert_eq!(long.len(), PREFILL_IN_FLIGHT as usize);
         assert_eq!(long.iter().sum::<usize>(), 5000);
-        assert!(prefill_chunks(0).is_empty());
+        assert!(prefill_chunks(0, 64).is_empty());
+    }
+
+    /// A 4096-wide model's 40,000-token prompt: in 8 chunks, each would
+    /// carry 80 MiB of activations, over the frames' 64 MiB; so it goes in
+    /// more, each of whose step frames (encoded as the edge sends it) fits.
+    #[tokio::test]
+    async fn a_wide_models_long_prompt_goes_in_chunks_that_fit_a_frame() {
+        let embedding = 4096;
+        let chunks = prefill_chunks(40_000, embedding);
+        assert!(chunks.len() > PREFILL_IN_FLIGHT as usize, "{chunks:?}");
+        assert!(chunks.len() as u64 <= STAGE_RING + 1);
+        assert_eq!(chunks.iter().sum::<usize>(), 40_000);
+        let largest = *chunks.iter().max().expect("chunks");
+        let step = wire::Step {
+            step: u64::MAX,
+            request: u64::MAX,
+            seq: u64::MAX,
+            pos: u32::MAX,
+            payload: wire::Payload::Activations(vec![1.5; largest * embedding]),
+            last: true,
+        };
+        let mut frame = Vec::new();
+        wire::write(&mut frame, &wire::EdgeFrame::Step(step))
+            .await
+            .expect("fits an edge frame");
+        let request = workers::wire::Request::Forward {
+            seq: u64::MAX,
+            pos: u32::MAX,
+            input: workers::wire::Input::Activations(vec![1.5; largest * embedding]),
+            output: workers::wire::OutputKind::LastLogits,
+        };
+        let mut bytes = Vec::new();
+        workers::wire::write_frame(&mut bytes, &request).expect("fits the worker's frame");
+        // The context a run serves keeps every injection within the ring.
+        let context = run_context(0, 1 << 20, embedding);
+        let most = prefill_chunks(context as usize, embedding).len() as u64;
+        assert!(most <= STAGE_RING + 1, "{most} chunks");
+        assert_eq!(run_context(0, 4096, embedding), 4096);
+        assert_eq!(run_context(2048, 4096, embedding), 2048);
     }
 }

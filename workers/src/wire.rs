@@ -237,19 +237,50 @@ impl<R: Read> FrameReader<R> {
 
 /// Writes one frame, length and body in one `write_all`, and flushes: on
 /// an unbuffered pipe that is one `write` (the reader wakes once a frame,
-/// not once for the length and again for each piece of the body).
+/// not once for the length and again for each piece of the body). A body
+/// over [`MAX_FRAME_BYTES`] is an `InvalidInput` error naming its size,
+/// and nothing is written.
 pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> io::Result<()> {
     let mut frame = postcard::to_extend(value, vec![0u8; 4]).map_err(io::Error::other)?;
     let len = frame.len() - 4;
-    assert!(len <= MAX_FRAME_BYTES as usize, "an oversized frame");
-    frame[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    let Ok(len32) = u32::try_from(len) else {
+        return Err(oversized(len));
+    };
+    if len32 > MAX_FRAME_BYTES {
+        return Err(oversized(len));
+    }
+    frame[..4].copy_from_slice(&len32.to_le_bytes());
     w.write_all(&frame)?;
     w.flush()
+}
+
+fn oversized(len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte cap"),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oversized_frame_is_an_error_and_writes_nothing() {
+        let values = (MAX_FRAME_BYTES as usize / 4) + 1;
+        let reply = Reply::Activations {
+            seq: 1,
+            data: vec![0.5; values],
+        };
+        let mut out = Vec::new();
+        let e = write_frame(&mut out, &reply).expect_err("over the cap");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().starts_with("a frame of 67108") && e.to_string().contains("cap"),
+            "{e}"
+        );
+        assert!(out.is_empty());
+    }
 
     /// Records each `write` it is handed.
     #[derive(Default)]

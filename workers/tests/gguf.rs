@@ -145,19 +145,107 @@ fn every_truncation_is_an_error_naming_a_field() {
     }
 }
 
-#[test]
-fn random_corruption_never_panics() {
-    let bytes = small_file(3);
+/// Bytes of `bytes` with byte `at` set to `to`, for a seeded stream of
+/// (at, to) pairs.
+fn corruptions(bytes: &[u8], within: usize, count: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
     let mut state = 0x1234_5678u64;
-    for _ in 0..20_000 {
+    (0..count).map(move |_| {
         state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let mut b = bytes.clone();
-        let at = (state >> 33) as usize % b.len();
+        let mut b = bytes.to_vec();
+        let at = (state >> 33) as usize % within;
         b[at] = (state >> 13) as u8;
-        let _ = parse_header(&b, "corrupt.gguf");
+        b
+    })
+}
+
+#[test]
+fn random_corruption_never_panics() {
+    let bytes = small_file(3);
+    for b in corruptions(&bytes, bytes.len(), 20_000) {
+        if let Err(e) = parse_header(&b, "corrupt.gguf") {
+            let msg = e.to_string();
+            assert!(msg.starts_with("corrupt.gguf: offset "), "{msg}");
+        }
     }
+}
+
+/// A corrupted model header that still parses goes on to the model's
+/// shape, its tokenizer and a stage's slice plan: each refuses it with an
+/// error or takes it, and none panics or allocates without bound.
+#[test]
+fn a_corrupted_model_header_is_refused_by_what_reads_it_next() {
+    use workers::gguf::slice::SlicePlan;
+    use workers::model::Config;
+    use workers::tokenizer::Tokenizer;
+    let bytes = std::fs::read(common::stories()).expect("stories260k");
+    let header_len = parse_header(&bytes, "m.gguf").expect("header").data_offset as usize;
+    let (mut parsed, mut shaped) = (0, 0);
+    for b in corruptions(&bytes, header_len, 3_000) {
+        let Ok(header) = parse_header(&b, "m.gguf") else {
+            continue;
+        };
+        parsed += 1;
+        let _ = Tokenizer::from_gguf(&header);
+        match Config::from_header(&header, "m.gguf") {
+            Ok(config) => {
+                shaped += 1;
+                let _ = SlicePlan::new(&header, 0..config.blocks);
+            }
+            Err(e) => assert!(e.to_string().starts_with("m.gguf: metadata "), "{e}"),
+        }
+    }
+    // Most single-byte changes land in strings and values and still parse.
+    assert!(
+        parsed > 1_000 && shaped > 100,
+        "{parsed} parsed, {shaped} shaped"
+    );
+}
+
+/// stories260K with the u32 value of metadata `key` set to `value`.
+fn stories_with(key: &str, value: u32) -> Vec<u8> {
+    let mut bytes = std::fs::read(common::stories()).expect("stories260k");
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .expect("the key")
+        + key.len();
+    // The value's type, then the value: 4 is UINT32.
+    assert_eq!(bytes[at..at + 4], 4u32.to_le_bytes(), "{key} is a u32");
+    bytes[at + 4..at + 8].copy_from_slice(&value.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn a_hostile_block_count_or_context_is_named_not_obeyed() {
+    use workers::model::{Config, Stage};
+    let dir = common::scratch("gguf-hostile-model");
+    // 4 billion blocks: refused before a single tensor name is made.
+    let b = stories_with("llama.block_count", u32::MAX);
+    let header = parse_header(&b, "blocks.gguf").expect("the header parses");
+    let e = Config::from_header(&header, "blocks.gguf").expect_err("refused");
+    assert_eq!(
+        e.to_string(),
+        "blocks.gguf: metadata \"llama.block_count\": 4294967295 blocks, but the file holds 48 tensors"
+    );
+    // A context of 4 billion positions: no cache that size is made.
+    let path = dir.join("context.gguf");
+    std::fs::write(&path, stories_with("llama.context_length", u32::MAX)).expect("write");
+    let e = match Stage::open(&path, 0..5, 0) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a stage with a 4-billion-position cache opened"),
+    };
+    assert!(
+        e.starts_with(&format!(
+            "{}: a context of 4294967295 positions",
+            path.display()
+        )) && e.contains("ask for a shorter context"),
+        "{e}"
+    );
+    // Asked for a context that fits, the same file serves.
+    let stage = Stage::open(&path, 0..5, 256).expect("a context of 256");
+    assert_eq!(stage.context(), 256);
 }
 
 #[test]

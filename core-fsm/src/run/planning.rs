@@ -171,12 +171,16 @@ pub fn plan_split(
     Ok(plan)
 }
 
-/// How a prompt of `len` tokens is cut for the pipeline: into at most
-/// `in_flight` chunks of at least `min` tokens (a shorter prompt goes
-/// whole), as even as they come, in order; their lengths. Several chunks
-/// in flight let the stages overlap a long prefill.
-pub fn prefill_chunks(len: usize, min: usize, in_flight: usize) -> Vec<usize> {
-    let chunks = len.div_ceil(min.max(1)).clamp(1, in_flight.max(1));
+/// How a prompt of `len` tokens is cut for the pipeline: into
+/// `ceil(len / min)` chunks, at most `in_flight` (a prompt of `min` tokens
+/// or fewer goes whole), and into more where a chunk would otherwise carry
+/// over `max` tokens (0: no such bound; a chunk's activations must fit one
+/// edge frame); as even as they come, in order; their lengths. Several
+/// chunks in flight let the stages overlap a long prefill.
+pub fn prefill_chunks(len: usize, min: usize, in_flight: usize, max: usize) -> Vec<usize> {
+    let overlap = len.div_ceil(min.max(1)).clamp(1, in_flight.max(1));
+    let fit = if max == 0 { 1 } else { len.div_ceil(max) };
+    let chunks = overlap.max(fit);
     let size = len.div_ceil(chunks).max(1);
     let mut out = Vec::new();
     let mut left = len;

@@ -206,7 +206,8 @@ impl HostSink {
         // overlap; a fed-back token is one chunk.
         let mut steps = Vec::new();
         let mut at = 0;
-        let chunks = super::prefill_chunks(tokens.len());
+        let embedding = self.shared.model.as_ref().map_or(1, |m| m.config.embedding);
+        let chunks = super::prefill_chunks(tokens.len(), embedding);
         let count = chunks.len();
         for (i, len) in chunks.into_iter().enumerate() {
             steps.push(Step {

@@ -203,7 +203,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
             ready_reports_max: 60,
             heartbeat_interval: Duration::from_secs(1),
             stop_step_timeout: Duration::from_secs(10),
-            stage_ring: super::PREFILL_IN_FLIGHT,
+            stage_ring: super::STAGE_RING,
         },
         driver::Clock::now(&clock),
     );

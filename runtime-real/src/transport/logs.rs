@@ -123,15 +123,24 @@ pub async fn write_log_frame<W: AsyncWrite + Unpin>(
     writer.flush().await
 }
 
-/// Reads one frame; `Ok(None)` is a clean end between frames.
+/// Reads one frame; `Ok(None)` is a clean end between frames (a stream
+/// cut inside a frame's length is an error, as inside its body).
 pub async fn read_log_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Option<LogFrame>> {
     let mut prefix = [0u8; 4];
-    match reader.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    let mut filled = 0;
+    while filled < prefix.len() {
+        match reader.read(&mut prefix[filled..]).await? {
+            0 if filled == 0 => return Ok(None),
+            0 => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("a log frame cut after {filled} bytes of its length"),
+                ));
+            }
+            n => filled += n,
+        }
     }
     let len = usize::try_from(u32::from_be_bytes(prefix)).unwrap_or(usize::MAX);
     if len == 0 || len > LOG_FRAME_BYTES_MAX {
@@ -265,9 +274,24 @@ mod tests {
             );
         }
         assert!(read_log_frame(&mut reader).await.unwrap().is_none());
-        let mut bad: &[u8] = &[0, 0, 0, 2, 9, 0];
-        assert!(read_log_frame(&mut bad).await.is_err());
-        let mut huge: &[u8] = &[0xff, 0xff, 0xff, 0xff];
-        assert!(read_log_frame(&mut huge).await.is_err());
+        let error = |mut bytes: &'static [u8]| async move {
+            match read_log_frame(&mut bytes).await {
+                Err(e) => e.to_string(),
+                Ok(frame) => panic!("read {frame:?}"),
+            }
+        };
+        assert_eq!(
+            error(&[0, 0, 0, 2, 9, 0]).await,
+            format!("log wire version 9, expected {LOG_WIRE_VERSION}")
+        );
+        // The cap, not the missing body, refuses it.
+        assert_eq!(
+            error(&[0xff, 0xff, 0xff, 0xff]).await,
+            "log frame of 4294967295 bytes"
+        );
+        assert_eq!(
+            error(&[0, 0]).await,
+            "a log frame cut after 2 bytes of its length"
+        );
     }
 }

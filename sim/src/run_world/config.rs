@@ -170,9 +170,10 @@ pub const PREFILL_IN_FLIGHT: u64 = 8;
 pub(super) const PREFILL_CHUNK_MIN: usize = 2;
 
 /// How a prompt of `len` tokens is cut (the runtime's rule, with the
-/// world's smallest chunk).
+/// world's smallest chunk; the world's frames carry a chunk of any size, so
+/// none is cut for its width).
 pub fn prefill_chunks(len: usize) -> Vec<usize> {
-    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize)
+    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize, 0)
 }
 
 /// Whether a fault of `case` ends its run: a fatal one, unless the run

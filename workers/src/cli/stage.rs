@@ -280,7 +280,16 @@ fn serve(
                     *sampler = Sampler::new(sampling);
                 }
                 let reply = step(stage, sampler, seq, pos, input, output);
-                send(out, &reply)?;
+                match write_frame(out, &reply) {
+                    // Too large for a frame (a batch's logits of every
+                    // position, or activations of too many tokens): the
+                    // agent hears why, and the worker serves on.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                        let reason = format!("the reply to step {seq}: {e}");
+                        send(out, &Reply::Fault { seq, reason })?;
+                    }
+                    result => result.map_err(|e| format!("stdout: {e}"))?,
+                }
             }
         }
     }

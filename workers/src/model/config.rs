@@ -138,10 +138,23 @@ impl Config {
                     "no token embedding and no vocabulary".into(),
                 )
             })?;
+        // Every block has tensors of its own in the table: a count beyond
+        // the table's is a corrupt or hostile file (and would have the
+        // loader name billions of tensors).
+        let blocks = need("block_count")?;
+        if blocks > header.tensors.len() {
+            return Err(err(
+                &key("block_count"),
+                format!(
+                    "{blocks} blocks, but the file holds {} tensors",
+                    header.tensors.len()
+                ),
+            ));
+        }
         Ok(Config {
             arch,
             embedding,
-            blocks: need("block_count")?,
+            blocks,
             feed_forward: need("feed_forward_length")?,
             heads,
             kv_heads,

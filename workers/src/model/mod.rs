@@ -1,6 +1,7 @@
 //! The transformer: hyperparameters, a stage's weights, its forward pass.
 
 pub mod backend;
+mod cache;
 pub mod config;
 pub mod ops;
 pub mod stage;

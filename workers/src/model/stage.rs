@@ -8,6 +8,7 @@
 //! logits to one.
 
 use super::backend::Backend;
+use super::cache::KvCache;
 use super::config::Config;
 use super::ops;
 use super::weights::{self, Block, StageWeights};
@@ -61,19 +62,6 @@ pub enum StageError {
     /// The GPU or its libraries.
     #[error("{0}")]
     Backend(String),
-}
-
-/// The keys and values of every position so far, per block. A block's
-/// cache is one run per KV head of `capacity` positions of `head_dim`
-/// values: the keys one head attends to are one sequential stream, which
-/// the processor fetches ahead of use (interleaved by position, each key
-/// was a short run a row apart, and decode after a long prompt waited on
-/// them).
-struct KvCache {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
-    len: usize,
-    capacity: usize,
 }
 
 /// A loaded stage and its KV cache.
@@ -137,16 +125,7 @@ impl Stage {
         }
         // On a GPU the cache is the device's: none is kept here.
         let kv = if device.is_some() { 0 } else { config.kv_dim() };
-        let cache = KvCache {
-            keys: (0..layers.len())
-                .map(|_| vec![0f32; capacity * kv])
-                .collect(),
-            values: (0..layers.len())
-                .map(|_| vec![0f32; capacity * kv])
-                .collect(),
-            len: 0,
-            capacity,
-        };
+        let cache = KvCache::new(path, layers.clone(), capacity, kv)?;
         Ok(Stage {
             config,
             layers,
