@@ -91,14 +91,17 @@ pub enum Command {
     Prompt {
         /// The prompt.
         text: String,
-        /// The most tokens to generate (default: no cap but the context).
+        /// The most tokens to generate (default: the plan's `[prompt]
+        /// default_max_tokens`, 64 unless set; 0 there: no cap but the
+        /// context).
         #[arg(long)]
         max_tokens: Option<u32>,
     },
     /// Chat with the running pipeline: each line of stdin is a prompt, its
     /// answer streamed to stdout; Ctrl-D ends it.
     Chat {
-        /// The most tokens to generate per answer (default: no cap).
+        /// The most tokens to generate per answer (default: the plan's
+        /// `[prompt] default_max_tokens`, 64 unless set).
         #[arg(long)]
         max_tokens: Option<u32>,
     },
@@ -259,6 +262,12 @@ async fn plan_command(path: &Path, state_dir: &Path, json: bool) -> i32 {
         // `plan` fetches nothing: a model by url not fetched yet has no
         // stage table.
         Some(spec) => match crate::pipeline::model_file(&spec, state_dir, false).await {
+            // Said beside the plan (on stderr under `--json`, whose stdout
+            // is one JSON document).
+            Err(e) if json => {
+                crate::stdout::eline!("drover: {e}");
+                None
+            }
             Err(e) => {
                 crate::stdout::say(&e.to_string());
                 None

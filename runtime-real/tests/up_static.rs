@@ -249,3 +249,38 @@ fn plan_lists_the_machine_each_static_node_would_reserve_and_touches_nothing() {
     assert!(!state.exists(), "plan writes nothing");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `drover --json plan` on a plan whose model comes by url and is not
+/// fetched yet: stdout is still the one JSON document (the note that the
+/// stage table waits for the fetch goes to stderr), and nothing is fetched.
+#[test]
+fn plan_json_is_one_document_while_the_model_is_not_fetched() {
+    let dir = scratch("plan-json-url");
+    let state = dir.join("state");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/pipeline.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    let path_line = text
+        .lines()
+        .find(|l| l.starts_with("path = "))
+        .expect("the example's model path")
+        .to_owned();
+    // Port 9 (discard) on loopback: nothing is asked of it.
+    let url = "url = \"http://127.0.0.1:9/stories.gguf\"\nsha256 = \"".to_owned()
+        + &"ab".repeat(32)
+        + "\"";
+    let file = dir.join("url.toml");
+    std::fs::write(&file, text.replace(&path_line, &url)).unwrap();
+    let out = drover(&state, &["--json", "plan", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(doc["nodes"].as_array().map(Vec::len), Some(3), "{doc}");
+    assert!(doc.get("pipeline").is_none(), "{doc}");
+    assert!(
+        stderr.starts_with("drover: model url http://127.0.0.1:9/stories.gguf: not fetched yet"),
+        "{stderr}"
+    );
+    assert!(!state.join("models").exists(), "plan fetches nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

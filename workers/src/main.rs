@@ -35,10 +35,11 @@ enum Command {
     /// Write a model with random weights (the project's fixtures).
     MakeModel {
         /// A preset (tiny, small, 0.5b, 7b) and/or key=value overrides:
-        /// arch, dim, layers, heads, kv_heads, ff, vocab, ctx, tied.
+        /// arch, dim, layers, heads, kv_heads, head_dim, ff, vocab, ctx,
+        /// tied, rope_dims.
         #[arg(long, default_value = "tiny")]
         shape: String,
-        /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k.
+        /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m.
         #[arg(long = "type", default_value = "f32")]
         ty: String,
         /// Seed of the weights.
