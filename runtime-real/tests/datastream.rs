@@ -38,8 +38,9 @@ fn pipeline_plan(dir: &Path) -> PathBuf {
     path
 }
 
-/// `drover --json logs ARGS.. --follow`, its records as they come.
-fn follow(state: &Path, args: &[&str]) -> (Child, Receiver<Value>) {
+/// `drover --json logs ARGS.. --follow`, its records as they come (or the
+/// line that is not one).
+fn follow(state: &Path, args: &[&str]) -> (Child, Receiver<Result<Value, String>>) {
     use std::io::BufRead;
     let mut child = Command::new(DROVER)
         .arg("--state-dir")
@@ -57,10 +58,8 @@ fn follow(state: &Path, args: &[&str]) -> (Child, Receiver<Value>) {
             .lines()
             .map_while(Result::ok)
         {
-            let Ok(value) = serde_json::from_str(&line) else {
-                continue;
-            };
-            if tx.send(value).is_err() {
+            let record = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"));
+            if tx.send(record).is_err() {
                 return;
             }
         }
@@ -71,7 +70,7 @@ fn follow(state: &Path, args: &[&str]) -> (Child, Receiver<Value>) {
 /// Reads records until one matches `want`, at most `bound`; every record
 /// read is kept in `seen`.
 fn until(
-    records: &Receiver<Value>,
+    records: &Receiver<Result<Value, String>>,
     seen: &mut Vec<Value>,
     bound: Duration,
     want: impl Fn(&Value) -> bool,
@@ -79,8 +78,10 @@ fn until(
     let deadline = Instant::now() + bound;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(record) = records.recv_timeout(left) else {
-            panic!("no matching record within {bound:?}; seen:\n{seen:#?}");
+        let record = match records.recv_timeout(left) {
+            Ok(Ok(record)) => record,
+            Ok(Err(e)) => panic!("`--json` printed a line that is not a record: {e}"),
+            Err(e) => panic!("no matching record within {bound:?} ({e}); seen:\n{seen:#?}"),
         };
         seen.push(record.clone());
         if want(&record) {
@@ -218,7 +219,7 @@ fn agent_and_worker_lines_follow_the_bootstrap_lines_and_the_archive_holds_every
         .collect();
     // One stage: the prompt's step, then one a generated token (the last
     // token ends the request without a step of its own).
-    assert!(telemetry.len() >= 4, "{telemetry:#?}");
+    assert_eq!(telemetry.len(), 4, "{telemetry:#?}");
     for line in &telemetry {
         let text = line["line"].as_str().unwrap();
         assert!(text.starts_with("stage=0 step="), "{text}");
@@ -456,13 +457,15 @@ fn logs_into_a_reader_that_closed_its_pipe_end_quietly() {
     for args in [&["logs", "workers-0"][..], &["--json", "logs", "--run"][..]] {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
-        let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        let child = Command::new(env!("CARGO_BIN_EXE_drover"))
             .arg("--state-dir")
             .arg(&state)
             .args(args)
             .stdout(writer)
-            .output()
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("running drover");
+        let out = finish_within(child, &format!("drover {args:?}"), COMMAND_BOUND);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
         assert_eq!(stderr, "", "{args:?}");

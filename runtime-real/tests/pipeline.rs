@@ -7,7 +7,7 @@
 mod up_support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use up_support::*;
 
@@ -169,8 +169,7 @@ fn three_stages_fetch_only_their_slices_reuse_the_cache_and_refetch_a_corrupt_on
     let b = prompt(&state, "The dog", 40);
     let a = a.join().unwrap();
     assert_eq!(a, (0, reference(40)));
-    assert_eq!(b.0, 0);
-    assert!(!b.1.trim().is_empty());
+    assert_eq!(b, (0, reference_of("The dog", 40)));
     up.type_stop();
     assert_eq!(up.wait_exit(EXIT), 0, "{}", up.seen.join("\n"));
 
@@ -264,9 +263,14 @@ fn a_worker_killed_mid_request_faults_it_and_the_run_ends_with_every_lease_destr
         .build()
         .unwrap();
     let (first, terminal) = rt.block_on(async {
-        let mut client = runtime_real::prompt::Client::connect(addr).await.unwrap();
-        client.submit(1, PROMPT, None).await.unwrap();
-        let first = client.next().await.unwrap().unwrap();
+        let (mut client, first) = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut client = runtime_real::prompt::Client::connect(addr).await.unwrap();
+            client.submit(1, PROMPT, None).await.unwrap();
+            let first = client.next().await.unwrap().unwrap();
+            (client, first)
+        })
+        .await
+        .expect("the first text within the bound");
         let killed = Command::new("kill")
             .arg("-9")
             .arg(workers[1].to_string())
@@ -323,8 +327,10 @@ fn stop_while_weights_load_is_a_shutdown_error_of_that_phase_and_tears_everythin
         ])
         .arg(model())
         .arg(&big)
-        .output()
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let made = finish_within(made, "drover-worker make-model", COMMAND_BOUND);
     assert!(
         made.status.success(),
         "{}",

@@ -8,7 +8,6 @@
 
 mod up_support;
 
-use std::io::Read;
 use std::time::Duration;
 use up_support::*;
 
@@ -38,16 +37,22 @@ fn a_restarted_up_adopts_the_nodes_and_serves_again_after_a_crash_while_serving(
     assert_eq!(pids.len(), 3, "{pids:?}");
 
     // A request streams; at its first bytes the orchestrator is killed.
-    let (client, mut stdout, _) = streaming_prompt(&state, PROMPT, 64);
+    let addr = runtime_real::prompt::read_addr(&state).unwrap();
+    let client = streaming_prompt(&state, PROMPT, 64);
     up.child.kill().unwrap();
     up.child.wait().unwrap();
-    let mut rest = Vec::new();
-    stdout.read_to_end(&mut rest).unwrap();
-    let lost = client.wait_with_output().unwrap();
+    let lost = client.finish(EXIT);
     // The crashed process's request is lost: its client says so.
-    assert_ne!(lost.status.code(), Some(0), "the lost request's client");
+    assert_eq!(lost.status.code(), Some(1), "the lost request's client");
     let said = String::from_utf8_lossy(&lost.stderr).to_string();
-    assert!(!said.trim().is_empty(), "the client names the failure");
+    assert_eq!(
+        said,
+        format!(
+            "drover: prompt failed: the prompt service at {addr} closed the connection \
+             before request 1 ended\n"
+        ),
+        "the client names the failure"
+    );
     // The nodes outlive it.
     assert_eq!(running(&pids), pids, "the nodes died with the orchestrator");
 

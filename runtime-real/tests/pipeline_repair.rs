@@ -9,7 +9,6 @@
 
 mod up_support;
 
-use std::io::Read;
 use std::time::Duration;
 use up_support::*;
 
@@ -30,14 +29,12 @@ fn a_stage_killed_mid_request_is_replaced_and_the_request_resumes_with_the_same_
     } = serving_with_victim("pipe-repair", SERVE);
 
     // The client streams; at its first bytes, stage 1's node is killed.
-    let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
+    let client = streaming_prompt(&state, PROMPT, 64);
     kill_9(&victims);
-    let mut rest = Vec::new();
-    stdout.read_to_end(&mut rest).unwrap();
-    let code = client.wait_with_output().unwrap().status.code();
-    let mut text = vec![first];
-    text.extend(rest);
-    let text = String::from_utf8(text).unwrap();
+    // The client waits through the repair: a node brought up again.
+    let answer = client.finish(SERVE + REPAIR);
+    let code = answer.status.code();
+    let text = String::from_utf8(answer.stdout).unwrap();
 
     // The story in up's lines: a repair that carried the request, the
     // node Dead and replaced on a new lease, and the request resumed at a
@@ -94,14 +91,12 @@ fn a_stage_s_worker_killed_mid_request_is_started_again_and_the_request_resumes(
 
     // At the client's first bytes, only stage 1's worker is killed: its
     // agent and node live on.
-    let (client, mut stdout, first) = streaming_prompt(&state, PROMPT, 64);
+    let client = streaming_prompt(&state, PROMPT, 64);
     kill_9(&worker);
-    let mut rest = Vec::new();
-    stdout.read_to_end(&mut rest).unwrap();
-    let code = client.wait_with_output().unwrap().status.code();
-    let mut text = vec![first];
-    text.extend(rest);
-    let text = String::from_utf8(text).unwrap();
+    // The client waits through the repair: its worker started again.
+    let answer = client.finish(SERVE + REPAIR);
+    let code = answer.status.code();
+    let text = String::from_utf8(answer.stdout).unwrap();
 
     // The first word of the crash is the stage's: its step's pipe broke,
     // or the worker's exit.

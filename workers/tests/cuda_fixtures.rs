@@ -4,14 +4,14 @@
 
 use std::process::Command;
 
-fn run(args: &[&str]) -> (bool, String) {
+/// Runs drover-worker: whether it succeeded, its stdout and its stderr.
+fn run(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
         .args(args)
         .output()
         .expect("run drover-worker");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
 #[test]
@@ -27,7 +27,7 @@ fn the_gpu_checks_fixtures_are_made_and_generate_on_the_cpu() {
     ] {
         let path = dir.join(format!("{}-{ty}.gguf", shape.replace([',', '='], "-")));
         let path = path.to_str().unwrap();
-        let (ok, text) = run(&[
+        let (ok, _, e) = run(&[
             "make-model",
             "--shape",
             shape,
@@ -37,8 +37,8 @@ fn the_gpu_checks_fixtures_are_made_and_generate_on_the_cpu() {
             "7",
             path,
         ]);
-        assert!(ok, "{shape} {ty}: {text}");
-        let (ok, text) = run(&[
+        assert!(ok, "{shape} {ty}: {e}");
+        let (ok, out, e) = run(&[
             "generate",
             "--model",
             path,
@@ -52,11 +52,16 @@ fn the_gpu_checks_fixtures_are_made_and_generate_on_the_cpu() {
             "--backend",
             "cpu",
         ]);
-        assert!(ok && text.contains("\"tokens\":["), "{shape} {ty}: {text}");
+        assert!(ok, "{shape} {ty}: {e}");
+        let json: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|error| panic!("{shape} {ty}: {error}: {out}"));
+        let tokens = json["tokens"].as_array().map(Vec::len);
+        assert_eq!(tokens, Some(4), "{shape} {ty}: {json}");
+        assert_eq!(json["reason"], "max_tokens", "{shape} {ty}: {json}");
     }
     for bad in ["small,rope_dims=3", "small,rope_dims=40"] {
         let path = dir.join("bad.gguf");
-        let (ok, text) = run(&[
+        let (ok, _, text) = run(&[
             "make-model",
             "--shape",
             bad,

@@ -159,9 +159,11 @@ fn tokens_logits_and_greedy_continuations_match_llama_cpp() {
             for (pos, want) in prompt["logits"].as_object().expect("logits") {
                 let p: usize = pos.parse().expect("position");
                 let got = &logits[p * vocab..(p + 1) * vocab];
+                let want = want.as_array().expect("row");
+                assert_eq!(want.len(), vocab, "{name} {text:?} position {p}: the row");
                 let diffs: Vec<f32> = got
                     .iter()
-                    .zip(want.as_array().expect("row"))
+                    .zip(want)
                     .map(|(g, w)| (g - w.as_f64().expect("logit") as f32).abs())
                     .collect();
                 let max = diffs.iter().fold(0f32, |m, &d| m.max(d));
@@ -180,6 +182,8 @@ fn tokens_logits_and_greedy_continuations_match_llama_cpp() {
                 .iter()
                 .map(|m| m.as_f64().expect("margin"))
                 .collect();
+            assert!(!want.is_empty(), "{name} {text:?}: greedy tokens");
+            assert_eq!(margins.len(), want.len(), "{name} {text:?}: margins");
             let mut got = vec![greedy(&logits[(tokens.len() - 1) * vocab..])];
             while got.len() < want.len() {
                 let l = chain

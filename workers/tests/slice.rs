@@ -65,10 +65,13 @@ fn stages_on_their_slices_compute_what_the_whole_file_computes() {
     let StageOutput::Logits(got) = out else {
         panic!("logits")
     };
+    assert_eq!(want.len(), tokens.len() * 512, "a row per token");
+    assert_eq!(got.len(), want.len(), "the slices' logits");
     assert!(
         got.iter()
             .zip(&want)
-            .all(|(a, b)| a.to_bits() == b.to_bits())
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "the slices' logits differ from the whole file's"
     );
     // A slice does not hold another stage's blocks.
     let s1 = ModelFile::open(&dir.join("stage1.gguf")).expect("slice");

@@ -3,18 +3,28 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 use workers::engine::{Chain, split_from_sizes};
 use workers::model::Logits;
 use workers::wire::{
-    FrameReader, Input, Load, OutputKind, Reply, Request, Sampling, VERSION, write_frame,
+    FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, Sampling, VERSION,
+    write_frame,
 };
+
+/// The bound on every wait for a worker: a reply, a stderr line, its exit.
+const BOUND: Duration = Duration::from_secs(60);
 
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    stdout: FrameReader<ChildStdout>,
+    /// Its replies as they come, read on a thread of their own; the channel
+    /// closes when its stdout does.
+    replies: Receiver<Result<Reply, String>>,
+    /// Its stderr lines as they come.
+    stderr: Receiver<String>,
 }
 
 impl Worker {
@@ -25,17 +35,24 @@ impl Worker {
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn drover-worker");
         let stdin = child.stdin.take().expect("stdin");
         let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
-        let first = stdout.read::<Reply>().expect("a first reply");
-        let worker = Worker {
+        let replies = fed_by(move || match stdout.read::<Reply>() {
+            Err(FrameError::Closed) => None,
+            read => Some(read.map_err(|e| e.to_string())),
+        });
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let stderr = fed_by(move || lines.next()?.ok());
+        let mut worker = Worker {
             child,
             stdin,
-            stdout,
+            replies,
+            stderr,
         };
+        let first = worker.reply();
         (worker, first)
     }
 
@@ -63,8 +80,73 @@ impl Worker {
 
     fn ask(&mut self, r: &Request) -> Reply {
         write_frame(&mut self.stdin, r).expect("send");
-        self.stdout.read().expect("reply")
+        self.reply()
     }
+
+    /// Its next reply, waited for at most [`BOUND`].
+    fn reply(&mut self) -> Reply {
+        match self.replies.recv_timeout(BOUND) {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => panic!("its stdout: {e}"),
+            Err(e) => {
+                let _ = self.child.kill();
+                let said: Vec<String> = self.stderr.try_iter().collect();
+                panic!("no reply within {BOUND:?} ({e}); its stderr: {said:#?}");
+            }
+        }
+    }
+
+    /// Its first stderr line that holds `part`, waited for at most
+    /// [`BOUND`]; the lines before it are skipped.
+    fn stderr_line(&mut self, part: &str) -> String {
+        let deadline = Instant::now() + BOUND;
+        let mut said = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(part) => return line,
+                Ok(line) => said.push(line),
+                Err(e) => {
+                    let _ = self.child.kill();
+                    panic!("no stderr line with {part:?} within {BOUND:?} ({e}): {said:#?}");
+                }
+            }
+        }
+    }
+
+    /// Closes its stdin (a clean stop) and waits, at most [`BOUND`], for
+    /// it to exit: its stdout closes when it does, which is the event
+    /// waited on. A reply meanwhile is a failure.
+    fn exit(self) -> ExitStatus {
+        let Worker {
+            mut child,
+            stdin,
+            replies,
+            ..
+        } = self;
+        drop(stdin);
+        match replies.recv_timeout(BOUND) {
+            Err(RecvTimeoutError::Disconnected) => child.wait().expect("wait"),
+            other => {
+                let _ = child.kill();
+                panic!("no exit within {BOUND:?}: {other:?}");
+            }
+        }
+    }
+}
+
+/// A channel fed, on a thread of its own, with what `next` gives until it
+/// gives `None` or nobody listens.
+fn fed_by<T: Send + 'static>(mut next: impl FnMut() -> Option<T> + Send + 'static) -> Receiver<T> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        while let Some(item) = next() {
+            if sender.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
 }
 
 fn forward(seq: u64, pos: u32, input: Input, output: OutputKind) -> Request {
@@ -117,6 +199,7 @@ fn three_stage_processes_give_the_logits_of_one() {
                 Reply::Logits { seq: s, data } => {
                     assert_eq!(s, seq);
                     let want = chain.forward(&batch, Logits::Last).expect("chain");
+                    assert_eq!(data.len(), want.len(), "seq {seq}");
                     assert!(
                         data.iter()
                             .zip(&want)
@@ -134,7 +217,7 @@ fn three_stage_processes_give_the_logits_of_one() {
     }
     for mut w in workers {
         write_frame(&mut w.stdin, &Request::Stop).expect("stop");
-        assert!(w.child.wait().expect("wait").success());
+        assert!(w.exit().success());
     }
 }
 
@@ -166,18 +249,24 @@ fn a_load_names_the_stage_threads_and_the_logits_stay_the_same() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(
-        matches!(
-            bare.ask(&load(2)),
-            Reply::Ready {
-                version: VERSION,
-                end_layer: 5,
-                ..
-            }
-        ),
-        "a valid Load after the refused one"
-    );
+    let ready = bare.ask(&load(2));
+    let Reply::Ready {
+        version: VERSION,
+        end_layer: 5,
+        bytes_mapped,
+        ..
+    } = ready
+    else {
+        panic!("a valid Load after the refused one: {ready:?}");
+    };
+    // Each worker names its threads as it loads: the Load's two, and the
+    // one of `--threads 1`.
+    let said = |threads: u32| {
+        format!("stage 0..5 ready: {bytes_mapped} bytes mapped, context 64, {threads} thread(s)")
+    };
+    assert_eq!(bare.stderr_line(" ready: "), said(2));
     let (mut one, _) = Worker::start("0..5");
+    assert_eq!(one.stderr_line(" ready: "), said(1));
     let ask = forward(
         1,
         0,
@@ -186,7 +275,7 @@ fn a_load_names_the_stage_threads_and_the_logits_stay_the_same() {
     );
     match (bare.ask(&ask), one.ask(&ask)) {
         (Reply::Logits { data: a, .. }, Reply::Logits { data: b, .. }) => {
-            assert_eq!(a.len(), 512);
+            assert_eq!((a.len(), b.len()), (512, 512));
             let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "two threads and one give other logits");
         }
@@ -194,7 +283,7 @@ fn a_load_names_the_stage_threads_and_the_logits_stay_the_same() {
     }
     for mut w in [bare, one] {
         write_frame(&mut w.stdin, &Request::Stop).expect("stop");
-        assert!(w.child.wait().expect("wait").success());
+        assert!(w.exit().success());
     }
 }
 
@@ -217,11 +306,7 @@ fn a_wrong_position_is_a_fault_and_the_stage_carries_on() {
     write_frame(&mut w.stdin, &Request::Truncate { pos: 1 }).expect("truncate");
     let r = w.ask(&forward(9, 1, Input::Tokens(vec![403]), OutputKind::Token));
     assert_eq!(r, Reply::Token { seq: 9, id: 407 });
-    drop(w.stdin);
-    assert!(
-        w.child.wait().expect("wait").success(),
-        "the end of stdin is a clean stop"
-    );
+    assert!(w.exit().success(), "the end of stdin is a clean stop");
 }
 
 #[test]
@@ -231,19 +316,19 @@ fn a_malformed_frame_is_answered_with_a_fault_naming_its_offset() {
         .write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff])
         .expect("garbage");
     w.stdin.flush().expect("flush");
-    match w.stdout.read::<Reply>().expect("fault") {
+    match w.reply() {
         Reply::Fault { seq: 0, reason } => assert!(reason.contains("offset 0"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    assert!(!w.child.wait().expect("wait").success());
+    assert!(!w.exit().success());
     let (mut w, _) = Worker::start("0..1");
     w.stdin.write_all(&u32::MAX.to_le_bytes()).expect("huge");
     w.stdin.flush().expect("flush");
-    match w.stdout.read::<Reply>().expect("fault") {
+    match w.reply() {
         Reply::Fault { reason, .. } => assert!(reason.contains("cap"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    assert!(!w.child.wait().expect("wait").success());
+    assert!(!w.exit().success());
 }
 
 /// The processors thread `tid` (of any process) may run on.
@@ -311,6 +396,5 @@ fn serve_cpu_keeps_the_serving_thread_on_its_processor_and_no_other_thread() {
             "the pool's other thread runs anywhere"
         );
     }
-    drop(w.stdin);
-    assert!(w.child.wait().expect("wait").success());
+    assert!(w.exit().success());
 }

@@ -31,6 +31,8 @@ fn every_split_of_stories260k_gives_bit_identical_logits() {
         split_from_sizes(&[4, 1]),
     ] {
         let got = logits_of(&split);
+        let lengths = |all: &[Vec<f32>]| all.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(lengths(&got), lengths(&one), "split {split:?}");
         let same = got
             .iter()
             .zip(&one)
@@ -132,8 +134,14 @@ fn a_stage_maps_only_its_own_tensors() {
 #[test]
 fn bad_stage_inputs_are_errors() {
     let path = common::stories();
-    assert!(Stage::open(&path, 3..7, 16).is_err());
-    assert!(Stage::open(&path, 2..2, 16).is_err());
+    for layers in [3..7, 2..2] {
+        let e = match Stage::open(&path, layers.clone(), 16) {
+            Ok(_) => panic!("layers {layers:?} opened"),
+            Err(e) => e.to_string(),
+        };
+        let says = format!("layers {layers:?} are not a non-empty range of the model's 5 blocks");
+        assert!(e.contains(&says), "{e}");
+    }
     let mut first = Stage::open(&path, 0..2, 4).expect("stage");
     let e = first.forward(
         workers::model::StageInput::Tokens(&[1, 2, 3, 4, 5]),
@@ -150,7 +158,11 @@ fn bad_stage_inputs_are_errors() {
         workers::model::StageInput::Activations(&[0.0; 64]),
         Logits::Last,
     );
-    assert!(e.is_err());
+    let e = e.expect_err("activations into the first stage").to_string();
+    assert!(
+        e.contains("the first stage takes tokens, not activations"),
+        "{e}"
+    );
     let mut second = Stage::open(&path, 2..5, 4).expect("stage");
     let e = second.forward(
         workers::model::StageInput::Activations(&[0.0; 65]),

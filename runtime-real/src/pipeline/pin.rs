@@ -84,13 +84,21 @@ mod tests {
 
     #[test]
     fn a_node_keeps_its_processor_and_nodes_spread() {
-        let cpus = [0, 1, 2, 3];
-        assert_eq!(choose("node-a", &cpus), choose("node-a", &cpus));
-        let used: std::collections::BTreeSet<usize> = (0..16)
-            .map(|i| choose(&format!("workers-{i}"), &cpus))
-            .collect();
-        assert!(used.len() > 1, "sixteen nodes on one processor: {used:?}");
-        assert!(used.iter().all(|c| cpus.contains(c)));
+        // The choice is FNV-1a of the name, with no seed of the process's
+        // own: a restarted agent takes the processor it had. The hashes are
+        // FNV-1a's published values for "a" and "foobar".
+        let many: Vec<usize> = (100..197).collect();
+        let a = 100 + (0xaf63_dc4c_8601_ec8c_u64 % 97) as usize;
+        let foobar = 100 + (0x8594_4171_f739_67e8_u64 % 97) as usize;
+        assert_eq!((choose("a", &many), choose("foobar", &many)), (a, foobar));
+        // A group's first nodes on as many processors take one each.
+        for n in 2..=4 {
+            let cpus: Vec<usize> = (0..n).collect();
+            let used: std::collections::BTreeSet<usize> = (0..n)
+                .map(|i| choose(&format!("workers-{i}"), &cpus))
+                .collect();
+            assert_eq!(used.len(), n, "{n} nodes on {n} processors: {used:?}");
+        }
         assert!(!worth_it(&[5]), "one processor: no pin");
         assert!(!worth_it(&[]));
     }

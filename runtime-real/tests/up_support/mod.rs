@@ -5,13 +5,16 @@
 
 #![allow(dead_code)]
 
+mod bounded;
 mod pin;
+#[allow(unused_imports)] // not every test binary streams a prompt
+pub use bounded::*;
 use core_fsm::plan::RunPlan;
 #[allow(unused_imports)] // not every test binary checks the pinning
 pub use pin::*;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -61,17 +64,6 @@ pub fn logs_json(state: &Path, args: &[&str]) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// Runs a `drover` command to completion.
-pub fn drover(state: &Path, args: &[&str]) -> Output {
-    Command::new(DROVER)
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// A `drover up` running in the background.
@@ -373,12 +365,17 @@ pub fn generated(prompt: &str, max_tokens: u32) -> String {
         "{} is missing: build it with `cargo build -p workers`",
         worker.display()
     );
-    let out = Command::new(worker)
+    let max_tokens = max_tokens.to_string();
+    let child = Command::new(worker)
         .args(["generate", "--model"])
         .arg(stories())
-        .args(["--prompt", prompt, "--max-tokens", &max_tokens.to_string()])
-        .output()
-        .unwrap();
+        .args(["--prompt", prompt, "--max-tokens", &max_tokens])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting drover-worker generate");
+    let what = format!("drover-worker generate --prompt {prompt:?} --max-tokens {max_tokens}");
+    let out = finish_within(child, &what, COMMAND_BOUND);
     assert!(
         out.status.success(),
         "{}",
@@ -397,30 +394,6 @@ pub fn bounded(mut plan: RunPlan) -> RunPlan {
         quarantine_after_failures: 10,
     };
     plan
-}
-
-/// `drover prompt TEXT --max-tokens N` in the background, once its first
-/// byte of text arrived: the child (its stderr piped), its stdout, and that
-/// byte.
-pub fn streaming_prompt(
-    state: &Path,
-    text: &str,
-    max_tokens: u32,
-) -> (Child, std::process::ChildStdout, u8) {
-    use std::io::Read;
-    let mut client = Command::new(DROVER)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["prompt", text, "--max-tokens", &max_tokens.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = client.stdout.take().unwrap();
-    let mut first = [0u8; 1];
-    stdout.read_exact(&mut first).unwrap();
-    (client, stdout, first[0])
 }
 
 /// A `drover up` with its dashboard, every node settled.
@@ -527,8 +500,13 @@ pub fn serving_with_victim(name: &str, bound: Duration) -> Victim {
         .as_str()
         .unwrap()
         .to_owned();
-    let pids = node_processes(&state, &lease);
-    assert!(pids.len() >= 2, "workers-1's processes: {pids:?}");
+    let pids: Vec<u32> = ["drover-agent", "drover", "drover-worker"]
+        .into_iter()
+        .map(|name| match processes_named(&state, &lease, &[name])[..] {
+            [pid] => pid,
+            ref found => panic!("workers-1's {name}: {found:?}"),
+        })
+        .collect();
     Victim {
         dir,
         state,
@@ -556,6 +534,11 @@ pub fn kill_9(pids: &[u32]) {
 pub fn assert_served(state: &Path, prompt: &str, max_tokens: u32) {
     let max = max_tokens.to_string();
     let out = drover(state, &["prompt", prompt, "--max-tokens", &max]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         generated(prompt, max_tokens),
