@@ -208,10 +208,22 @@ impl<R: Read> FrameReader<R> {
     pub fn read<T: for<'de> Deserialize<'de>>(&mut self) -> Result<T, FrameError> {
         let at = self.offset;
         let mut len = [0u8; 4];
-        match self.inner.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-            Err(source) => return Err(FrameError::Io { offset: at, source }),
+        // The end of the stream is clean only between frames: inside a
+        // frame's length it is a cut, as inside its body.
+        let mut filled = 0;
+        while filled < len.len() {
+            match self.inner.read(&mut len[filled..]) {
+                Ok(0) if filled == 0 => return Err(FrameError::Closed),
+                Ok(0) => {
+                    return Err(FrameError::Malformed {
+                        offset: at,
+                        reason: format!("the stream ended {filled} bytes into a frame's length"),
+                    });
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(FrameError::Io { offset: at, source }),
+            }
         }
         let len = u32::from_le_bytes(len);
         if len > MAX_FRAME_BYTES {
@@ -264,6 +276,20 @@ fn oversized(len: usize) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_cut_inside_a_frames_length_is_not_a_clean_end() {
+        let mut clean = FrameReader::new(&[][..]);
+        assert!(matches!(clean.read::<Reply>(), Err(FrameError::Closed)));
+        let mut cut = FrameReader::new(&[7u8, 0][..]);
+        match cut.read::<Reply>() {
+            Err(e @ FrameError::Malformed { offset: 0, .. }) => assert_eq!(
+                e.to_string(),
+                "offset 0: the stream ended 2 bytes into a frame's length"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn an_oversized_frame_is_an_error_and_writes_nothing() {

@@ -2,161 +2,13 @@
 //! agents chain them: the same logits, bit for bit, as one process.
 
 mod common;
+mod stage_support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use stage_support::{Worker, forward};
+use std::io::Write;
 use workers::engine::{Chain, split_from_sizes};
 use workers::model::Logits;
-use workers::wire::{
-    FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, Sampling, VERSION,
-    write_frame,
-};
-
-/// The bound on every wait for a worker: a reply, a stderr line, its exit.
-const BOUND: Duration = Duration::from_secs(60);
-
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    /// Its replies as they come, read on a thread of their own; the channel
-    /// closes when its stdout does.
-    replies: Receiver<Result<Reply, String>>,
-    /// Its stderr lines as they come.
-    stderr: Receiver<String>,
-}
-
-impl Worker {
-    /// `drover-worker stage ARGS..` and its first reply.
-    fn spawn(args: &[&std::ffi::OsStr]) -> (Worker, Reply) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_drover-worker"))
-            .arg("stage")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn drover-worker");
-        let stdin = child.stdin.take().expect("stdin");
-        let mut stdout = FrameReader::new(child.stdout.take().expect("stdout"));
-        let replies = fed_by(move || match stdout.read::<Reply>() {
-            Err(FrameError::Closed) => None,
-            read => Some(read.map_err(|e| e.to_string())),
-        });
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let stderr = fed_by(move || lines.next()?.ok());
-        let mut worker = Worker {
-            child,
-            stdin,
-            replies,
-            stderr,
-        };
-        let first = worker.reply();
-        (worker, first)
-    }
-
-    /// A stage of TinyStories 260K, one thread, and its `Ready`.
-    fn start(layers: &str) -> (Worker, Reply) {
-        let model = common::stories();
-        let args = [
-            "--ctx",
-            "64",
-            "--threads",
-            "1",
-            "--layers",
-            layers,
-            "--model",
-        ];
-        let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-        args.push(model.as_os_str());
-        Worker::spawn(&args)
-    }
-
-    /// A worker started as an agent starts it: no model, `Hello` first.
-    fn bare() -> (Worker, Reply) {
-        Worker::spawn(&[])
-    }
-
-    fn ask(&mut self, r: &Request) -> Reply {
-        write_frame(&mut self.stdin, r).expect("send");
-        self.reply()
-    }
-
-    /// Its next reply, waited for at most [`BOUND`].
-    fn reply(&mut self) -> Reply {
-        match self.replies.recv_timeout(BOUND) {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => panic!("its stdout: {e}"),
-            Err(e) => {
-                let _ = self.child.kill();
-                let said: Vec<String> = self.stderr.try_iter().collect();
-                panic!("no reply within {BOUND:?} ({e}); its stderr: {said:#?}");
-            }
-        }
-    }
-
-    /// Its first stderr line that holds `part`, waited for at most
-    /// [`BOUND`]; the lines before it are skipped.
-    fn stderr_line(&mut self, part: &str) -> String {
-        let deadline = Instant::now() + BOUND;
-        let mut said = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) if line.contains(part) => return line,
-                Ok(line) => said.push(line),
-                Err(e) => {
-                    let _ = self.child.kill();
-                    panic!("no stderr line with {part:?} within {BOUND:?} ({e}): {said:#?}");
-                }
-            }
-        }
-    }
-
-    /// Closes its stdin (a clean stop) and waits, at most [`BOUND`], for
-    /// it to exit: its stdout closes when it does, which is the event
-    /// waited on. A reply meanwhile is a failure.
-    fn exit(self) -> ExitStatus {
-        let Worker {
-            mut child,
-            stdin,
-            replies,
-            ..
-        } = self;
-        drop(stdin);
-        match replies.recv_timeout(BOUND) {
-            Err(RecvTimeoutError::Disconnected) => child.wait().expect("wait"),
-            other => {
-                let _ = child.kill();
-                panic!("no exit within {BOUND:?}: {other:?}");
-            }
-        }
-    }
-}
-
-/// A channel fed, on a thread of its own, with what `next` gives until it
-/// gives `None` or nobody listens.
-fn fed_by<T: Send + 'static>(mut next: impl FnMut() -> Option<T> + Send + 'static) -> Receiver<T> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        while let Some(item) = next() {
-            if sender.send(item).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
-}
-
-fn forward(seq: u64, pos: u32, input: Input, output: OutputKind) -> Request {
-    Request::Forward {
-        seq,
-        pos,
-        input,
-        output,
-    }
-}
+use workers::wire::{Input, Load, OutputKind, Reply, Request, Sampling, VERSION, write_frame};
 
 #[test]
 fn three_stage_processes_give_the_logits_of_one() {
@@ -397,4 +249,70 @@ fn serve_cpu_keeps_the_serving_thread_on_its_processor_and_no_other_thread() {
         );
     }
     assert!(w.exit().success());
+}
+
+/// A reply over the 64 MiB frame cap (the logits of 600 positions of a
+/// 32000-token vocabulary, 77 MB) is a `Fault` naming its size, not a
+/// crash; the step is undone, so the stage serves from position 0 again.
+#[test]
+fn a_reply_over_the_frame_cap_is_a_fault_and_the_step_is_undone() {
+    let dir = common::scratch("stage-oversized");
+    let model = dir.join("wide-vocab.gguf");
+    let made = std::process::Command::new(env!("CARGO_BIN_EXE_drover-worker"))
+        .args([
+            "make-model",
+            "--shape",
+            "tiny,layers=1,vocab=32000,ctx=1024",
+        ])
+        .args(["--type", "f32", "--seed", "3"])
+        .arg(&model)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("make-model");
+    assert!(made.success());
+    let args: [&std::ffi::OsStr; 8] = [
+        "--ctx".as_ref(),
+        "1024".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+        "--layers".as_ref(),
+        "0..1".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+    ];
+    let (mut w, ready) = Worker::spawn(&args);
+    assert!(
+        matches!(ready, Reply::Ready { vocab: 32000, .. }),
+        "{ready:?}"
+    );
+    let prompt: Vec<u32> = (0..600).map(|i| 1 + i % 500).collect();
+    let r = w.ask(&forward(
+        1,
+        0,
+        Input::Tokens(prompt.clone()),
+        OutputKind::AllLogits,
+    ));
+    match &r {
+        Reply::Fault { seq: 1, reason } => assert!(
+            reason.starts_with("the reply to step 1: a frame of 768000")
+                && reason.ends_with("bytes is over the 67108864-byte cap"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Undone: position 0 is where the stage is, and it computes the same
+    // prompt's last logits as a fresh stage would.
+    let r = w.ask(&forward(
+        2,
+        0,
+        Input::Tokens(prompt),
+        OutputKind::LastLogits,
+    ));
+    assert!(
+        matches!(&r, Reply::Logits { seq: 2, data } if data.len() == 32000),
+        "{r:?}"
+    );
+    assert!(w.exit().success());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,7 +2,8 @@
 //! membership of its nodes) driven by the shared effect loop; this file is
 //! its effect side: control frames to agents, the token edges, the prompt
 //! service. [`super::shared`] holds what it shares; `host/tokens.rs` the
-//! token-out edge and `host/repair.rs` the repair's lines.
+//! token edges (a prompt cut into chunks, the sampled tokens back) and
+//! `host/repair.rs` the repair's lines.
 
 mod repair;
 mod tokens;
@@ -12,14 +13,14 @@ use tokens::token_out;
 
 use super::edges;
 use super::run_input;
-use super::wire::{self, EdgeFrame, Payload, StageOrder, Step, WorkerSettings};
+use super::wire::{self, EdgeFrame, StageOrder, WorkerSettings};
 use crate::prompt::Call;
 use crate::transport::parse_addr;
 use crate::transport::wire::Frame;
 use core_fsm::ids::{AgentId, LogicalNodeId};
 use core_fsm::pipeline::Effect;
 use core_fsm::port::Input;
-use core_fsm::run::{self, RequestId, TokenEndpoint};
+use core_fsm::run::{self, TokenEndpoint};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -179,68 +180,18 @@ impl HostSink {
             upstream,
             weights: self.weights[stage].clone(),
             worker: WorkerSettings {
-                ctx: spec.ctx,
+                // The run's context: a worker keeps no cache it cannot use.
+                ctx: super::run_context(
+                    spec.ctx,
+                    self.shared.model().context(),
+                    self.shared.model().config.embedding,
+                ),
                 threads: spec.threads,
                 backend: spec.backend,
                 sampling: spec.sampling,
             },
         };
         self.send(node, agent, Frame::Provision(Box::new(order)));
-    }
-
-    fn inject(&mut self, request: RequestId, seq: u64, pos: u32, tokens: Vec<u32>) {
-        if seq == 0 {
-            self.shared.update(|s| s.started(request.0));
-            self.shared.prompt_event(format!(
-                "request {} dispatched: {} prompt tokens into stage 0",
-                request.0,
-                tokens.len()
-            ));
-        } else if pos == 0 {
-            self.shared.prompt_event(format!(
-                "request {} resumed: its prompt and {seq} generated tokens into stage 0",
-                request.0,
-            ));
-        }
-        // A prompt travels in chunks, several in flight, so the stages
-        // overlap; a fed-back token is one chunk.
-        let mut steps = Vec::new();
-        let mut at = 0;
-        let embedding = self.shared.model.as_ref().map_or(1, |m| m.config.embedding);
-        let chunks = super::prefill_chunks(tokens.len(), embedding);
-        let count = chunks.len();
-        for (i, len) in chunks.into_iter().enumerate() {
-            steps.push(Step {
-                step: self.next_step,
-                request: request.0,
-                seq,
-                pos: pos + at as u32,
-                payload: Payload::Tokens(tokens[at..at + len].to_vec()),
-                last: i + 1 == count,
-            });
-            self.next_step += 1;
-            at += len;
-        }
-        let queue = self.token_in.lock().expect("token in").clone();
-        let run_id = self.shared.run_id;
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            let mut sent = queue.is_some();
-            if let Some(queue) = queue {
-                for step in steps {
-                    if queue.send(EdgeFrame::Step(step)).await.is_err() {
-                        sent = false;
-                        break;
-                    }
-                }
-            }
-            if !sent {
-                let reason = "the token-in edge is closed".to_owned();
-                let _ = tx
-                    .send(run_input(run::Input::EndpointFault { run_id, reason }))
-                    .await;
-            }
-        });
     }
 
     async fn open_prompt(&mut self, op: core_fsm::ids::OpId) {

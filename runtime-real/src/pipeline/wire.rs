@@ -205,10 +205,19 @@ pub async fn read<T: for<'de> Deserialize<'de>, R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> Result<T, EdgeError> {
     let mut prefix = [0u8; 4];
-    match r.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(EdgeError::Closed),
-        Err(e) => return Err(EdgeError::Io(e)),
+    // Closed only between frames: a stream cut inside a frame's length is
+    // malformed, as one cut inside its body is an I/O error.
+    let mut filled = 0;
+    while filled < prefix.len() {
+        match r.read(&mut prefix[filled..]).await? {
+            0 if filled == 0 => return Err(EdgeError::Closed),
+            0 => {
+                return Err(EdgeError::Malformed(format!(
+                    "the stream ended {filled} bytes into a frame's length"
+                )));
+            }
+            n => filled += n,
+        }
     }
     let len = u32::from_be_bytes(prefix) as usize;
     if len == 0 || len > EDGE_FRAME_MAX {
@@ -269,9 +278,20 @@ mod tests {
         let err = read::<EdgeFrame, _>(&mut huge.as_slice())
             .await
             .unwrap_err();
-        assert!(
-            err.to_string().contains("cap") || err.to_string().contains("bytes"),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "bad frame: a frame of {} bytes (1 to {EDGE_FRAME_MAX})",
+                EDGE_FRAME_MAX + 1
+            )
+        );
+        // Cut inside the length: not the clean end of an edge.
+        let err = read::<EdgeFrame, _>(&mut [0u8, 0, 1].as_slice())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bad frame: the stream ended 3 bytes into a frame's length"
         );
         let garbage = [0, 0, 0, 2, EDGE_VERSION, 200];
         assert!(matches!(

@@ -283,8 +283,11 @@ fn serve(
                 match write_frame(out, &reply) {
                     // Too large for a frame (a batch's logits of every
                     // position, or activations of too many tokens): the
-                    // agent hears why, and the worker serves on.
+                    // step is undone (its positions leave the cache, as
+                    // for any other fault), the agent hears why, and the
+                    // worker serves on.
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                        stage.truncate(pos as usize);
                         let reason = format!("the reply to step {seq}: {e}");
                         send(out, &Reply::Fault { seq, reason })?;
                     }

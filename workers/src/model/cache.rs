@@ -1,9 +1,13 @@
-//! A stage's KV cache on the CPU, and the check that it can be had: its
-//! size comes from the file (`context_length`) or the caller, and a cache
-//! larger than the machine's memory is a clear error, not an abort.
+//! A stage's KV cache on the CPU. Its size comes from the file
+//! (`context_length`) or the caller, so it is asked for in a way that can
+//! fail with a clear error: a mapping of its own per block, whose pages
+//! the kernel zeroes as positions first touch them (a long context costs
+//! memory only as it fills, as a zeroed heap allocation would), and whose
+//! refusal (a size past the address space or the kernel's overcommit
+//! limit) names the context instead of aborting the process.
 
 use super::stage::StageError;
-use std::ops::Range;
+use std::ops::{Deref, DerefMut, Range};
 use std::path::Path;
 
 /// The keys and values of every position so far, per block. A block's
@@ -13,63 +17,77 @@ use std::path::Path;
 /// was a short run a row apart, and decode after a long prompt waited on
 /// them).
 pub(super) struct KvCache {
-    pub(super) keys: Vec<Vec<f32>>,
-    pub(super) values: Vec<Vec<f32>>,
+    pub(super) keys: Vec<Floats>,
+    pub(super) values: Vec<Floats>,
     pub(super) len: usize,
     pub(super) capacity: usize,
 }
 
 impl KvCache {
     /// The cache of blocks `layers` of `path`: `capacity` positions of
-    /// `kv` values (0: the cache is elsewhere, on a GPU). Its pages are
-    /// zeroed lazily, so memory is taken as positions fill it; but a cache
-    /// over the machine's memory could never be filled, and one over the
-    /// address space would abort the process, so both are refused, naming
-    /// the context.
+    /// `kv` values a block (0: the cache is elsewhere, on a GPU).
     pub(super) fn new(
         path: &Path,
         layers: Range<usize>,
         capacity: usize,
         kv: usize,
     ) -> Result<KvCache, StageError> {
-        let bytes = (2 * layers.len() as u128) * capacity as u128 * kv as u128 * 4;
-        let memory = physical_memory();
-        if bytes > memory as u128 {
-            return Err(StageError::Invalid(format!(
-                "{}: a context of {capacity} positions needs a key/value cache of {:.1} GiB \
-                 for blocks {}..{}, more than this machine's {:.1} GiB of memory; ask for a \
-                 shorter context (`ctx`)",
+        let refused = |why: String| {
+            StageError::Invalid(format!(
+                "{}: a context of {capacity} positions ({kv} key and as many value floats \
+                 each, blocks {}..{}): {why}; ask for a shorter one (`--ctx`, or the plan's \
+                 `[pipeline] ctx`)",
                 path.display(),
-                bytes as f64 / f64::from(1u32 << 30),
                 layers.start,
                 layers.end,
-                memory as f64 / f64::from(1u32 << 30),
-            )));
+            ))
+        };
+        let each = capacity
+            .checked_mul(kv)
+            .filter(|n| n.checked_mul(4).is_some())
+            .ok_or_else(|| refused("more bytes than this machine can address".to_owned()))?;
+        let mut keys = Vec::with_capacity(layers.len());
+        let mut values = Vec::with_capacity(layers.len());
+        for _ in layers.clone() {
+            keys.push(Floats::zeroed(each).map_err(&refused)?);
+            values.push(Floats::zeroed(each).map_err(&refused)?);
         }
-        // Under the machine's memory, so the product fits a usize.
-        let each = capacity * kv;
         Ok(KvCache {
-            keys: layers.clone().map(|_| vec![0f32; each]).collect(),
-            values: layers.map(|_| vec![0f32; each]).collect(),
+            keys,
+            values,
             len: 0,
             capacity,
         })
     }
 }
 
-/// The machine's physical memory in bytes (`u64::MAX` when unknown).
-#[allow(unsafe_code)] // two reads of system settings
-fn physical_memory() -> u64 {
-    // SAFETY: sysconf only reads a system setting.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    match (u64::try_from(pages), u64::try_from(size)) {
-        (Ok(pages), Ok(size)) if pages > 0 && size > 0 => pages.saturating_mul(size),
-        _ => u64::MAX,
+/// `len` zeroed f32s in an anonymous mapping of their own (none for 0).
+pub(super) struct Floats(Option<memmap2::MmapMut>);
+
+impl Floats {
+    fn zeroed(len: usize) -> Result<Floats, String> {
+        if len == 0 {
+            return Ok(Floats(None));
+        }
+        memmap2::MmapMut::map_anon(len * 4)
+            .map(|map| Floats(Some(map)))
+            .map_err(|e| format!("{} bytes a block could not be mapped ({e})", len * 4))
+    }
+}
+
+impl Deref for Floats {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // A mapping starts on a page, so its bytes are aligned for f32s.
+        self.0.as_deref().map_or(&[], bytemuck::cast_slice)
+    }
+}
+
+impl DerefMut for Floats {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        self.0
+            .as_deref_mut()
+            .map_or(&mut [], bytemuck::cast_slice_mut)
     }
 }
 
@@ -78,20 +96,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cache_over_the_machines_memory_is_refused_naming_the_context() {
+    fn a_cache_that_cannot_be_had_is_refused_naming_the_context() {
         let path = Path::new("big.gguf");
+        // 2^40 positions of 1024 floats: 4 PiB a block, past any address
+        // space.
         let e = match KvCache::new(path, 0..32, 1 << 40, 1024) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a cache of 2^40 positions was made"),
         };
         assert!(
-            e.starts_with(
-                "big.gguf: a context of 1099511627776 positions needs a key/value cache of"
-            ) && e.contains("for blocks 0..32, more than this machine's"),
+            e.starts_with("big.gguf: a context of 1099511627776 positions (1024 key and as many")
+                && e.contains("blocks 0..32): 4503599627370496 bytes a block could not be mapped")
+                && e.ends_with("ask for a shorter one (`--ctx`, or the plan's `[pipeline] ctx`)"),
             "{e}"
         );
-        let cache = KvCache::new(path, 2..4, 16, 8).expect("a small cache");
+        let e = match KvCache::new(path, 0..1, usize::MAX / 2, 3) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("an unaddressable cache was made"),
+        };
+        assert!(
+            e.contains("more bytes than this machine can address"),
+            "{e}"
+        );
+        let mut cache = KvCache::new(path, 2..4, 16, 8).expect("a small cache");
         assert_eq!((cache.keys.len(), cache.values[1].len()), (2, 128));
         assert_eq!((cache.len, cache.capacity), (0, 16));
+        assert!(cache.keys[0].iter().all(|&v| v == 0.0));
+        cache.values[1][127] = 2.5;
+        assert_eq!(cache.values[1][127], 2.5);
+        // A GPU stage keeps none here.
+        let none = KvCache::new(path, 0..3, 1 << 20, 0).expect("no cache");
+        assert!(none.keys.iter().all(|k| k.is_empty()));
     }
 }

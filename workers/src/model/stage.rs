@@ -104,12 +104,20 @@ impl Stage {
                 config.blocks
             )));
         }
-        let mut weights = weights::load(&file, &config, &layers)?;
         let capacity = if context == 0 {
             config.context
         } else {
             context.min(config.context)
         };
+        // On a GPU the cache is the device's: none is kept here. Made
+        // before the weights are read, so a context that cannot be had is
+        // said at once.
+        let kv = match backend {
+            Backend::Cpu => config.kv_dim(),
+            Backend::Cuda => 0,
+        };
+        let cache = KvCache::new(path, layers.clone(), capacity, kv)?;
+        let mut weights = weights::load(&file, &config, &layers)?;
         let device = match backend {
             Backend::Cpu => None,
             Backend::Cuda => {
@@ -123,9 +131,6 @@ impl Stage {
         if device.is_none() {
             weights.pack(kernels);
         }
-        // On a GPU the cache is the device's: none is kept here.
-        let kv = if device.is_some() { 0 } else { config.kv_dim() };
-        let cache = KvCache::new(path, layers.clone(), capacity, kv)?;
         Ok(Stage {
             config,
             layers,

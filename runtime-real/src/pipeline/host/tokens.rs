@@ -1,10 +1,12 @@
-//! The token-out edge on the orchestrator: the last stage's tokens become
-//! the run's inputs.
+//! The token edges on the orchestrator: token-in, a prompt (or a fed-back
+//! token) cut into chunks for stage 0; token-out, the last stage's tokens
+//! become the run's inputs.
 
 use super::super::edges;
 use super::super::run_input;
 use super::super::shared::HostShared;
-use super::super::wire::{self, EdgeFrame};
+use super::super::wire::{self, EdgeFrame, Payload, Step};
+use super::HostSink;
 use crate::transport::agent_id_of;
 use core_fsm::ids::AgentId;
 use core_fsm::port::Input;
@@ -76,5 +78,64 @@ pub(super) async fn token_out(
             .send(run_input(run::Input::EndpointFault { run_id, reason }))
             .await;
         return;
+    }
+}
+
+impl HostSink {
+    /// Sends `tokens` of `request` (from position `pos`, its token `seq`)
+    /// into stage 0.
+    pub(super) fn inject(&mut self, request: RequestId, seq: u64, pos: u32, tokens: Vec<u32>) {
+        if seq == 0 {
+            self.shared.update(|s| s.started(request.0));
+            self.shared.prompt_event(format!(
+                "request {} dispatched: {} prompt tokens into stage 0",
+                request.0,
+                tokens.len()
+            ));
+        } else if pos == 0 {
+            self.shared.prompt_event(format!(
+                "request {} resumed: its prompt and {seq} generated tokens into stage 0",
+                request.0,
+            ));
+        }
+        // A prompt travels in chunks, several in flight, so the stages
+        // overlap; a fed-back token is one chunk.
+        let mut steps = Vec::new();
+        let mut at = 0;
+        let chunks =
+            super::super::prefill_chunks(tokens.len(), self.shared.model().config.embedding);
+        let count = chunks.len();
+        for (i, len) in chunks.into_iter().enumerate() {
+            steps.push(Step {
+                step: self.next_step,
+                request: request.0,
+                seq,
+                pos: pos + at as u32,
+                payload: Payload::Tokens(tokens[at..at + len].to_vec()),
+                last: i + 1 == count,
+            });
+            self.next_step += 1;
+            at += len;
+        }
+        let queue = self.token_in.lock().expect("token in").clone();
+        let run_id = self.shared.run_id;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let mut sent = queue.is_some();
+            if let Some(queue) = queue {
+                for step in steps {
+                    if queue.send(EdgeFrame::Step(step)).await.is_err() {
+                        sent = false;
+                        break;
+                    }
+                }
+            }
+            if !sent {
+                let reason = "the token-in edge is closed".to_owned();
+                let _ = tx
+                    .send(run_input(run::Input::EndpointFault { run_id, reason }))
+                    .await;
+            }
+        });
     }
 }
