@@ -18,13 +18,11 @@ pub fn threads_of(pid: u32) -> Vec<u32> {
 
 /// Each of the `nodes` agents under `state` runs on one processor, and so
 /// does one thread of its worker (the one serving steps): the same
-/// processor. The worker's main thread keeps every processor. Checks
-/// nothing where nothing is pinned (one processor, or a CPU quota).
+/// processor. The worker's main thread keeps every processor. Where
+/// pinning is not worth it (one processor, or a CPU quota), nothing is
+/// pinned: every thread of the agents and workers keeps every processor.
 pub fn agents_share_a_processor_with_their_serving_threads(state: &Path, nodes: usize) {
     let all = workers::affinity::allowed().unwrap();
-    if !runtime_real::pipeline::pin::worth_it(&all) {
-        return;
-    }
     let agents = processes(state, "drover-agent");
     let workers = processes(state, "drover-worker");
     assert_eq!(
@@ -32,6 +30,14 @@ pub fn agents_share_a_processor_with_their_serving_threads(state: &Path, nodes: 
         (nodes, nodes),
         "{agents:?} {workers:?}"
     );
+    if !runtime_real::pipeline::pin::worth_it(&all) {
+        for (pid, _) in agents.iter().chain(&workers) {
+            for tid in threads_of(*pid) {
+                assert_eq!(thread_cpus(tid), all, "process {pid} thread {tid}");
+            }
+        }
+        return;
+    }
     for (agent, cwd) in &agents {
         let cpus = thread_cpus(*agent);
         assert_eq!(
