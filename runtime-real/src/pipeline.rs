@@ -41,18 +41,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-/// Most steps of one prompt in flight at once: a prompt travels in at most
-/// this many chunks, so that stage `k + 1` computes chunk `i` while stage
-/// `k` computes chunk `i + 1`; each stage's inbound ring holds them.
+/// Most steps of one prompt in flight at once: a prompt travels in this
+/// many chunks (more only where a chunk would not fit a frame), so that
+/// stage `k + 1` computes chunk `i` while stage `k` computes chunk `i + 1`;
+/// each stage's inbound ring holds them, and each stage reads no more
+/// ahead of what it executes (`node/backlog.rs`).
 pub const PREFILL_IN_FLIGHT: u64 = 8;
 
 /// The smallest chunk a prompt is cut into (shorter prompts go whole).
 pub const PREFILL_CHUNK_MIN: usize = 32;
-
-/// Most steps a stage holds waiting behind the one it executes (its
-/// inbound ring): a prompt too long for [`PREFILL_IN_FLIGHT`] chunks
-/// whose activations fit a frame travels in more, all sent at once.
-pub const STAGE_RING: u64 = 256;
 
 /// Bytes of a step frame besides its activations (the step's numbers and
 /// the frame's own header), with room to spare.
@@ -77,17 +74,13 @@ pub fn prefill_chunks(len: usize, embedding: usize) -> Vec<usize> {
     )
 }
 
-/// The context a run serves: the plan's (`0`: the model's), at most the
-/// model's, and at most what a stage's ring carries whole (a prompt, or a
-/// resumed request's prompt and tokens, of that many positions travels in
-/// [`STAGE_RING`] + 1 chunks at most).
-pub fn run_context(plan_ctx: u32, model_ctx: u32, embedding: usize) -> u32 {
-    let ctx = match plan_ctx {
+/// The context a run serves, and its workers' caches hold: the plan's
+/// (`0`: the model's), at most the model's.
+pub fn run_context(plan_ctx: u32, model_ctx: u32) -> u32 {
+    match plan_ctx {
         0 => model_ctx,
         ctx => ctx.min(model_ctx),
-    };
-    let carried = (STAGE_RING as usize + 1).saturating_mul(chunk_tokens_max(embedding));
-    ctx.min(u32::try_from(carried).unwrap_or(u32::MAX))
+    }
 }
 
 /// A pipeline host input, as the composite takes it.
@@ -272,11 +265,7 @@ impl Running {
         });
         *self.shared.parts.lock().expect("parts") =
             Some((stages.clone(), prepared.weights.clone()));
-        let context = run_context(
-            prepared.spec.ctx,
-            prepared.model.context(),
-            prepared.model.config.embedding,
-        );
+        let context = run_context(prepared.spec.ctx, prepared.model.context());
         let config = run::Config {
             run_id,
             orchestrator: control.id(),
@@ -340,7 +329,6 @@ mod tests {
         let embedding = 4096;
         let chunks = prefill_chunks(40_000, embedding);
         assert!(chunks.len() > PREFILL_IN_FLIGHT as usize, "{chunks:?}");
-        assert!(chunks.len() as u64 <= STAGE_RING + 1);
         assert_eq!(chunks.iter().sum::<usize>(), 40_000);
         let largest = *chunks.iter().max().expect("chunks");
         let step = wire::Step {
@@ -363,11 +351,8 @@ mod tests {
         };
         let mut bytes = Vec::new();
         workers::wire::write_frame(&mut bytes, &request).expect("fits the worker's frame");
-        // The context a run serves keeps every injection within the ring.
-        let context = run_context(0, 1 << 20, embedding);
-        let most = prefill_chunks(context as usize, embedding).len() as u64;
-        assert!(most <= STAGE_RING + 1, "{most} chunks");
-        assert_eq!(run_context(0, 4096, embedding), 4096);
-        assert_eq!(run_context(2048, 4096, embedding), 2048);
+        assert_eq!(run_context(0, 4096), 4096);
+        assert_eq!(run_context(2048, 4096), 2048);
+        assert_eq!(run_context(8192, 4096), 4096);
     }
 }

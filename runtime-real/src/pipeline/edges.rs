@@ -120,8 +120,8 @@ pub async fn accept_loop(endpoint: Endpoint, edges: mpsc::Sender<Connection>) {
 }
 
 /// Dials edge `edge` at `to` and returns a queue whose frames are written
-/// in order; the writer task ends when the queue is dropped or a write
-/// fails (then `failed` hears why).
+/// in order (a full queue holds its sender back); the writer task ends
+/// when the queue is dropped or a write fails (then `failed` hears why).
 pub async fn dial(
     endpoint: &Endpoint,
     to: EndpointAddr,
@@ -151,7 +151,9 @@ pub async fn dial(
     wire::write(&mut send, &EdgeFrame::Hello { run_id, edge })
         .await
         .map_err(|e| format!("edge {edge}: {e}"))?;
-    let (tx, mut rx) = mpsc::channel::<EdgeFrame>(64);
+    // As many frames wait here as a stage reads ahead (`node/backlog.rs`):
+    // a sender held back by its receiver holds a bounded number too.
+    let (tx, mut rx) = mpsc::channel::<EdgeFrame>(super::PREFILL_IN_FLIGHT as usize);
     tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             if let Err(e) = wire::write(&mut send, &frame).await {

@@ -180,12 +180,8 @@ impl HostSink {
             upstream,
             weights: self.weights[stage].clone(),
             worker: WorkerSettings {
-                // The run's context: a worker keeps no cache it cannot use.
-                ctx: super::run_context(
-                    spec.ctx,
-                    self.shared.model().context(),
-                    self.shared.model().config.embedding,
-                ),
+                // The run's context, as the run's machine counts it.
+                ctx: super::run_context(spec.ctx, self.shared.model().context()),
                 threads: spec.threads,
                 backend: spec.backend,
                 sampling: spec.sampling,

@@ -3,11 +3,12 @@
 //! effect loop, and this file is its effect side: the worker child, the
 //! edges, the weights, the reports to the orchestrator.
 
+mod backlog;
 mod sink;
 
 use super::edges::{self, Rendezvous};
 use super::fetch::{self, Fetched};
-use super::wire::{EdgeFrame, StageOrder, Step, WeightsRef};
+use super::wire::{EdgeFrame, StageOrder, WeightsRef};
 use super::worker::{Job, Lives, WorkerHandle};
 use crate::transport::agent_id_of;
 use crate::transport::wire::Frame;
@@ -57,7 +58,7 @@ struct Shared {
     cache: PathBuf,
     orders: Mutex<BTreeMap<u32, StageOrder>>,
     fetches: Mutex<BTreeMap<(u32, u32), watch::Receiver<FetchResult>>>,
-    pending: Mutex<BTreeMap<u64, Step>>,
+    pending: backlog::Backlog,
     outbound: Mutex<BTreeMap<u32, mpsc::Sender<EdgeFrame>>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
     worker: Mutex<Option<WorkerHandle>>,
@@ -166,7 +167,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
         cache: config.cache.clone(),
         orders: Mutex::new(BTreeMap::new()),
         fetches: Mutex::new(BTreeMap::new()),
-        pending: Mutex::new(BTreeMap::new()),
+        pending: backlog::Backlog::new(super::PREFILL_IN_FLIGHT as usize),
         outbound: Mutex::new(BTreeMap::new()),
         readers: Mutex::new(Vec::new()),
         worker: Mutex::new(None),
@@ -203,7 +204,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
             ready_reports_max: 60,
             heartbeat_interval: Duration::from_secs(1),
             stop_step_timeout: Duration::from_secs(10),
-            stage_ring: super::STAGE_RING,
+            stage_ring: super::PREFILL_IN_FLIGHT,
         },
         driver::Clock::now(&clock),
     );

@@ -160,10 +160,9 @@ pub fn fault_names() -> BTreeSet<&'static str> {
     RunFault::ALL.iter().map(|f| f.name()).collect()
 }
 
-/// Chunks of a prompt in flight at once (`runtime-real/src/pipeline.rs`
-/// `PREFILL_IN_FLIGHT`), and each stage's inbound ring: the world cuts no
-/// chunk for a frame's size, so no prompt travels in more, and its rings
-/// are this small (the runtime's, `STAGE_RING`, holds 256).
+/// Chunks of a prompt in flight at once, and each stage's inbound ring
+/// (`runtime-real/src/pipeline.rs` `PREFILL_IN_FLIGHT`; the world cuts no
+/// chunk for a frame's size, so no prompt travels in more).
 pub const PREFILL_IN_FLIGHT: u64 = 8;
 
 /// The smallest chunk a prompt is cut into. The runtime's is 32 tokens;

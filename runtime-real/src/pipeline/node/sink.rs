@@ -115,13 +115,14 @@ impl NodeSink {
                     }
                     life.send(&tx, stage::Input::InboundReady).await;
                     let why = loop {
+                        shared.pending.room().await;
                         match edges::next(&mut inbound.recv).await {
                             Ok(Some(EdgeFrame::Step(step))) => {
                                 let seq = step.step;
                                 if !life.current() {
                                     return;
                                 }
-                                shared.pending.lock().expect("pending").insert(seq, step);
+                                shared.pending.arrive(seq, step);
                                 life.send(&tx, stage::Input::StepArrived { seq }).await;
                             }
                             Ok(Some(other)) => {
@@ -153,7 +154,7 @@ impl NodeSink {
                 });
             }
             stage::Effect::ExecuteStep { seq } => {
-                let step = self.shared.pending.lock().expect("pending").remove(&seq);
+                let step = self.shared.pending.take(seq);
                 let out = self
                     .shared
                     .outbound
@@ -205,7 +206,7 @@ impl NodeSink {
                 }
                 // Steps of the old edges are never executed: a rebuilt
                 // stage counts its steps from 0 again.
-                self.shared.pending.lock().expect("pending").clear();
+                self.shared.pending.clear();
                 self.answer(stage, stage::Input::LocalEdgesStopped);
             }
             stage::Effect::Report(report) => self.report(Report::Stage(report)),
