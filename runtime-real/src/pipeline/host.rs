@@ -36,6 +36,9 @@ pub struct HostSink {
     /// Each stage's weights, in stage order.
     weights: Vec<wire::WeightsRef>,
     token_in: Arc<Mutex<Option<mpsc::Sender<EdgeFrame>>>>,
+    /// The last injection's sending task and its queue: the next one on
+    /// the same queue sends after it (`host/tokens.rs`).
+    injecting: Option<(mpsc::WeakSender<EdgeFrame>, tokio::task::JoinHandle<()>)>,
     token_out: Option<tokio::task::JoinHandle<()>>,
     prompt: Option<tokio::task::JoinHandle<()>>,
     calls: Option<mpsc::Sender<Call>>,
@@ -57,6 +60,7 @@ impl HostSink {
             stages: Vec::new(),
             weights: Vec::new(),
             token_in: Arc::new(Mutex::new(None)),
+            injecting: None,
             token_out: None,
             prompt: None,
             calls: Some(calls),

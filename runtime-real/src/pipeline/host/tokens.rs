@@ -120,7 +120,20 @@ impl HostSink {
         let queue = self.token_in.lock().expect("token in").clone();
         let run_id = self.shared.run_id;
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        // A prompt's chunks may wait for room (stage 0 reads only so far
+        // ahead): an injection on the same queue sends after the one before
+        // it, so stage 0 gets every step in order. One on a new queue (a
+        // rebuilt pipeline) does not wait for the old.
+        let before = self.injecting.take().and_then(|(weak, task)| {
+            let same = weak.upgrade().zip(queue.as_ref());
+            same.is_some_and(|(old, new)| old.same_channel(new))
+                .then_some(task)
+        });
+        let weak = queue.as_ref().map(mpsc::Sender::downgrade);
+        let task = tokio::spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
             let mut sent = queue.is_some();
             if let Some(queue) = queue {
                 for step in steps {
@@ -137,5 +150,6 @@ impl HostSink {
                     .await;
             }
         });
+        self.injecting = weak.map(|weak| (weak, task));
     }
 }
