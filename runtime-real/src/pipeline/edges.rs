@@ -151,9 +151,9 @@ pub async fn dial(
     wire::write(&mut send, &EdgeFrame::Hello { run_id, edge })
         .await
         .map_err(|e| format!("edge {edge}: {e}"))?;
-    // As many frames wait here as a stage reads ahead (`node/backlog.rs`):
-    // a sender held back by its receiver holds a bounded number too.
-    let (tx, mut rx) = mpsc::channel::<EdgeFrame>(super::PREFILL_IN_FLIGHT as usize);
+    // Two frames at most wait here: the receiver reads ahead on its side
+    // (`node/backlog.rs`), so a sender its receiver holds back holds little.
+    let (tx, mut rx) = mpsc::channel::<EdgeFrame>(2);
     tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             if let Err(e) = wire::write(&mut send, &frame).await {

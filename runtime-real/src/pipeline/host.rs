@@ -39,6 +39,9 @@ pub struct HostSink {
     /// The last injection's sending task and its queue: the next one on
     /// the same queue sends after it (`host/tokens.rs`).
     injecting: Option<(mpsc::WeakSender<EdgeFrame>, tokio::task::JoinHandle<()>)>,
+    /// Counts the token endpoints closed: a fault of a token-in edge (or of
+    /// an injection's sending on it) closed since is not the run's.
+    token_in_life: Arc<std::sync::atomic::AtomicU64>,
     token_out: Option<tokio::task::JoinHandle<()>>,
     prompt: Option<tokio::task::JoinHandle<()>>,
     calls: Option<mpsc::Sender<Call>>,
@@ -61,6 +64,7 @@ impl HostSink {
             weights: Vec::new(),
             token_in: Arc::new(Mutex::new(None)),
             injecting: None,
+            token_in_life: Arc::default(),
             token_out: None,
             prompt: None,
             calls: Some(calls),
@@ -101,6 +105,8 @@ impl HostSink {
             .cloned();
         let token_in = self.token_in.clone();
         let endpoint = shared.control.endpoint().clone();
+        let lives = self.token_in_life.clone();
+        let life = lives.load(std::sync::atomic::Ordering::SeqCst);
         tokio::spawn(async move {
             let fault = |reason: String| run_input(run::Input::EndpointFault { run_id, reason });
             let Some(addr) = addr else {
@@ -118,6 +124,9 @@ impl HostSink {
             };
             let failed_tx = tx.clone();
             let failed = move |reason: String| {
+                if lives.load(std::sync::atomic::Ordering::SeqCst) != life {
+                    return;
+                }
                 tokio::spawn(async move {
                     let _ = failed_tx
                         .send(run_input(run::Input::EndpointFault { run_id, reason }))
@@ -340,6 +349,11 @@ impl driver::EffectSink<Effect> for HostSink {
                 }
             }
             run::Effect::CloseTokenEndpoints => {
+                self.token_in_life
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some((_, injecting)) = self.injecting.take() {
+                    injecting.abort();
+                }
                 self.token_in.lock().expect("token in").take();
                 if let Some(out) = self.token_out.take() {
                     out.abort();

@@ -26,6 +26,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+/// Steps a stage holds waiting behind the one it executes: its machine's
+/// ring, and as far as its inbound edge is read ahead (`backlog.rs`), one
+/// number, so a well-behaved upstream never overruns the ring.
+const READ_AHEAD: u64 = super::PREFILL_IN_FLIGHT;
+const _: () = assert!(READ_AHEAD > 0);
+
 /// How long the worker may take to stop before it is killed.
 const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -167,7 +173,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
         cache: config.cache.clone(),
         orders: Mutex::new(BTreeMap::new()),
         fetches: Mutex::new(BTreeMap::new()),
-        pending: backlog::Backlog::new(super::PREFILL_IN_FLIGHT as usize),
+        pending: backlog::Backlog::new(READ_AHEAD as usize),
         outbound: Mutex::new(BTreeMap::new()),
         readers: Mutex::new(Vec::new()),
         worker: Mutex::new(None),
@@ -204,7 +210,7 @@ pub fn start(config: NodeConfig, to_orch: mpsc::Sender<Frame>) -> NodeHandle {
             ready_reports_max: 60,
             heartbeat_interval: Duration::from_secs(1),
             stop_step_timeout: Duration::from_secs(10),
-            stage_ring: super::PREFILL_IN_FLIGHT,
+            stage_ring: READ_AHEAD,
         },
         driver::Clock::now(&clock),
     );

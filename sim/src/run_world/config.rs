@@ -162,7 +162,8 @@ pub fn fault_names() -> BTreeSet<&'static str> {
 
 /// Chunks of a prompt in flight at once, and each stage's inbound ring
 /// (`runtime-real/src/pipeline.rs` `PREFILL_IN_FLIGHT`; the world cuts no
-/// chunk for a frame's size, so no prompt travels in more).
+/// chunk for a frame's size, so no prompt travels in more, and its edges
+/// deliver without the runtime's read-ahead gate, `node/backlog.rs`).
 pub const PREFILL_IN_FLIGHT: u64 = 8;
 
 /// The smallest chunk a prompt is cut into. The runtime's is 32 tokens;

@@ -130,6 +130,8 @@ impl HostSink {
                 .then_some(task)
         });
         let weak = queue.as_ref().map(mpsc::Sender::downgrade);
+        let lives = self.token_in_life.clone();
+        let life = lives.load(std::sync::atomic::Ordering::SeqCst);
         let task = tokio::spawn(async move {
             if let Some(before) = before {
                 let _ = before.await;
@@ -143,7 +145,9 @@ impl HostSink {
                     }
                 }
             }
-            if !sent {
+            // A fault of an edge closed since (a rebuilt pipeline's old
+            // one) is not the run's.
+            if !sent && lives.load(std::sync::atomic::Ordering::SeqCst) == life {
                 let reason = "the token-in edge is closed".to_owned();
                 let _ = tx
                     .send(run_input(run::Input::EndpointFault { run_id, reason }))
