@@ -351,6 +351,10 @@ mod tests {
         };
         let mut bytes = Vec::new();
         workers::wire::write_frame(&mut bytes, &request).expect("fits the worker's frame");
+    }
+
+    #[test]
+    fn a_runs_context_is_the_plans_within_the_models() {
         assert_eq!(run_context(0, 4096), 4096);
         assert_eq!(run_context(2048, 4096), 2048);
         assert_eq!(run_context(8192, 4096), 4096);

@@ -247,30 +247,39 @@ impl<R: Read> FrameReader<R> {
     }
 }
 
-/// Writes one frame, length and body in one `write_all`, and flushes: on
-/// an unbuffered pipe that is one `write` (the reader wakes once a frame,
-/// not once for the length and again for each piece of the body). A body
-/// over [`MAX_FRAME_BYTES`] is an `InvalidInput` error naming its size,
-/// and nothing is written.
-pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> io::Result<()> {
-    let mut frame = postcard::to_extend(value, vec![0u8; 4]).map_err(io::Error::other)?;
-    let len = frame.len() - 4;
-    let Ok(len32) = u32::try_from(len) else {
-        return Err(oversized(len));
-    };
-    if len32 > MAX_FRAME_BYTES {
-        return Err(oversized(len));
-    }
-    frame[..4].copy_from_slice(&len32.to_le_bytes());
-    w.write_all(&frame)?;
-    w.flush()
+/// Why a value is not a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    /// Its body is over [`MAX_FRAME_BYTES`].
+    #[error("a frame of {0} bytes is over the {MAX_FRAME_BYTES}-byte cap")]
+    Oversized(usize),
+    /// It does not serialize.
+    #[error("the frame does not encode: {0}")]
+    Postcard(#[from] postcard::Error),
 }
 
-fn oversized(len: usize) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte cap"),
-    )
+/// One frame of `value`: its length (u32 little-endian) and its postcard
+/// body, in one buffer (the body written straight after the length).
+pub fn encode_frame<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    let mut frame = postcard::to_extend(value, vec![0u8; 4])?;
+    let len = frame.len() - 4;
+    let len32 = u32::try_from(len)
+        .ok()
+        .filter(|&n| n <= MAX_FRAME_BYTES)
+        .ok_or(EncodeError::Oversized(len))?;
+    frame[..4].copy_from_slice(&len32.to_le_bytes());
+    Ok(frame)
+}
+
+/// Writes one frame ([`encode_frame`]) in one `write_all`, and flushes: on
+/// an unbuffered pipe that is one `write` (the reader wakes once a frame,
+/// not once for the length and again for each piece of the body). A value
+/// that is no frame is an `InvalidInput` error saying why, and nothing is
+/// written.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> io::Result<()> {
+    let frame = encode_frame(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    w.write_all(&frame)?;
+    w.flush()
 }
 
 #[cfg(test)]

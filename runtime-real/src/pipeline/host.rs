@@ -9,11 +9,11 @@ mod repair;
 mod tokens;
 
 pub use super::shared::{HostShared, LivenessHook, RunParts};
-use tokens::token_out;
+use tokens::{TokenIn, token_out};
 
 use super::edges;
 use super::run_input;
-use super::wire::{self, EdgeFrame, StageOrder, WorkerSettings};
+use super::wire::{self, StageOrder, WorkerSettings};
 use crate::prompt::Call;
 use crate::transport::parse_addr;
 use crate::transport::wire::Frame;
@@ -35,13 +35,7 @@ pub struct HostSink {
     stages: Vec<(LogicalNodeId, AgentId)>,
     /// Each stage's weights, in stage order.
     weights: Vec<wire::WeightsRef>,
-    token_in: Arc<Mutex<Option<mpsc::Sender<EdgeFrame>>>>,
-    /// The last injection's sending task and its queue: the next one on
-    /// the same queue sends after it (`host/tokens.rs`).
-    injecting: Option<(mpsc::WeakSender<EdgeFrame>, tokio::task::JoinHandle<()>)>,
-    /// Counts the token endpoints closed: a fault of a token-in edge (or of
-    /// an injection's sending on it) closed since is not the run's.
-    token_in_life: Arc<std::sync::atomic::AtomicU64>,
+    token_in: Arc<Mutex<TokenIn>>,
     token_out: Option<tokio::task::JoinHandle<()>>,
     prompt: Option<tokio::task::JoinHandle<()>>,
     calls: Option<mpsc::Sender<Call>>,
@@ -62,9 +56,7 @@ impl HostSink {
             tx,
             stages: Vec::new(),
             weights: Vec::new(),
-            token_in: Arc::new(Mutex::new(None)),
-            injecting: None,
-            token_in_life: Arc::default(),
+            token_in: Arc::default(),
             token_out: None,
             prompt: None,
             calls: Some(calls),
@@ -105,46 +97,33 @@ impl HostSink {
             .cloned();
         let token_in = self.token_in.clone();
         let endpoint = shared.control.endpoint().clone();
-        let lives = self.token_in_life.clone();
-        let life = lives.load(std::sync::atomic::Ordering::SeqCst);
+        let life = token_in.lock().expect("token in").life;
         tokio::spawn(async move {
-            let fault = |reason: String| run_input(run::Input::EndpointFault { run_id, reason });
+            let fault = |reason: String| TokenIn::fault(&token_in, life, &tx, run_id, reason);
             let Some(addr) = addr else {
-                let _ = tx
-                    .send(fault("stage 0 reported no edge address".to_owned()))
-                    .await;
+                fault("stage 0 reported no edge address".to_owned());
                 return;
             };
             let to = match parse_addr(&addr) {
                 Ok(to) => to,
-                Err(e) => {
-                    let _ = tx.send(fault(format!("stage 0's address: {e:#}"))).await;
-                    return;
-                }
+                Err(e) => return fault(format!("stage 0's address: {e:#}")),
             };
-            let failed_tx = tx.clone();
-            let failed = move |reason: String| {
-                if lives.load(std::sync::atomic::Ordering::SeqCst) != life {
-                    return;
-                }
-                tokio::spawn(async move {
-                    let _ = failed_tx
-                        .send(run_input(run::Input::EndpointFault { run_id, reason }))
-                        .await;
-                });
+            let failed = {
+                let (token_in, tx) = (token_in.clone(), tx.clone());
+                move |reason| TokenIn::fault(&token_in, life, &tx, run_id, reason)
             };
             match edges::dial(&endpoint, to, run_id, 0, failed).await {
                 Ok((queue, _conn)) => {
-                    *token_in.lock().expect("token in") = Some(queue);
+                    if !TokenIn::open(&token_in, life, queue) {
+                        return;
+                    }
                     let ready = run::Input::TokenEndpointReady {
                         run_id,
                         endpoint: TokenEndpoint::In,
                     };
                     let _ = tx.send(run_input(ready)).await;
                 }
-                Err(reason) => {
-                    let _ = tx.send(fault(reason)).await;
-                }
+                Err(reason) => fault(reason),
             }
         });
         let (conns_tx, conns_rx) = mpsc::channel(4);
@@ -349,12 +328,7 @@ impl driver::EffectSink<Effect> for HostSink {
                 }
             }
             run::Effect::CloseTokenEndpoints => {
-                self.token_in_life
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if let Some((_, injecting)) = self.injecting.take() {
-                    injecting.abort();
-                }
-                self.token_in.lock().expect("token in").take();
+                self.token_in.lock().expect("token in").close();
                 if let Some(out) = self.token_out.take() {
                     out.abort();
                 }

@@ -14,6 +14,7 @@
 //! [`EDGE_FRAME_MAX`] bytes. A frame that does not decode faults its edge
 //! only.
 
+use crate::transport::wire::{Prefix, read_prefix};
 use core_fsm::ids::{AgentId, RunId};
 use core_fsm::stage::Provision;
 use serde::{Deserialize, Serialize};
@@ -204,22 +205,17 @@ pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(
 pub async fn read<T: for<'de> Deserialize<'de>, R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> Result<T, EdgeError> {
-    let mut prefix = [0u8; 4];
     // Closed only between frames: a stream cut inside a frame's length is
     // malformed, as one cut inside its body is an I/O error.
-    let mut filled = 0;
-    while filled < prefix.len() {
-        match r.read(&mut prefix[filled..]).await? {
-            0 if filled == 0 => return Err(EdgeError::Closed),
-            0 => {
-                return Err(EdgeError::Malformed(format!(
-                    "the stream ended {filled} bytes into a frame's length"
-                )));
-            }
-            n => filled += n,
+    let len = match read_prefix(r).await? {
+        Prefix::End => return Err(EdgeError::Closed),
+        Prefix::Cut(filled) => {
+            return Err(EdgeError::Malformed(format!(
+                "the stream ended {filled} bytes into a frame's length"
+            )));
         }
-    }
-    let len = u32::from_be_bytes(prefix) as usize;
+        Prefix::Len(len) => len as usize,
+    };
     if len == 0 || len > EDGE_FRAME_MAX {
         return Err(EdgeError::Malformed(format!(
             "a frame of {len} bytes (1 to {EDGE_FRAME_MAX})"

@@ -128,21 +128,16 @@ pub async fn write_log_frame<W: AsyncWrite + Unpin>(
 pub async fn read_log_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Option<LogFrame>> {
-    let mut prefix = [0u8; 4];
-    let mut filled = 0;
-    while filled < prefix.len() {
-        match reader.read(&mut prefix[filled..]).await? {
-            0 if filled == 0 => return Ok(None),
-            0 => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("a log frame cut after {filled} bytes of its length"),
-                ));
-            }
-            n => filled += n,
+    let len = match super::wire::read_prefix(reader).await? {
+        super::wire::Prefix::End => return Ok(None),
+        super::wire::Prefix::Cut(filled) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("a log frame cut after {filled} bytes of its length"),
+            ));
         }
-    }
-    let len = usize::try_from(u32::from_be_bytes(prefix)).unwrap_or(usize::MAX);
+        super::wire::Prefix::Len(len) => usize::try_from(len).unwrap_or(usize::MAX),
+    };
     if len == 0 || len > LOG_FRAME_BYTES_MAX {
         return Err(std::io::Error::other(format!("log frame of {len} bytes")));
     }

@@ -235,24 +235,37 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, FrameError> {
     Ok(frame)
 }
 
-/// Reads one frame. `Ok(None)` is a clean end of stream between frames.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Frame>, FrameError> {
+/// A frame's 4-byte big-endian length, as a stream gives it.
+pub(crate) enum Prefix {
+    /// The stream ended between frames: a clean end.
+    End,
+    /// The stream ended this many bytes into the length: a cut.
+    Cut(usize),
+    /// The length.
+    Len(u32),
+}
+
+/// Reads a frame's length (the control, edge and log streams' framing).
+pub(crate) async fn read_prefix<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Prefix> {
     let mut prefix = [0u8; 4];
     let mut filled = 0;
     while filled < prefix.len() {
-        let n = reader
-            .read(&mut prefix[filled..])
-            .await
-            .map_err(FrameError::Io)?;
-        if n == 0 {
-            return match filled {
-                0 => Ok(None),
-                _ => Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-            };
+        match reader.read(&mut prefix[filled..]).await? {
+            0 if filled == 0 => return Ok(Prefix::End),
+            0 => return Ok(Prefix::Cut(filled)),
+            n => filled += n,
         }
-        filled += n;
     }
-    let len = usize::try_from(u32::from_be_bytes(prefix)).expect("u32 fits usize");
+    Ok(Prefix::Len(u32::from_be_bytes(prefix)))
+}
+
+/// Reads one frame. `Ok(None)` is a clean end of stream between frames.
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Frame>, FrameError> {
+    let len = match read_prefix(reader).await.map_err(FrameError::Io)? {
+        Prefix::End => return Ok(None),
+        Prefix::Cut(_) => return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+        Prefix::Len(len) => usize::try_from(len).expect("u32 fits usize"),
+    };
     if len > FRAME_BYTES_MAX {
         return Err(FrameError::Oversized { len });
     }

@@ -6,10 +6,11 @@ use crate::model::{Backend, Logits, Stage, StageInput, StageOutput};
 use crate::sample::Sampler;
 use crate::sample::Sampling;
 use crate::wire::{
-    FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, VERSION, write_frame,
+    FrameError, FrameReader, Input, Load, OutputKind, Reply, Request, VERSION, encode_frame,
+    write_frame,
 };
 use std::fs::File;
-use std::io::Stdin;
+use std::io::{Stdin, Write};
 use std::path::PathBuf;
 
 /// Arguments of `stage`.
@@ -280,18 +281,18 @@ fn serve(
                     *sampler = Sampler::new(sampling);
                 }
                 let reply = step(stage, sampler, seq, pos, input, output);
-                match write_frame(out, &reply) {
+                match encode_frame(&reply) {
+                    Ok(frame) => out.write_all(&frame).map_err(|e| format!("stdout: {e}"))?,
                     // Too large for a frame (a batch's logits of every
                     // position, or activations of too many tokens): the
                     // step is undone (its positions leave the cache, as
                     // for any other fault), the agent hears why, and the
                     // worker serves on.
-                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    Err(e) => {
                         stage.truncate(pos as usize);
                         let reason = format!("the reply to step {seq}: {e}");
                         send(out, &Reply::Fault { seq, reason })?;
                     }
-                    result => result.map_err(|e| format!("stdout: {e}"))?,
                 }
             }
         }

@@ -61,16 +61,14 @@ impl KvCache {
     }
 }
 
-/// `len` zeroed f32s in an anonymous mapping of their own (none for 0).
-pub(super) struct Floats(Option<memmap2::MmapMut>);
+/// `len` zeroed f32s in an anonymous mapping of their own (memmap2 maps a
+/// page for 0 and shows none of it).
+pub(super) struct Floats(memmap2::MmapMut);
 
 impl Floats {
     fn zeroed(len: usize) -> Result<Floats, String> {
-        if len == 0 {
-            return Ok(Floats(None));
-        }
         memmap2::MmapMut::map_anon(len * 4)
-            .map(|map| Floats(Some(map)))
+            .map(Floats)
             .map_err(|e| format!("{} bytes a block could not be mapped ({e})", len * 4))
     }
 }
@@ -79,15 +77,13 @@ impl Deref for Floats {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
         // A mapping starts on a page, so its bytes are aligned for f32s.
-        self.0.as_deref().map_or(&[], bytemuck::cast_slice)
+        bytemuck::cast_slice(&self.0)
     }
 }
 
 impl DerefMut for Floats {
     fn deref_mut(&mut self) -> &mut [f32] {
-        self.0
-            .as_deref_mut()
-            .map_or(&mut [], bytemuck::cast_slice_mut)
+        bytemuck::cast_slice_mut(&mut self.0)
     }
 }
 

@@ -94,7 +94,7 @@ pub fn v_expf(x: f32) -> f32 {
 /// Sums 16 lanes as GCC's `_mm512_reduce_add_ps` does: the halves, then
 /// the quarters, then pairs.
 #[inline(always)]
-pub fn reduce16(v: &[f32; 16]) -> f32 {
+fn reduce16(v: &[f32; 16]) -> f32 {
     let a: [f32; 8] = std::array::from_fn(|i| v[i + 8] + v[i]);
     let b: [f32; 4] = std::array::from_fn(|i| a[i + 4] + a[i]);
     (b[0] + b[2]) + (b[1] + b[3])
@@ -102,7 +102,7 @@ pub fn reduce16(v: &[f32; 16]) -> f32 {
 
 /// Sums four 16-lane accumulators as ggml's `GGML_F32x16_REDUCE` does.
 #[inline(always)]
-pub fn reduce64(acc: &[[f32; 16]; 4]) -> f32 {
+fn reduce64(acc: &[[f32; 16]; 4]) -> f32 {
     let x: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
     reduce16(&x)
 }
@@ -222,7 +222,7 @@ pub fn attend_heads(
 /// Tokens llama.cpp computes together (its default `n_ubatch`): a longer
 /// batch goes as pieces of this many, and a piece of one token is summed
 /// as one token alone.
-pub const UBATCH: usize = 512;
+const UBATCH: usize = 512;
 
 /// Whether token `t` of `n` computed together is summed in a batch's
 /// order (see [`weigh`]): its piece of [`UBATCH`] tokens holds another.
@@ -240,7 +240,7 @@ pub fn in_batch(n: usize, t: usize) -> bool {
 /// as [`reduce64`]. The lanes are rows of `out.len()` values in `lanes`,
 /// so every step runs across a whole head.
 #[inline(always)]
-pub fn weigh(
+fn weigh(
     scores: &mut [f32],
     values: &[f32],
     stride: usize,

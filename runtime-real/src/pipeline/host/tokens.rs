@@ -12,7 +12,7 @@ use core_fsm::ids::AgentId;
 use core_fsm::port::Input;
 use core_fsm::run::{self, RequestId, TokenEndpoint};
 use iroh::endpoint::Connection;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// Accepts the last stage's token-out edge and turns its tokens into the
@@ -117,21 +117,17 @@ impl HostSink {
             self.next_step += 1;
             at += len;
         }
-        let queue = self.token_in.lock().expect("token in").clone();
         let run_id = self.shared.run_id;
         let tx = self.tx.clone();
+        let token_in = self.token_in.clone();
         // A prompt's chunks may wait for room (stage 0 reads only so far
-        // ahead): an injection on the same queue sends after the one before
-        // it, so stage 0 gets every step in order. One on a new queue (a
-        // rebuilt pipeline) does not wait for the old.
-        let before = self.injecting.take().and_then(|(weak, task)| {
-            let same = weak.upgrade().zip(queue.as_ref());
-            same.is_some_and(|(old, new)| old.same_channel(new))
-                .then_some(task)
-        });
-        let weak = queue.as_ref().map(mpsc::Sender::downgrade);
-        let lives = self.token_in_life.clone();
-        let life = lives.load(std::sync::atomic::Ordering::SeqCst);
+        // ahead): an injection sends after the one before it on the same
+        // edge, so stage 0 gets every step in order (closing the edge stops
+        // the last one, so a rebuilt pipeline's injections never wait on an
+        // old edge).
+        let mut edge = token_in.lock().expect("token in");
+        let (queue, before, life) = (edge.queue.clone(), edge.sending.take(), edge.life);
+        let sending = token_in.clone();
         let task = tokio::spawn(async move {
             if let Some(before) = before {
                 let _ = before.await;
@@ -145,15 +141,65 @@ impl HostSink {
                     }
                 }
             }
-            // A fault of an edge closed since (a rebuilt pipeline's old
-            // one) is not the run's.
-            if !sent && lives.load(std::sync::atomic::Ordering::SeqCst) == life {
+            if !sent {
                 let reason = "the token-in edge is closed".to_owned();
-                let _ = tx
-                    .send(run_input(run::Input::EndpointFault { run_id, reason }))
-                    .await;
+                TokenIn::fault(&sending, life, &tx, run_id, reason);
             }
         });
-        self.injecting = weak.map(|weak| (weak, task));
+        edge.sending = Some(task);
+    }
+}
+
+/// The token-in edge: its queue once dialed, the last injection's sending
+/// task, and its life, counted up each time the token endpoints close, so
+/// that what a closed edge (a rebuilt pipeline's old one) says is not the
+/// run's.
+#[derive(Default)]
+pub(super) struct TokenIn {
+    pub(super) life: u64,
+    queue: Option<mpsc::Sender<EdgeFrame>>,
+    sending: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TokenIn {
+    /// The edge of life `life` is dialed: its queue is kept, unless the
+    /// endpoints closed meanwhile (then `false`).
+    pub(super) fn open(this: &Mutex<TokenIn>, life: u64, queue: mpsc::Sender<EdgeFrame>) -> bool {
+        let mut edge = this.lock().expect("token in");
+        if edge.life != life {
+            return false;
+        }
+        edge.queue = Some(queue);
+        true
+    }
+
+    /// The token endpoints close: the queue goes, the last injection's
+    /// sending stops, and the life after begins.
+    pub(super) fn close(&mut self) {
+        self.life += 1;
+        self.queue = None;
+        if let Some(sending) = self.sending.take() {
+            sending.abort();
+        }
+    }
+
+    /// A fault of the edge of life `life`, said to the run only while that
+    /// life lasts.
+    pub(super) fn fault(
+        this: &Mutex<TokenIn>,
+        life: u64,
+        tx: &mpsc::Sender<Input>,
+        run_id: core_fsm::ids::RunId,
+        reason: String,
+    ) {
+        if this.lock().expect("token in").life != life {
+            return;
+        }
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx
+                .send(run_input(run::Input::EndpointFault { run_id, reason }))
+                .await;
+        });
     }
 }

@@ -20,12 +20,13 @@ pub(super) struct Backlog {
 }
 
 impl Backlog {
-    /// An empty backlog of at most `cap` steps (at least one).
+    /// An empty backlog of at most `cap` steps (at least one, or a reader
+    /// would wait for ever: `node.rs` asserts it of its constant).
     pub(super) fn new(cap: usize) -> Backlog {
         Backlog {
             steps: Mutex::new(BTreeMap::new()),
             drained: Notify::new(),
-            cap: cap.max(1),
+            cap,
         }
     }
 

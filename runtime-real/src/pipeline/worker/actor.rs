@@ -40,19 +40,7 @@ async fn read_reply(out: &mut Replies) -> Result<Reply, String> {
 }
 
 async fn write_request(stdin: &mut ChildStdin, request: &Request) -> Result<(), String> {
-    // The body goes straight after its length, filled in below.
-    let mut frame = postcard::to_extend(request, vec![0u8; 4]).map_err(|e| e.to_string())?;
-    let len = u32::try_from(frame.len() - 4)
-        .ok()
-        .filter(|&len| len <= wire::MAX_FRAME_BYTES)
-        .ok_or_else(|| {
-            format!(
-                "a request of {} bytes is over the worker's {}-byte frame cap",
-                frame.len() - 4,
-                wire::MAX_FRAME_BYTES
-            )
-        })?;
-    frame[..4].copy_from_slice(&len.to_le_bytes());
+    let frame = wire::encode_frame(request).map_err(|e| format!("a request to the worker: {e}"))?;
     stdin
         .write_all(&frame)
         .await
