@@ -63,15 +63,16 @@ pub fn chunk_tokens_max(embedding: usize) -> usize {
 }
 
 /// How a prompt of `len` tokens is cut into chunks for a model of
-/// `embedding` values a token: their lengths, in order
+/// `embedding` values a token, none over `most` tokens (the plan's
+/// `prefill_chunk`; 0: no bound but the frame's): their lengths, in order
 /// (`core_fsm::run::prefill_chunks` with this runtime's sizes).
-pub fn prefill_chunks(len: usize, embedding: usize) -> Vec<usize> {
-    core_fsm::run::prefill_chunks(
-        len,
-        PREFILL_CHUNK_MIN,
-        PREFILL_IN_FLIGHT as usize,
-        chunk_tokens_max(embedding),
-    )
+pub fn prefill_chunks(len: usize, embedding: usize, most: u32) -> Vec<usize> {
+    let fit = chunk_tokens_max(embedding);
+    let max = match most {
+        0 => fit,
+        most => fit.min(most as usize),
+    };
+    core_fsm::run::prefill_chunks(len, PREFILL_CHUNK_MIN, PREFILL_IN_FLIGHT as usize, max)
 }
 
 /// The context a run serves, and its workers' caches hold: the plan's
@@ -311,14 +312,28 @@ mod tests {
     #[test]
     fn prompts_are_cut_into_at_most_the_chunks_in_flight() {
         // TinyStories 260K: 64 values a token.
-        assert_eq!(prefill_chunks(5, 64), [5]);
-        assert_eq!(prefill_chunks(32, 64), [32]);
-        assert_eq!(prefill_chunks(33, 64), [17, 16]);
-        assert_eq!(prefill_chunks(200, 64).len(), 7);
-        let long = prefill_chunks(5000, 64);
+        assert_eq!(prefill_chunks(5, 64, 0), [5]);
+        assert_eq!(prefill_chunks(32, 64, 0), [32]);
+        assert_eq!(prefill_chunks(33, 64, 0), [17, 16]);
+        assert_eq!(prefill_chunks(200, 64, 0).len(), 7);
+        let long = prefill_chunks(5000, 64, 0);
         assert_eq!(long.len(), PREFILL_IN_FLIGHT as usize);
         assert_eq!(long.iter().sum::<usize>(), 5000);
-        assert!(prefill_chunks(0, 64).is_empty());
+        assert!(prefill_chunks(0, 64, 0).is_empty());
+    }
+
+    #[test]
+    fn the_plans_prefill_chunk_bounds_every_chunk() {
+        // Under the 32-token floor too: 200 tokens of at most 4 in 50.
+        let small = prefill_chunks(200, 64, 4);
+        assert_eq!(small, [4; 50]);
+        assert_eq!(prefill_chunks(200, 64, 100), [29, 29, 29, 29, 29, 29, 26]);
+        assert_eq!(prefill_chunks(3, 64, 4), [3]);
+        // The frame's bound holds under a larger one.
+        let fit = chunk_tokens_max(4096);
+        let wide = prefill_chunks(40_000, 4096, u32::MAX);
+        assert_eq!(wide, prefill_chunks(40_000, 4096, 0));
+        assert!(wide.iter().all(|&n| n <= fit), "{wide:?}");
     }
 
     /// A 4096-wide model's 40,000-token prompt: in 8 chunks, each would
@@ -327,7 +342,7 @@ mod tests {
     #[tokio::test]
     async fn a_wide_models_long_prompt_goes_in_chunks_that_fit_a_frame() {
         let embedding = 4096;
-        let chunks = prefill_chunks(40_000, embedding);
+        let chunks = prefill_chunks(40_000, embedding, 0);
         assert!(chunks.len() > PREFILL_IN_FLIGHT as usize, "{chunks:?}");
         assert_eq!(chunks.iter().sum::<usize>(), 40_000);
         let largest = *chunks.iter().max().expect("chunks");

@@ -148,7 +148,34 @@ fn two_stages_of_one_thread_each_serve_the_same_text() {
 #[test]
 fn five_stages_and_an_uneven_split_serve_the_same_text() {
     serves_like_one_process("pipe5", 5, "");
-    serves_like_one_process("pipe131", 3, "split = [1, 3, 1]");
+    // The uneven split also cuts prompts into chunks of at most 4 tokens:
+    // the long prompt travels in some 50, far more than a stage reads
+    // ahead of what it computes (8), so each stage holds back the ones
+    // before it on the way, and the text is still the same.
+    let extra = "split = [1, 3, 1]\nprefill_chunk = 4";
+    serves_like_one_process_then("pipe131", 3, extra, |state| {
+        let cuts = dispatched_chunks(state);
+        assert_eq!(cuts.len(), 2, "{cuts:?}");
+        for &(tokens, chunks) in &cuts {
+            assert_eq!(chunks, tokens.div_ceil(4), "{cuts:?}");
+        }
+        assert!(cuts[1].1 > 40, "{cuts:?}");
+    });
+}
+
+/// Each dispatched request's (prompt tokens, chunks), in order, from the
+/// run's `prompt` channel.
+fn dispatched_chunks(state: &Path) -> Vec<(u64, u64)> {
+    logs_json(state, &["--run", "--channel", "prompt"])
+        .iter()
+        .filter_map(|l| l["line"].as_str())
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(" dispatched: ")?;
+            let (tokens, rest) = rest.split_once(" prompt tokens into stage 0, in ")?;
+            let chunks = rest.strip_suffix(" chunk(s)")?;
+            Some((tokens.parse().unwrap(), chunks.parse().unwrap()))
+        })
+        .collect()
 }
 
 #[test]

@@ -361,9 +361,9 @@ fn bad_plans() -> Vec<(&'static str, String)> {
         ),
         ("hosts as a plain table", static_plan().replacen("[[group.host]]", "[group.host]", 1).replacen("[[group.host]]", "", 1).replace("host = \"::1\"\nuser = \"ops\"\nkey_file = \"/keys/b\"\n", "")),
         (
-            "pipeline: split length, threads, ctx, backend",
+            "pipeline: split length, threads, ctx, backend, prefill_chunk",
             format!(
-                "{valid}\n[model]\npath = \"m.gguf\"\n\n[pipeline]\ngroup = \"workers\"\nsplit = [1, 2, 3]\nthreads = 5000\nctx = -1\nbackend = \"rocm\"\n"
+                "{valid}\n[model]\npath = \"m.gguf\"\n\n[pipeline]\ngroup = \"workers\"\nsplit = [1, 2, 3]\nthreads = 5000\nctx = -1\nbackend = \"rocm\"\nprefill_chunk = 0.5\n"
             ),
         ),
         (

@@ -42,6 +42,10 @@ pub struct PipelineSpec {
     pub ctx: u32,
     /// Threads each stage's worker computes with (0: every core).
     pub threads: u32,
+    /// Most tokens one prefill chunk carries (0: no bound of the plan's
+    /// own; a prompt is cut in up to [`super::PREFILL_IN_FLIGHT`] chunks,
+    /// each fitting a frame).
+    pub prefill_chunk: u32,
     /// Where each stage's blocks run (`cpu`, `cuda`).
     pub backend: workers::model::Backend,
 }

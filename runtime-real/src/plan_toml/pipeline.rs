@@ -11,7 +11,14 @@ use toml::de::DeValue;
 use workers::model::Backend;
 
 const MODEL: &[&str] = &["path", "url", "sha256"];
-const PIPELINE: &[&str] = &["group", "split", "ctx", "threads", "backend"];
+const PIPELINE: &[&str] = &[
+    "group",
+    "split",
+    "ctx",
+    "threads",
+    "backend",
+    "prefill_chunk",
+];
 const PROMPT: &[&str] = &["rpc_addr", "default_max_tokens"];
 /// The most threads a stage may be given (the worker's own bound).
 const MAX_THREADS: u32 = workers::wire::MAX_THREADS;
@@ -52,6 +59,8 @@ pub(crate) fn read(
     let threads = table.integer(doc, "threads", false, MAX_THREADS.into());
     let threads = threads.map_or(0, |n| u32::try_from(n).expect("at most MAX_THREADS"));
     let backend = read_backend(doc, &mut table);
+    // Most tokens a prefill chunk carries (0: the runtime's own cut).
+    let prefill_chunk = table.u32(doc, "prefill_chunk", false).unwrap_or(0);
     table.finish(doc);
     let stages = plan
         .groups
@@ -97,6 +106,7 @@ pub(crate) fn read(
         ctx,
         threads,
         backend,
+        prefill_chunk,
     })
 }
 

@@ -85,26 +85,29 @@ impl HostSink {
     /// Sends `tokens` of `request` (from position `pos`, its token `seq`)
     /// into stage 0.
     pub(super) fn inject(&mut self, request: RequestId, seq: u64, pos: u32, tokens: Vec<u32>) {
+        // A prompt travels in chunks, several in flight, so the stages
+        // overlap; a fed-back token is one chunk.
+        let chunks = super::super::prefill_chunks(
+            tokens.len(),
+            self.shared.model().config.embedding,
+            self.shared.spec().prefill_chunk,
+        );
+        let count = chunks.len();
         if seq == 0 {
             self.shared.update(|s| s.started(request.0));
             self.shared.prompt_event(format!(
-                "request {} dispatched: {} prompt tokens into stage 0",
+                "request {} dispatched: {} prompt tokens into stage 0, in {count} chunk(s)",
                 request.0,
                 tokens.len()
             ));
         } else if pos == 0 {
             self.shared.prompt_event(format!(
-                "request {} resumed: its prompt and {seq} generated tokens into stage 0",
+                "request {} resumed: its prompt and {seq} generated tokens into stage 0, in {count} chunk(s)",
                 request.0,
             ));
         }
-        // A prompt travels in chunks, several in flight, so the stages
-        // overlap; a fed-back token is one chunk.
         let mut steps = Vec::new();
         let mut at = 0;
-        let chunks =
-            super::super::prefill_chunks(tokens.len(), self.shared.model().config.embedding);
-        let count = chunks.len();
         for (i, len) in chunks.into_iter().enumerate() {
             steps.push(Step {
                 step: self.next_step,
