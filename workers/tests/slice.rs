@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Seek, SeekFrom};
 use workers::engine::balanced_split;
 use workers::gguf::file::ModelFile;
-use workers::gguf::slice::{SlicePlan, write_slice};
+use workers::gguf::slice::{SlicePlan, SliceWriter};
 use workers::model::{Logits, Stage, StageInput, StageOutput};
 
 #[test]
@@ -22,19 +22,15 @@ fn stages_on_their_slices_compute_what_the_whole_file_computes() {
     for (i, layers) in balanced_split(5, 3).into_iter().enumerate() {
         let plan = SlicePlan::new(&header, layers.clone()).expect("plan");
         let path = dir.join(format!("stage{i}.gguf"));
-        write_slice(
-            &header,
-            &plan,
-            |offset, len| {
-                fetched += len;
-                let mut buf = vec![0u8; len as usize];
-                file.seek(SeekFrom::Start(offset))?;
-                file.read_exact(&mut buf)?;
-                Ok(buf)
-            },
-            &path,
-        )
-        .expect("slice");
+        // The tensors' bytes arrive in pieces that cross their ends.
+        let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
+        for &r in &plan.ranges {
+            fetched += r.1;
+            for piece in range(&mut file, r).chunks(4093) {
+                writer.write(piece).expect("write");
+            }
+        }
+        writer.finish().expect("finish");
         let size = std::fs::metadata(&path).expect("size").len();
         assert!(
             size <= plan.data_bytes() + header.data_offset + 64 * 1024,
@@ -85,4 +81,74 @@ fn stages_on_their_slices_compute_what_the_whole_file_computes() {
         .err()
         .expect("blocks 0..2 are not in it");
     assert!(e.to_string().contains("not in the file"), "{e}");
+}
+
+/// The whole of one range's bytes at `offset`.
+fn range(file: &mut std::fs::File, (offset, len): (u64, u64)) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize];
+    file.seek(SeekFrom::Start(offset)).expect("seek");
+    file.read_exact(&mut buf).expect("read");
+    buf
+}
+
+#[test]
+fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
+    let dir = common::scratch("slice-pieces");
+    let whole = common::stories();
+    let header = ModelFile::open(&whole).expect("open").header().clone();
+    let mut file = std::fs::File::open(&whole).expect("file");
+    let plan = SlicePlan::new(&header, 1..3).expect("plan");
+    let data: Vec<u8> = plan
+        .ranges
+        .iter()
+        .flat_map(|&r| range(&mut file, r))
+        .collect();
+    assert_eq!(data.len() as u64, plan.data_bytes());
+    // Whole, byte by byte where tensors meet, and in odd pieces: the
+    // same file.
+    let mut files = Vec::new();
+    for piece in [data.len(), 1, 333] {
+        let path = dir.join(format!("by{piece}.gguf"));
+        let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
+        for chunk in data.chunks(piece) {
+            writer.write(chunk).expect("write");
+        }
+        assert!(!path.exists(), "in place before it is finished");
+        writer.finish().expect("finish");
+        files.push(std::fs::read(&path).expect("slice"));
+    }
+    assert!(files.windows(2).all(|w| w[0] == w[1]));
+    let slice = ModelFile::open(&dir.join("by1.gguf")).expect("the slice opens");
+    assert_eq!(slice.header().tensors.len(), plan.tensors.len());
+    let leftovers = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let kept = leftovers(&dir);
+
+    // A byte too many is refused; one too few fails `finish`; a writer
+    // dropped half way: none of them leaves a file behind.
+    let path = dir.join("bad.gguf");
+    let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
+    writer.write(&data).expect("every byte");
+    let e = writer.write(&[0]).expect_err("one past the end");
+    assert_eq!(
+        e.to_string(),
+        format!("1 bytes past the slice's {} tensors", plan.tensors.len())
+    );
+    drop(writer);
+    let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
+    writer.write(&data[..data.len() - 1]).expect("all but one");
+    assert_eq!(writer.missing(), 1);
+    let e = writer.finish().expect_err("one short");
+    assert_eq!(e.to_string(), "the slice misses 1 bytes of its tensors");
+    let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
+    writer.write(&data[..1000]).expect("a start");
+    drop(writer);
+    assert_eq!(leftovers(&dir), kept);
+    std::fs::remove_dir_all(&dir).expect("clean");
 }

@@ -6,14 +6,18 @@
 
 use super::wire::{self, WEIGHTS_ALPN, WeightsRef, WeightsRequest};
 use iroh::EndpointAddr;
-use iroh::endpoint::Endpoint;
+use iroh::endpoint::{Endpoint, RecvStream};
 use sha2::{Digest, Sha256};
+use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
 use workers::gguf::Header;
-use workers::gguf::read::{parse_header, read_header};
-use workers::gguf::slice::{SlicePlan, write_slice};
+use workers::gguf::read::read_header;
+use workers::gguf::slice::{SlicePlan, SliceWriter};
 
 /// The cache's format version (part of every key).
 pub const CACHE_VERSION: u32 = 1;
@@ -34,15 +38,30 @@ pub fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The digest and byte count of a slice's tensor data, read range by range
-/// with `read(offset, len)`, in file order.
-pub fn slice_digest(
-    plan: &SlicePlan,
-    mut read: impl FnMut(u64, u64) -> std::io::Result<Vec<u8>>,
-) -> std::io::Result<(String, u64)> {
+/// Bytes read at a time: from a file to hash it, from the weights stream
+/// to hand to the slice's writer.
+const PIECE: u64 = 1 << 20;
+
+/// Pieces on their way from the weights stream to the slice's writer.
+const PIECES_IN_FLIGHT: usize = 4;
+
+/// How often a fetch in progress says how far it got.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The digest and byte count of a slice's tensor data in `file` (the
+/// whole model, or a slice written from it), its ranges read in file
+/// order, a piece at a time.
+pub fn slice_digest(plan: &SlicePlan, file: &File) -> std::io::Result<(String, u64)> {
     let mut sha = Sha256::new();
+    let mut buf = vec![0u8; PIECE as usize];
     for &(offset, len) in &plan.ranges {
-        sha.update(read(offset, len)?);
+        let mut at = 0;
+        while at < len {
+            let n = PIECE.min(len - at) as usize;
+            file.read_exact_at(&mut buf[..n], offset + at)?;
+            sha.update(&buf[..n]);
+            at += n as u64;
+        }
     }
     Ok((hex(&sha.finalize()), plan.data_bytes()))
 }
@@ -62,19 +81,13 @@ fn layers(w: &WeightsRef) -> Range<usize> {
 
 /// Whether the cached slice at `path` holds exactly the tensors of `w`.
 fn cached_ok(path: &Path, w: &WeightsRef) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
     let label = path.display().to_string();
-    let header = parse_header(&bytes, &label).map_err(|e| e.to_string())?;
+    let header =
+        read_header(std::io::BufReader::new(&file), len, &label).map_err(|e| e.to_string())?;
     let plan = SlicePlan::new(&header, layers(w))?;
-    let (digest, _) = slice_digest(&plan, |offset, len| {
-        let range = usize::try_from(offset).unwrap_or(usize::MAX)
-            ..usize::try_from(offset + len).unwrap_or(usize::MAX);
-        bytes
-            .get(range)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| std::io::Error::other("a tensor runs past the end of the file"))
-    })
-    .map_err(|e| e.to_string())?;
+    let (digest, _) = slice_digest(&plan, &file).map_err(|e| e.to_string())?;
     if digest != w.slice_sha256 {
         return Err(format!(
             "its tensors' sha256 is {digest}, the provision's {}",
@@ -84,12 +97,15 @@ fn cached_ok(path: &Path, w: &WeightsRef) -> Result<(), String> {
     Ok(())
 }
 
-/// The slice of `w`, from the cache or from the orchestrator.
+/// The slice of `w`, from the cache or from the orchestrator; a fetch
+/// calls `progress(bytes so far, of the tensors' bytes)` every
+/// [`PROGRESS_EVERY`].
 pub async fn slice(
     endpoint: &Endpoint,
     orchestrator: EndpointAddr,
     w: &WeightsRef,
     cache: &Path,
+    progress: impl FnMut(u64, u64),
 ) -> Result<Fetched, String> {
     let path = cache_path(cache, w);
     let mut refetched = false;
@@ -121,7 +137,16 @@ pub async fn slice(
         .connect(orchestrator, WEIGHTS_ALPN)
         .await
         .map_err(|e| format!("dialing the orchestrator for weights: {e}"))?;
-    let header_bytes = ranges(&conn, w, vec![(0, w.header_len)]).await?;
+    let mut header_bytes = Vec::new();
+    let recv = request(&conn, w, vec![(0, w.header_len)]).await?;
+    read_all(recv, w.header_len, &mut header_bytes).await?;
+    if header_bytes.len() as u64 != w.header_len {
+        return Err(format!(
+            "the orchestrator sent {} of the header's {} bytes (is it serving another model?)",
+            header_bytes.len(),
+            w.header_len
+        ));
+    }
     let header_sha = hex(&Sha256::digest(&header_bytes));
     if header_sha != w.header_sha256 {
         return Err(format!(
@@ -132,53 +157,113 @@ pub async fn slice(
     let header: Header = read_header(header_bytes.as_slice(), w.model_size, "the fetched header")
         .map_err(|e| e.to_string())?;
     let plan = SlicePlan::new(&header, layers(w))?;
-    let data = ranges(&conn, w, plan.ranges.clone()).await?;
-    conn.close(0u32.into(), b"done");
-    let fetched = header_bytes.len() as u64 + data.len() as u64;
-    let mut at = 0usize;
-    let mut offsets = std::collections::BTreeMap::new();
-    for &(offset, len) in &plan.ranges {
-        offsets.insert(offset, at..at + len as usize);
-        at += len as usize;
-    }
-    let (digest, _) = slice_digest(&plan, |offset, _| {
-        Ok(data[offsets[&offset].clone()].to_vec())
-    })
-    .map_err(|e| e.to_string())?;
-    if digest != w.slice_sha256 {
-        return Err(format!(
-            "the fetched tensors' sha256 is {digest}, the provision's {}",
-            w.slice_sha256
-        ));
-    }
     std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    let out = path.clone();
-    tokio::task::spawn_blocking(move || {
-        write_slice(
-            &header,
-            &plan,
-            |offset, _| Ok(data[offsets[&offset].clone()].to_vec()),
-            &out,
-        )
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let recv = request(&conn, w, plan.ranges.clone()).await?;
+    let to = Destination {
+        path: &path,
+        sha256: &w.slice_sha256,
+        every: PROGRESS_EVERY,
+    };
+    let tensors = stream_slice(recv, header, plan, to, progress).await;
+    conn.close(0u32.into(), b"done");
     Ok(Fetched {
         path,
-        bytes_fetched: fetched,
+        bytes_fetched: header_bytes.len() as u64 + tensors?,
         refetched,
     })
 }
 
-/// Asks for `ranges` on a stream of its own and reads their bytes.
-async fn ranges(
+/// Where [`stream_slice`] writes a slice, and what it checks.
+struct Destination<'a> {
+    /// The slice's place in the cache.
+    path: &'a Path,
+    /// Its tensors' digest, as the provision gives it.
+    sha256: &'a str,
+    /// How often progress is reported.
+    every: Duration,
+}
+
+/// Writes the slice at `to.path` as its tensors' bytes arrive on `recv`,
+/// hashing them on the way (on a blocking thread: memory holds a few
+/// pieces, never the slice); in place only once every byte came and the
+/// digest is the provision's. The bytes read.
+async fn stream_slice(
+    mut recv: impl tokio::io::AsyncRead + Unpin,
+    header: Header,
+    plan: SlicePlan,
+    to: Destination<'_>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<u64, String> {
+    let path = to.path;
+    let total = plan.data_bytes();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PIECES_IN_FLIGHT);
+    let out = path.to_owned();
+    let writer = tokio::task::spawn_blocking(move || {
+        let failed = |e: std::io::Error| format!("writing {}: {e}", out.display());
+        let mut slice = SliceWriter::create(&header, &plan, &out).map_err(failed)?;
+        let mut sha = Sha256::new();
+        while let Some(piece) = rx.blocking_recv() {
+            sha.update(&piece);
+            slice.write(&piece).map_err(failed)?;
+        }
+        Ok::<_, String>((hex(&sha.finalize()), slice))
+    });
+    let mut done = 0u64;
+    let mut shown = Instant::now();
+    let read = loop {
+        if done == total {
+            break Ok(());
+        }
+        let mut piece = Vec::new();
+        let want = PIECE.min(total - done);
+        match read_all(&mut recv, want, &mut piece).await {
+            Ok(()) => {}
+            Err(e) => break Err(e),
+        }
+        if piece.is_empty() {
+            break Ok(());
+        }
+        done += piece.len() as u64;
+        // A closed channel is a failed writer: its error follows.
+        if tx.send(piece).await.is_err() {
+            break Ok(());
+        }
+        if shown.elapsed() >= to.every {
+            shown = Instant::now();
+            progress(done, total);
+        }
+    };
+    drop(tx);
+    let written = writer.await.map_err(|e| e.to_string());
+    read?;
+    let (digest, slice) = written??;
+    if done != total {
+        return Err(format!(
+            "the orchestrator sent {done} of {total} bytes (is it serving another model?)"
+        ));
+    }
+    if digest != to.sha256 {
+        return Err(format!(
+            "the fetched tensors' sha256 is {digest}, the provision's {}",
+            to.sha256
+        ));
+    }
+    let out = path.to_owned();
+    tokio::task::spawn_blocking(move || slice.finish())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(done)
+}
+
+/// Asks for `ranges` on a stream of its own: the stream their bytes come
+/// on, in order.
+async fn request(
     conn: &iroh::endpoint::Connection,
     w: &WeightsRef,
     ranges: Vec<(u64, u64)>,
-) -> Result<Vec<u8>, String> {
-    let total: u64 = ranges.iter().map(|r| r.1).sum();
-    let (mut send, mut recv) = conn
+) -> Result<RecvStream, String> {
+    let (mut send, recv) = conn
         .open_bi()
         .await
         .map_err(|e| format!("opening a weights stream: {e}"))?;
@@ -190,17 +275,113 @@ async fn ranges(
         .await
         .map_err(|e| format!("asking for weights: {e}"))?;
     let _ = send.finish();
-    let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-    (&mut recv)
-        .take(total)
-        .read_to_end(&mut out)
+    Ok(recv)
+}
+
+/// Appends up to `len` bytes of `recv` to `out` (fewer where it ends).
+async fn read_all(
+    recv: impl tokio::io::AsyncRead + Unpin,
+    len: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    out.reserve(usize::try_from(len).unwrap_or(0));
+    recv.take(len)
+        .read_to_end(out)
         .await
         .map_err(|e| format!("reading weights: {e}"))?;
-    if out.len() as u64 != total {
-        return Err(format!(
-            "the orchestrator sent {} of {total} bytes (is it serving another model?)",
-            out.len()
-        ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::model::Model;
+
+    /// The trained model's slice of blocks 1..3: (model, plan, the
+    /// tensors' bytes, their digest).
+    fn stories_slice() -> (Model, SlicePlan, Vec<u8>, String) {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/stories260k.gguf");
+        let model = Model::open(&path).expect("the trained model");
+        let plan = model.slice(1..3).expect("plan");
+        let file = File::open(&path).expect("open");
+        let mut data = Vec::new();
+        for &(offset, len) in &plan.ranges {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, offset).expect("read");
+            data.extend_from_slice(&buf);
+        }
+        let (sha, bytes) = slice_digest(&plan, &file).expect("digest");
+        assert_eq!(bytes, data.len() as u64);
+        (model, plan, data, sha)
     }
-    Ok(out)
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drover-fetch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_streamed_slice_is_written_once_whole_and_checked() {
+        let (model, plan, data, sha) = stories_slice();
+        let dir = scratch("whole");
+        let path = dir.join("slice.gguf");
+        let mut seen = Vec::new();
+        let to = Destination {
+            path: &path,
+            sha256: &sha,
+            every: Duration::ZERO,
+        };
+        let header = model.header.clone();
+        let n = stream_slice(data.as_slice(), header, plan.clone(), to, |done, total| {
+            seen.push((done, total))
+        })
+        .await
+        .expect("streamed");
+        assert_eq!(n, data.len() as u64);
+        let total = data.len() as u64;
+        assert_eq!(seen.last(), Some(&(total, total)), "{seen:?}");
+        // In place and whole: its tensors are the model's, as the cache
+        // checks them.
+        let file = File::open(&path).expect("the slice");
+        let len = file.metadata().expect("len").len();
+        let written = read_header(std::io::BufReader::new(&file), len, "slice").expect("header");
+        let again = SlicePlan::new(&written, 1..3).expect("plan");
+        assert_eq!(slice_digest(&again, &file).expect("digest").0, sha);
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 1);
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[tokio::test]
+    async fn a_short_or_wrong_stream_leaves_no_slice() {
+        let (model, plan, data, sha) = stories_slice();
+        let dir = scratch("bad");
+        let path = dir.join("slice.gguf");
+        let to = |sha256| Destination {
+            path: &path,
+            sha256,
+            every: PROGRESS_EVERY,
+        };
+        let short = &data[..data.len() - 10];
+        let header = model.header.clone();
+        let e = stream_slice(short, header, plan.clone(), to(&sha), |_, _| {})
+            .await
+            .expect_err("short");
+        let (have, total) = (data.len() - 10, data.len());
+        let want =
+            format!("the orchestrator sent {have} of {total} bytes (is it serving another model?)");
+        assert_eq!(e, want);
+        let mut flipped = data.clone();
+        flipped[100] ^= 1;
+        let header = model.header.clone();
+        let e = stream_slice(flipped.as_slice(), header, plan, to(&sha), |_, _| {})
+            .await
+            .expect_err("a flipped bit");
+        assert!(e.starts_with("the fetched tensors' sha256 is "), "{e}");
+        assert!(e.ends_with(&format!("the provision's {sha}")), "{e}");
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0);
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
 }

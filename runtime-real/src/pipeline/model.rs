@@ -100,7 +100,7 @@ impl Model {
     pub fn weights_for(&self, layers: Range<usize>) -> Result<WeightsRef, String> {
         let plan = self.slice(layers.clone())?;
         let (slice_sha256, slice_bytes) =
-            slice_digest(&plan, |offset, len| self.read(offset, len)).map_err(|e| e.to_string())?;
+            slice_digest(&plan, &self.file).map_err(|e| e.to_string())?;
         Ok(WeightsRef {
             model_digest: self.digest.clone(),
             model_size: self.size,

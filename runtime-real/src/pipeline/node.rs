@@ -83,8 +83,20 @@ impl Shared {
         fetches.insert(key, rx.clone());
         let (this, w) = (self.clone(), w.clone());
         tokio::spawn(async move {
-            let result =
-                fetch::slice(&this.endpoint, this.orchestrator.clone(), &w, &this.cache).await;
+            let progress = |done: u64, total: u64| {
+                say(
+                    &this.node,
+                    &format!(
+                        "weights {}..{}: {} of {} MiB fetched",
+                        w.first_layer,
+                        w.end_layer,
+                        done >> 20,
+                        total >> 20
+                    ),
+                );
+            };
+            let (orchestrator, cache) = (this.orchestrator.clone(), &this.cache);
+            let result = fetch::slice(&this.endpoint, orchestrator, &w, cache, progress).await;
             match &result {
                 Ok(f) if f.bytes_fetched == 0 => say(
                     &this.node,

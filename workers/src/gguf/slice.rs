@@ -3,13 +3,14 @@
 //! its tensors' byte ranges writes one, and `drover-worker stage` opens it
 //! as it would open the whole file.
 
-use super::write::{GgufOut, TensorOut};
+use super::write::GgufOut;
 use super::{Header, TensorInfo, Value};
 use crate::model::Config;
 use crate::model::weights::names_for;
-use std::io;
+use std::fs::File;
+use std::io::{self, Write};
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What to fetch for a stage: the tensors and their byte ranges in the
 /// whole file.
@@ -62,42 +63,131 @@ impl SlicePlan {
     }
 }
 
-/// Writes the slice of `plan` to `out`, asking `fetch(offset, len)` for each
-/// tensor's bytes; the metadata is the whole model's, plus
-/// `drover.slice.first_layer` / `drover.slice.end_layer`.
-pub fn write_slice(
-    header: &Header,
-    plan: &SlicePlan,
-    mut fetch: impl FnMut(u64, u64) -> io::Result<Vec<u8>>,
-    out: &Path,
-) -> io::Result<()> {
-    let mut file = GgufOut::new();
-    file.metadata = header
-        .metadata
-        .iter()
-        .filter(|(k, _)| !k.starts_with("drover.slice."))
-        .cloned()
-        .collect();
-    file.meta(
-        "drover.slice.first_layer",
-        Value::U32(plan.layers.start as u32),
-    )
-    .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
-    for (t, &(offset, len)) in plan.tensors.iter().zip(&plan.ranges) {
-        let data = fetch(offset, len)?;
-        if data.len() as u64 != len {
+/// A stage's slice written as its tensors' bytes arrive: the plan's
+/// ranges back to back, in file order, in pieces of any size. The head
+/// (the whole model's metadata, plus `drover.slice.first_layer` /
+/// `end_layer`, and the slice's tensor infos) goes first, each tensor is
+/// padded to the alignment, and all of it into `<out>.partial`;
+/// [`SliceWriter::finish`] renames that to `out` once every byte came. A
+/// writer dropped before then removes it, so `out` is never half a slice,
+/// and memory holds no more than the pieces given.
+pub struct SliceWriter {
+    file: Option<io::BufWriter<File>>,
+    partial: PathBuf,
+    out: PathBuf,
+    /// Each tensor's length, in order.
+    lens: Vec<u64>,
+    /// The tensor being written, and its bytes still to come.
+    at: usize,
+    left: u64,
+    alignment: u64,
+}
+
+impl SliceWriter {
+    /// Starts the slice of `plan` (blocks of the model `header`
+    /// describes) at `out`.
+    pub fn create(header: &Header, plan: &SlicePlan, out: &Path) -> io::Result<SliceWriter> {
+        let mut file = GgufOut::new();
+        file.metadata = header
+            .metadata
+            .iter()
+            .filter(|(k, _)| !k.starts_with("drover.slice."))
+            .cloned()
+            .collect();
+        file.meta(
+            "drover.slice.first_layer",
+            Value::U32(plan.layers.start as u32),
+        )
+        .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
+        let tensors = plan.tensors.iter();
+        let head = file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)));
+        let mut name = out.as_os_str().to_owned();
+        name.push(".partial");
+        let partial = PathBuf::from(name);
+        let mut writer = SliceWriter {
+            file: None,
+            partial,
+            out: out.to_owned(),
+            lens: plan.tensors.iter().map(TensorInfo::bytes).collect(),
+            at: 0,
+            left: 0,
+            alignment: file.alignment(),
+        };
+        let mut f = io::BufWriter::with_capacity(1 << 20, File::create(&writer.partial)?);
+        f.write_all(&head)?;
+        writer.file = Some(f);
+        writer.left = writer.lens.first().copied().unwrap_or(0);
+        writer.next_tensor(0)?;
+        Ok(writer)
+    }
+
+    /// The next piece of the tensors' bytes.
+    pub fn write(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            if self.at == self.lens.len() {
+                return Err(io::Error::other(format!(
+                    "{} bytes past the slice's {} tensors",
+                    bytes.len(),
+                    self.lens.len()
+                )));
+            }
+            let n = usize::try_from(self.left).map_or(bytes.len(), |left| left.min(bytes.len()));
+            self.file().write_all(&bytes[..n])?;
+            bytes = &bytes[n..];
+            self.left -= n as u64;
+            let at = self.at;
+            self.next_tensor(at)?;
+        }
+        Ok(())
+    }
+
+    /// While tensor `at` is complete: its padding, then the next one.
+    fn next_tensor(&mut self, mut at: usize) -> io::Result<()> {
+        while self.left == 0 && at < self.lens.len() {
+            let len = self.lens[at];
+            let pad = super::write::padded(len, self.alignment) - len;
+            self.file().write_all(&vec![0u8; pad as usize])?;
+            at += 1;
+            self.left = self.lens.get(at).copied().unwrap_or(0);
+        }
+        self.at = at;
+        Ok(())
+    }
+
+    fn file(&mut self) -> &mut io::BufWriter<File> {
+        self.file.as_mut().expect("open until finished")
+    }
+
+    /// Bytes of tensor data still to come.
+    pub fn missing(&self) -> u64 {
+        self.left + self.lens.iter().skip(self.at + 1).sum::<u64>()
+    }
+
+    /// Syncs the slice and renames it to its place, once every byte came.
+    pub fn finish(mut self) -> io::Result<()> {
+        let missing = self.missing();
+        if missing > 0 {
             return Err(io::Error::other(format!(
-                "tensor {:?}: fetched {} bytes, expected {len}",
-                t.name,
-                data.len()
+                "the slice misses {missing} bytes of its tensors"
             )));
         }
-        file.tensors.push(TensorOut {
-            name: t.name.clone(),
-            dims: t.dims.clone(),
-            ty: t.ty,
-            data,
-        });
+        let file = self.file.take().expect("open until finished");
+        let done = file
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .and_then(|()| std::fs::rename(&self.partial, &self.out));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&self.partial);
+        }
+        done
     }
-    file.write_file(out)
+}
+
+impl Drop for SliceWriter {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.partial);
+        }
+    }
 }

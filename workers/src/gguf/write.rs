@@ -44,18 +44,28 @@ impl GgufOut {
         self
     }
 
-    /// Encodes the file into `w`.
-    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let alignment = self
-            .metadata
+    /// The alignment of the file's tensor data (`general.alignment`).
+    pub fn alignment(&self) -> u64 {
+        self.metadata
             .iter()
             .find(|(k, _)| k == "general.alignment")
             .and_then(|(_, v)| v.as_u64())
-            .unwrap_or(DEFAULT_ALIGNMENT);
+            .unwrap_or(DEFAULT_ALIGNMENT)
+    }
+
+    /// The file's bytes before its tensor data (magic, counts, metadata,
+    /// tensor infos, padding) for tensors of these names, dims and types,
+    /// in order; each tensor's data is `ty.row_bytes(product of dims)` long
+    /// and padded to [`GgufOut::alignment`].
+    pub fn head<'t>(
+        &self,
+        tensors: impl ExactSizeIterator<Item = (&'t str, &'t [u64], GgmlType)>,
+    ) -> Vec<u8> {
+        let alignment = self.alignment();
         let mut head = Vec::new();
         head.extend_from_slice(&MAGIC.to_le_bytes());
         head.extend_from_slice(&self.version.to_le_bytes());
-        self.count(&mut head, self.tensors.len() as u64);
+        self.count(&mut head, tensors.len() as u64);
         self.count(&mut head, self.metadata.len() as u64);
         for (key, value) in &self.metadata {
             self.string(&mut head, key);
@@ -63,6 +73,23 @@ impl GgufOut {
             self.value(&mut head, value);
         }
         let mut offset = 0u64;
+        for (name, dims, ty) in tensors {
+            self.string(&mut head, name);
+            head.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for &d in dims {
+                self.count(&mut head, d);
+            }
+            head.extend_from_slice(&ty.code().to_le_bytes());
+            head.extend_from_slice(&offset.to_le_bytes());
+            offset += padded(ty.row_bytes(dims.iter().product()), alignment);
+        }
+        let len = padded(head.len() as u64, alignment);
+        head.resize(len as usize, 0);
+        head
+    }
+
+    /// Encodes the file into `w`.
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
         for t in &self.tensors {
             assert_eq!(
                 t.data.len() as u64,
@@ -70,22 +97,14 @@ impl GgufOut {
                 "{}",
                 t.name
             );
-            self.string(&mut head, &t.name);
-            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for &d in &t.dims {
-                self.count(&mut head, d);
-            }
-            head.extend_from_slice(&t.ty.code().to_le_bytes());
-            head.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + t.data.len() as u64).div_ceil(alignment) * alignment;
         }
-        let padded = (head.len() as u64).div_ceil(alignment) * alignment;
-        head.resize(padded as usize, 0);
-        w.write_all(&head)?;
+        let tensors = self.tensors.iter();
+        w.write_all(&self.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty))))?;
+        let alignment = self.alignment();
         for t in &self.tensors {
             w.write_all(&t.data)?;
-            let pad = (t.data.len() as u64).div_ceil(alignment) * alignment - t.data.len() as u64;
-            w.write_all(&vec![0u8; pad as usize])?;
+            let len = t.data.len() as u64;
+            w.write_all(&vec![0u8; (padded(len, alignment) - len) as usize])?;
         }
         Ok(())
     }
@@ -151,4 +170,9 @@ impl Default for GgufOut {
     fn default() -> Self {
         GgufOut::new()
     }
+}
+
+/// `len` rounded up to a whole number of `alignment`s.
+pub fn padded(len: u64, alignment: u64) -> u64 {
+    len.div_ceil(alignment) * alignment
 }
