@@ -11,6 +11,7 @@ use core_fsm::plan::RunPlan;
 use core_fsm::run::{self, StageAssignment};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A pipeline checked against its model before anything is rented.
 pub struct Prepared {
@@ -114,7 +115,22 @@ pub async fn model_file(
 /// Opens the model at `path` and plans the stages; every problem is a plan
 /// error.
 pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepared, String> {
-    let model = Arc::new(Model::open(path)?);
+    let model = Model::open(path)?;
+    let nodes = nodes_of(plan, &spec)?;
+    let stages = nodes.len() as u32;
+    let repairs_max = match plan.replacement {
+        core_fsm::plan::ReplacementPolicy::None => 0,
+        core_fsm::plan::ReplacementPolicy::Bounded { attempts_max, .. } => {
+            attempts_max.saturating_sub(1).saturating_mul(stages)
+        }
+    };
+    let plan = run::plan_split(model.config.blocks as u32, stages, &nodes, &spec.split)
+        .map_err(|e| format!("pipeline: {e}"))?;
+    let ranges: Vec<_> = plan
+        .iter()
+        .map(|a| a.layers.start as usize..a.layers.end_exclusive as usize)
+        .collect();
+    let (model, weights) = model.hash(&ranges, hashing(path))?;
     if let ModelSource::Url { sha256, .. } = &spec.model
         && model.digest != *sha256
     {
@@ -124,27 +140,33 @@ pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepar
             model.digest
         ));
     }
-    let nodes = nodes_of(plan, &spec)?;
-    let stages = nodes.len() as u32;
-    let repairs_max = match plan.replacement {
-        core_fsm::plan::ReplacementPolicy::None => 0,
-        core_fsm::plan::ReplacementPolicy::Bounded { attempts_max, .. } => {
-            attempts_max.saturating_sub(1).saturating_mul(stages)
-        }
-    };
-    let plan = run::plan_split(model.layers(), stages, &nodes, &spec.split)
-        .map_err(|e| format!("pipeline: {e}"))?;
-    let weights = plan
-        .iter()
-        .map(|a| model.weights_for(a.layers.start as usize..a.layers.end_exclusive as usize))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(Prepared {
         spec,
-        model,
+        model: Arc::new(model),
         plan,
         weights,
         repairs_max,
     })
+}
+
+/// How often hashing a model says how far it got (a model read in less
+/// says nothing).
+const HASHING_PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Progress of hashing the model at `path`, on stderr.
+fn hashing(path: &Path) -> impl FnMut(u64, u64) {
+    let path = path.display().to_string();
+    let mut shown = Instant::now();
+    move |done, total| {
+        if shown.elapsed() >= HASHING_PROGRESS_EVERY && done < total {
+            shown = Instant::now();
+            crate::say::err!(
+                "drover: hashing the model {path}: {} of {} MiB",
+                done >> 20,
+                total >> 20
+            );
+        }
+    }
 }
 
 fn nodes_of(plan: &RunPlan, spec: &PipelineSpec) -> Result<Vec<LogicalNodeId>, String> {
