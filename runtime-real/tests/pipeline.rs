@@ -147,13 +147,10 @@ fn two_stages_of_one_thread_each_serve_the_same_text() {
 
 #[test]
 fn five_stages_and_an_uneven_split_serve_the_same_text() {
-    serves_like_one_process("pipe5", 5, "");
-    // The uneven split also cuts prompts into chunks of at most 4 tokens:
-    // the long prompt travels in some 50, far more than a stage reads
-    // ahead of what it computes (8), so each stage holds back the ones
-    // before it on the way, and the text is still the same.
-    let extra = "split = [1, 3, 1]\nprefill_chunk = 4";
-    serves_like_one_process_then("pipe131", 3, extra, |state| {
+    // Five stages also cut prompts into chunks of at most 4 tokens: the
+    // long prompt travels in some 50, far more than a stage reads ahead
+    // of what it computes (8), and the text is still the same.
+    serves_like_one_process_then("pipe5", 5, "prefill_chunk = 4", |state| {
         let cuts = dispatched_chunks(state);
         assert_eq!(cuts.len(), 2, "{cuts:?}");
         for &(tokens, chunks) in &cuts {
@@ -161,6 +158,7 @@ fn five_stages_and_an_uneven_split_serve_the_same_text() {
         }
         assert!(cuts[1].1 > 40, "{cuts:?}");
     });
+    serves_like_one_process("pipe131", 3, "split = [1, 3, 1]");
 }
 
 /// Each dispatched request's (prompt tokens, chunks), in order, from the

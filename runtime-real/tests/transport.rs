@@ -262,3 +262,56 @@ async fn bad_frames_close_only_their_own_connection() {
     assert_eq!(exit_of(good_task).await, AgentExit::Shutdown);
     control.shutdown().await;
 }
+
+/// What an agent says of its slices (the fetch's progress every few
+/// seconds, then the slice on the node) reaches the orchestrator as
+/// pipeline events of its node, and the connection stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_weights_progress_reaches_the_orchestrator() {
+    let dir = state_dir("weights-progress");
+    let mut control = ControlPlane::bind(&dir).await.unwrap();
+    let mut events = control.take_events();
+    let token = control.mint(binding("w-0"));
+    let (_endpoint, conn) = raw_client(&control.addr_string()).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let join = Frame::Join {
+        version: PROTOCOL_VERSION,
+        token: JoinToken::new(token),
+        node: binding("w-0").node,
+        run: Some(binding("w-0").run_id),
+        lease: Some(binding("w-0").lease_id),
+    };
+    wire::write_frame(&mut send, &join).await.unwrap();
+    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
+        .await
+        .unwrap();
+    assert!(
+        matches!(answer, Ok(Some(Frame::Welcome { .. }))),
+        "{answer:?}"
+    );
+    let frames = [
+        Frame::WeightsFetching {
+            first_layer: 0,
+            end_layer: 2,
+            bytes: 1 << 20,
+            total: 3 << 20,
+        },
+        Frame::WeightsFetched {
+            first_layer: 0,
+            end_layer: 2,
+            bytes: 3 << 20,
+            refetched: false,
+        },
+    ];
+    for sent in frames {
+        wire::write_frame(&mut send, &sent).await.unwrap();
+        let got = wait_for(&mut events, "a pipeline event", |e| match e {
+            ControlEvent::Pipeline { node, frame, .. } => Some((node.clone(), (**frame).clone())),
+            _ => None,
+        })
+        .await;
+        assert_eq!(got, (binding("w-0").node, sent));
+    }
+    assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+    control.shutdown().await;
+}

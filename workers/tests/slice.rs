@@ -22,7 +22,7 @@ fn stages_on_their_slices_compute_what_the_whole_file_computes() {
     for (i, layers) in balanced_split(5, 3).into_iter().enumerate() {
         let plan = SlicePlan::new(&header, layers.clone()).expect("plan");
         let path = dir.join(format!("stage{i}.gguf"));
-        // The tensors' bytes arrive in pieces that cross their ends.
+        // Each tensor's bytes arrive in pieces.
         let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
         for &r in &plan.ranges {
             fetched += r.1;

@@ -163,6 +163,7 @@ pub async fn slice(
         path: &path,
         sha256: &w.slice_sha256,
         every: PROGRESS_EVERY,
+        piece: PIECE,
     };
     let tensors = stream_slice(recv, header, plan, to, progress).await;
     conn.close(0u32.into(), b"done");
@@ -181,12 +182,15 @@ struct Destination<'a> {
     sha256: &'a str,
     /// How often progress is reported.
     every: Duration,
+    /// Bytes read from the stream at a time.
+    piece: u64,
 }
 
-/// Writes the slice at `to.path` as its tensors' bytes arrive on `recv`,
-/// hashing them on the way (on a blocking thread: memory holds a few
-/// pieces, never the slice); in place only once every byte came and the
-/// digest is the provision's. The bytes read.
+/// Writes the slice at `to.path` as its tensors' bytes arrive on `recv`.
+/// A blocking thread writes and hashes each piece, and once the stream
+/// ends checks the length and the digest and puts the slice in place, or
+/// drops it, which removes it: memory holds a few pieces, never the
+/// slice, and the runtime's thread does no file I/O. The bytes read.
 async fn stream_slice(
     mut recv: impl tokio::io::AsyncRead + Unpin,
     header: Header,
@@ -194,19 +198,31 @@ async fn stream_slice(
     to: Destination<'_>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<u64, String> {
-    let path = to.path;
     let total = plan.data_bytes();
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PIECES_IN_FLIGHT);
-    let out = path.to_owned();
+    let (out, sha256) = (to.path.to_owned(), to.sha256.to_owned());
     let writer = tokio::task::spawn_blocking(move || {
         let failed = |e: std::io::Error| format!("writing {}: {e}", out.display());
         let mut slice = SliceWriter::create(&header, &plan, &out).map_err(failed)?;
         let mut sha = Sha256::new();
+        let mut done = 0u64;
         while let Some(piece) = rx.blocking_recv() {
             sha.update(&piece);
             slice.write(&piece).map_err(failed)?;
+            done += piece.len() as u64;
         }
-        Ok::<_, String>((hex(&sha.finalize()), slice))
+        if done != total {
+            return Err(format!(
+                "the orchestrator sent {done} of {total} bytes (is it serving another model?)"
+            ));
+        }
+        let digest = hex(&sha.finalize());
+        if digest != sha256 {
+            return Err(format!(
+                "the fetched tensors' sha256 is {digest}, the provision's {sha256}"
+            ));
+        }
+        slice.finish().map_err(failed)
     });
     let mut done = 0u64;
     let mut shown = Instant::now();
@@ -215,10 +231,8 @@ async fn stream_slice(
             break Ok(());
         }
         let mut piece = Vec::new();
-        let want = PIECE.min(total - done);
-        match read_all(&mut recv, want, &mut piece).await {
-            Ok(()) => {}
-            Err(e) => break Err(e),
+        if let Err(e) = read_all(&mut recv, to.piece.min(total - done), &mut piece).await {
+            break Err(e);
         }
         if piece.is_empty() {
             break Ok(());
@@ -234,25 +248,12 @@ async fn stream_slice(
         }
     };
     drop(tx);
-    let written = writer.await.map_err(|e| e.to_string());
-    read?;
-    let (digest, slice) = written??;
-    if done != total {
-        return Err(format!(
-            "the orchestrator sent {done} of {total} bytes (is it serving another model?)"
-        ));
-    }
-    if digest != to.sha256 {
-        return Err(format!(
-            "the fetched tensors' sha256 is {digest}, the provision's {}",
-            to.sha256
-        ));
-    }
-    let out = path.to_owned();
-    tokio::task::spawn_blocking(move || slice.finish())
+    let written = writer
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+        .map_err(|e| format!("writing {}: {e}", to.path.display()));
+    // A stream that failed is why the writer saw it end short.
+    read?;
+    written??;
     Ok(done)
 }
 
@@ -331,10 +332,12 @@ mod tests {
         let dir = scratch("whole");
         let path = dir.join("slice.gguf");
         let mut seen = Vec::new();
+        // Pieces of 4093 bytes, each reported.
         let to = Destination {
             path: &path,
             sha256: &sha,
             every: Duration::ZERO,
+            piece: 4093,
         };
         let header = model.header.clone();
         let n = stream_slice(data.as_slice(), header, plan.clone(), to, |done, total| {
@@ -342,8 +345,11 @@ mod tests {
         })
         .await
         .expect("streamed");
-        assert_eq!(n, data.len() as u64);
         let total = data.len() as u64;
+        assert_eq!(n, total);
+        assert_eq!(seen.len() as u64, total.div_ceil(4093), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+        assert!(seen.iter().all(|&(done, of)| of == total && done <= total));
         assert_eq!(seen.last(), Some(&(total, total)), "{seen:?}");
         // In place and whole: its tensors are the model's, as the cache
         // checks them.
@@ -357,18 +363,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_short_or_wrong_stream_leaves_no_slice() {
+    async fn a_short_or_wrong_stream_or_a_failed_write_leaves_no_slice() {
         let (model, plan, data, sha) = stories_slice();
         let dir = scratch("bad");
         let path = dir.join("slice.gguf");
-        let to = |sha256| Destination {
-            path: &path,
+        let to = |path, sha256| Destination {
+            path,
             sha256,
             every: PROGRESS_EVERY,
+            piece: 1000,
         };
         let short = &data[..data.len() - 10];
         let header = model.header.clone();
-        let e = stream_slice(short, header, plan.clone(), to(&sha), |_, _| {})
+        let e = stream_slice(short, header, plan.clone(), to(&path, &sha), |_, _| {})
             .await
             .expect_err("short");
         let (have, total) = (data.len() - 10, data.len());
@@ -378,12 +385,27 @@ mod tests {
         let mut flipped = data.clone();
         flipped[100] ^= 1;
         let header = model.header.clone();
-        let e = stream_slice(flipped.as_slice(), header, plan, to(&sha), |_, _| {})
-            .await
-            .expect_err("a flipped bit");
+        let e = stream_slice(
+            flipped.as_slice(),
+            header,
+            plan.clone(),
+            to(&path, &sha),
+            |_, _| {},
+        )
+        .await
+        .expect_err("a flipped bit");
         assert!(e.starts_with("the fetched tensors' sha256 is "), "{e}");
         assert!(e.ends_with(&format!("the provision's {sha}")), "{e}");
         assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0);
+        // A cache the slice cannot be written to: the write's error, with
+        // its path, not the stream's.
+        let nowhere = dir.join("missing").join("slice.gguf");
+        let header = model.header.clone();
+        let e = stream_slice(data.as_slice(), header, plan, to(&nowhere, &sha), |_, _| {})
+            .await
+            .expect_err("no such folder");
+        let want = format!("writing {}: ", nowhere.display());
+        assert!(e.starts_with(&want), "{e}");
         std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

@@ -79,11 +79,11 @@ impl Unhashed {
         // The whole file's digest on a thread of its own, the slices' on
         // this one, both fed the same pieces as they are read.
         let (at, whole, head) = std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(PIECES_AHEAD);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(PIECES_AHEAD);
             let hasher = scope.spawn(move || {
                 let (mut whole, mut head, mut at) = (Sha256::new(), Sha256::new(), 0u64);
                 for piece in rx {
-                    whole.update(&piece);
+                    whole.update(piece.as_slice());
                     let n = piece.len() as u64;
                     head.update(&piece[..header_len.saturating_sub(at).min(n) as usize]);
                     at += n;
@@ -99,7 +99,7 @@ impl Unhashed {
                     Err(e) => break Err(failed(e)),
                 };
                 buf.truncate(n);
-                let piece: Arc<[u8]> = buf.into();
+                let piece = Arc::new(buf);
                 // The hasher runs until the channel closes.
                 let _ = tx.send(piece.clone());
                 for slice in &mut slices {
@@ -377,5 +377,44 @@ mod tests {
             ..plan
         };
         assert!(SliceHash::new(&overlapping).sha.is_none());
+    }
+
+    /// A file whose tensors overlap (`blk.1.ffn_up` moved onto
+    /// `blk.1.ffn_gate`, the same shape): the slice that holds both is
+    /// read again on its own, as a node would read it, and its digest is
+    /// that one.
+    #[test]
+    fn a_slice_of_overlapping_tensors_is_hashed_as_a_node_reads_it() {
+        let mut bytes = std::fs::read(stories()).expect("the trained model");
+        let model = Model::open(&stories()).expect("open");
+        let gate = model.header.tensor("blk.1.ffn_gate.weight").expect("gate").offset;
+        // The tensor info of `blk.1.ffn_up.weight`: its name's length and
+        // bytes, its two dims, its type, then its offset.
+        let name = b"blk.1.ffn_up.weight";
+        let mut key = (name.len() as u64).to_le_bytes().to_vec();
+        key.extend_from_slice(name);
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key.as_slice())
+            .expect("the tensor info");
+        let offset = at + key.len() + 4 + 2 * 8 + 4;
+        bytes[offset..offset + 8].copy_from_slice(&gate.to_le_bytes());
+        let dir = std::env::temp_dir().join(format!("drover-overlap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("overlap.gguf");
+        std::fs::write(&path, &bytes).expect("write");
+        let stages = [0..1, 1..3, 3..5];
+        let (model, weights) = Model::open(&path)
+            .expect("open")
+            .hash(&stages, |_, _| {})
+            .expect("hash");
+        let plan = model.slice(1..3).expect("plan");
+        assert!(SliceHash::new(&plan).sha.is_none(), "the ranges overlap");
+        for (w, layers) in weights.iter().zip(stages) {
+            let plan = model.slice(layers.clone()).expect("plan");
+            let alone = slice_digest(&plan, &model.file).expect("digest").0;
+            assert_eq!(w.slice_sha256, alone, "{layers:?}");
+        }
+        std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

@@ -83,17 +83,21 @@ impl Shared {
         fetches.insert(key, rx.clone());
         let (this, w) = (self.clone(), w.clone());
         tokio::spawn(async move {
-            let progress = |done: u64, total: u64| {
-                say(
-                    &this.node,
-                    &format!(
-                        "weights {}..{}: {} of {} MiB fetched",
-                        w.first_layer,
-                        w.end_layer,
-                        done >> 20,
-                        total >> 20
-                    ),
+            // On the agent's log, and on `up`'s terminal.
+            let progress = |bytes: u64, total: u64| {
+                let (first_layer, end_layer) = (w.first_layer, w.end_layer);
+                let line = format!(
+                    "weights {first_layer}..{end_layer}: {} of {} MiB fetched",
+                    bytes >> 20,
+                    total >> 20
                 );
+                say(&this.node, &line);
+                let _ = this.to_orch.try_send(Frame::WeightsFetching {
+                    first_layer,
+                    end_layer,
+                    bytes,
+                    total,
+                });
             };
             let (orchestrator, cache) = (this.orchestrator.clone(), &this.cache);
             let result = fetch::slice(&this.endpoint, orchestrator, &w, cache, progress).await;

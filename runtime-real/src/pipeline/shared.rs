@@ -175,6 +175,29 @@ impl HostShared {
                 self.update(|s| s.fetched(first_layer, bytes));
                 return None;
             }
+            Frame::WeightsFetching {
+                first_layer,
+                end_layer,
+                bytes,
+                total,
+            } => {
+                let line = if self.json {
+                    serde_json::json!({
+                        "event": "weights_progress", "node": node.as_str(),
+                        "layers": format!("{first_layer}..{end_layer}"),
+                        "bytes_fetched": bytes, "bytes_total": total,
+                    })
+                    .to_string()
+                } else {
+                    format!(
+                        "{node}: layers {first_layer}..{end_layer}: {} of {} MiB fetched",
+                        bytes >> 20,
+                        total >> 20
+                    )
+                };
+                crate::up::view::println_flush(&line);
+                return None;
+            }
             _ => return None,
         };
         Some(super::run_input(input))

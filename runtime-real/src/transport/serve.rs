@@ -276,7 +276,8 @@ async fn read_heartbeats(
                 frame @ (Frame::RuntimeReady { .. }
                 | Frame::ReadyAcked { .. }
                 | Frame::StageReport(_)
-                | Frame::WeightsFetched { .. }),
+                | Frame::WeightsFetched { .. }
+                | Frame::WeightsFetching { .. }),
             )) => {
                 let event = ControlEvent::Pipeline {
                     agent: peer.clone(),
@@ -355,6 +356,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::StageReport(_) => "StageReport",
         Frame::WeightsFetched { .. } => "WeightsFetched",
         Frame::Crash => "Crash",
+        Frame::WeightsFetching { .. } => "WeightsFetching",
     }
 }
 

@@ -156,6 +156,18 @@ pub enum Frame {
     /// Orchestrator -> agent: exit at once, without a goodbye, as a crash
     /// would (the operator's drill; only the orchestrator is obeyed).
     Crash,
+    /// Agent -> orchestrator: how far a slice's fetch got (progress, for
+    /// people: every few seconds while it runs).
+    WeightsFetching {
+        /// First block.
+        first_layer: u32,
+        /// One past the last block.
+        end_layer: u32,
+        /// Bytes of its tensors on the node so far.
+        bytes: u64,
+        /// Bytes of its tensors.
+        total: u64,
+    },
 }
 
 /// Why a frame could not be read.

@@ -370,6 +370,14 @@ fn observe(hub: &crate::datastream::Hub, event: &ControlEvent) {
                     "{node}: weights {first_layer}..{end_layer} on the node ({bytes} bytes fetched{})",
                     if *refetched { ", refetched" } else { "" }
                 ),
+                Frame::WeightsFetching {
+                    first_layer,
+                    end_layer,
+                    bytes,
+                    total,
+                } => format!(
+                    "{node}: weights {first_layer}..{end_layer}: {bytes} of {total} bytes fetched"
+                ),
                 _ => return,
             };
             (STAGE, node, text)

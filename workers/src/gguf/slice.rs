@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What to fetch for a stage: the tensors and their byte ranges in the
 /// whole file.
@@ -67,7 +68,7 @@ impl SlicePlan {
 /// ranges back to back, in file order, in pieces of any size. The head
 /// (the whole model's metadata, plus `drover.slice.first_layer` /
 /// `end_layer`, and the slice's tensor infos) goes first, each tensor is
-/// padded to the alignment, and all of it into `<out>.partial`;
+/// padded to the alignment, and all of it into `<out>.<pid>-<n>.partial`;
 /// [`SliceWriter::finish`] renames that to `out` once every byte came. A
 /// writer dropped before then removes it, so `out` is never half a slice,
 /// and memory holds no more than the pieces given.
@@ -101,22 +102,27 @@ impl SliceWriter {
         .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
         let tensors = plan.tensors.iter();
         let head = file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)));
+        // A name of its own: two writers of one slice (nodes sharing a
+        // cache) never write into each other's file; the last to finish
+        // puts a whole one in place.
+        static WRITERS: AtomicU64 = AtomicU64::new(0);
+        let n = WRITERS.fetch_add(1, Ordering::Relaxed);
         let mut name = out.as_os_str().to_owned();
-        name.push(".partial");
+        name.push(format!(".{}-{n}.partial", std::process::id()));
         let partial = PathBuf::from(name);
+        let lens: Vec<u64> = plan.tensors.iter().map(TensorInfo::bytes).collect();
+        let file_out = File::create(&partial)?;
+        // From here on a failure drops the writer, which removes the file.
         let mut writer = SliceWriter {
-            file: None,
+            file: Some(io::BufWriter::with_capacity(1 << 20, file_out)),
             partial,
             out: out.to_owned(),
-            lens: plan.tensors.iter().map(TensorInfo::bytes).collect(),
+            left: lens.first().copied().unwrap_or(0),
+            lens,
             at: 0,
-            left: 0,
             alignment: file.alignment(),
         };
-        let mut f = io::BufWriter::with_capacity(1 << 20, File::create(&writer.partial)?);
-        f.write_all(&head)?;
-        writer.file = Some(f);
-        writer.left = writer.lens.first().copied().unwrap_or(0);
+        writer.file().write_all(&head)?;
         writer.next_tensor(0)?;
         Ok(writer)
     }
