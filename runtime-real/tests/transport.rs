@@ -4,6 +4,7 @@
 mod transport_support;
 
 use core_fsm::ids::AgentId;
+use iroh::endpoint::{Connection, Endpoint, RecvStream, SendStream};
 use runtime_real::transport::agent::AgentExit;
 use runtime_real::transport::wire::{self, Frame, JoinToken, PROTOCOL_VERSION};
 use runtime_real::transport::{
@@ -228,25 +229,8 @@ async fn bad_frames_close_only_their_own_connection() {
 
     // An admitted connection that turns bad is closed and reported gone;
     // the other agent is not.
-    let token = control.mint(binding("w-1"));
-    let (endpoint, conn) = raw_client(&addr).await;
+    let (endpoint, conn, mut send, _recv) = joined_raw_client(&mut control, "w-1").await;
     let raw_id = runtime_real::transport::agent_id_of(endpoint.id());
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    let join = Frame::Join {
-        version: PROTOCOL_VERSION,
-        token: JoinToken::new(token),
-        node: binding("w-1").node,
-        run: Some(binding("w-1").run_id),
-        lease: Some(binding("w-1").lease_id),
-    };
-    wire::write_frame(&mut send, &join).await.unwrap();
-    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
-        .await
-        .unwrap();
-    assert!(
-        matches!(answer, Ok(Some(Frame::Welcome { .. }))),
-        "{answer:?}"
-    );
     send.write_all(&[0, 0, 0, 2, wire::WIRE_VERSION, 0xee])
         .await
         .unwrap();
@@ -271,24 +255,7 @@ async fn an_agents_weights_progress_reaches_the_orchestrator() {
     let dir = state_dir("weights-progress");
     let mut control = ControlPlane::bind(&dir).await.unwrap();
     let mut events = control.take_events();
-    let token = control.mint(binding("w-0"));
-    let (_endpoint, conn) = raw_client(&control.addr_string()).await;
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    let join = Frame::Join {
-        version: PROTOCOL_VERSION,
-        token: JoinToken::new(token),
-        node: binding("w-0").node,
-        run: Some(binding("w-0").run_id),
-        lease: Some(binding("w-0").lease_id),
-    };
-    wire::write_frame(&mut send, &join).await.unwrap();
-    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
-        .await
-        .unwrap();
-    assert!(
-        matches!(answer, Ok(Some(Frame::Welcome { .. }))),
-        "{answer:?}"
-    );
+    let (_endpoint, conn, mut send, _recv) = joined_raw_client(&mut control, "w-0").await;
     let frames = [
         Frame::WeightsFetching {
             first_layer: 0,
@@ -314,4 +281,31 @@ async fn an_agents_weights_progress_reaches_the_orchestrator() {
     }
     assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
     control.shutdown().await;
+}
+
+/// A bare client joined as `node` of run 7 with a token `control` mints,
+/// welcomed: its endpoint, connection and control stream's halves.
+async fn joined_raw_client(
+    control: &mut ControlPlane,
+    node: &str,
+) -> (Endpoint, Connection, SendStream, RecvStream) {
+    let token = control.mint(binding(node));
+    let (endpoint, conn) = raw_client(&control.addr_string()).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let join = Frame::Join {
+        version: PROTOCOL_VERSION,
+        token: JoinToken::new(token),
+        node: binding(node).node,
+        run: Some(binding(node).run_id),
+        lease: Some(binding(node).lease_id),
+    };
+    wire::write_frame(&mut send, &join).await.unwrap();
+    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
+        .await
+        .unwrap();
+    assert!(
+        matches!(answer, Ok(Some(Frame::Welcome { .. }))),
+        "{answer:?}"
+    );
+    (endpoint, conn, send, recv)
 }

@@ -387,7 +387,11 @@ mod tests {
     fn a_slice_of_overlapping_tensors_is_hashed_as_a_node_reads_it() {
         let mut bytes = std::fs::read(stories()).expect("the trained model");
         let model = Model::open(&stories()).expect("open");
-        let gate = model.header.tensor("blk.1.ffn_gate.weight").expect("gate").offset;
+        let gate = model
+            .header
+            .tensor("blk.1.ffn_gate.weight")
+            .expect("gate")
+            .offset;
         // The tensor info of `blk.1.ffn_up.weight`: its name's length and
         // bytes, its two dims, its type, then its offset.
         let name = b"blk.1.ffn_up.weight";
