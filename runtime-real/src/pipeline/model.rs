@@ -22,7 +22,7 @@ use workers::tokenizer::Tokenizer;
 const CHUNK: u64 = 1 << 20;
 
 /// Pieces read ahead of the whole file's digest while the model is
-/// hashed.
+/// hashed, and of a weights stream while it is served.
 const PIECES_AHEAD: usize = 4;
 
 /// An opened model.
@@ -259,17 +259,37 @@ impl Model {
                 let _ = send.finish();
                 continue;
             }
-            for (offset, len) in request.ranges {
-                let mut done = 0;
-                while done < len {
-                    let n = CHUNK.min(len - done);
-                    let Ok(bytes) = self.read(offset + done, n) else {
-                        return;
-                    };
-                    if send.write_all(&bytes).await.is_err() {
+            // The file is read on a blocking thread, a few pieces ahead:
+            // a node fetching its slice while the pipeline serves (a
+            // repair) never stalls the orchestrator's loop on the disk.
+            let (tx, mut rx) = mpsc::channel(PIECES_AHEAD);
+            let model = self.clone();
+            tokio::task::spawn_blocking(move || {
+                for (offset, len) in request.ranges {
+                    let mut done = 0;
+                    while done < len {
+                        let n = CHUNK.min(len - done);
+                        let piece = model.read(offset + done, n);
+                        let failed = piece.is_err();
+                        // A closed channel: the node went away.
+                        if tx.blocking_send(piece).is_err() || failed {
+                            return;
+                        }
+                        done += n;
+                    }
+                }
+            });
+            while let Some(piece) = rx.recv().await {
+                let bytes = match piece {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        let path = self.path.display();
+                        crate::say::err!("drover: weights for {}: {path}: {e}", conn.remote_id());
                         return;
                     }
-                    done += n;
+                };
+                if send.write_all(&bytes).await.is_err() {
+                    return;
                 }
             }
             let _ = send.finish();
