@@ -46,7 +46,7 @@ fn remove_and_stop_from_the_page_go_through_the_run_and_refusals_change_nothing(
         let bare = http.post(&remove).send().await.unwrap();
         assert_eq!(bare.status(), 401);
         let wrong = http
-            .post(format!("{remove}?token=00{}", &token[2..]))
+            .post(format!("{remove}?token={}", wrong_token(&token)))
             .send()
             .await
             .unwrap();

@@ -56,7 +56,7 @@ fn the_dashboard_of_up_streams_the_fleet_resumes_and_serves_the_stopped_run() {
             let bare = http.get(format!("{base}{path}")).send().await.unwrap();
             assert_eq!(bare.status(), 401, "{path} without the token");
             let wrong = http
-                .get(format!("{base}{path}?token=00{}", &token[2..]))
+                .get(format!("{base}{path}?token={}", wrong_token(&token)))
                 .send()
                 .await
                 .unwrap();

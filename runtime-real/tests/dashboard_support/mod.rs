@@ -126,6 +126,14 @@ fn parse_block(block: &str) -> Option<SseEvent> {
     })
 }
 
+/// A token of the same length that is surely not `token`: its first
+/// hex digit changed (replacing two with "00" was `token` itself in one
+/// run of 256).
+pub fn wrong_token(token: &str) -> String {
+    let first = if token.starts_with('0') { '1' } else { '0' };
+    format!("{first}{}", &token[1..])
+}
+
 /// `http://127.0.0.1:PORT/?token=T` as (`http://127.0.0.1:PORT`, `T`).
 pub fn split_url(url: &str) -> (String, String) {
     let (base, token) = url.split_once("/?token=").unwrap();
