@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Seek, SeekFrom};
 use workers::engine::balanced_split;
 use workers::gguf::file::ModelFile;
-use workers::gguf::slice::{SlicePlan, SliceWriter};
+use workers::gguf::slice::{SlicePlan, SliceWriter, slice_head};
 use workers::model::{Logits, Stage, StageInput, StageOutput};
 
 #[test]
@@ -119,6 +119,11 @@ fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
     }
     assert!(files.windows(2).all(|w| w[0] == w[1]));
     let slice = ModelFile::open(&dir.join("by1.gguf")).expect("the slice opens");
+    // What a cached slice's head is checked against: its bytes before
+    // the tensor data.
+    let head = slice_head(&header, &plan);
+    assert_eq!(head.len() as u64, slice.header().data_offset);
+    assert_eq!(&files[0][..head.len()], head.as_slice());
     assert_eq!(slice.header().tensors.len(), plan.tensors.len());
     let leftovers = |dir: &std::path::Path| {
         let mut names: Vec<String> = std::fs::read_dir(dir)

@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use workers::gguf::Header;
 use workers::gguf::read::read_header;
-use workers::gguf::slice::{SlicePlan, SliceWriter};
+use workers::gguf::slice::{SlicePlan, SliceWriter, slice_head};
 
 /// The cache's format version (part of every key).
 pub const CACHE_VERSION: u32 = 1;
@@ -87,6 +87,16 @@ fn cached_ok(path: &Path, w: &WeightsRef) -> Result<(), String> {
     let header =
         read_header(std::io::BufReader::new(&file), len, &label).map_err(|e| e.to_string())?;
     let plan = SlicePlan::new(&header, layers(w))?;
+    let mut head = vec![0u8; usize::try_from(header.data_offset).map_err(|e| e.to_string())?];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| e.to_string())?;
+    let digest = hex(&Sha256::digest(&head));
+    if digest != w.slice_head_sha256 {
+        return Err(format!(
+            "its head's sha256 is {digest}, the provision's {}",
+            w.slice_head_sha256
+        ));
+    }
     let (digest, _) = slice_digest(&plan, &file).map_err(|e| e.to_string())?;
     if digest != w.slice_sha256 {
         return Err(format!(
@@ -157,6 +167,14 @@ pub async fn slice(
     let header: Header = read_header(header_bytes.as_slice(), w.model_size, "the fetched header")
         .map_err(|e| e.to_string())?;
     let plan = SlicePlan::new(&header, layers(w))?;
+    let head = hex(&Sha256::digest(slice_head(&header, &plan)));
+    if head != w.slice_head_sha256 {
+        return Err(format!(
+            "the slice's head would have sha256 {head}, the provision's {} \
+             (are the orchestrator and this agent of one build?)",
+            w.slice_head_sha256
+        ));
+    }
     std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     let recv = request(&conn, w, plan.ranges.clone()).await?;
     let to = Destination {

@@ -137,6 +137,7 @@ impl Unhashed {
                     Some(sha) => hex(&sha.finalize()),
                     None => slice_digest(plan, &model.file).map_err(failed)?.0,
                 };
+                let head = workers::gguf::slice::slice_head(&model.header, plan);
                 Ok(WeightsRef {
                     model_digest: model.digest.clone(),
                     model_size: model.size,
@@ -145,6 +146,7 @@ impl Unhashed {
                     first_layer: plan.layers.start as u32,
                     end_layer: plan.layers.end as u32,
                     slice_sha256,
+                    slice_head_sha256: hex(&Sha256::digest(&head)),
                     slice_bytes: plan.data_bytes(),
                 })
             })

@@ -99,6 +99,10 @@ pub struct WeightsRef {
     pub end_layer: u32,
     /// sha256 (hex) of the stage's tensor bytes, in file order.
     pub slice_sha256: String,
+    /// sha256 (hex) of the slice file's head, its bytes before the tensor
+    /// data (`workers::gguf::slice::slice_head`): with `slice_sha256`, a
+    /// cached slice is checked in every byte a worker reads.
+    pub slice_head_sha256: String,
     /// Bytes of those tensors.
     pub slice_bytes: u64,
 }

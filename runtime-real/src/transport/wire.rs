@@ -16,7 +16,7 @@ pub const ALPN: &[u8] = b"drover/control/1";
 
 /// The wire version: first byte of every frame body. Bumped when an existing
 /// frame changes shape; new frames are appended to [`Frame`] without a bump.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// The protocol version an agent announces in `Join`/`Rejoin`.
 pub const PROTOCOL_VERSION: u8 = 1;

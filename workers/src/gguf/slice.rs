@@ -64,6 +64,33 @@ impl SlicePlan {
     }
 }
 
+/// The bytes of the slice of `plan` before its tensor data, as
+/// [`SliceWriter`] writes them (the whole model's metadata, plus
+/// `drover.slice.first_layer` / `end_layer`, and the slice's tensor infos,
+/// padded): what a cached slice's head is checked against.
+pub fn slice_head(header: &Header, plan: &SlicePlan) -> Vec<u8> {
+    head(header, plan).0
+}
+
+/// The slice's head and its tensor data's alignment.
+fn head(header: &Header, plan: &SlicePlan) -> (Vec<u8>, u64) {
+    let mut file = GgufOut::new();
+    file.metadata = header
+        .metadata
+        .iter()
+        .filter(|(k, _)| !k.starts_with("drover.slice."))
+        .cloned()
+        .collect();
+    file.meta(
+        "drover.slice.first_layer",
+        Value::U32(plan.layers.start as u32),
+    )
+    .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
+    let tensors = plan.tensors.iter();
+    let head = file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)));
+    (head, file.alignment())
+}
+
 /// A stage's slice written as its tensors' bytes arrive: the plan's
 /// ranges back to back, in file order, in pieces of any size. The head
 /// (the whole model's metadata, plus `drover.slice.first_layer` /
@@ -88,20 +115,7 @@ impl SliceWriter {
     /// Starts the slice of `plan` (blocks of the model `header`
     /// describes) at `out`.
     pub fn create(header: &Header, plan: &SlicePlan, out: &Path) -> io::Result<SliceWriter> {
-        let mut file = GgufOut::new();
-        file.metadata = header
-            .metadata
-            .iter()
-            .filter(|(k, _)| !k.starts_with("drover.slice."))
-            .cloned()
-            .collect();
-        file.meta(
-            "drover.slice.first_layer",
-            Value::U32(plan.layers.start as u32),
-        )
-        .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
-        let tensors = plan.tensors.iter();
-        let head = file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)));
+        let (head, alignment) = head(header, plan);
         // A name of its own: two writers of one slice (nodes sharing a
         // cache) never write into each other's file; the last to finish
         // puts a whole one in place.
@@ -120,7 +134,7 @@ impl SliceWriter {
             left: lens.first().copied().unwrap_or(0),
             lens,
             at: 0,
-            alignment: file.alignment(),
+            alignment,
         };
         writer.file().write_all(&head)?;
         writer.next_tensor(0)?;
