@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Seek, SeekFrom};
 use workers::engine::balanced_split;
 use workers::gguf::file::ModelFile;
-use workers::gguf::slice::{SlicePlan, SliceWriter, slice_head};
+use workers::gguf::slice::{SlicePlan, SliceWriter, remove_stale_partials, slice_head};
 use workers::model::{Logits, Stage, StageInput, StageOutput};
 
 #[test]
@@ -155,5 +155,37 @@ fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
     writer.write(&data[..1000]).expect("a start");
     drop(writer);
     assert_eq!(leftovers(&dir), kept);
+    std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+#[test]
+fn partial_files_of_dead_writers_are_removed_and_no_others() {
+    let dir = common::scratch("slice-stale");
+    let out = dir.join("m-1-3-v1.gguf");
+    let me = std::process::id();
+    let name = |tail: &str| dir.join(format!("m-1-3-v1.gguf.{tail}"));
+    // No process has an id this high (Linux's pid_max is at most 2^22).
+    let dead = name("2000000000-0.partial");
+    let mine = name(&format!("{me}-7.partial"));
+    // Process 1 always runs.
+    let running = name("1-0.partial");
+    let others = [
+        dir.join("m-3-5-v1.gguf.2000000000-0.partial"),
+        name("2000000000-0.part"),
+        name("x-0.partial"),
+        out.clone(),
+    ];
+    for path in [&dead, &mine, &running].into_iter().chain(&others) {
+        std::fs::write(path, b"half").expect("write");
+    }
+    let removed = remove_stale_partials(&out).expect("remove");
+    assert_eq!(removed, std::slice::from_ref(&dead));
+    assert!(!dead.exists());
+    for kept in [&mine, &running].into_iter().chain(&others) {
+        assert!(kept.exists(), "{}", kept.display());
+    }
+    // A cache that does not exist yet holds nothing to remove.
+    let none = dir.join("missing").join("m-1-3-v1.gguf");
+    assert!(remove_stale_partials(&none).expect("no folder").is_empty());
     std::fs::remove_dir_all(&dir).expect("clean");
 }

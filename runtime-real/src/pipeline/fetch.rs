@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use workers::gguf::Header;
 use workers::gguf::read::read_header;
-use workers::gguf::slice::{SlicePlan, SliceWriter, slice_head};
+use workers::gguf::slice::{SlicePlan, SliceWriter, remove_stale_partials, slice_head};
 
 /// The cache's format version (part of every key).
 pub const CACHE_VERSION: u32 = 1;
@@ -221,6 +221,12 @@ async fn stream_slice(
     let (out, sha256) = (to.path.to_owned(), to.sha256.to_owned());
     let writer = tokio::task::spawn_blocking(move || {
         let failed = |e: std::io::Error| format!("writing {}: {e}", out.display());
+        for stale in remove_stale_partials(&out).map_err(failed)? {
+            crate::say::err!(
+                "drover-agent: removed {}, left by a fetch whose process died",
+                stale.display()
+            );
+        }
         let mut slice = SliceWriter::create(&header, &plan, &out).map_err(failed)?;
         let mut sha = Sha256::new();
         let mut done = 0u64;

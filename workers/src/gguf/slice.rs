@@ -211,3 +211,54 @@ impl Drop for SliceWriter {
         }
     }
 }
+
+/// Removes the partial files of the slice at `out` that writers left
+/// when their process died (an agent killed during a fetch): each is as
+/// large as what it had fetched, and a node's disk sized for its slices
+/// may not hold another. A file of a process that runs, this one
+/// included, is kept. The files removed.
+pub fn remove_stale_partials(out: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let (Some(dir), Some(name)) = (out.parent(), out.file_name().and_then(|n| n.to_str())) else {
+        return Ok(removed);
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(e),
+    };
+    let prefix = format!("{name}.");
+    for entry in entries {
+        let entry = entry?;
+        let file = entry.file_name();
+        let pid = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|rest| rest.strip_suffix(".partial"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok());
+        let Some(pid) = pid.filter(|&pid| pid > 0) else {
+            continue;
+        };
+        if pid.unsigned_abs() == std::process::id() || runs(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether process `pid` (above 0) exists.
+#[allow(unsafe_code)] // one system call, which sends nothing
+fn runs(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only asks whether the process
+    // exists and may be signalled, and `pid` is above 0, so it names one
+    // process, not a group.
+    let answer = unsafe { libc::kill(pid, 0) };
+    answer == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
