@@ -128,6 +128,12 @@ pub enum RejectReason {
         /// The agent's version.
         version: u8,
     },
+    /// The agent's first frame is of another control wire version (a
+    /// `drover-agent` of another build): refused, so it stops dialling.
+    WireVersion {
+        /// The version byte seen.
+        version: u8,
+    },
     /// A frame could not be read: malformed, oversized, wrong wire version.
     BadFrame {
         /// What was wrong.
@@ -158,6 +164,12 @@ impl fmt::Display for RejectReason {
                 f,
                 "protocol version {version}, expected {}",
                 wire::PROTOCOL_VERSION
+            ),
+            RejectReason::WireVersion { version } => write!(
+                f,
+                "the agent speaks control wire version {version}, this orchestrator {}: \
+                 run the drover-agent of this drover's build",
+                wire::WIRE_VERSION
             ),
             RejectReason::BadFrame { detail } => write!(f, "bad frame: {detail}"),
             RejectReason::UnexpectedFrame { frame } => write!(f, "unexpected {frame} frame"),

@@ -199,12 +199,11 @@ async fn bad_frames_close_only_their_own_connection() {
     let oversized = (u32::try_from(wire::FRAME_BYTES_MAX).unwrap() + 1)
         .to_be_bytes()
         .to_vec();
-    let cases: [(&str, Vec<u8>); 4] = [
+    let cases: [(&str, Vec<u8>); 3] = [
         (
             "malformed",
             vec![0, 0, 0, 3, wire::WIRE_VERSION, 0xff, 0xff],
         ),
-        ("wrong version", vec![0, 0, 0, 2, wire::WIRE_VERSION + 1, 0]),
         ("oversized", oversized),
         ("empty", vec![0, 0, 0, 0]),
     ];
@@ -226,6 +225,34 @@ async fn bad_frames_close_only_their_own_connection() {
         // The joined agent keeps heartbeating on its own connection.
         seq = heartbeat_above(&mut events, &good_id, seq).await;
     }
+
+    // A first frame of another wire version (an agent of another build)
+    // is refused with the code every version takes as final, and a reason
+    // that says what to do.
+    let (endpoint, conn) = raw_client(&addr).await;
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    let old = wire::WIRE_VERSION - 1;
+    send.write_all(&[0, 0, 0, 2, old, 0]).await.unwrap();
+    assert_eq!(closed_code(&conn).await, CLOSE_REJECTED.into_inner());
+    let said = match conn.close_reason() {
+        Some(iroh::endpoint::ConnectionError::ApplicationClosed(close)) => {
+            String::from_utf8_lossy(&close.reason).into_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    let want = format!(
+        "the agent speaks control wire version {old}, this orchestrator {}: \
+         run the drover-agent of this drover's build",
+        wire::WIRE_VERSION
+    );
+    assert_eq!(said, want);
+    let peer = runtime_real::transport::agent_id_of(endpoint.id());
+    let reason = rejection_of(&mut events, &peer).await;
+    assert!(
+        matches!(reason, RejectReason::WireVersion { version } if version == old),
+        "{reason:?}"
+    );
+    seq = heartbeat_above(&mut events, &good_id, seq).await;
 
     // An admitted connection that turns bad is closed and reported gone;
     // the other agent is not.
@@ -308,4 +335,45 @@ async fn joined_raw_client(
         "{answer:?}"
     );
     (endpoint, conn, send, recv)
+}
+
+/// An orchestrator of another build, whose answer to the hello is of
+/// another control wire version: the agent stops at once (exit code 3),
+/// saying what to do, instead of dialling for `reconnect_for`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_of_another_wire_version_refuses_the_agent_at_once() {
+    let orchestrator = Endpoint::builder(iroh::endpoint::presets::Minimal)
+        .relay_mode(iroh::endpoint::RelayMode::Disabled)
+        .clear_address_lookup()
+        .clear_ip_transports()
+        .bind_addr("127.0.0.1:0")
+        .unwrap()
+        .alpns(vec![wire::ALPN.to_vec()])
+        .bind()
+        .await
+        .unwrap();
+    let mut addr = iroh::EndpointAddr::new(orchestrator.id());
+    for socket in orchestrator.bound_sockets() {
+        addr = addr.with_ip_addr(socket);
+    }
+    let addr = runtime_real::transport::format_addr(&addr);
+    let newer = wire::WIRE_VERSION + 1;
+    let answer = tokio::spawn(async move {
+        let conn = orchestrator.accept().await.unwrap().await.unwrap();
+        let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+        let hello = wire::read_frame(&mut recv).await.unwrap();
+        assert!(matches!(hello, Some(Frame::Join { .. })), "{hello:?}");
+        send.write_all(&[0, 0, 0, 2, newer, 0]).await.unwrap();
+        // Held open until the agent has read it and gone.
+        let _ = tokio::time::timeout(WAIT, conn.closed()).await;
+    });
+    let agent = agent(&addr, "w-0", "a-token").await;
+    let exit = exit_of(spawn(agent)).await;
+    let reason = format!(
+        "the orchestrator speaks control wire version {newer}, this agent {}: \
+         run the drover-agent of the orchestrator's build",
+        wire::WIRE_VERSION
+    );
+    assert_eq!(exit, AgentExit::Rejected { reason });
+    tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
 }

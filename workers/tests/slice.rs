@@ -125,15 +125,7 @@ fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
     assert_eq!(head.len() as u64, slice.header().data_offset);
     assert_eq!(&files[0][..head.len()], head.as_slice());
     assert_eq!(slice.header().tensors.len(), plan.tensors.len());
-    let leftovers = |dir: &std::path::Path| {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
-    let kept = leftovers(&dir);
+    let kept = names_in(&dir);
 
     // A byte too many is refused; one too few fails `finish`; a writer
     // dropped half way: none of them leaves a file behind.
@@ -154,38 +146,71 @@ fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
     let mut writer = SliceWriter::create(&header, &plan, &path).expect("create");
     writer.write(&data[..1000]).expect("a start");
     drop(writer);
-    assert_eq!(leftovers(&dir), kept);
+    assert_eq!(names_in(&dir), kept);
     std::fs::remove_dir_all(&dir).expect("clean");
 }
 
 #[test]
 fn partial_files_of_dead_writers_are_removed_and_no_others() {
     let dir = common::scratch("slice-stale");
+    let whole = common::stories();
+    let header = ModelFile::open(&whole).expect("open").header().clone();
+    let plan = SlicePlan::new(&header, 1..3).expect("plan");
     let out = dir.join("m-1-3-v1.gguf");
-    let me = std::process::id();
     let name = |tail: &str| dir.join(format!("m-1-3-v1.gguf.{tail}"));
-    // No process has an id this high (Linux's pid_max is at most 2^22).
-    let dead = name("2000000000-0.partial");
-    let mine = name(&format!("{me}-7.partial"));
-    // Process 1 always runs.
-    let running = name("1-0.partial");
+    // A dead writer's file: no one holds it.
+    let dead = name("4242-0-1.partial");
+    std::fs::write(&dead, b"half").expect("write");
+    // A writer that runs, in this process: its file is held.
+    let live = SliceWriter::create(&header, &plan, &out).expect("create");
+    // One held by another open file, as another process's writer holds
+    // its own.
+    let held = name("1-0-2.partial");
+    let holder = std::fs::File::create(&held).expect("create");
+    holder.try_lock().expect("lock");
     let others = [
-        dir.join("m-3-5-v1.gguf.2000000000-0.partial"),
-        name("2000000000-0.part"),
-        name("x-0.partial"),
-        out.clone(),
+        dir.join("m-3-5-v1.gguf.4242-0-1.partial"),
+        name("4242-0-1.part"),
+        dir.join("m-1-3-v1.gguf"),
     ];
-    for path in [&dead, &mine, &running].into_iter().chain(&others) {
+    for path in &others {
         std::fs::write(path, b"half").expect("write");
     }
-    let removed = remove_stale_partials(&out).expect("remove");
-    assert_eq!(removed, std::slice::from_ref(&dead));
-    assert!(!dead.exists());
-    for kept in [&mine, &running].into_iter().chain(&others) {
-        assert!(kept.exists(), "{}", kept.display());
-    }
+    let before = names_in(&dir);
+    let tried = remove_stale_partials(&out);
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    assert_eq!(tried[0].0, dead);
+    assert!(tried[0].1.is_ok(), "{tried:?}");
+    let after = names_in(&dir);
+    let dead_name = dead
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let kept: Vec<&String> = before.iter().filter(|n| **n != dead_name).collect();
+    assert_eq!(after.iter().collect::<Vec<_>>(), kept);
+    assert_eq!(after.len(), 2 + others.len(), "{after:?}");
+    drop(live);
+    drop(holder);
+    // Once their writers are gone, both are stale (the live writer's was
+    // removed as it dropped).
+    let tried = remove_stale_partials(&out);
+    assert_eq!(
+        tried.iter().map(|t| t.0.clone()).collect::<Vec<_>>(),
+        std::slice::from_ref(&held)
+    );
     // A cache that does not exist yet holds nothing to remove.
     let none = dir.join("missing").join("m-1-3-v1.gguf");
-    assert!(remove_stale_partials(&none).expect("no folder").is_empty());
+    assert!(remove_stale_partials(&none).is_empty());
     std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }

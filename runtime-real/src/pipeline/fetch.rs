@@ -221,11 +221,19 @@ async fn stream_slice(
     let (out, sha256) = (to.path.to_owned(), to.sha256.to_owned());
     let writer = tokio::task::spawn_blocking(move || {
         let failed = |e: std::io::Error| format!("writing {}: {e}", out.display());
-        for stale in remove_stale_partials(&out).map_err(failed)? {
-            crate::say::err!(
-                "drover-agent: removed {}, left by a fetch whose process died",
-                stale.display()
-            );
+        // Best effort: a file that cannot be removed is said, and the
+        // fetch goes on.
+        for (stale, removed) in remove_stale_partials(&out) {
+            match removed {
+                Ok(()) => crate::say::err!(
+                    "drover-agent: removed {}, left by a fetch whose process died",
+                    stale.display()
+                ),
+                Err(e) => crate::say::err!(
+                    "drover-agent: could not remove {}, left by a fetch whose process died: {e}",
+                    stale.display()
+                ),
+            }
         }
         let mut slice = SliceWriter::create(&header, &plan, &out).map_err(failed)?;
         let mut sha = Sha256::new();

@@ -231,6 +231,16 @@ impl Agent {
                 let reason = "unexpected answer to hello".to_owned();
                 return link::Input::Unanswered { reason };
             }
+            // An orchestrator of another build: dialling again would not help.
+            Ok(Err(FrameError::WrongVersion { version })) => {
+                conn.close(CLOSE_DONE, b"wire version");
+                let reason = format!(
+                    "the orchestrator speaks control wire version {version}, this agent {}: \
+                     run the drover-agent of the orchestrator's build",
+                    super::wire::WIRE_VERSION
+                );
+                return link::Input::Refused { reason };
+            }
             Ok(Ok(None)) | Ok(Err(_)) => return closed_outcome(&conn, false),
             Err(_) => {
                 let reason = "no answer to hello".to_owned();

@@ -91,12 +91,22 @@ async fn hello(
     .await;
     let reason = match first {
         Ok(Some(Ok((send, recv, Some(frame))))) => return Some((send, recv, frame)),
+        Ok(Some(Err(FrameError::WrongVersion { version }))) => {
+            RejectReason::WireVersion { version }
+        }
         Ok(Some(Err(err))) => bad_frame_reason(&err)?,
         // The peer went away before saying anything.
         Ok(None) | Ok(Some(Ok((_, _, None)))) => return None,
         Err(_) => RejectReason::NoHello,
     };
-    conn.close(CLOSE_PROTOCOL, reason.to_string().as_bytes());
+    // An agent of another wire version cannot read a `Rejected` frame of
+    // this one, but every version takes this close code as a refusal and
+    // stops dialling, with the reason.
+    let code = match reason {
+        RejectReason::WireVersion { .. } => CLOSE_REJECTED,
+        _ => CLOSE_PROTOCOL,
+    };
+    conn.close(code, reason.to_string().as_bytes());
     emit(
         shared,
         ControlEvent::Rejected {

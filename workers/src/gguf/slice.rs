@@ -121,11 +121,26 @@ impl SliceWriter {
         // puts a whole one in place.
         static WRITERS: AtomicU64 = AtomicU64::new(0);
         let n = WRITERS.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let mut name = out.as_os_str().to_owned();
-        name.push(format!(".{}-{n}.partial", std::process::id()));
+        name.push(format!(".{}-{n}-{nanos:x}.partial", std::process::id()));
         let partial = PathBuf::from(name);
         let lens: Vec<u64> = plan.tensors.iter().map(TensorInfo::bytes).collect();
-        let file_out = File::create(&partial)?;
+        let file_out = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&partial)?;
+        // Held while the writer lives: a file no one holds is a dead
+        // writer's ([`remove_stale_partials`]). A file system without
+        // locks leaves it unlocked, and such files are never removed.
+        if let Err(std::fs::TryLockError::WouldBlock) = file_out.try_lock() {
+            return Err(io::Error::other(format!(
+                "{} is held by another writer",
+                partial.display()
+            )));
+        }
         // From here on a failure drops the writer, which removes the file.
         let mut writer = SliceWriter {
             file: Some(io::BufWriter::with_capacity(1 << 20, file_out)),
@@ -192,22 +207,29 @@ impl SliceWriter {
             )));
         }
         let file = self.file.take().expect("open until finished");
-        let done = file
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .and_then(|f| f.sync_all())
-            .and_then(|()| std::fs::rename(&self.partial, &self.out));
-        if done.is_err() {
-            let _ = std::fs::remove_file(&self.partial);
+        // The file stays open, and so locked, until it has its name: no
+        // cleanup takes it for a dead writer's before.
+        let done = file.into_inner().map_err(|e| e.into_error()).and_then(|f| {
+            f.sync_all()?;
+            std::fs::rename(&self.partial, &self.out)?;
+            Ok(f)
+        });
+        match done {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.partial);
+                Err(e)
+            }
         }
-        done
     }
 }
 
 impl Drop for SliceWriter {
     fn drop(&mut self) {
-        if self.file.take().is_some() {
+        // Removed while still open (and locked), then closed.
+        if let Some(file) = self.file.take() {
             let _ = std::fs::remove_file(&self.partial);
+            drop(file);
         }
     }
 }
@@ -215,50 +237,38 @@ impl Drop for SliceWriter {
 /// Removes the partial files of the slice at `out` that writers left
 /// when their process died (an agent killed during a fetch): each is as
 /// large as what it had fetched, and a node's disk sized for its slices
-/// may not hold another. A file of a process that runs, this one
-/// included, is kept. The files removed.
-pub fn remove_stale_partials(out: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut removed = Vec::new();
+/// may not hold another. A live writer holds a lock on its file (in this
+/// process or another, in any pid namespace), so a file whose lock can be
+/// taken is a dead writer's; one whose lock cannot be asked about (a file
+/// system without locks) is kept. Each file tried, and whether its removal
+/// failed; a cache that does not exist has none.
+pub fn remove_stale_partials(out: &Path) -> Vec<(PathBuf, io::Result<()>)> {
+    let mut tried = Vec::new();
     let (Some(dir), Some(name)) = (out.parent(), out.file_name().and_then(|n| n.to_str())) else {
-        return Ok(removed);
+        return tried;
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
-        Err(e) => return Err(e),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return tried,
+        Err(e) => return vec![(dir.to_owned(), Err(e))],
     };
     let prefix = format!("{name}.");
-    for entry in entries {
-        let entry = entry?;
+    for entry in entries.flatten() {
         let file = entry.file_name();
-        let pid = file
+        let partial = file
             .to_str()
-            .and_then(|f| f.strip_prefix(&prefix))
-            .and_then(|rest| rest.strip_suffix(".partial"))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<i32>().ok());
-        let Some(pid) = pid.filter(|&pid| pid > 0) else {
-            continue;
-        };
-        if pid.unsigned_abs() == std::process::id() || runs(pid) {
+            .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".partial"));
+        if !partial {
             continue;
         }
         let path = entry.path();
-        match std::fs::remove_file(&path) {
-            Ok(()) => removed.push(path),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        let Ok(held) = File::open(&path) else {
+            continue;
+        };
+        if held.try_lock().is_ok() {
+            let removed = std::fs::remove_file(&path);
+            tried.push((path, removed));
         }
     }
-    Ok(removed)
-}
-
-/// Whether process `pid` (above 0) exists.
-#[allow(unsafe_code)] // one system call, which sends nothing
-fn runs(pid: i32) -> bool {
-    // SAFETY: signal 0 sends nothing; it only asks whether the process
-    // exists and may be signalled, and `pid` is above 0, so it names one
-    // process, not a group.
-    let answer = unsafe { libc::kill(pid, 0) };
-    answer == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    tried
 }
