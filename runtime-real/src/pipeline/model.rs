@@ -362,6 +362,8 @@ mod tests {
                 let plan = model.slice(layers.clone()).expect("plan");
                 let alone = slice_digest(&plan, &model.file).expect("digest");
                 assert_eq!((w.slice_sha256.clone(), w.slice_bytes), alone, "{layers:?}");
+                let head = workers::gguf::slice::slice_head(&model.header, &plan);
+                assert_eq!(w.slice_head_sha256, hex(&Sha256::digest(&head)));
                 assert_eq!(
                     w.first_layer..w.end_layer,
                     layers.start as u32..layers.end as u32
