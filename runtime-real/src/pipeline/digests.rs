@@ -2,8 +2,8 @@
 //! takes tens of seconds, and every `up` and `plan` did it again. One
 //! entry per file (its device and inode, under `~/.cache/drover/digests`,
 //! or `$DROVER_DIGEST_CACHE`), good while the file's size, mtime and ctime
-//! are what they were when it was hashed: a write moves its ctime, and no
-//! tool sets a ctime back. A stale or unreadable entry is a miss; keeping
+//! (and birth time, where kept) are what they were when it was hashed: a
+//! write moves its ctime, and no tool sets a ctime back. A stale or unreadable entry is a miss; keeping
 //! one is best effort. Should a file change anyway, the nodes' own checks
 //! of what they fetch still refuse it, by name.
 
@@ -14,6 +14,7 @@ use std::fs::Metadata;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What is kept of one file.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ struct Entry {
     size: u64,
     mtime_ns: i128,
     ctime_ns: i128,
+    /// Its birth time, where the file system keeps one: an inode freed
+    /// and taken by a new file is not the file hashed.
+    btime_ns: Option<i128>,
     /// The whole file's sha256.
     digest: String,
     /// Each stage's slice digest hashed so far, by block range (`a..b`).
@@ -64,6 +68,7 @@ pub fn store(dir: &Path, meta: &Metadata, path: &Path, digest: &str, weights: &[
             size: meta.size(),
             mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
             ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
+            btime_ns: born(meta),
             digest: digest.to_owned(),
             slices: BTreeMap::new(),
         },
@@ -75,10 +80,12 @@ pub fn store(dir: &Path, meta: &Metadata, path: &Path, digest: &str, weights: &[
     let Ok(text) = serde_json::to_vec_pretty(&entry) else {
         return;
     };
-    // Through a file of this process's own and a rename: a reader never
+    // Through a file of this writer's own and a rename: a reader never
     // sees half an entry, and two writers leave one whole.
     let file = dir.join(name(meta));
-    let tmp = dir.join(format!("{}.{}.tmp", name(meta), std::process::id()));
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!("{}.{}-{n}.tmp", name(meta), std::process::id()));
     let kept = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&tmp, text))
         .and_then(|()| std::fs::rename(&tmp, &file));
@@ -93,7 +100,8 @@ fn read(dir: &Path, meta: &Metadata) -> Option<Entry> {
     let entry: Entry = serde_json::from_slice(&text).ok()?;
     let same = entry.size == meta.size()
         && entry.mtime_ns == nanos(meta.mtime(), meta.mtime_nsec())
-        && entry.ctime_ns == nanos(meta.ctime(), meta.ctime_nsec());
+        && entry.ctime_ns == nanos(meta.ctime(), meta.ctime_nsec())
+        && entry.btime_ns == born(meta);
     same.then_some(entry)
 }
 
@@ -103,6 +111,15 @@ fn name(meta: &Metadata) -> String {
 
 fn key(stage: &Range<usize>) -> String {
     format!("{}..{}", stage.start, stage.end)
+}
+
+fn born(meta: &Metadata) -> Option<i128> {
+    let since = meta
+        .created()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(i128::try_from(since.as_nanos()).unwrap_or(i128::MAX))
 }
 
 fn nanos(secs: i64, nsec: i64) -> i128 {
