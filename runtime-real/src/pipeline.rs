@@ -11,7 +11,6 @@
 //!   the agent and its worker's serving thread on one processor ([`pin`]);
 //! - [`wire`]: what travels on the pipeline's connections.
 
-pub mod digests;
 pub mod download;
 pub mod edges;
 pub mod fetch;

@@ -130,25 +130,7 @@ pub fn prepare(plan: &RunPlan, spec: PipelineSpec, path: &Path) -> Result<Prepar
         .iter()
         .map(|a| a.layers.start as usize..a.layers.end_exclusive as usize)
         .collect();
-    // Digests kept from an earlier hash of this very file, else one pass.
-    let kept = super::digests::dir();
-    let meta = model
-        .file()
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let known = kept
-        .as_deref()
-        .and_then(|dir| super::digests::lookup(dir, &meta, &ranges));
-    let (model, weights) = match known {
-        Some((digest, slices)) => model.known(digest, slices, &ranges)?,
-        None => {
-            let (model, weights) = model.hash(&ranges, hashing(path))?;
-            if let Some(dir) = &kept {
-                super::digests::store(dir, &meta, path, &model.digest, &weights);
-            }
-            (model, weights)
-        }
-    };
+    let (model, weights) = model.hash(&ranges, hashing(path))?;
     if let ModelSource::Url { sha256, .. } = &spec.model
         && model.digest != *sha256
     {

@@ -1,6 +1,5 @@
 //! Reading a model's digests: the whole file's, its header's and each
-//! stage's slice's in one pass ([`Unhashed::hash`]), or from digests kept
-//! from an earlier pass ([`Unhashed::known`]).
+//! stage's slice's, in one pass ([`Unhashed::hash`]).
 
 use super::super::fetch::{hex, slice_digest};
 use super::super::wire::WeightsRef;
@@ -82,42 +81,6 @@ impl Unhashed {
             .collect::<Result<Vec<_>, String>>()?;
         let (digest, header_sha256) = (hex(&whole.finalize()), hex(&head.finalize()));
         Ok(self.into_model(digest, header_sha256, slice_shas, &plans))
-    }
-
-    /// The model and what each stage of `stages` fetches, from digests
-    /// known already (kept from an earlier hash of this very file,
-    /// [`super::digests`]): the whole file's and each stage's slice's, in
-    /// order. Only the header is read.
-    pub fn known(
-        self,
-        digest: String,
-        slice_shas: Vec<String>,
-        stages: &[Range<usize>],
-    ) -> Result<(Model, Vec<WeightsRef>), String> {
-        let label = self.path.display().to_string();
-        let plans = stages
-            .iter()
-            .map(|layers| SlicePlan::new(&self.header, layers.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
-        if slice_shas.len() != plans.len() {
-            return Err(format!(
-                "{label}: {} slice digests for {} stages",
-                slice_shas.len(),
-                plans.len()
-            ));
-        }
-        let len = usize::try_from(self.header.data_offset).map_err(|e| format!("{label}: {e}"))?;
-        let mut head = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut head, 0)
-            .map_err(|e| format!("{label}: {e}"))?;
-        let header_sha256 = hex(&Sha256::digest(&head));
-        Ok(self.into_model(digest, header_sha256, slice_shas, &plans))
-    }
-
-    /// The file's [`Unhashed::hash`] would read, open.
-    pub fn file(&self) -> &std::fs::File {
-        &self.file
     }
 
     fn into_model(
