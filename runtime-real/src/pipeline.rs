@@ -13,6 +13,7 @@
 
 pub mod download;
 pub mod edges;
+mod every;
 pub mod fetch;
 pub mod host;
 pub mod lives;

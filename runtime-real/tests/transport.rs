@@ -144,8 +144,6 @@ async fn a_rejected_raw_connection_is_closed() {
     let dir = state_dir("raw-reject");
     let mut control = ControlPlane::bind(&dir).await.unwrap();
     let mut events = control.take_events();
-    let (endpoint, conn) = raw_client(&control.addr_string()).await;
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let join = Frame::Join {
         version: PROTOCOL_VERSION,
         token: JoinToken::new("f".repeat(64)),
@@ -153,10 +151,7 @@ async fn a_rejected_raw_connection_is_closed() {
         run: None,
         lease: None,
     };
-    wire::write_frame(&mut send, &join).await.unwrap();
-    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
-        .await
-        .unwrap();
+    let (endpoint, conn, _send, _recv, answer) = raw_hello(&control.addr_string(), &join).await;
     assert!(
         matches!(answer, Ok(Some(Frame::Rejected { .. }))),
         "{answer:?}"
@@ -317,8 +312,6 @@ async fn joined_raw_client(
     node: &str,
 ) -> (Endpoint, Connection, SendStream, RecvStream) {
     let token = control.mint(binding(node));
-    let (endpoint, conn) = raw_client(&control.addr_string()).await;
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let join = Frame::Join {
         version: PROTOCOL_VERSION,
         token: JoinToken::new(token),
@@ -326,10 +319,7 @@ async fn joined_raw_client(
         run: Some(binding(node).run_id),
         lease: Some(binding(node).lease_id),
     };
-    wire::write_frame(&mut send, &join).await.unwrap();
-    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
-        .await
-        .unwrap();
+    let (endpoint, conn, send, recv, answer) = raw_hello(&control.addr_string(), &join).await;
     assert!(
         matches!(answer, Ok(Some(Frame::Welcome { .. }))),
         "{answer:?}"
@@ -337,21 +327,34 @@ async fn joined_raw_client(
     (endpoint, conn, send, recv)
 }
 
+/// A bare client that says `hello` to the control plane at `addr`: its
+/// endpoint, connection, control stream's halves, and the answer read
+/// (bounded).
+async fn raw_hello(
+    addr: &str,
+    hello: &Frame,
+) -> (
+    Endpoint,
+    Connection,
+    SendStream,
+    RecvStream,
+    Result<Option<Frame>, wire::FrameError>,
+) {
+    let (endpoint, conn) = raw_client(addr).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    wire::write_frame(&mut send, hello).await.unwrap();
+    let answer = tokio::time::timeout(WAIT, wire::read_frame(&mut recv))
+        .await
+        .unwrap();
+    (endpoint, conn, send, recv, answer)
+}
+
 /// An orchestrator of another build, whose answer to the hello is of
 /// another control wire version: the agent stops at once (exit code 3),
 /// saying what to do, instead of dialling for `reconnect_for`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrator_of_another_wire_version_refuses_the_agent_at_once() {
-    let orchestrator = Endpoint::builder(iroh::endpoint::presets::Minimal)
-        .relay_mode(iroh::endpoint::RelayMode::Disabled)
-        .clear_address_lookup()
-        .clear_ip_transports()
-        .bind_addr("127.0.0.1:0")
-        .unwrap()
-        .alpns(vec![wire::ALPN.to_vec()])
-        .bind()
-        .await
-        .unwrap();
+    let orchestrator = bare_endpoint(vec![wire::ALPN.to_vec()]).await;
     let mut addr = iroh::EndpointAddr::new(orchestrator.id());
     for socket in orchestrator.bound_sockets() {
         addr = addr.with_ip_addr(socket);

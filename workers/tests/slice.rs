@@ -14,9 +14,7 @@ use workers::model::{Logits, Stage, StageInput, StageOutput};
 #[test]
 fn stages_on_their_slices_compute_what_the_whole_file_computes() {
     let dir = common::scratch("slice");
-    let whole = common::stories();
-    let header = ModelFile::open(&whole).expect("open").header().clone();
-    let mut file = std::fs::File::open(&whole).expect("file");
+    let (whole, header, mut file) = stories();
     let mut stages = Vec::new();
     let mut fetched = 0u64;
     for (i, layers) in balanced_split(5, 3).into_iter().enumerate() {
@@ -94,9 +92,7 @@ fn range(file: &mut std::fs::File, (offset, len): (u64, u64)) -> Vec<u8> {
 #[test]
 fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
     let dir = common::scratch("slice-pieces");
-    let whole = common::stories();
-    let header = ModelFile::open(&whole).expect("open").header().clone();
-    let mut file = std::fs::File::open(&whole).expect("file");
+    let (_, header, mut file) = stories();
     let plan = SlicePlan::new(&header, 1..3).expect("plan");
     let data: Vec<u8> = plan
         .ranges
@@ -153,8 +149,7 @@ fn a_slice_is_the_same_in_any_pieces_and_never_half_written() {
 #[test]
 fn partial_files_of_dead_writers_are_removed_and_no_others() {
     let dir = common::scratch("slice-stale");
-    let whole = common::stories();
-    let header = ModelFile::open(&whole).expect("open").header().clone();
+    let (_, header, _) = stories();
     let plan = SlicePlan::new(&header, 1..3).expect("plan");
     let out = dir.join("m-1-3-v1.gguf");
     let name = |tail: &str| dir.join(format!("m-1-3-v1.gguf.{tail}"));
@@ -213,4 +208,12 @@ fn names_in(dir: &std::path::Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The trained model: its path, its header, the file open.
+fn stories() -> (std::path::PathBuf, workers::gguf::Header, std::fs::File) {
+    let whole = common::stories();
+    let header = ModelFile::open(&whole).expect("open").header().clone();
+    let file = std::fs::File::open(&whole).expect("file");
+    (whole, header, file)
 }

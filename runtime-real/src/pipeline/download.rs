@@ -6,7 +6,7 @@
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often progress is printed while a fetch runs.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -92,7 +92,7 @@ async fn fetch(url: &str, part: &Path) -> Result<(), String> {
     if resumed {
         crate::say::err!("drover: model url {url}: resuming at byte {have}");
     }
-    let mut shown = Instant::now();
+    let mut shown = super::every::Every::new(PROGRESS_EVERY);
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
@@ -108,8 +108,7 @@ async fn fetch(url: &str, part: &Path) -> Result<(), String> {
         file.write_all(&chunk)
             .map_err(|e| format!("{}: {e}", part.display()))?;
         done += chunk.len() as u64;
-        if shown.elapsed() >= PROGRESS_EVERY {
-            shown = Instant::now();
+        if shown.due() {
             match total {
                 Some(total) => crate::say::err!("drover: model: {done} of {total} bytes"),
                 None => crate::say::err!("drover: model: {done} bytes"),

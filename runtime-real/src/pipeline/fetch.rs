@@ -12,7 +12,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use workers::gguf::Header;
@@ -38,12 +38,12 @@ pub fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Bytes read at a time: from a file to hash it, from the weights stream
-/// to hand to the slice's writer.
-const PIECE: u64 = 1 << 20;
+/// Bytes read at a time, wherever weights are read: from a file to hash
+/// it or serve it, from the weights stream to hand to the slice's writer.
+pub(super) const PIECE: u64 = 1 << 20;
 
-/// Pieces on their way from the weights stream to the slice's writer.
-const PIECES_IN_FLIGHT: usize = 4;
+/// Pieces read ahead of what takes them (a hasher, a stream, a writer).
+pub(super) const PIECES_IN_FLIGHT: usize = 4;
 
 /// How often a fetch in progress says how far it got.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -257,7 +257,7 @@ async fn stream_slice(
         slice.finish().map_err(failed)
     });
     let mut done = 0u64;
-    let mut shown = Instant::now();
+    let mut shown = super::every::Every::new(to.every);
     let read = loop {
         if done == total {
             break Ok(());
@@ -274,8 +274,7 @@ async fn stream_slice(
         if tx.send(piece).await.is_err() {
             break Ok(());
         }
-        if shown.elapsed() >= to.every {
-            shown = Instant::now();
+        if shown.due() {
             progress(done, total);
         }
     };

@@ -17,13 +17,7 @@ use workers::tokenizer::Tokenizer;
 
 mod hash;
 
-/// Bytes served per write on a weights stream, and read at a time to
-/// hash the model.
-const CHUNK: u64 = 1 << 20;
-
-/// Pieces read ahead of the whole file's digest while the model is
-/// hashed, and of a weights stream while it is served.
-const PIECES_AHEAD: usize = 4;
+use super::fetch::{PIECE, PIECES_IN_FLIGHT};
 
 /// An opened model.
 pub struct Model {
@@ -125,13 +119,13 @@ impl Model {
             // The file is read on a blocking thread, a few pieces ahead:
             // a node fetching its slice while the pipeline serves (a
             // repair) never stalls the orchestrator's loop on the disk.
-            let (tx, mut rx) = mpsc::channel(PIECES_AHEAD);
+            let (tx, mut rx) = mpsc::channel(PIECES_IN_FLIGHT);
             let model = self.clone();
             tokio::task::spawn_blocking(move || {
                 for (offset, len) in request.ranges {
                     let mut done = 0;
                     while done < len {
-                        let n = CHUNK.min(len - done);
+                        let n = PIECE.min(len - done);
                         let piece = model.read(offset + done, n);
                         let failed = piece.is_err();
                         // A closed channel: the node went away.

@@ -11,7 +11,7 @@ use core_fsm::plan::RunPlan;
 use core_fsm::run::{self, StageAssignment};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A pipeline checked against its model before anything is rented.
 pub struct Prepared {
@@ -156,10 +156,9 @@ const HASHING_PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Progress of hashing the model at `path`, on stderr.
 fn hashing(path: &Path) -> impl FnMut(u64, u64) {
     let path = path.display().to_string();
-    let mut shown = Instant::now();
+    let mut shown = super::every::Every::new(HASHING_PROGRESS_EVERY);
     move |done, total| {
-        if shown.elapsed() >= HASHING_PROGRESS_EVERY && done < total {
-            shown = Instant::now();
+        if done < total && shown.due() {
             crate::say::err!(
                 "drover: hashing the model {path}: {} of {} MiB",
                 done >> 20,

@@ -85,20 +85,27 @@ pub async fn exit_of(task: JoinHandle<AgentExit>) -> AgentExit {
 /// A bare iroh client (fresh identity) connected to the control plane, for
 /// writing frames by hand.
 pub async fn raw_client(addr: &str) -> (Endpoint, Connection) {
-    let endpoint = Endpoint::builder(presets::Minimal)
-        .relay_mode(RelayMode::Disabled)
-        .clear_address_lookup()
-        .clear_ip_transports()
-        .bind_addr("127.0.0.1:0")
-        .unwrap()
-        .bind()
-        .await
-        .unwrap();
+    let endpoint = bare_endpoint(Vec::new()).await;
     let conn = tokio::time::timeout(WAIT, endpoint.connect(parse_addr(addr).unwrap(), ALPN))
         .await
         .expect("dial timed out")
         .expect("dial failed");
     (endpoint, conn)
+}
+
+/// A bare iroh endpoint on loopback (fresh identity, no relay, no
+/// lookup) that accepts `alpns`.
+pub async fn bare_endpoint(alpns: Vec<Vec<u8>>) -> Endpoint {
+    Endpoint::builder(presets::Minimal)
+        .relay_mode(RelayMode::Disabled)
+        .clear_address_lookup()
+        .clear_ip_transports()
+        .bind_addr("127.0.0.1:0")
+        .unwrap()
+        .alpns(alpns)
+        .bind()
+        .await
+        .unwrap()
 }
 
 /// Waits, bounded, for a connection to be closed by the peer; its close code.

@@ -69,11 +69,6 @@ impl SlicePlan {
 /// `drover.slice.first_layer` / `end_layer`, and the slice's tensor infos,
 /// padded): what a cached slice's head is checked against.
 pub fn slice_head(header: &Header, plan: &SlicePlan) -> Vec<u8> {
-    head(header, plan).0
-}
-
-/// The slice's head and its tensor data's alignment.
-fn head(header: &Header, plan: &SlicePlan) -> (Vec<u8>, u64) {
     let mut file = GgufOut::new();
     file.metadata = header
         .metadata
@@ -87,15 +82,15 @@ fn head(header: &Header, plan: &SlicePlan) -> (Vec<u8>, u64) {
     )
     .meta("drover.slice.end_layer", Value::U32(plan.layers.end as u32));
     let tensors = plan.tensors.iter();
-    let head = file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)));
-    (head, file.alignment())
+    file.head(tensors.map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty)))
 }
 
 /// A stage's slice written as its tensors' bytes arrive: the plan's
 /// ranges back to back, in file order, in pieces of any size. The head
 /// (the whole model's metadata, plus `drover.slice.first_layer` /
 /// `end_layer`, and the slice's tensor infos) goes first, each tensor is
-/// padded to the alignment, and all of it into `<out>.<pid>-<n>.partial`;
+/// padded to the alignment, and all of it into a partial file of its own
+/// (`<out>.<pid>-<n>-<t>.partial`, held locked while the writer lives);
 /// [`SliceWriter::finish`] renames that to `out` once every byte came. A
 /// writer dropped before then removes it, so `out` is never half a slice,
 /// and memory holds no more than the pieces given.
@@ -115,7 +110,7 @@ impl SliceWriter {
     /// Starts the slice of `plan` (blocks of the model `header`
     /// describes) at `out`.
     pub fn create(header: &Header, plan: &SlicePlan, out: &Path) -> io::Result<SliceWriter> {
-        let (head, alignment) = head(header, plan);
+        let head = slice_head(header, plan);
         // A name of its own: two writers of one slice (nodes sharing a
         // cache) never write into each other's file; the last to finish
         // puts a whole one in place.
@@ -149,7 +144,8 @@ impl SliceWriter {
             left: lens.first().copied().unwrap_or(0),
             lens,
             at: 0,
-            alignment,
+            // The metadata's, which the head keeps.
+            alignment: header.alignment,
         };
         writer.file().write_all(&head)?;
         writer.next_tensor(0)?;

@@ -45,7 +45,7 @@ impl GgufOut {
     }
 
     /// The alignment of the file's tensor data (`general.alignment`).
-    pub fn alignment(&self) -> u64 {
+    fn alignment(&self) -> u64 {
         self.metadata
             .iter()
             .find(|(k, _)| k == "general.alignment")

@@ -1,9 +1,9 @@
 //! Reading a model's digests: the whole file's, its header's and each
 //! stage's slice's, in one pass ([`Unhashed::hash`]).
 
-use super::super::fetch::{hex, slice_digest};
+use super::super::fetch::{PIECE, PIECES_IN_FLIGHT, hex, slice_digest};
 use super::super::wire::WeightsRef;
-use super::{CHUNK, Model, PIECES_AHEAD, Unhashed};
+use super::{Model, Unhashed};
 use sha2::{Digest, Sha256};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -32,7 +32,7 @@ impl Unhashed {
         // The whole file's digest on a thread of its own, the slices' on
         // this one, both fed the same pieces as they are read.
         let (at, whole, head) = std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(PIECES_AHEAD);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(PIECES_IN_FLIGHT);
             let hasher = scope.spawn(move || {
                 let (mut whole, mut head, mut at) = (Sha256::new(), Sha256::new(), 0u64);
                 for piece in rx {
@@ -45,7 +45,7 @@ impl Unhashed {
             });
             let mut at = 0u64;
             let read = loop {
-                let mut buf = vec![0u8; CHUNK as usize];
+                let mut buf = vec![0u8; PIECE as usize];
                 let n = match self.file.read_at(&mut buf, at) {
                     Ok(0) => break Ok(()),
                     Ok(n) => n,
