@@ -16,17 +16,22 @@ pub use shape::Shape;
 pub enum Recipe {
     /// Every matrix of one type.
     Uniform(GgmlType),
-    /// llama.cpp's Q4_K_M mix: q4_K, with q6_K for the head and for the
-    /// value and down projections of the first and last eighth of the
-    /// blocks and every third block between.
-    Q4KM,
+    /// llama.cpp's Q4_K_M (`Medium(Q4K)`) or Q5_K_M (`Medium(Q5K)`) mix:
+    /// the given k-quant, with q6_K for the head and for the value and
+    /// down projections of the first and last eighth of the blocks and
+    /// every third block between.
+    Medium(GgmlType),
 }
 
 impl Recipe {
-    /// Parses `f32`, `f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k` or `q4_k_m`.
+    /// Parses a weight type's name (`f32`, `f16`, `bf16`, `q8_0`, `q5_0`,
+    /// `q4_0`, `q4_k`, `q5_k`, `q6_k`), `q4_k_m` or `q5_k_m`.
     pub fn parse(name: &str) -> Option<Recipe> {
         if name.eq_ignore_ascii_case("q4_k_m") {
-            return Some(Recipe::Q4KM);
+            return Some(Recipe::Medium(GgmlType::Q4K));
+        }
+        if name.eq_ignore_ascii_case("q5_k_m") {
+            return Some(Recipe::Medium(GgmlType::Q5K));
         }
         GgmlType::from_name(name)
             .filter(|t| *t != GgmlType::Q8K)
@@ -36,7 +41,7 @@ impl Recipe {
     fn for_tensor(self, name: &str, layer: usize, layers: usize) -> GgmlType {
         match self {
             Recipe::Uniform(t) => t,
-            Recipe::Q4KM => {
+            Recipe::Medium(base) => {
                 let more_bits =
                     layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
                 let sensitive =
@@ -44,7 +49,7 @@ impl Recipe {
                 if name == "output.weight" || (sensitive && more_bits) {
                     GgmlType::Q6K
                 } else {
-                    GgmlType::Q4K
+                    base
                 }
             }
         }
@@ -53,7 +58,8 @@ impl Recipe {
     fn file_type(self) -> u32 {
         match self {
             Recipe::Uniform(t) => file_type(t),
-            Recipe::Q4KM => 15,
+            Recipe::Medium(GgmlType::Q5K) => 17,
+            Recipe::Medium(_) => 15,
         }
     }
 }
@@ -215,8 +221,10 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
         GgmlType::Q4_0 => 2,
+        GgmlType::Q5_0 => 8,
         GgmlType::Q8_0 => 7,
         GgmlType::Q4K => 15,
+        GgmlType::Q5K => 16,
         GgmlType::Q6K => 18,
         GgmlType::BF16 => 32,
         GgmlType::Q8K => 7,
@@ -335,6 +343,18 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         name: "small-q4_k_m",
         shape: "small",
         recipe: "q4_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q5_k_m",
+        shape: "small",
+        recipe: "q5_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q5_0",
+        shape: "small",
+        recipe: "q5_0",
         seed: 1,
     },
     GoldenFixture {

@@ -93,10 +93,13 @@ struct Bound {
 /// SIMD kernels sum in the AVX-512 build's order on every x86 processor
 /// (attention's lanes of 16 and 64, its `expf`, rope's fused products), so
 /// against these q4_0 (packed, as llama.cpp repacks it), q8_0 (as stored,
-/// in llama.cpp's eight lanes) and f16 match bit for bit, and q4_K_M within
-/// 3e-6. The portable kernels sum a q8_0 block whole (as the GPU does) and
-/// f16 rows in another order, so there q8_0 and f16 drift as a flip moves
-/// them.
+/// in llama.cpp's eight lanes), q5_0 and f16 match bit for bit, and q4_K_M
+/// within 3e-6; q5_K and q6_K match llama.cpp's one-row dot products bit
+/// for bit (q5_K_M's first prompt, under 8 tokens, exactly). The portable
+/// kernels sum a q8_0 or q5_0 block whole (as the GPU does) and f16 rows
+/// in another order, so there q8_0, q5_0 and f16 drift as a flip moves
+/// them. (q5_0 and q5_K_M were made on a Zen 4 without AVX-VNNI, the
+/// others on a Xeon with it; VNNI changes no integer sum.)
 fn bound(name: &str, portable: bool) -> Bound {
     match name {
         n if n.ends_with("f32") || n == "stories260k" => Bound {
@@ -104,13 +107,29 @@ fn bound(name: &str, portable: bool) -> Bound {
             mean: 1e-5,
             flip_margin: 0.0,
         },
-        n if n == "small-q4_0" || n == "small-q4_k_m" || (n == "small-q8_0" && !portable) => {
+        n if n == "small-q4_0"
+            || n == "small-q4_k_m"
+            || ((n == "small-q5_0" || n == "small-q8_0") && !portable) =>
+        {
             Bound {
                 max: 1e-3,
                 mean: 1e-4,
                 flip_margin: 0.1,
             }
         }
+        // llama.cpp multiplies a batch of 8 or more tokens by q4_K, q5_K
+        // and q6_K weights in tiles of its own ("tiled", not repacked
+        // q4_K), whose float sums take another order than its one-row
+        // dot products, which drover-worker's match; its own logits at
+        // position 0 then differ by up to 5e-6 between a 5-token prompt
+        // and a 22-token one. Here that moved an activation across a
+        // rounding edge in the third prompt (11 tokens): 0.16 at its
+        // last positions, and its greedy tokens part after 5.
+        "small-q5_k_m" => Bound {
+            max: 0.2,
+            mean: 0.05,
+            flip_margin: 0.5,
+        },
         // Every greedy token too: one token's attention (64 lanes) is
         // only met by the decode steps, never by the logits' prefill.
         "small-f16" if !portable => Bound {

@@ -11,13 +11,15 @@ use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
 use workers::tensor::quantize::quantized;
 
-const WEIGHT_TYPES: [GgmlType; 7] = [
+const WEIGHT_TYPES: [GgmlType; 9] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q8_0,
+    GgmlType::Q5_0,
     GgmlType::Q4_0,
     GgmlType::Q4K,
+    GgmlType::Q5K,
     GgmlType::Q6K,
 ];
 
@@ -69,6 +71,8 @@ fn quantized_rows_decode_close_to_their_values() {
         (GgmlType::Q8_0, 1e-2),
         (GgmlType::Q8K, 1e-2),
         (GgmlType::Q6K, 4e-2),
+        (GgmlType::Q5_0, 0.08),
+        (GgmlType::Q5K, 0.08),
         (GgmlType::Q4_0, 0.15),
         (GgmlType::Q4K, 0.15),
     ] {

@@ -217,7 +217,7 @@ pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
         "RSS over"
     );
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-    for ty in ["f16", "q8_0", "q4_0", "q4_k_m"] {
+    for ty in ["f16", "q8_0", "q4_0", "q4_k_m", "q5_0", "q5_k_m"] {
         let model = bench_model(&worker, "0.5b", ty)?;
         let run_ours = || -> Result<serde_json::Value, String> {
             let mut command = Command::new(&worker);

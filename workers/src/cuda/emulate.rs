@@ -66,6 +66,25 @@ fn q4k_block(blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
     f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
 }
 
+/// `matvec_q5_k`'s group of eight lanes on one block.
+fn q5k_block(blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
+    let (mut sumi, mut summ) = (0i32, 0i32);
+    for j in 0..8 {
+        let (scale, min) = q4k_scale_min(j, &blk[4..16]);
+        let (qh, q) = (&blk[16..48], &blk[48 + (j / 2) * 32..]);
+        let shift = (j % 2) * 4;
+        let s: i32 = (0..32)
+            .map(|l| {
+                let v = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
+                v as i32 * a[j * 32 + l] as i32
+            })
+            .sum();
+        sumi += scale as i32 * s;
+        summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
+    }
+    f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
+}
+
 /// `matvec_q6_k`'s group of eight lanes on one block.
 fn q6k_block(blk: &[u8], a: &[i8], d: f32) -> f32 {
     let mut sumi = 0i32;
@@ -138,6 +157,46 @@ fn q4_0_block(blk: &[u8], a: &[i8]) -> i32 {
         .sum()
 }
 
+/// `fifth_bits`: bits 0..4 of `b` as bit 4 of four bytes.
+fn fifth_bits(b: u32) -> i32 {
+    (((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25)) as i32
+}
+
+/// `matvec_q5_0`'s two lanes on one block: the pair's integer sum.
+fn q5_0_block(blk: &[u8], a: &[i8]) -> i32 {
+    let qh = word(&blk[2..]) as u32;
+    (0..2)
+        .map(|half| {
+            let q = &blk[6 + half * 8..];
+            let (w0, w1) = (word(q), word(&q[4..]));
+            let (lo, hi) = (half * 8, 16 + half * 8);
+            let v = half * 8;
+            let mut s = dp4a((w0 & 0x0F0F_0F0F) | fifth_bits(qh >> v), act(a, lo), 0);
+            s = dp4a(
+                (w1 & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 4)),
+                act(a, lo + 4),
+                s,
+            );
+            s = dp4a(
+                ((w0 >> 4) & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 16)),
+                act(a, hi),
+                s,
+            );
+            s = dp4a(
+                ((w1 >> 4) & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 20)),
+                act(a, hi + 4),
+                s,
+            );
+            let ones = 0x0101_0101;
+            let mut total = dp4a(ones, act(a, lo), 0);
+            total = dp4a(ones, act(a, lo + 4), total);
+            total = dp4a(ones, act(a, hi), total);
+            total = dp4a(ones, act(a, hi + 4), total);
+            s - 16 * total
+        })
+        .sum()
+}
+
 /// The Q8_K activation block as the CPU encodes it, in the kernel's parts.
 fn q8k_parts(bytes: &[u8]) -> (f32, Vec<i8>, Vec<i32>) {
     let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -170,11 +229,12 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_and_q4_0_blocks_read_as_the_cpu_reads_them() {
+    fn q8_0_q4_0_and_q5_0_blocks_read_as_the_cpu_reads_them() {
         let mut cases: Vec<(Vec<f32>, Vec<f32>)> = (0..40)
             .map(|s| (values(s, 32), values(s + 100, 32)))
             .collect();
-        // Extremes: every nibble 0 or 15, activations at +-127.
+        // Extremes: every nibble 0 or 15 (every fifth bit 0 or 1),
+        // activations at +-127.
         cases.push((vec![-1.0; 32], vec![1.0; 32]));
         cases.push((
             (0..32).map(|i| [1.0, -1.0][i % 2]).collect(),
@@ -194,6 +254,11 @@ mod tests {
                 (q4_0_block(&q4, &a) as f32 * scale(&q4)).to_bits(),
                 scalar::dot_q4_0(&q4, &acts).to_bits()
             );
+            let q5 = quantized(GgmlType::Q5_0, &w);
+            assert_eq!(
+                (q5_0_block(&q5, &a) as f32 * scale(&q5)).to_bits(),
+                scalar::dot_q5_0(&q5, &acts).to_bits()
+            );
         }
     }
 
@@ -207,6 +272,11 @@ mod tests {
             assert_eq!(
                 q4k_block(&q4k, &q, d, &sums).to_bits(),
                 scalar::dot_q4k(&q4k, &acts).to_bits()
+            );
+            let q5k = quantized(GgmlType::Q5K, &w);
+            assert_eq!(
+                q5k_block(&q5k, &q, d, &sums).to_bits(),
+                scalar::dot_q5k(&q5k, &acts).to_bits()
             );
             let q6k = quantized(GgmlType::Q6K, &w);
             assert_eq!(

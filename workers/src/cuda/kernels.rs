@@ -133,11 +133,14 @@ impl Gpu {
         match (&acts.data, w.ty) {
             // One token (decode): the one-token kernels. A batch: tiles of
             // tokens, each weight word loaded once a tile (`quant.cu`).
-            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0) if n == 1 => {
-                let name = if w.ty == GgmlType::Q8_0 {
-                    "matvec_q8_0"
-                } else {
-                    "matvec_q4_0"
+            // (q5_0 has the one kernel for both, a grid row a token.)
+            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+                if n == 1 || w.ty == GgmlType::Q5_0 =>
+            {
+                let name = match w.ty {
+                    GgmlType::Q8_0 => "matvec_q8_0",
+                    GgmlType::Q4_0 => "matvec_q4_0",
+                    _ => "matvec_q5_0",
                 };
                 self.launch(name, config, |b| {
                     b.arg(&w.data)
@@ -165,8 +168,13 @@ impl Gpu {
                         .arg(&tokens);
                 })?;
             }
-            (ActsData::Q8K { q, d, sums }, GgmlType::Q4K) => {
-                self.launch("matvec_q4_k", config, |b| {
+            (ActsData::Q8K { q, d, sums }, GgmlType::Q4K | GgmlType::Q5K) => {
+                let name = if w.ty == GgmlType::Q4K {
+                    "matvec_q4_k"
+                } else {
+                    "matvec_q5_k"
+                };
+                self.launch(name, config, |b| {
                     b.arg(&w.data)
                         .arg(q)
                         .arg(d)

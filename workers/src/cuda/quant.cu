@@ -1,7 +1,7 @@
 // Products of weight rows with activation rows, one warp per output: the
 // weights stay in their GGUF blocks, the activations are encoded first as
-// ggml encodes them for the CPU dot products (Q8_0 for Q8_0 and Q4_0
-// weights, Q8_K for the k-quants, the weight's own type for floats).
+// ggml encodes them for the CPU dot products (Q8_0 for Q8_0, Q5_0 and
+// Q4_0 weights, Q8_K for the k-quants, the weight's own type for floats).
 //
 // Launch: blocks of (warps × 32) threads, grid (ceil(rows / warps), tokens);
 // warp w of block b computes row b * warps + w for token blockIdx.y, and
@@ -170,6 +170,57 @@ extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* a
     if (lane == 0) y[(size_t)t * rows + row] = sum;
 }
 
+// Four fifth bits (bits 0..4 of `b`) as bit 4 of four bytes.
+__device__ __forceinline__ int fifth_bits(u32 b) {
+    return (int)(((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25));
+}
+
+// Q5_0 · Q8_0, as Q4_0: two lanes per block, lane `half` on quant bytes
+// 8 * half .. 8 * half + 8, whose low nibbles are values 8 * half + i and
+// high nibbles 16 + 8 * half + i; bit v of the word at byte 2 is value v's
+// fifth bit. The 5-bit values go through __dp4a unsigned, and 16 times
+// the activations' sum comes off after, exactly. One token per grid row
+// (decode and batch alike).
+extern "C" __global__ void matvec_q5_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
+    int half = lane % 2;
+    const u8* wrow = w + (size_t)row * blocks * 22;
+    const i8* a = aq + (size_t)t * cols;
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int first = 0; first < blocks; first += WARP / 2) {
+        int b = first + lane / 2;
+        int s = 0;
+        if (b < blocks) {
+            const u8* blk = wrow + b * 22;
+            u32 qh = (u32)load_i32_b2(blk + 2);
+            const u8* q = blk + 6 + half * 8;
+            const int* lo = (const int*)(a + b * 32 + half * 8);
+            const int* hi = (const int*)(a + b * 32 + 16 + half * 8);
+            int w0 = load_i32_b2(q), w1 = load_i32_b2(q + 4);
+            int v = half * 8;
+            s = __dp4a((w0 & 0x0F0F0F0F) | fifth_bits(qh >> v), lo[0], s);
+            s = __dp4a((w1 & 0x0F0F0F0F) | fifth_bits(qh >> (v + 4)), lo[1], s);
+            s = __dp4a(((w0 >> 4) & 0x0F0F0F0F) | fifth_bits(qh >> (v + 16)), hi[0], s);
+            s = __dp4a(((w1 >> 4) & 0x0F0F0F0F) | fifth_bits(qh >> (v + 20)), hi[1], s);
+            int total = __dp4a(0x01010101, lo[0], 0);
+            total = __dp4a(0x01010101, lo[1], total);
+            total = __dp4a(0x01010101, hi[0], total);
+            total = __dp4a(0x01010101, hi[1], total);
+            s -= 16 * total;
+        }
+        s = group_sum(s, 2);
+        if (half == 0 && b < blocks) {
+            sum += (float)s * (load_f16(wrow + b * 22) * ad[t * blocks + b]);
+        }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
 // The Q8_0 and Q4_0 products for a batch (a prefill): TILE tokens per
 // block along y (`launch::TOKEN_TILE`), so each weight word is loaded once
 // and used for up to TILE tokens, whose sums stay in registers. The lanes
@@ -296,41 +347,60 @@ __device__ __forceinline__ void q4k_scale_min(int j, const u8* s, int* scale, in
     }
 }
 
-// Q4_K · Q8_K: eight lanes per 256-value block, one 32-value sub-block
-// each; the group's integer sums meet in its first lane, which scales them.
-extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
-                                       const int* sums, float* y, int rows, int cols) {
+// Q4_K · Q8_K (and Q5_K, `FIVE`): eight lanes per 256-value block, one
+// 32-value sub-block each; the group's integer sums meet in its first
+// lane, which scales them. A Q5_K block (176 bytes) keeps its fifth bits
+// at byte 16 (bit j of byte l: sub-block j's value l) and its nibbles at
+// 48; a Q4_K block (144 bytes) its nibbles at 16.
+template <bool FIVE>
+__device__ __forceinline__ void matvec_k45(const u8* w, const i8* aq, const float* ad,
+                                           const int* sums, float* y, int rows, int cols) {
+    const int size = FIVE ? 176 : 144, quants = FIVE ? 48 : 16;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
     int group = lane / 8, j = lane % 8;
-    const u8* wrow = w + (size_t)row * blocks * 144;
+    const u8* wrow = w + (size_t)row * blocks * size;
     float sum = 0.0f;
     for (int b0 = 0; b0 < blocks; b0 += 4) {
         int b = b0 + group;
         int sumi = 0, summ = 0;
         if (b < blocks) {
-            const u8* blk = wrow + b * 144;
+            const u8* blk = wrow + b * size;
             const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
             const int* bs = sums + ((size_t)t * blocks + b) * 16;
             int scale, min;
             q4k_scale_min(j, blk + 4, &scale, &min);
-            const u8* q = blk + 16 + (j / 2) * 32;
+            const u8* q = blk + quants + (j / 2) * 32;
             int shift = (j % 2) * 4, s = 0;
-            for (int l = 0; l < 32; l++) s += ((q[l] >> shift) & 0xF) * a[l];
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> shift) & 0xF;
+                if (FIVE) v |= ((blk[16 + l] >> j) & 1) << 4;
+                s += v * a[l];
+            }
             sumi = scale * s;
             summ = min * (bs[2 * j] + bs[2 * j + 1]);
         }
         sumi = group_sum(sumi, 8);
         summ = group_sum(summ, 8);
         if (b < blocks && j == 0) {
-            const u8* blk = wrow + b * 144;
+            const u8* blk = wrow + b * size;
             float dy = ad[(size_t)t * blocks + b];
             sum += load_f16(blk) * dy * (float)sumi - load_f16(blk + 2) * dy * (float)summ;
         }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_k45<false>(w, aq, ad, sums, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_k45<true>(w, aq, ad, sums, y, rows, cols);
 }
 
 // Q6_K · Q8_K: eight lanes per block, 32 values (two 16-value sub-blocks)

@@ -155,6 +155,11 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             } else {
                 (tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
             };
+            let (q5k, next_q5k): (TileFn, TileFn) = if vnni {
+                (vnni_q5k, vnni_next_q5k)
+            } else {
+                (tile_q5k, next_q5k)
+            };
             let name = match (vnni, tuning) {
                 (true, Tuning::Amd) => "avx2+vnni, amd",
                 (true, Tuning::Other) => "avx2+vnni",
@@ -182,7 +187,9 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 bf16: dot_bf16,
                 q8_0: dot_q8_0,
                 q4_0: dot_q4_0,
+                q5_0: dot_q5_0,
                 q4k: dot_q4k,
+                q5k: dot_q5k,
                 q6k: dot_q6k,
                 tile_q8_0: Some(tile(Q8_0_ROWS, Q8_0_TOKENS, q8_0)),
                 tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
@@ -190,7 +197,12 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                     widen_f16: true,
                     ..tile(F16_ROWS, F16_TOKENS, tile_f16)
                 }),
+                // q5_0 only where VNNI's `vpdpbusd` takes its unsigned
+                // quants; the one-row kernel elsewhere.
+                tile_q5_0: vnni.then(|| tile(Q0_ROWS, Q0_TOKENS, vnni_q5_0)),
+                decode_q5_0: vnni.then(|| tile(Q0_DECODE_ROWS, 1, vnni_q5_0)),
                 tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
+                tile_q5k: Some(tile(K_ROWS, K_TOKENS, q5k)),
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
                 decode_q8_0: Some(tile(Q0_DECODE_ROWS, 1, next_q8_0)),
                 decode_q4_0: Some(tile(Q0_DECODE_ROWS, 1, next_q4_0)),
@@ -203,6 +215,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                     ..tile(F16_DECODE_ROWS, 1, next_f16)
                 }),
                 decode_q4k: Some(tile(K_ROWS, 1, next_q4k)),
+                decode_q5k: Some(tile(K_ROWS, 1, next_q5k)),
                 decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
                 x8_q4_0,
                 x8_q4k,
@@ -230,6 +243,10 @@ mod attend;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod kquants;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod q5;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

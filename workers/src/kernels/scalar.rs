@@ -2,7 +2,7 @@
 //! encoded in the weight type's activation type. The reference the SIMD
 //! kernels are tested against, and the fallback where none applies.
 
-use crate::tensor::blocks::{f16_at, q4k_scale_min};
+use crate::tensor::blocks::{f16_at, q4k_scale_min, q5_0_value, q5k_value};
 use half::{bf16, f16};
 
 /// f32 · f32.
@@ -64,6 +64,18 @@ pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
+/// Q5_0 · Q8_0.
+pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
+        let s: i32 = (0..32)
+            .map(|j| q5_0_value(x, j) * y[2 + j] as i8 as i32)
+            .sum();
+        sum += s as f32 * (f16_at(x, 0) * f16_at(y, 0));
+    }
+    sum
+}
+
 /// Reads a Q8_K block's scale, values and 16-value sums.
 #[inline]
 fn q8k_parts(y: &[u8]) -> (f32, &[u8], impl Fn(usize) -> i32 + '_) {
@@ -91,6 +103,26 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
             for l in 0..32 {
                 s += ((q[l] >> shift) & 0xF) as i32 * qy[j * 32 + l] as i8 as i32;
             }
+            sumi += sc as i32 * s;
+        }
+        sum += f16_at(x, 0) * dy * sumi as f32 - f16_at(x, 2) * dy * summ as f32;
+    }
+    sum
+}
+
+/// Q5_K · Q8_K: as Q4_K, with values of five bits.
+pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(176).zip(a.chunks_exact(292)) {
+        let (dy, qy, bsum) = q8k_parts(y);
+        let mut sumi = 0i32;
+        let mut summ = 0i32;
+        for j in 0..8 {
+            let (sc, m) = q4k_scale_min(j, &x[4..16]);
+            summ += m as i32 * (bsum(2 * j) + bsum(2 * j + 1));
+            let s: i32 = (0..32)
+                .map(|l| q5k_value(x, j * 32 + l) as i32 * qy[j * 32 + l] as i8 as i32)
+                .sum();
             sumi += sc as i32 * s;
         }
         sum += f16_at(x, 0) * dy * sumi as f32 - f16_at(x, 2) * dy * summ as f32;

@@ -26,6 +26,31 @@ pub fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Value `j` (0..32) of a Q5_0 block, -16..=15: low nibbles are values
+/// 0..16, high nibbles 16..32, and bit `j` of the little-endian word at
+/// byte 2 is value `j`'s fifth bit.
+#[inline]
+pub fn q5_0_value(b: &[u8], j: usize) -> i32 {
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let nibble = if j < 16 {
+        b[6 + j] & 0xF
+    } else {
+        b[6 + j - 16] >> 4
+    };
+    (nibble as i32 | (((qh >> j) & 1) << 4) as i32) - 16
+}
+
+/// Value `i` (0..256) of a Q5_K block, 0..=31, before its sub-block's
+/// scale and min: the nibble of quant byte `32 (i / 64) + i % 32` (low for
+/// the first 32 of each 64), and bit `i / 32` of high byte `i % 32`.
+#[inline]
+pub fn q5k_value(b: &[u8], i: usize) -> u8 {
+    let (sub, l) = (i / 32, i % 32);
+    let q = b[48 + (sub / 2) * 32 + l];
+    let nibble = if sub % 2 == 0 { q & 0xF } else { q >> 4 };
+    nibble | (((b[16 + l] >> sub) & 1) << 4)
+}
+
 /// Decodes one row of `ty` (`bytes` holds exactly the row) into `out`.
 pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     assert_eq!(
@@ -66,9 +91,22 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        GgmlType::Q5_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(22)) {
+                let d = f16_at(b, 0);
+                for (j, x) in o.iter_mut().enumerate() {
+                    *x = q5_0_value(b, j) as f32 * d;
+                }
+            }
+        }
         GgmlType::Q4K => {
             for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(144)) {
                 dequantize_q4k(b, o);
+            }
+        }
+        GgmlType::Q5K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(176)) {
+                dequantize_q5k(b, o);
             }
         }
         GgmlType::Q6K => {
@@ -102,6 +140,17 @@ fn dequantize_q4k(b: &[u8], out: &mut [f32]) {
         for l in 0..32 {
             o[l] = d1 * (q[l] & 0xF) as f32 - min1;
             o[l + 32] = d2 * (q[l] >> 4) as f32 - min2;
+        }
+    }
+}
+
+fn dequantize_q5k(b: &[u8], out: &mut [f32]) {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    for (sub, o) in out.chunks_exact_mut(32).enumerate() {
+        let (sc, m) = q4k_scale_min(sub, &b[4..16]);
+        let (step, min) = (d * sc as f32, dmin * m as f32);
+        for (l, x) in o.iter_mut().enumerate() {
+            *x = step * q5k_value(b, sub * 32 + l) as f32 - min;
         }
     }
 }

@@ -18,10 +18,14 @@ pub enum GgmlType {
     F16,
     /// 4-bit, 32 per block, one f16 scale (2).
     Q4_0,
+    /// 5-bit, 32 per block, one f16 scale, the fifth bits apart (6).
+    Q5_0,
     /// 8-bit, 32 per block, one f16 scale (8).
     Q8_0,
     /// 4-bit k-quant, 256 per block, 6-bit sub-block scales and mins (12).
     Q4K,
+    /// 5-bit k-quant, 256 per block, 6-bit sub-block scales and mins (13).
+    Q5K,
     /// 6-bit k-quant, 256 per block, 8-bit sub-block scales (14).
     Q6K,
     /// 8-bit k-quant, the activation side of k-quant dot products (15).
@@ -32,12 +36,14 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 8] = [
+    pub const ALL: [GgmlType; 10] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
+        GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4K,
+        GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q8K,
         GgmlType::BF16,
@@ -54,8 +60,10 @@ impl GgmlType {
             GgmlType::F32 => 0,
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
+            GgmlType::Q5_0 => 6,
             GgmlType::Q8_0 => 8,
             GgmlType::Q4K => 12,
+            GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
             GgmlType::Q8K => 15,
             GgmlType::BF16 => 30,
@@ -66,8 +74,8 @@ impl GgmlType {
     pub fn block_elements(self) -> u64 {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q8_0 => 32,
-            GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8K => 256,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => 256,
         }
     }
 
@@ -77,8 +85,10 @@ impl GgmlType {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => 18,
+            GgmlType::Q5_0 => 22,
             GgmlType::Q8_0 => 34,
             GgmlType::Q4K => 144,
+            GgmlType::Q5K => 176,
             GgmlType::Q6K => 210,
             GgmlType::Q8K => 292,
         }
@@ -96,8 +106,10 @@ impl GgmlType {
             GgmlType::F32 => "f32",
             GgmlType::F16 => "f16",
             GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q5_0 => "q5_0",
             GgmlType::Q8_0 => "q8_0",
             GgmlType::Q4K => "q4_K",
+            GgmlType::Q5K => "q5_K",
             GgmlType::Q6K => "q6_K",
             GgmlType::Q8K => "q8_K",
             GgmlType::BF16 => "bf16",
@@ -118,8 +130,8 @@ impl GgmlType {
             GgmlType::F32 => GgmlType::F32,
             GgmlType::F16 => GgmlType::F16,
             GgmlType::BF16 => GgmlType::BF16,
-            GgmlType::Q4_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
-            GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8K => GgmlType::Q8K,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => GgmlType::Q8K,
         }
     }
 }
@@ -134,12 +146,10 @@ impl fmt::Display for GgmlType {
 pub fn unsupported_type_name(code: u32) -> &'static str {
     match code {
         3 => "q4_1",
-        6 => "q5_0",
         7 => "q5_1",
         9 => "q8_1",
         10 => "q2_K",
         11 => "q3_K",
-        13 => "q5_K",
         16..=23 => "an i-quant",
         24..=28 => "an integer type",
         _ => "unknown",

@@ -30,8 +30,10 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
             .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
         GgmlType::Q8_0 => x.chunks_exact(32).for_each(|b| q8_0_block(b, out)),
         GgmlType::Q4_0 => x.chunks_exact(32).for_each(|b| q4_0_block(b, out)),
+        GgmlType::Q5_0 => x.chunks_exact(32).for_each(|b| q5_0_block(b, out)),
         GgmlType::Q8K => x.chunks_exact(256).for_each(|b| q8k_block(b, out)),
-        GgmlType::Q4K => x.chunks_exact(256).for_each(|b| q4k_block(b, out)),
+        GgmlType::Q4K => x.chunks_exact(256).for_each(|b| kquant_block(b, 15, out)),
+        GgmlType::Q5K => x.chunks_exact(256).for_each(|b| kquant_block(b, 31, out)),
         GgmlType::Q6K => x.chunks_exact(256).for_each(|b| q6k_block(b, out)),
     }
 }
@@ -86,6 +88,26 @@ fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// ggml's `quantize_row_q5_0_ref`.
+fn q5_0_block(x: &[f32], out: &mut Vec<u8>) {
+    let max = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let d = max / -16.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    let q = |v: f32| ((v * id + 16.5) as i8).min(31) as u8;
+    let mut qh = 0u32;
+    let mut qs = [0u8; 16];
+    for j in 0..16 {
+        let (lo, hi) = (q(x[j]), q(x[j + 16]));
+        qs[j] = (lo & 0xF) | ((hi & 0xF) << 4);
+        qh |= u32::from(lo >> 4) << j | u32::from(hi >> 4) << (j + 16);
+    }
+    out.extend_from_slice(&qh.to_le_bytes());
+    out.extend_from_slice(&qs);
+}
+
 /// ggml's `quantize_row_q8_K_ref`: the scale from the first value of the
 /// largest magnitude, its sign kept (NaNs pass over).
 fn q8k_block(x: &[f32], out: &mut Vec<u8>) {
@@ -109,15 +131,16 @@ fn q8k_block(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-/// A one-pass Q4_K encoder: per 32-value sub-block an affine range, the
-/// scales and mins then quantized to 6 bits against their block maxima.
-fn q4k_block(x: &[f32], out: &mut Vec<u8>) {
+/// A one-pass Q4_K (`top` 15) or Q5_K (`top` 31) encoder: per 32-value
+/// sub-block an affine range, the scales and mins then quantized to 6 bits
+/// against their block maxima.
+fn kquant_block(x: &[f32], top: u8, out: &mut Vec<u8>) {
     let mut scales = [0f32; 8];
     let mut mins = [0f32; 8];
     for (j, sub) in x.chunks_exact(32).enumerate() {
         let lo = sub.iter().fold(0.0f32, |m, &v| m.min(v));
         let hi = sub.iter().fold(f32::MIN, |m, &v| m.max(v));
-        scales[j] = (hi - lo) / 15.0;
+        scales[j] = (hi - lo) / f32::from(top);
         mins[j] = -lo;
     }
     let max_scale = scales.iter().fold(0.0f32, |m, &v| m.max(v));
@@ -156,15 +179,23 @@ fn q4k_block(x: &[f32], out: &mut Vec<u8>) {
         for l in 0..32 {
             let v = x[j * 32 + l];
             q[j * 32 + l] = if step > 0.0 {
-                ((v + base) / step).round().clamp(0.0, 15.0) as u8
+                ((v + base) / step).round().clamp(0.0, f32::from(top)) as u8
             } else {
                 0
             };
         }
     }
+    if top > 15 {
+        // Q5_K: bit `j` of high byte `l` is value `32 j + l`'s fifth bit.
+        let mut qh = [0u8; 32];
+        for (i, &v) in q.iter().enumerate() {
+            qh[i % 32] |= (v >> 4) << (i / 32);
+        }
+        out.extend_from_slice(&qh);
+    }
     for chunk in 0..4 {
         for l in 0..32 {
-            out.push(q[chunk * 64 + l] | (q[chunk * 64 + 32 + l] << 4));
+            out.push((q[chunk * 64 + l] & 0xF) | ((q[chunk * 64 + 32 + l] & 0xF) << 4));
         }
     }
 }

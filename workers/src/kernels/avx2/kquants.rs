@@ -1,9 +1,10 @@
-//! AVX2 dot products for bf16 and the k-quants (q4_K, q6_K against q8_K).
+//! AVX2 dot products for bf16 and the k-quants (q4_K, q5_K, q6_K against
+//! q8_K).
 //! The integer sums are exact; only the order of the float sums differs
 //! from the portable kernels.
 
 use super::imp::{f16, hsum};
-use super::ktile::{hsum_i32, q8k_sub_sums};
+use super::ktile::{hsum_i32, load, q6_offsets, q8k_sub_sums};
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
@@ -40,38 +41,67 @@ fn q8k_scale(y: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
-    assert_eq!(w.len() % 144, 0);
-    assert_eq!(w.len() / 144 * 292, a.len());
+    dot_k45::<false>(w, a)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
+    dot_k45::<true>(w, a)
+}
+
+/// q4_K, or q5_K (`FIVE`: 176-byte blocks, the fifth bits at byte 16 and
+/// the nibbles at 48), against q8_K.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_k45<const FIVE: bool>(w: &[u8], a: &[u8]) -> f32 {
+    let (size, quants) = if FIVE { (176, 48) } else { (144, 16) };
+    assert_eq!(w.len() % size, 0);
+    assert_eq!(w.len() / size * 292, a.len());
     let mut acc = _mm256_setzero_ps();
     let mut acc_min = 0f32;
     let low = _mm256_set1_epi8(0x0F);
-    for (x, y) in w.chunks_exact(144).zip(a.chunks_exact(292)) {
+    let one = _mm256_set1_epi8(1);
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(292)) {
         let dy = q8k_scale(y);
         let scales = &x[4..16];
         let mut mins = [0u8; 8];
         let mut sumi = _mm256_setzero_si256();
+        let mut high = if FIVE {
+            load(x, 16)
+        } else {
+            _mm256_setzero_si256()
+        };
+        // The next sub-block's fifth bits, as 0 or 16 a byte: bit k of each
+        // high byte is sub-block k's, and each call shifts the next one
+        // down (a 16-bit shift: what crosses into a byte's top bit is
+        // never read).
+        let mut fifth = || {
+            let h = _mm256_slli_epi16::<4>(_mm256_and_si256(high, one));
+            high = _mm256_srli_epi16::<1>(high);
+            h
+        };
         for j in 0..4 {
             let (sc_l, m_l) = q4k_scale_min(2 * j, scales);
             let (sc_h, m_h) = q4k_scale_min(2 * j + 1, scales);
             (mins[2 * j], mins[2 * j + 1]) = (m_l, m_h);
-            // SAFETY: 32 bytes at 16 + 32j of a 144-byte block, and 64 at
-            // 4 + 64j of a 292-byte one.
-            let (q4, q8l, q8h) = unsafe {
-                (
-                    _mm256_loadu_si256(x.as_ptr().add(16 + 32 * j) as *const __m256i),
-                    _mm256_loadu_si256(y.as_ptr().add(4 + 64 * j) as *const __m256i),
-                    _mm256_loadu_si256(y.as_ptr().add(36 + 64 * j) as *const __m256i),
-                )
-            };
-            let q4l = _mm256_and_si256(q4, low);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), low);
+            let (q, q8l, q8h) = (
+                load(x, quants + 32 * j),
+                load(y, 4 + 64 * j),
+                load(y, 36 + 64 * j),
+            );
+            let mut ql = _mm256_and_si256(q, low);
+            let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+            if FIVE {
+                ql = _mm256_or_si256(ql, fifth());
+                qh = _mm256_or_si256(qh, fifth());
+            }
             let pl = _mm256_madd_epi16(
                 _mm256_set1_epi16(sc_l as i16),
-                _mm256_maddubs_epi16(q4l, q8l),
+                _mm256_maddubs_epi16(ql, q8l),
             );
             let ph = _mm256_madd_epi16(
                 _mm256_set1_epi16(sc_h as i16),
-                _mm256_maddubs_epi16(q4h, q8h),
+                _mm256_maddubs_epi16(qh, q8h),
             );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
@@ -83,7 +113,14 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
             _mm256_cvtepi32_ps(sumi),
             acc,
         );
-        acc_min -= f16(x, 2) * dy * summ as f32;
+        acc_min = if FIVE {
+            // Fused, as llama.cpp's build (contracting `summs += dmin *
+            // m`) adds q5_K's mins; its q4_K is repacked, and ours packed
+            // to match (`x8`), so q4_K keeps the plain steps.
+            (-(f16(x, 2) * dy)).mul_add(summ as f32, acc_min)
+        } else {
+            acc_min - f16(x, 2) * dy * summ as f32
+        };
     }
     hsum(acc) + acc_min
 }
@@ -94,7 +131,6 @@ pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len() / 210 * 292, a.len());
     let mut acc = _mm256_setzero_ps();
     let low = _mm256_set1_epi8(0x0F);
-    let offset = _mm256_set1_epi8(32);
     for (x, y) in w.chunks_exact(210).zip(a.chunks_exact(292)) {
         let dy = q8k_scale(y);
         let sc = &x[192..208];
@@ -131,16 +167,15 @@ pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql2), low), hi(6)),
             ];
             for k in 0..4 {
-                let p = _mm256_sub_epi16(
-                    _mm256_maddubs_epi16(q6[k], q8[k]),
-                    _mm256_maddubs_epi16(offset, q8[k]),
-                );
+                // Unsigned quants 0..64; their offset comes off below.
+                let p = _mm256_maddubs_epi16(q6[k], q8[k]);
                 let s0 = sc[8 * half + 2 * k] as i8 as i16;
                 let s1 = sc[8 * half + 2 * k + 1] as i8 as i16;
                 let scale = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
             }
         }
+        let sumi = _mm256_sub_epi32(sumi, q6_offsets(x, y));
         acc = _mm256_fmadd_ps(
             _mm256_set1_ps(f16(x, 208) * dy),
             _mm256_cvtepi32_ps(sumi),

@@ -1,8 +1,8 @@
-//! Register-blocked tiles of q4_K and q6_K weight rows against q8_K
+//! Register-blocked tiles of q4_K, q5_K and q6_K weight rows against q8_K
 //! activation rows (prefill). The integer sums are exact whatever their
-//! order; the float sums follow `kquants::dot_q4k` and `kquants::dot_q6k`
-//! step for step, so a batched product equals one token at a time bit for
-//! bit.
+//! order; the float sums follow `kquants::dot_q4k`, `q5::dot_q5k` and
+//! `kquants::dot_q6k` step for step, so a batched product equals one token
+//! at a time bit for bit.
 
 // Tiles index accumulators, rows and tokens together by their position.
 #![allow(clippy::needless_range_loop)]
@@ -122,12 +122,28 @@ fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
     _mm256_or_si256(_mm256_and_si256(ql, low), hi)
 }
 
+/// The offset of q6_K's unsigned quants (32) against a q8_K block, as
+/// llama.cpp takes it off: lane `m` holds 32 (s[2m] S[2m] + s[2m+1]
+/// S[2m+1]) for the weight block's 16 scales `s` and the activation
+/// block's 16-value sums `S`. The lanes' integers, not only their total,
+/// are llama.cpp's, so their float sums round alike.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6_offsets(x: &[u8], y: &[u8]) -> __m256i {
+    // SAFETY: 16 bytes at 192 of a 210-byte block.
+    let scales = unsafe { _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i) };
+    _mm256_slli_epi32::<5>(_mm256_madd_epi16(
+        load(y, 260),
+        _mm256_cvtepi8_epi16(scales),
+    ))
+}
+
 /// The q4_K and q6_K tiles for one set of target features, with its
 /// multiply-add of i16 pairs into i32 lanes.
 macro_rules! k_tiles {
     (
         $q4k:ident, $q6k:ident, $q4k_next:ident, $q6k_next:ident, $q4k_any:ident, $q6k_any:ident,
-        $features:literal, $madd_add:ident
+        $q5k:ident, $q5k_next:ident, $features:literal, $madd_add:ident
     ) => {
         /// `R × T` q4_K weight rows against q8_K activation rows;
         /// `out[r * stride + t]` receives row `r` · token `t`.
@@ -138,7 +154,29 @@ macro_rules! k_tiles {
             out: &mut [f32],
             stride: usize,
         ) {
-            $q4k_any::<R, T, false>(w, a, out, stride)
+            $q4k_any::<R, T, false, false>(w, a, out, stride)
+        }
+
+        /// `R × T` q5_K weight rows against q8_K activation rows.
+        #[target_feature(enable = $features)]
+        pub fn $q5k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, false, true>(w, a, out, stride)
+        }
+
+        /// The q5_K tile, asking for the next call's `R` rows.
+        #[target_feature(enable = $features)]
+        pub fn $q5k_next<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, true, true>(w, a, out, stride)
         }
 
         /// The q4_K tile, asking for the next call's `R` rows while it
@@ -150,7 +188,7 @@ macro_rules! k_tiles {
             out: &mut [f32],
             stride: usize,
         ) {
-            $q4k_any::<R, T, true>(w, a, out, stride)
+            $q4k_any::<R, T, true, false>(w, a, out, stride)
         }
 
         /// The q6_K tile, asking for the next call's `R` rows while it
@@ -177,48 +215,69 @@ macro_rules! k_tiles {
             $q6k_any::<R, T, false>(w, a, out, stride)
         }
 
+        /// q4_K, or q5_K (`FIVE`: blocks of 176 bytes, the fifth bits at
+        /// byte 16 and the nibbles at 48, the mins added fused as
+        /// `q5::dot_q5k` adds them).
         #[inline]
         #[target_feature(enable = $features)]
-        fn $q4k_any<const R: usize, const T: usize, const NEXT: bool>(
+        fn $q4k_any<const R: usize, const T: usize, const NEXT: bool, const FIVE: bool>(
             w: &[&[u8]],
             a: &[&[u8]],
             out: &mut [f32],
             stride: usize,
         ) {
             assert!(w.len() == R && a.len() == T);
+            let (size, quants) = if FIVE { (176, 48) } else { (144, 16) };
             let low = _mm256_set1_epi8(0x0F);
+            let one = _mm256_set1_epi8(1);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             let mut acc_min = [[0f32; T]; R];
-            for b in 0..blocks(w, a, 144) {
+            for b in 0..blocks(w, a, size) {
                 if NEXT {
-                    prefetch_next(w, R * b * 144, R * 144);
+                    prefetch_next(w, R * b * size, R * size);
                 }
-                let xs = block_rows::<R>(w, 144 * b, 144);
+                let xs = block_rows::<R>(w, size * b, size);
                 let ys = block_rows::<T>(a, 292 * b, 292);
                 let mut scales = [[0u8; 8]; R];
                 let mut mins = [_mm_setzero_si128(); R];
+                let mut high = [_mm256_setzero_si256(); R];
                 for r in 0..R {
                     let mut m = [0u8; 8];
                     for j in 0..8 {
                         (scales[r][j], m[j]) = q4k_scale_min(j, &xs[r][4..16]);
                     }
                     mins[r] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(m)));
+                    if FIVE {
+                        high[r] = load(xs[r], 16);
+                    }
                 }
+                // Sub-block k's fifth bits as 0 or 16 a byte, from bit k of
+                // each high byte (shifted down one a sub-block).
+                let mut fifth = |r: usize| {
+                    let h = _mm256_slli_epi16::<4>(_mm256_and_si256(high[r], one));
+                    high[r] = _mm256_srli_epi16::<1>(high[r]);
+                    h
+                };
                 let mut sumi = [[_mm256_setzero_si256(); T]; R];
                 for j in 0..4 {
-                    let mut q4 = [_mm256_setzero_si256(); R];
-                    for (r, q4) in q4.iter_mut().enumerate() {
-                        *q4 = load(xs[r], 16 + 32 * j);
+                    let mut ql = [_mm256_setzero_si256(); R];
+                    let mut qh = [_mm256_setzero_si256(); R];
+                    for r in 0..R {
+                        let q = load(xs[r], quants + 32 * j);
+                        ql[r] = _mm256_and_si256(q, low);
+                        qh[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+                        if FIVE {
+                            ql[r] = _mm256_or_si256(ql[r], fifth(r));
+                            qh[r] = _mm256_or_si256(qh[r], fifth(r));
+                        }
                     }
                     for t in 0..T {
                         let (q8l, q8h) = (load(ys[t], 4 + 64 * j), load(ys[t], 36 + 64 * j));
                         for r in 0..R {
-                            let q4l = _mm256_and_si256(q4[r], low);
-                            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4[r]), low);
                             let sc_l = _mm256_set1_epi16(scales[r][2 * j] as i16);
                             let sc_h = _mm256_set1_epi16(scales[r][2 * j + 1] as i16);
-                            let pl = _mm256_maddubs_epi16(q4l, q8l);
-                            let ph = _mm256_maddubs_epi16(q4h, q8h);
+                            let pl = _mm256_maddubs_epi16(ql[r], q8l);
+                            let ph = _mm256_maddubs_epi16(qh[r], q8h);
                             sumi[r][t] = $madd_add($madd_add(sumi[r][t], sc_l, pl), sc_h, ph);
                         }
                     }
@@ -235,7 +294,11 @@ macro_rules! k_tiles {
                             _mm256_cvtepi32_ps(sumi[r][t]),
                             acc[r][t],
                         );
-                        acc_min[r][t] -= f16(xs[r], 2) * dy * summ as f32;
+                        acc_min[r][t] = if FIVE {
+                            (-(f16(xs[r], 2) * dy)).mul_add(summ as f32, acc_min[r][t])
+                        } else {
+                            acc_min[r][t] - f16(xs[r], 2) * dy * summ as f32
+                        };
                     }
                 }
             }
@@ -255,7 +318,6 @@ macro_rules! k_tiles {
             stride: usize,
         ) {
             assert!(w.len() == R && a.len() == T);
-            let offset = _mm256_set1_epi8(32);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..blocks(w, a, 210) {
                 if NEXT {
@@ -276,9 +338,8 @@ macro_rules! k_tiles {
                         }
                         for t in 0..T {
                             let q8 = load(ys[t], 4 + 128 * half + 32 * k);
-                            let off = _mm256_maddubs_epi16(offset, q8);
                             for r in 0..R {
-                                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[r], q8), off);
+                                let p = _mm256_maddubs_epi16(q6[r], q8);
                                 sumi[r][t] = $madd_add(sumi[r][t], scale[r], p);
                             }
                         }
@@ -287,9 +348,10 @@ macro_rules! k_tiles {
                 for t in 0..T {
                     let dy = q8k_scale(ys[t]);
                     for r in 0..R {
+                        let sumi = _mm256_sub_epi32(sumi[r][t], q6_offsets(xs[r], ys[t]));
                         acc[r][t] = _mm256_fmadd_ps(
                             _mm256_set1_ps(f16(xs[r], 208) * dy),
-                            _mm256_cvtepi32_ps(sumi[r][t]),
+                            _mm256_cvtepi32_ps(sumi),
                             acc[r][t],
                         );
                     }
@@ -311,6 +373,8 @@ k_tiles!(
     q6k_next,
     q4k_any,
     q6k_any,
+    q5k,
+    q5k_next,
     "avx2,fma,f16c",
     madd_add_avx2
 );
@@ -321,6 +385,8 @@ k_tiles!(
     q6k_vnni_next,
     q4k_vnni_any,
     q6k_vnni_any,
+    q5k_vnni,
+    q5k_vnni_next,
     "avx2,fma,f16c,avx512vnni,avx512vl",
     madd_add_vnni
 );

@@ -58,6 +58,7 @@ q0_shapes!(tile_q8_0, tile::q8_0);
 q0_shapes!(tile_q4_0, tile::q4_0);
 q0_shapes!(vnni_q8_0, vnni::q8_0);
 q0_shapes!(vnni_q4_0, vnni::q4_0);
+q0_shapes!(vnni_q5_0, vnni::q5_0);
 q0_shapes!(avx_vnni_q8_0, vnni::q8_0_avx_vnni);
 // Two tokens a 512-bit register: up to six rows by six tokens.
 tile_shapes!(
@@ -124,8 +125,10 @@ tile_shapes!(
         (2, 4)
     ]
 );
+six_shapes!(tile_q5k, ktile::q5k);
 six_shapes!(tile_q6k, ktile::q6k);
 six_shapes!(vnni_q4k, ktile::q4k_vnni);
+six_shapes!(vnni_q5k, ktile::q5k_vnni);
 six_shapes!(vnni_q6k, ktile::q6k_vnni);
 
 /// The decode kernels: one token against each shape of rows listed.
@@ -168,8 +171,10 @@ decode_shapes!(
 decode_shapes!(
     [(1, 1), (2, 1)]
     next_q4k = ktile::q4k_next,
+    next_q5k = ktile::q5k_next,
     next_q6k = ktile::q6k_next,
     vnni_next_q4k = ktile::q4k_vnni_next,
+    vnni_next_q5k = ktile::q5k_vnni_next,
     vnni_next_q6k = ktile::q6k_vnni_next
 );
 

@@ -7,7 +7,8 @@
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes and adds each group of
 //! four products to an i32 lane. Weights are made unsigned by an offset
-//! (q4_0 nibbles as they are, offset 8; q8_0 quants plus 128), and the
+//! (q4_0 nibbles as they are, offset 8; q5_0's five bits, offset 16; q8_0
+//! quants plus 128), and the
 //! accumulator starts at minus the offset times the activation's group
 //! sums, so each lane ends at exactly the integer the AVX2 kernel's
 //! `maddubs`/`madd` pair gives (neither can saturate on these ranges).
@@ -36,6 +37,25 @@ pub(super) fn unsigned_quants<const Q4: bool>(block: &[u8]) -> __m256i {
     }
 }
 
+/// The unsigned quants of a block of `KIND` (4: q4_0, 5: q5_0, else
+/// q8_0) and its weight block's bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn unsigned_kind<const KIND: u8>(block: &[u8]) -> __m256i {
+    match KIND {
+        4 => unsigned_quants::<true>(block),
+        5 => {
+            assert!(block.len() >= 22);
+            // SAFETY: the block has 22 bytes; the load reads bytes 6..22.
+            let nibbles = unsafe { _mm_loadu_si128(block.as_ptr().add(6) as *const __m128i) };
+            let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
+            let low = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+            _mm256_or_si256(low, super::q5::q5_0_high(block))
+        }
+        _ => unsigned_quants::<false>(block),
+    }
+}
+
 /// The 32 signed quants of a 34-byte q8_0 block.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -45,21 +65,29 @@ fn signed_quants(block: &[u8]) -> __m256i {
     unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) }
 }
 
-/// The body of a `R × T` q4_0 (`Q4`) or q8_0 tile (`out[r * stride + t]`
+/// The body of a `R × T` q4_0, q5_0 or q8_0 tile (`$kind` 4, 5 or 8) (`out[r * stride + t]`
 /// receives row `r` · token `t`), with `$dpbusd` the 256-bit `vpdpbusd` of
 /// the instruction set: AVX-512 VNNI's (EVEX) or AVX-VNNI's (VEX), the
 /// same sums.
 macro_rules! q0_tile {
-    ($dpbusd:ident, $q4:expr, $r:expr, $t:expr, $w:expr, $a:expr, $out:expr, $stride:expr) => {{
+    ($dpbusd:ident, $kind:expr, $r:expr, $t:expr, $w:expr, $a:expr, $out:expr, $stride:expr) => {{
         let (w, a, out, stride) = ($w, $a, $out, $stride);
-        let wb = if $q4 { 18 } else { 34 };
-        let offset = _mm256_set1_epi8(if $q4 { 8 } else { -128 });
+        let (wb, offset) = match $kind {
+            4 => (18, 8),
+            5 => (22, 16),
+            _ => (34, -128),
+        };
+        let offset = _mm256_set1_epi8(offset);
         assert!(w.len() == $r && a.len() == $t);
         let blocks = a[0].len() / 34;
         assert!(a.iter().all(|y| y.len() == blocks * 34));
         assert!(w.iter().all(|x| x.len() == blocks * wb));
         let mut acc = [[_mm256_setzero_ps(); $t]; $r];
         for b in 0..blocks {
+            if $kind == 5 && $t == 1 {
+                // Decode: the next call's rows asked for while these sum.
+                super::ktile::prefetch_next(w, $r * b * wb, $r * wb);
+            }
             let mut qy = [_mm256_setzero_si256(); $t];
             let mut base = [_mm256_setzero_si256(); $t];
             let mut dy = [_mm256_setzero_ps(); $t];
@@ -73,7 +101,7 @@ macro_rules! q0_tile {
             }
             for r in 0..$r {
                 let x = &w[r][wb * b..wb * b + wb];
-                let ux = unsigned_quants::<{ $q4 }>(x);
+                let ux = unsigned_kind::<{ $kind }>(x);
                 let dx = _mm256_set1_ps(f16(x, 0));
                 for t in 0..$t {
                     let sum = _mm256_cvtepi32_ps($dpbusd(base[t], ux, qy[t]));
@@ -89,16 +117,17 @@ macro_rules! q0_tile {
     }};
 }
 
-/// `R × T` q4_0 (`Q4`) or q8_0 weight rows against q8_0 activation rows;
-/// `out[r * stride + t]` receives row `r` · token `t`.
+/// `R × T` q4_0, q5_0 or q8_0 weight rows (`KIND` 4, 5 or 8) against
+/// q8_0 activation rows; `out[r * stride + t]` receives row `r` · token
+/// `t`.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-fn q0<const Q4: bool, const R: usize, const T: usize>(
+fn q0<const KIND: u8, const R: usize, const T: usize>(
     w: &[&[u8]],
     a: &[&[u8]],
     out: &mut [f32],
     stride: usize,
 ) {
-    q0_tile!(_mm256_dpbusd_epi32, Q4, R, T, w, a, out, stride)
+    q0_tile!(_mm256_dpbusd_epi32, KIND, R, T, w, a, out, stride)
 }
 
 /// [`q8_0`] with AVX-VNNI's `vpdpbusd` (VEX), for a processor that has it
@@ -111,7 +140,7 @@ pub fn q8_0_avx_vnni<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    q0_tile!(_mm256_dpbusd_avx_epi32, false, R, T, w, a, out, stride)
+    q0_tile!(_mm256_dpbusd_avx_epi32, 8, R, T, w, a, out, stride)
 }
 
 /// `R × T` q8_0 weight rows against q8_0 activation rows.
@@ -122,7 +151,7 @@ pub fn q8_0<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    q0::<false, R, T>(w, a, out, stride)
+    q0::<8, R, T>(w, a, out, stride)
 }
 
 /// `R × T` q4_0 weight rows against q8_0 activation rows.
@@ -133,7 +162,18 @@ pub fn q4_0<const R: usize, const T: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    q0::<true, R, T>(w, a, out, stride)
+    q0::<4, R, T>(w, a, out, stride)
+}
+
+/// `R × T` q5_0 weight rows against q8_0 activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn q5_0<const R: usize, const T: usize>(
+    w: &[&[u8]],
+    a: &[&[u8]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    q0::<5, R, T>(w, a, out, stride)
 }
 
 /// The 32 quants of the q8_0 block at the start of `y` and those of `z`,

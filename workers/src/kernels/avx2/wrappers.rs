@@ -4,6 +4,7 @@
 use super::attend;
 use super::imp;
 use super::kquants as imp_k;
+use super::q5;
 use crate::model::RopeLayout;
 // SAFETY (all): these are only installed by `kernels()` after the
 // features they enable were detected on this processor.
@@ -45,6 +46,12 @@ pub fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
 }
 pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q4k(w, a) }
+}
+pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { q5::dot_q5_0(w, a) }
+}
+pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp_k::dot_q5k(w, a) }
 }
 pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q6k(w, a) }
