@@ -264,11 +264,15 @@ fn every_kernel_set_attends_and_gates_with_the_same_bits() {
 fn products_sharing_activations_equal_each_product_alone() {
     use workers::kernels::{Encoded, Matrix};
     let mut rng = SplitMix64::new(34);
-    // q4_K and q6_K share q8_K activations, as Q, K and V of a q4_K_M model.
-    let types = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4K];
+    // q4_K (or q5_K) and q6_K share q8_K activations, as Q, K and V of a
+    // q4_K_M (q5_K_M) model.
     let rows = [23, 9, 40];
     let cols = 512;
-    for kernels in kernel_sets() {
+    for (kernels, base) in kernel_sets()
+        .into_iter()
+        .flat_map(|k| [(k, GgmlType::Q4K), (k, GgmlType::Q5K)])
+    {
+        let types = [base, GgmlType::Q6K, base];
         for n in [1, 6] {
             let data: Vec<Vec<u8>> = types
                 .iter()
@@ -285,7 +289,7 @@ fn products_sharing_activations_equal_each_product_alone() {
                 })
                 .collect();
             let x = row(&mut rng, n * cols, 2.0);
-            let encoded = Encoded::new(GgmlType::Q4K, &x, cols);
+            let encoded = Encoded::new(base, &x, cols);
             common::assert_shared_equals_alone(&kernels, &ms, &encoded, n);
         }
     }
@@ -298,8 +302,10 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
         for ty in [
             GgmlType::F16,
             GgmlType::Q8_0,
+            GgmlType::Q5_0,
             GgmlType::Q4_0,
             GgmlType::Q4K,
+            GgmlType::Q5K,
             GgmlType::Q6K,
         ] {
             // Whole chunks of eight blocks and remainders (the q0 decode

@@ -1,7 +1,7 @@
 //! Register-blocked tiles of q4_K, q5_K and q6_K weight rows against q8_K
 //! activation rows (prefill). The integer sums are exact whatever their
-//! order; the float sums follow `kquants::dot_q4k`, `q5::dot_q5k` and
-//! `kquants::dot_q6k` step for step, so a batched product equals one token
+//! order; the float sums follow `kquants::dot_q4k`, `kquants::dot_q5k`
+//! and `kquants::dot_q6k` step for step, so a batched product equals one token
 //! at a time bit for bit.
 
 // Tiles index accumulators, rows and tokens together by their position.
@@ -130,7 +130,8 @@ fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn q6_offsets(x: &[u8], y: &[u8]) -> __m256i {
-    // SAFETY: 16 bytes at 192 of a 210-byte block.
+    assert!(x.len() >= 208);
+    // SAFETY: 16 bytes at 192 of a block of at least 208 (checked above).
     let scales = unsafe { _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i) };
     _mm256_slli_epi32::<5>(_mm256_madd_epi16(
         load(y, 260),
@@ -138,7 +139,7 @@ pub(super) fn q6_offsets(x: &[u8], y: &[u8]) -> __m256i {
     ))
 }
 
-/// The q4_K and q6_K tiles for one set of target features, with its
+/// The q4_K, q5_K and q6_K tiles for one set of target features, with its
 /// multiply-add of i16 pairs into i32 lanes.
 macro_rules! k_tiles {
     (
@@ -217,7 +218,7 @@ macro_rules! k_tiles {
 
         /// q4_K, or q5_K (`FIVE`: blocks of 176 bytes, the fifth bits at
         /// byte 16 and the nibbles at 48, the mins added fused as
-        /// `q5::dot_q5k` adds them).
+        /// `kquants::dot_q5k` adds them).
         #[inline]
         #[target_feature(enable = $features)]
         fn $q4k_any<const R: usize, const T: usize, const NEXT: bool, const FIVE: bool>(

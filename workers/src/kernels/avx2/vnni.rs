@@ -1,4 +1,4 @@
-//! q8_0 and q4_0 tiles with AVX-512 VNNI's 256-bit `vpdpbusd`, chosen at
+//! q8_0, q4_0 and q5_0 tiles with AVX-512 VNNI's 256-bit `vpdpbusd`, chosen at
 //! run time where the processor has it (Zen 4, Ice Lake and later), in
 //! the AVX2 tiles' shape (`tile::Q0_ROWS × tile::Q0_TOKENS`); the q8_0 one
 //! also with AVX-VNNI's, where a processor has that without AVX-512, and
