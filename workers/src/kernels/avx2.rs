@@ -6,7 +6,7 @@
 
 use super::Kernels;
 #[cfg(target_arch = "x86_64")]
-use super::{Tile, TileFn, X8Fn, pairs};
+use super::{Tile, TileFn, Unpacked, X8Fn, pairs};
 
 mod tuning;
 pub use tuning::Tuning;
@@ -155,10 +155,10 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             } else {
                 (tile_q8_0, tile_q4_0, tile_q4k, tile_q6k)
             };
-            let (q5k, next_q5k): (TileFn, TileFn) = if vnni {
-                (vnni_q5k, vnni_next_q5k)
+            let (q5k, next_q5k, q5k_bytes): (TileFn, TileFn, TileFn) = if vnni {
+                (vnni_q5k, vnni_next_q5k, vnni_q5k_bytes)
             } else {
-                (tile_q5k, next_q5k)
+                (tile_q5k, next_q5k, tile_q5k_bytes)
             };
             let name = match (vnni, tuning) {
                 (true, Tuning::Amd) => "avx2+vnni, amd",
@@ -203,6 +203,11 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 decode_q5_0: vnni.then(|| tile(Q0_DECODE_ROWS, 1, vnni_q5_0)),
                 tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
                 tile_q5k: Some(tile(K_ROWS, K_TOKENS, q5k)),
+                unpacked_q5k: Some(Unpacked {
+                    tile: tile(K_ROWS, K_TOKENS, q5k_bytes),
+                    unpack: unpack_q5k,
+                    block_bytes: q5::UNPACKED_Q5K_BLOCK,
+                }),
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
                 decode_q8_0: Some(tile(Q0_DECODE_ROWS, 1, next_q8_0)),
                 decode_q4_0: Some(tile(Q0_DECODE_ROWS, 1, next_q4_0)),

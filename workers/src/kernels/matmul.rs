@@ -3,7 +3,7 @@
 //! share their activations (Q, K and V; gate and up) run as one set of
 //! parallel tasks: one wait for the pool instead of one per matrix.
 
-use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile, X8Fn, pairs, x8};
+use super::{Encoded, Kernels, Matrix, TILE_MAX, Tile, Unpacked, X8Fn, pairs, x8};
 use crate::tensor::GgmlType;
 use half::f16;
 use rayon::prelude::*;
@@ -43,6 +43,9 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
                 ),
             },
             (Some(decode), _) if n == 1 => Plan::Tiles(decode),
+            _ if n >= UNPACK_TOKENS && kernels.unpacked(w.ty).is_some() => {
+                Plan::Unpacked(kernels.unpacked(w.ty).expect("checked"))
+            }
             (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
             _ => Plan::Dots(kernels.dot(w.ty)),
         })
@@ -57,6 +60,7 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     for (p, (w, y)) in products.iter_mut().enumerate() {
         let multiple = match plans[p] {
             Plan::Tiles(tile) => tile.rows,
+            Plan::Unpacked(u) => u.tile.rows,
             Plan::Pairs(tile) => tile.rows,
             // Whole pairs of groups where two go a call.
             Plan::Packed(_, two) => x8::ROWS * if two.is_some() { 2 } else { 1 },
@@ -80,8 +84,21 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
             _ => Activations::new(&x.data, x.row_bytes),
         };
         match plans[p] {
-            Plan::Tiles(tile) => tiles(tile, w, first, &act(tile), &mut out),
-            Plan::Pairs(tile) => tiles(tile, w, first, &act(tile), &mut out),
+            Plan::Tiles(tile) => tiles(tile, w, first, None, &act(tile), &mut out),
+            Plan::Pairs(tile) => tiles(tile, w, first, None, &act(tile), &mut out),
+            Plan::Unpacked(u) => UNPACKED.with_borrow_mut(|rows| {
+                // The task's rows, unpacked once for all its tokens, into
+                // the thread's buffer (kept: a fresh one each task was
+                // pages faulted in each time).
+                let count = out[0].len();
+                let row_bytes = w.cols / w.ty.block_elements() as usize * u.block_bytes;
+                rows.resize(count * row_bytes, 0);
+                for (i, o) in rows.chunks_exact_mut(row_bytes).enumerate() {
+                    (u.unpack)(w.row(first + i), o);
+                }
+                let unpacked = Some((&rows[..], row_bytes));
+                tiles(u.tile, w, first, unpacked, &act(u.tile), &mut out)
+            }),
             Plan::Packed(f, f2) => groups(f, f2, w, first, x, &mut out),
             Plan::Dots(dot) => {
                 for i in 0..out[0].len() {
@@ -105,12 +122,25 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
 #[derive(Clone, Copy)]
 enum Plan {
     Tiles(Tile),
+    /// A batch on rows unpacked first, a task's at a time.
+    Unpacked(Unpacked),
     /// Rows packed in pairs (`pairs`): the tile takes one pair's slice.
     Pairs(Tile),
     /// Packed groups: one a call, or two where the second kernel is there.
     Packed(X8Fn, Option<X8Fn>),
     Dots(super::DotFn),
 }
+
+thread_local! {
+    /// Each thread's unpacked rows ([`Plan::Unpacked`]), at most a task's
+    /// weight bytes' worth unpacked (about 420 KiB for q5_K).
+    static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Batches of at least this many tokens unpack their rows first, where
+/// the kernels can: below it, the unpacking costs more than the tiles of
+/// tokens save (one decode a tile of three).
+const UNPACK_TOKENS: usize = 8;
 
 /// Products smaller than this many multiply-adds run on the calling
 /// thread: handing them to the pool costs more than it saves. Waking a
@@ -163,8 +193,17 @@ fn widened(x: &Encoded) -> Vec<u8> {
 /// Rows `first..` of `w` (as many as each of `out`'s token pieces holds)
 /// against every token, `out[t][r]`: a tile of tokens at a time (kept in
 /// L1) against each tile of the rows (kept in L2). A matrix packed in
-/// pairs ([`pairs`]) goes a pair a tile, handed over as its one slice.
-fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mut [f32]]) {
+/// pairs ([`pairs`]) goes a pair a tile, handed over as its one slice;
+/// `unpacked`, the rows `first..` unpacked ([`Unpacked`]) and their bytes
+/// each, stands in for the rows of `w`.
+fn tiles(
+    tile: Tile,
+    w: &Matrix,
+    first: usize,
+    unpacked: Option<(&[u8], usize)>,
+    act: &Activations,
+    out: &mut [&mut [f32]],
+) {
     assert!(tile.rows <= TILE_MAX && tile.tokens <= TILE_MAX);
     let n = out.len();
     let count = out[0].len();
@@ -190,7 +229,10 @@ fn tiles(tile: Tile, w: &Matrix, first: usize, act: &Activations, out: &mut [&mu
                 rn / pairs::ROWS
             } else {
                 for (i, wr) in ws[..rn].iter_mut().enumerate() {
-                    *wr = w.row(first + r0 + i);
+                    *wr = match unpacked {
+                        Some((rows, bytes)) => &rows[(r0 + i) * bytes..(r0 + i + 1) * bytes],
+                        None => w.row(first + r0 + i),
+                    };
                 }
                 rn
             };

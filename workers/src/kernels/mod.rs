@@ -44,6 +44,20 @@ pub struct Tile {
 /// `out[t]`.
 pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
 
+/// A tile on weight rows unpacked first, a task's rows once, so a batch's
+/// tiles of tokens do not decode the same blocks again each: q5_K's values
+/// one a byte. The tile's integers and float steps are the packed tile's,
+/// so its outputs are the same bits.
+#[derive(Clone, Copy)]
+pub struct Unpacked {
+    /// The tile on unpacked rows.
+    pub tile: Tile,
+    /// Unpacks one row into its unpacked bytes.
+    pub unpack: fn(&[u8], &mut [u8]),
+    /// Bytes of one unpacked block.
+    pub block_bytes: usize,
+}
+
 /// The largest tile side.
 pub const TILE_MAX: usize = 6;
 
@@ -83,6 +97,8 @@ pub struct Kernels {
     tile_q5_0: Option<Tile>,
     tile_q4k: Option<Tile>,
     tile_q5k: Option<Tile>,
+    /// q5_K batches on rows unpacked first (see [`Unpacked`]).
+    unpacked_q5k: Option<Unpacked>,
     tile_q6k: Option<Tile>,
     decode_q8_0: Option<Tile>,
     decode_q4_0: Option<Tile>,
@@ -128,6 +144,7 @@ impl Kernels {
             tile_q5_0: None,
             tile_q4k: None,
             tile_q5k: None,
+            unpacked_q5k: None,
             tile_q6k: None,
             decode_q8_0: None,
             decode_q4_0: None,
@@ -261,6 +278,15 @@ impl Kernels {
         match ty {
             GgmlType::F16 => pairs::pack_into(cols, data, out),
             _ => x8::pack_into(ty, cols, data, out),
+        }
+    }
+
+    /// The tile on unpacked rows of `ty` (see [`Unpacked`]), where these
+    /// kernels have one.
+    pub fn unpacked(&self, ty: GgmlType) -> Option<Unpacked> {
+        match ty {
+            GgmlType::Q5K => self.unpacked_q5k,
+            _ => None,
         }
     }
 

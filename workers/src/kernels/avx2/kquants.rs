@@ -4,7 +4,7 @@
 //! from the portable kernels.
 
 use super::imp::{f16, hsum};
-use super::ktile::{hsum_i32, load, q6_offsets, q8k_sub_sums};
+use super::ktile::{hsum_i32, load, q8k_sub_sums};
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
@@ -183,4 +183,39 @@ pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
         );
     }
     hsum(acc)
+}
+
+/// The four 32-value groups (`k`) of 6-bit quants of one half of a q6_K
+/// block, as unsigned bytes 0..64.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
+    let low = _mm256_set1_epi8(0x0F);
+    let ql = load(x, 64 * half + 32 * (k % 2));
+    let qh = load(x, 128 + 32 * half);
+    let (ql, bits) = match k {
+        0 => (ql, qh),
+        1 => (ql, _mm256_srli_epi16::<2>(qh)),
+        2 => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<4>(qh)),
+        _ => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<6>(qh)),
+    };
+    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(bits, _mm256_set1_epi8(3)));
+    _mm256_or_si256(_mm256_and_si256(ql, low), hi)
+}
+
+/// The offset of q6_K's unsigned quants (32) against a q8_K block, as
+/// llama.cpp takes it off: lane `m` holds 32 (s[2m] S[2m] + s[2m+1]
+/// S[2m+1]) for the weight block's 16 scales `s` and the activation
+/// block's 16-value sums `S`. The lanes' integers, not only their total,
+/// are llama.cpp's, so their float sums round alike.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6_offsets(x: &[u8], y: &[u8]) -> __m256i {
+    assert!(x.len() >= 208);
+    // SAFETY: 16 bytes at 192 of a block of at least 208 (checked above).
+    let scales = unsafe { _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i) };
+    _mm256_slli_epi32::<5>(_mm256_madd_epi16(
+        load(y, 260),
+        _mm256_cvtepi8_epi16(scales),
+    ))
 }

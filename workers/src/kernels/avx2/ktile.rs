@@ -8,8 +8,15 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::imp::{f16, hsum};
+use super::kquants::{q6_group, q6_offsets};
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
+
+/// The forms of a q4_K-like block the tiles read: q4_K, q5_K, and q5_K
+/// unpacked (`q5::unpack_q5k`).
+const Q4K: u8 = 0;
+const Q5K: u8 = 1;
+const Q5K_BYTES: u8 = 2;
 
 /// Weight rows per k-quant tile.
 pub const K_ROWS: usize = 2;
@@ -104,47 +111,12 @@ pub(super) fn prefetch_next(w: &[&[u8]], from: usize, len: usize) {
     }
 }
 
-/// The four 32-value groups (`k`) of 6-bit quants of one half of a q6_K
-/// block, as unsigned bytes 0..64.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn q6_group(x: &[u8], half: usize, k: usize) -> __m256i {
-    let low = _mm256_set1_epi8(0x0F);
-    let ql = load(x, 64 * half + 32 * (k % 2));
-    let qh = load(x, 128 + 32 * half);
-    let (ql, bits) = match k {
-        0 => (ql, qh),
-        1 => (ql, _mm256_srli_epi16::<2>(qh)),
-        2 => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<4>(qh)),
-        _ => (_mm256_srli_epi16::<4>(ql), _mm256_srli_epi16::<6>(qh)),
-    };
-    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(bits, _mm256_set1_epi8(3)));
-    _mm256_or_si256(_mm256_and_si256(ql, low), hi)
-}
-
-/// The offset of q6_K's unsigned quants (32) against a q8_K block, as
-/// llama.cpp takes it off: lane `m` holds 32 (s[2m] S[2m] + s[2m+1]
-/// S[2m+1]) for the weight block's 16 scales `s` and the activation
-/// block's 16-value sums `S`. The lanes' integers, not only their total,
-/// are llama.cpp's, so their float sums round alike.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) fn q6_offsets(x: &[u8], y: &[u8]) -> __m256i {
-    assert!(x.len() >= 208);
-    // SAFETY: 16 bytes at 192 of a block of at least 208 (checked above).
-    let scales = unsafe { _mm_loadu_si128(x.as_ptr().add(192) as *const __m128i) };
-    _mm256_slli_epi32::<5>(_mm256_madd_epi16(
-        load(y, 260),
-        _mm256_cvtepi8_epi16(scales),
-    ))
-}
-
 /// The q4_K, q5_K and q6_K tiles for one set of target features, with its
 /// multiply-add of i16 pairs into i32 lanes.
 macro_rules! k_tiles {
     (
         $q4k:ident, $q6k:ident, $q4k_next:ident, $q6k_next:ident, $q4k_any:ident, $q6k_any:ident,
-        $q5k:ident, $q5k_next:ident, $features:literal, $madd_add:ident
+        $q5k:ident, $q5k_next:ident, $q5k_bytes:ident, $features:literal, $madd_add:ident
     ) => {
         /// `R × T` q4_K weight rows against q8_K activation rows;
         /// `out[r * stride + t]` receives row `r` · token `t`.
@@ -155,29 +127,7 @@ macro_rules! k_tiles {
             out: &mut [f32],
             stride: usize,
         ) {
-            $q4k_any::<R, T, false, false>(w, a, out, stride)
-        }
-
-        /// `R × T` q5_K weight rows against q8_K activation rows.
-        #[target_feature(enable = $features)]
-        pub fn $q5k<const R: usize, const T: usize>(
-            w: &[&[u8]],
-            a: &[&[u8]],
-            out: &mut [f32],
-            stride: usize,
-        ) {
-            $q4k_any::<R, T, false, true>(w, a, out, stride)
-        }
-
-        /// The q5_K tile, asking for the next call's `R` rows.
-        #[target_feature(enable = $features)]
-        pub fn $q5k_next<const R: usize, const T: usize>(
-            w: &[&[u8]],
-            a: &[&[u8]],
-            out: &mut [f32],
-            stride: usize,
-        ) {
-            $q4k_any::<R, T, true, true>(w, a, out, stride)
+            $q4k_any::<R, T, false, Q4K>(w, a, out, stride)
         }
 
         /// The q4_K tile, asking for the next call's `R` rows while it
@@ -189,7 +139,42 @@ macro_rules! k_tiles {
             out: &mut [f32],
             stride: usize,
         ) {
-            $q4k_any::<R, T, true, false>(w, a, out, stride)
+            $q4k_any::<R, T, true, Q4K>(w, a, out, stride)
+        }
+
+        /// `R × T` q5_K weight rows against q8_K activation rows.
+        #[target_feature(enable = $features)]
+        pub fn $q5k<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, false, Q5K>(w, a, out, stride)
+        }
+
+        /// The q5_K tile, asking for the next call's `R` rows.
+        #[target_feature(enable = $features)]
+        pub fn $q5k_next<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, true, Q5K>(w, a, out, stride)
+        }
+
+        /// The q5_K tile on rows unpacked by `q5::unpack_q5k`: the same
+        /// integers and float steps, without decoding the values again for
+        /// every tile of tokens.
+        #[target_feature(enable = $features)]
+        pub fn $q5k_bytes<const R: usize, const T: usize>(
+            w: &[&[u8]],
+            a: &[&[u8]],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $q4k_any::<R, T, false, Q5K_BYTES>(w, a, out, stride)
         }
 
         /// The q6_K tile, asking for the next call's `R` rows while it
@@ -216,19 +201,23 @@ macro_rules! k_tiles {
             $q6k_any::<R, T, false>(w, a, out, stride)
         }
 
-        /// q4_K, or q5_K (`FIVE`: blocks of 176 bytes, the fifth bits at
-        /// byte 16 and the nibbles at 48, the mins added fused as
-        /// `kquants::dot_q5k` adds them).
+        /// q4_K, q5_K (176-byte blocks, the fifth bits at byte 16 and the
+        /// nibbles at 48) or q5_K unpacked (`FORM`); q5_K's mins added
+        /// fused as `kquants::dot_q5k` adds them.
         #[inline]
         #[target_feature(enable = $features)]
-        fn $q4k_any<const R: usize, const T: usize, const NEXT: bool, const FIVE: bool>(
+        fn $q4k_any<const R: usize, const T: usize, const NEXT: bool, const FORM: u8>(
             w: &[&[u8]],
             a: &[&[u8]],
             out: &mut [f32],
             stride: usize,
         ) {
             assert!(w.len() == R && a.len() == T);
-            let (size, quants) = if FIVE { (176, 48) } else { (144, 16) };
+            let (size, quants) = match FORM {
+                Q4K => (144, 16),
+                Q5K => (176, 48),
+                _ => (super::q5::UNPACKED_Q5K_BLOCK, 32),
+            };
             let low = _mm256_set1_epi8(0x0F);
             let one = _mm256_set1_epi8(1);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -244,11 +233,17 @@ macro_rules! k_tiles {
                 let mut high = [_mm256_setzero_si256(); R];
                 for r in 0..R {
                     let mut m = [0u8; 8];
-                    for j in 0..8 {
-                        (scales[r][j], m[j]) = q4k_scale_min(j, &xs[r][4..16]);
+                    if FORM == Q5K_BYTES {
+                        // Decoded when unpacked.
+                        scales[r].copy_from_slice(&xs[r][4..12]);
+                        m.copy_from_slice(&xs[r][12..20]);
+                    } else {
+                        for j in 0..8 {
+                            (scales[r][j], m[j]) = q4k_scale_min(j, &xs[r][4..16]);
+                        }
                     }
                     mins[r] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(m)));
-                    if FIVE {
+                    if FORM == Q5K {
                         high[r] = load(xs[r], 16);
                     }
                 }
@@ -263,11 +258,21 @@ macro_rules! k_tiles {
                 for j in 0..4 {
                     let mut ql = [_mm256_setzero_si256(); R];
                     let mut qh = [_mm256_setzero_si256(); R];
+                    let mut sc_l = [_mm256_setzero_si256(); R];
+                    let mut sc_h = [_mm256_setzero_si256(); R];
                     for r in 0..R {
+                        sc_l[r] = _mm256_set1_epi16(scales[r][2 * j] as i16);
+                        sc_h[r] = _mm256_set1_epi16(scales[r][2 * j + 1] as i16);
+                        if FORM == Q5K_BYTES {
+                            // Sub-blocks 2j and 2j + 1, a value a byte.
+                            ql[r] = load(xs[r], quants + 64 * j);
+                            qh[r] = load(xs[r], quants + 64 * j + 32);
+                            continue;
+                        }
                         let q = load(xs[r], quants + 32 * j);
                         ql[r] = _mm256_and_si256(q, low);
                         qh[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
-                        if FIVE {
+                        if FORM == Q5K {
                             ql[r] = _mm256_or_si256(ql[r], fifth(r));
                             qh[r] = _mm256_or_si256(qh[r], fifth(r));
                         }
@@ -275,13 +280,15 @@ macro_rules! k_tiles {
                     for t in 0..T {
                         let (q8l, q8h) = (load(ys[t], 4 + 64 * j), load(ys[t], 36 + 64 * j));
                         for r in 0..R {
-                            let sc_l = _mm256_set1_epi16(scales[r][2 * j] as i16);
-                            let sc_h = _mm256_set1_epi16(scales[r][2 * j + 1] as i16);
                             let pl = _mm256_maddubs_epi16(ql[r], q8l);
                             let ph = _mm256_maddubs_epi16(qh[r], q8h);
-                            sumi[r][t] = $madd_add($madd_add(sumi[r][t], sc_l, pl), sc_h, ph);
+                            sumi[r][t] = $madd_add($madd_add(sumi[r][t], sc_l[r], pl), sc_h[r], ph);
                         }
                     }
+                }
+                let mut dx = [(0f32, 0f32); R];
+                for r in 0..R {
+                    dx[r] = (f16(xs[r], 0), f16(xs[r], 2));
                 }
                 for t in 0..T {
                     let dy = q8k_scale(ys[t]);
@@ -291,14 +298,14 @@ macro_rules! k_tiles {
                         // integer, whatever the order of its terms.
                         let summ = hsum_i32(_mm_madd_epi16(mins[r], sub_sums));
                         acc[r][t] = _mm256_fmadd_ps(
-                            _mm256_set1_ps(f16(xs[r], 0) * dy),
+                            _mm256_set1_ps(dx[r].0 * dy),
                             _mm256_cvtepi32_ps(sumi[r][t]),
                             acc[r][t],
                         );
-                        acc_min[r][t] = if FIVE {
-                            (-(f16(xs[r], 2) * dy)).mul_add(summ as f32, acc_min[r][t])
+                        acc_min[r][t] = if FORM != Q4K {
+                            (-(dx[r].1 * dy)).mul_add(summ as f32, acc_min[r][t])
                         } else {
-                            acc_min[r][t] - f16(xs[r], 2) * dy * summ as f32
+                            acc_min[r][t] - dx[r].1 * dy * summ as f32
                         };
                     }
                 }
@@ -376,6 +383,7 @@ k_tiles!(
     q6k_any,
     q5k,
     q5k_next,
+    q5k_bytes,
     "avx2,fma,f16c",
     madd_add_avx2
 );
@@ -388,6 +396,7 @@ k_tiles!(
     q6k_vnni_any,
     q5k_vnni,
     q5k_vnni_next,
+    q5k_vnni_bytes,
     "avx2,fma,f16c,avx512vnni,avx512vl",
     madd_add_vnni
 );

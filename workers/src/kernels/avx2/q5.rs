@@ -1,8 +1,11 @@
 //! The AVX2 dot product of q5_0 against q8_0, and its fifth bits (q5_K's
-//! is `kquants::dot_q5k`). The integer sums are exact; only the order of
-//! the float sums differs from the portable kernels.
+//! is `kquants::dot_q5k`); q5_K rows unpacked for a batch's tiles
+//! (`ktile`). The integer sums are exact; only the order of the float sums
+//! differs from the portable kernels.
 
 use super::imp::{f16, hsum, mul_sum_i8};
+use super::ktile::load;
+use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
 /// The fifth bits of a q5_0 block (the word at byte 2 of `x`), one byte a
@@ -50,4 +53,37 @@ pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
         acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, qy), acc);
     }
     hsum(acc)
+}
+
+/// Bytes of an unpacked q5_K block: its `d` and `dmin` as they are, its
+/// eight six-bit scales and then its eight mins a byte each, 12 bytes of
+/// padding, then its 256 values, one a byte (0..32), in order.
+pub const UNPACKED_Q5K_BLOCK: usize = 32 + 256;
+
+/// Unpacks a row of q5_K blocks into `out` (its [`UNPACKED_Q5K_BLOCK`]s).
+#[target_feature(enable = "avx2")]
+pub fn unpack_q5k(row: &[u8], out: &mut [u8]) {
+    assert!(row.len().is_multiple_of(176) && out.len() == row.len() / 176 * UNPACKED_Q5K_BLOCK);
+    let (low, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    for (x, o) in row
+        .chunks_exact(176)
+        .zip(out.chunks_exact_mut(UNPACKED_Q5K_BLOCK))
+    {
+        o[..4].copy_from_slice(&x[..4]);
+        for j in 0..8 {
+            (o[4 + j], o[12 + j]) = q4k_scale_min(j, &x[4..16]);
+        }
+        let mut high = load(x, 16);
+        for j in 0..4 {
+            let q = load(x, 48 + 32 * j);
+            for (k, nibbles) in [q, _mm256_srli_epi16::<4>(q)].into_iter().enumerate() {
+                let fifth = _mm256_slli_epi16::<4>(_mm256_and_si256(high, one));
+                high = _mm256_srli_epi16::<1>(high);
+                let v = _mm256_or_si256(_mm256_and_si256(nibbles, low), fifth);
+                let at = 32 + 64 * j + 32 * k;
+                // SAFETY: bytes at..at + 32 of the 288-byte block `o`.
+                unsafe { _mm256_storeu_si256(o.as_mut_ptr().add(at) as *mut __m256i, v) };
+            }
+        }
+    }
 }

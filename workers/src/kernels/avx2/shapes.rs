@@ -126,6 +126,8 @@ tile_shapes!(
     ]
 );
 six_shapes!(tile_q5k, ktile::q5k);
+six_shapes!(tile_q5k_bytes, ktile::q5k_bytes);
+six_shapes!(vnni_q5k_bytes, ktile::q5k_vnni_bytes);
 six_shapes!(tile_q6k, ktile::q6k);
 six_shapes!(vnni_q4k, ktile::q4k_vnni);
 six_shapes!(vnni_q5k, ktile::q5k_vnni);

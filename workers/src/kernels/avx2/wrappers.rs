@@ -53,6 +53,9 @@ pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
 pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q5k(w, a) }
 }
+pub fn unpack_q5k(row: &[u8], out: &mut [u8]) {
+    unsafe { q5::unpack_q5k(row, out) }
+}
 pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q6k(w, a) }
 }
