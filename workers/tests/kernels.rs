@@ -265,7 +265,8 @@ fn products_sharing_activations_equal_each_product_alone() {
     use workers::kernels::{Encoded, Matrix};
     let mut rng = SplitMix64::new(34);
     // q4_K (or q5_K) and q6_K share q8_K activations, as Q, K and V of a
-    // q4_K_M (q5_K_M) model.
+    // q4_K_M (q5_K_M) model; one token, a batch, and a batch large enough
+    // for q5_K's unpacked rows.
     let rows = [23, 9, 40];
     let cols = 512;
     for (kernels, base) in kernel_sets()
@@ -273,7 +274,7 @@ fn products_sharing_activations_equal_each_product_alone() {
         .flat_map(|k| [(k, GgmlType::Q4K), (k, GgmlType::Q5K)])
     {
         let types = [base, GgmlType::Q6K, base];
-        for n in [1, 6] {
+        for n in [1, 6, 9] {
             let data: Vec<Vec<u8>> = types
                 .iter()
                 .zip(rows)

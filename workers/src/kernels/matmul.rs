@@ -132,8 +132,9 @@ enum Plan {
 }
 
 thread_local! {
-    /// Each thread's unpacked rows ([`Plan::Unpacked`]), at most a task's
-    /// weight bytes' worth unpacked (about 420 KiB for q5_K).
+    /// Each thread's unpacked rows ([`Plan::Unpacked`]): a pool thread's,
+    /// or the calling thread's for a product small enough to run there;
+    /// a task's rows' worth (about 420 KiB for q5_K), kept at the largest.
     static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
