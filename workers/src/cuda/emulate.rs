@@ -50,32 +50,21 @@ fn quantize_q8_k(x: &[f32]) -> (f32, Vec<i8>, Vec<i32>) {
     (1.0 / iscale, q, sums)
 }
 
-/// `matvec_q4_k`'s group of eight lanes on one block.
-fn q4k_block(blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
+/// `matvec_k45`'s group of eight lanes on one block: `matvec_q4_k`'s, or
+/// `matvec_q5_k`'s (`five`).
+fn k45_block(five: bool, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
+    let quants = if five { 48 } else { 16 };
     let (mut sumi, mut summ) = (0i32, 0i32);
     for j in 0..8 {
         let (scale, min) = q4k_scale_min(j, &blk[4..16]);
-        let q = &blk[16 + (j / 2) * 32..];
-        let shift = (j % 2) * 4;
-        let s: i32 = (0..32)
-            .map(|l| ((q[l] >> shift) & 0xF) as i32 * a[j * 32 + l] as i32)
-            .sum();
-        sumi += scale as i32 * s;
-        summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
-    }
-    f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
-}
-
-/// `matvec_q5_k`'s group of eight lanes on one block.
-fn q5k_block(blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
-    let (mut sumi, mut summ) = (0i32, 0i32);
-    for j in 0..8 {
-        let (scale, min) = q4k_scale_min(j, &blk[4..16]);
-        let (qh, q) = (&blk[16..48], &blk[48 + (j / 2) * 32..]);
+        let q = &blk[quants + (j / 2) * 32..];
         let shift = (j % 2) * 4;
         let s: i32 = (0..32)
             .map(|l| {
-                let v = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
+                let mut v = (q[l] >> shift) & 0xF;
+                if five {
+                    v |= ((blk[16 + l] >> j) & 1) << 4;
+                }
                 v as i32 * a[j * 32 + l] as i32
             })
             .sum();
@@ -136,63 +125,35 @@ fn q8_0_block(blk: &[u8], a: &[i8]) -> i32 {
         .sum()
 }
 
-/// `matvec_q4_0`'s two lanes on one block: the pair's integer sum.
-fn q4_0_block(blk: &[u8], a: &[i8]) -> i32 {
-    (0..2)
-        .map(|half| {
-            let q = &blk[2 + half * 8..];
-            let (w0, w1) = (word(q), word(&q[4..]));
-            let (lo, hi) = (half * 8, 16 + half * 8);
-            let mut s = dp4a(w0 & 0x0F0F_0F0F, act(a, lo), 0);
-            s = dp4a(w1 & 0x0F0F_0F0F, act(a, lo + 4), s);
-            s = dp4a((w0 >> 4) & 0x0F0F_0F0F, act(a, hi), s);
-            s = dp4a((w1 >> 4) & 0x0F0F_0F0F, act(a, hi + 4), s);
-            let ones = 0x0101_0101;
-            let mut total = dp4a(ones, act(a, lo), 0);
-            total = dp4a(ones, act(a, lo + 4), total);
-            total = dp4a(ones, act(a, hi), total);
-            total = dp4a(ones, act(a, hi + 4), total);
-            s - 8 * total
-        })
-        .sum()
-}
-
 /// `fifth_bits`: bits 0..4 of `b` as bit 4 of four bytes.
 fn fifth_bits(b: u32) -> i32 {
     (((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25)) as i32
 }
 
-/// `matvec_q5_0`'s two lanes on one block: the pair's integer sum.
-fn q5_0_block(blk: &[u8], a: &[i8]) -> i32 {
-    let qh = word(&blk[2..]) as u32;
+/// `matvec_q45_0`'s two lanes on one block: `matvec_q4_0`'s, or
+/// `matvec_q5_0`'s (`five`); the pair's integer sum.
+fn q45_0_block(five: bool, blk: &[u8], a: &[i8]) -> i32 {
+    let (quants, offset) = if five { (6, 16) } else { (2, 8) };
     (0..2)
         .map(|half| {
-            let q = &blk[6 + half * 8..];
+            let q = &blk[quants + half * 8..];
             let (w0, w1) = (word(q), word(&q[4..]));
-            let (lo, hi) = (half * 8, 16 + half * 8);
-            let v = half * 8;
-            let mut s = dp4a((w0 & 0x0F0F_0F0F) | fifth_bits(qh >> v), act(a, lo), 0);
-            s = dp4a(
-                (w1 & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 4)),
-                act(a, lo + 4),
-                s,
-            );
-            s = dp4a(
-                ((w0 >> 4) & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 16)),
-                act(a, hi),
-                s,
-            );
-            s = dp4a(
-                ((w1 >> 4) & 0x0F0F_0F0F) | fifth_bits(qh >> (v + 20)),
-                act(a, hi + 4),
-                s,
-            );
-            let ones = 0x0101_0101;
-            let mut total = dp4a(ones, act(a, lo), 0);
-            total = dp4a(ones, act(a, lo + 4), total);
-            total = dp4a(ones, act(a, hi), total);
-            total = dp4a(ones, act(a, hi + 4), total);
-            s - 16 * total
+            let mut w = [
+                w0 & 0x0F0F_0F0F,
+                w1 & 0x0F0F_0F0F,
+                (w0 >> 4) & 0x0F0F_0F0F,
+                (w1 >> 4) & 0x0F0F_0F0F,
+            ];
+            if five {
+                let (qh, v) = (word(&blk[2..]) as u32, half * 8);
+                for (w, shift) in w.iter_mut().zip([v, v + 4, v + 16, v + 20]) {
+                    *w |= fifth_bits(qh >> shift);
+                }
+            }
+            let at = [half * 8, half * 8 + 4, 16 + half * 8, 20 + half * 8];
+            let s = (0..4).fold(0, |s, k| dp4a(w[k], act(a, at[k]), s));
+            let total = (0..4).fold(0, |t, k| dp4a(0x0101_0101, act(a, at[k]), t));
+            s - offset * total
         })
         .sum()
 }
@@ -249,16 +210,21 @@ mod tests {
                 (q8_0_block(&q8, &a) as f32 * scale(&q8)).to_bits(),
                 scalar::dot_q8_0(&q8, &acts).to_bits()
             );
-            let q4 = quantized(GgmlType::Q4_0, &w);
-            assert_eq!(
-                (q4_0_block(&q4, &a) as f32 * scale(&q4)).to_bits(),
-                scalar::dot_q4_0(&q4, &acts).to_bits()
-            );
-            let q5 = quantized(GgmlType::Q5_0, &w);
-            assert_eq!(
-                (q5_0_block(&q5, &a) as f32 * scale(&q5)).to_bits(),
-                scalar::dot_q5_0(&q5, &acts).to_bits()
-            );
+            for (five, ty, dot) in [
+                (
+                    false,
+                    GgmlType::Q4_0,
+                    scalar::dot_q4_0 as fn(&[u8], &[u8]) -> f32,
+                ),
+                (true, GgmlType::Q5_0, scalar::dot_q5_0),
+            ] {
+                let blk = quantized(ty, &w);
+                assert_eq!(
+                    (q45_0_block(five, &blk, &a) as f32 * scale(&blk)).to_bits(),
+                    dot(&blk, &acts).to_bits(),
+                    "{ty}"
+                );
+            }
         }
     }
 
@@ -268,16 +234,21 @@ mod tests {
             let (w, x) = (values(seed, 256), values(seed + 100, 256));
             let acts = quantized(GgmlType::Q8K, &x);
             let (d, q, sums) = q8k_parts(&acts);
-            let q4k = quantized(GgmlType::Q4K, &w);
-            assert_eq!(
-                q4k_block(&q4k, &q, d, &sums).to_bits(),
-                scalar::dot_q4k(&q4k, &acts).to_bits()
-            );
-            let q5k = quantized(GgmlType::Q5K, &w);
-            assert_eq!(
-                q5k_block(&q5k, &q, d, &sums).to_bits(),
-                scalar::dot_q5k(&q5k, &acts).to_bits()
-            );
+            for (five, ty, dot) in [
+                (
+                    false,
+                    GgmlType::Q4K,
+                    scalar::dot_q4k as fn(&[u8], &[u8]) -> f32,
+                ),
+                (true, GgmlType::Q5K, scalar::dot_q5k),
+            ] {
+                let blk = quantized(ty, &w);
+                assert_eq!(
+                    k45_block(five, &blk, &q, d, &sums).to_bits(),
+                    dot(&blk, &acts).to_bits(),
+                    "{ty}"
+                );
+            }
             let q6k = quantized(GgmlType::Q6K, &w);
             assert_eq!(
                 q6k_block(&q6k, &q, d).to_bits(),

@@ -127,67 +127,28 @@ extern "C" __global__ void matvec_q8_0(const u8* w, const i8* aq, const float* a
     if (lane == 0) y[(size_t)t * rows + row] = sum;
 }
 
-// Q4_0 · Q8_0: two lanes per block. Lane `half` takes quant bytes
-// 8 * half .. 8 * half + 8: their low nibbles are values 8 * half + i,
-// their high nibbles values 16 + 8 * half + i. The nibbles go through
-// __dp4a unsigned, and 8 times the activations' sum comes off after
-// (sum((q - 8) a) = sum(q a) - 8 sum(a)), exactly. A warp reads sixteen
-// neighbouring blocks per step.
-extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* ad, float* y,
-                                       int rows, int cols) {
-    int row = warp_row(rows);
-    if (row < 0) return;
-    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
-    int half = lane % 2;
-    const u8* wrow = w + (size_t)row * blocks * 18;
-    const i8* a = aq + (size_t)t * cols;
-    float sum = 0.0f;
-#pragma unroll 4
-    for (int first = 0; first < blocks; first += WARP / 2) {
-        int b = first + lane / 2;
-        int s = 0;
-        if (b < blocks) {
-            const u8* q = wrow + b * 18 + 2 + half * 8;
-            const int* lo = (const int*)(a + b * 32 + half * 8);
-            const int* hi = (const int*)(a + b * 32 + 16 + half * 8);
-            int w0 = load_i32_b2(q), w1 = load_i32_b2(q + 4);
-            s = __dp4a(w0 & 0x0F0F0F0F, lo[0], s);
-            s = __dp4a(w1 & 0x0F0F0F0F, lo[1], s);
-            s = __dp4a((w0 >> 4) & 0x0F0F0F0F, hi[0], s);
-            s = __dp4a((w1 >> 4) & 0x0F0F0F0F, hi[1], s);
-            int total = __dp4a(0x01010101, lo[0], 0);
-            total = __dp4a(0x01010101, lo[1], total);
-            total = __dp4a(0x01010101, hi[0], total);
-            total = __dp4a(0x01010101, hi[1], total);
-            s -= 8 * total;
-        }
-        s = group_sum(s, 2);
-        if (half == 0 && b < blocks) {
-            sum += (float)s * (load_f16(wrow + b * 18) * ad[t * blocks + b]);
-        }
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) y[(size_t)t * rows + row] = sum;
-}
-
 // Four fifth bits (bits 0..4 of `b`) as bit 4 of four bytes.
 __device__ __forceinline__ int fifth_bits(u32 b) {
     return (int)(((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25));
 }
 
-// Q5_0 · Q8_0, as Q4_0: two lanes per block, lane `half` on quant bytes
-// 8 * half .. 8 * half + 8, whose low nibbles are values 8 * half + i and
-// high nibbles 16 + 8 * half + i; bit v of the word at byte 2 is value v's
-// fifth bit. The 5-bit values go through __dp4a unsigned, and 16 times
-// the activations' sum comes off after, exactly. One token per grid row
-// (decode and batch alike).
-extern "C" __global__ void matvec_q5_0(const u8* w, const i8* aq, const float* ad, float* y,
-                                       int rows, int cols) {
+// Q4_0 (and Q5_0, `FIVE`) · Q8_0: two lanes per block. Lane `half` takes
+// quant bytes 8 * half .. 8 * half + 8: their low nibbles are values
+// 8 * half + i, their high nibbles values 16 + 8 * half + i; a Q5_0 block
+// (22 bytes, quants at 6) keeps value v's fifth bit as bit v of the word
+// at byte 2. The values go through __dp4a unsigned, and the offset (8, or
+// 16) times the activations' sum comes off after (sum((q - 8) a) =
+// sum(q a) - 8 sum(a)), exactly. A warp reads sixteen neighbouring blocks
+// per step.
+template <bool FIVE>
+__device__ __forceinline__ void matvec_q45_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                             int rows, int cols) {
+    const int size = FIVE ? 22 : 18, quants = FIVE ? 6 : 2, offset = FIVE ? 16 : 8;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
     int half = lane % 2;
-    const u8* wrow = w + (size_t)row * blocks * 22;
+    const u8* wrow = w + (size_t)row * blocks * size;
     const i8* a = aq + (size_t)t * cols;
     float sum = 0.0f;
 #pragma unroll 4
@@ -195,30 +156,49 @@ extern "C" __global__ void matvec_q5_0(const u8* w, const i8* aq, const float* a
         int b = first + lane / 2;
         int s = 0;
         if (b < blocks) {
-            const u8* blk = wrow + b * 22;
-            u32 qh = (u32)load_i32_b2(blk + 2);
-            const u8* q = blk + 6 + half * 8;
+            const u8* blk = wrow + b * size;
+            const u8* q = blk + quants + half * 8;
             const int* lo = (const int*)(a + b * 32 + half * 8);
             const int* hi = (const int*)(a + b * 32 + 16 + half * 8);
             int w0 = load_i32_b2(q), w1 = load_i32_b2(q + 4);
-            int v = half * 8;
-            s = __dp4a((w0 & 0x0F0F0F0F) | fifth_bits(qh >> v), lo[0], s);
-            s = __dp4a((w1 & 0x0F0F0F0F) | fifth_bits(qh >> (v + 4)), lo[1], s);
-            s = __dp4a(((w0 >> 4) & 0x0F0F0F0F) | fifth_bits(qh >> (v + 16)), hi[0], s);
-            s = __dp4a(((w1 >> 4) & 0x0F0F0F0F) | fifth_bits(qh >> (v + 20)), hi[1], s);
+            int l0 = w0 & 0x0F0F0F0F, l1 = w1 & 0x0F0F0F0F;
+            int h0 = (w0 >> 4) & 0x0F0F0F0F, h1 = (w1 >> 4) & 0x0F0F0F0F;
+            if (FIVE) {
+                u32 qh = (u32)load_i32_b2(blk + 2);
+                int v = half * 8;
+                l0 |= fifth_bits(qh >> v);
+                l1 |= fifth_bits(qh >> (v + 4));
+                h0 |= fifth_bits(qh >> (v + 16));
+                h1 |= fifth_bits(qh >> (v + 20));
+            }
+            s = __dp4a(l0, lo[0], s);
+            s = __dp4a(l1, lo[1], s);
+            s = __dp4a(h0, hi[0], s);
+            s = __dp4a(h1, hi[1], s);
             int total = __dp4a(0x01010101, lo[0], 0);
             total = __dp4a(0x01010101, lo[1], total);
             total = __dp4a(0x01010101, hi[0], total);
             total = __dp4a(0x01010101, hi[1], total);
-            s -= 16 * total;
+            s -= offset * total;
         }
         s = group_sum(s, 2);
         if (half == 0 && b < blocks) {
-            sum += (float)s * (load_f16(wrow + b * 22) * ad[t * blocks + b]);
+            sum += (float)s * (load_f16(wrow + b * size) * ad[t * blocks + b]);
         }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_q4_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    matvec_q45_0<false>(w, aq, ad, y, rows, cols);
+}
+
+// Q5_0 takes this one kernel for a batch too, one token per grid row.
+extern "C" __global__ void matvec_q5_0(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    matvec_q45_0<true>(w, aq, ad, y, rows, cols);
 }
 
 // The Q8_0 and Q4_0 products for a batch (a prefill): TILE tokens per

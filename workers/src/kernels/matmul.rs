@@ -27,27 +27,31 @@ pub fn matmuls(kernels: &Kernels, x: &Encoded, products: &mut [(Matrix, &mut [f3
     }
     let plans: Vec<Plan> = weights
         .iter()
-        .map(|w| match (kernels.decode(w.ty), kernels.tile(w.ty)) {
-            _ if w.packed => match kernels.pair(w.ty) {
-                // One token: one pair a call, one stream (see `pairs`).
-                Some(tile) if n == 1 => Plan::Pairs(Tile {
-                    rows: pairs::ROWS,
-                    ..tile
-                }),
-                Some(tile) => Plan::Pairs(tile),
-                // Two groups a call for a batch only: one token reads
-                // one stream faster than two (see `x8::AHEAD`).
-                None => Plan::Packed(
-                    kernels.x8(w.ty).expect("only packable types pack"),
-                    kernels.x16(w.ty).filter(|_| n > 1),
-                ),
-            },
-            (Some(decode), _) if n == 1 => Plan::Tiles(decode),
-            _ if n >= UNPACK_TOKENS && kernels.unpacked(w.ty).is_some() => {
-                Plan::Unpacked(kernels.unpacked(w.ty).expect("checked"))
+        .map(|w| {
+            match (
+                kernels.decode(w.ty),
+                kernels.tile(w.ty),
+                kernels.unpacked(w.ty),
+            ) {
+                _ if w.packed => match kernels.pair(w.ty) {
+                    // One token: one pair a call, one stream (see `pairs`).
+                    Some(tile) if n == 1 => Plan::Pairs(Tile {
+                        rows: pairs::ROWS,
+                        ..tile
+                    }),
+                    Some(tile) => Plan::Pairs(tile),
+                    // Two groups a call for a batch only: one token reads
+                    // one stream faster than two (see `x8::AHEAD`).
+                    None => Plan::Packed(
+                        kernels.x8(w.ty).expect("only packable types pack"),
+                        kernels.x16(w.ty).filter(|_| n > 1),
+                    ),
+                },
+                (Some(decode), _, _) if n == 1 => Plan::Tiles(decode),
+                (_, _, Some(unpacked)) if n >= UNPACK_TOKENS => Plan::Unpacked(unpacked),
+                (_, Some(tile), _) if n > 1 => Plan::Tiles(tile),
+                _ => Plan::Dots(kernels.dot(w.ty)),
             }
-            (_, Some(tile)) if n > 1 => Plan::Tiles(tile),
-            _ => Plan::Dots(kernels.dot(w.ty)),
         })
         .collect();
     let wide = plans

@@ -74,11 +74,15 @@ fn q8_0_block(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&q);
 }
 
+/// The first value of the largest magnitude, its sign kept (0 for none).
+fn signed_max(x: &[f32]) -> f32 {
+    x.iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m })
+}
+
 /// ggml's `quantize_row_q4_0_ref`.
 fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
-    let max = x
-        .iter()
-        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = signed_max(x);
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -90,9 +94,7 @@ fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
 
 /// ggml's `quantize_row_q5_0_ref`.
 fn q5_0_block(x: &[f32], out: &mut Vec<u8>) {
-    let max = x
-        .iter()
-        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = signed_max(x);
     let d = max / -16.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());

@@ -135,24 +135,42 @@ pub fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
-    assert_eq!(w.len() % 18, 0);
-    assert_eq!(w.len() / 18 * 34, a.len());
+    dot_x_0::<false>(w, a)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
+    dot_x_0::<true>(w, a)
+}
+
+/// q4_0, or q5_0 (`FIVE`: 22-byte blocks, the fifth bits in the word at
+/// byte 2, the nibbles at 6, offset 16), against q8_0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_x_0<const FIVE: bool>(w: &[u8], a: &[u8]) -> f32 {
+    let (size, quants) = if FIVE { (22, 6) } else { (18, 2) };
+    assert_eq!(w.len() % size, 0);
+    assert_eq!(w.len() / size * 34, a.len());
     let mut acc = _mm256_setzero_ps();
     let mask = _mm256_set1_epi8(0x0F);
-    let eight = _mm256_set1_epi8(8);
-    for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
+    let offset = _mm256_set1_epi8(if FIVE { 16 } else { 8 });
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(34)) {
         let d = _mm256_set1_ps(f16(x, 0) * f16(y, 0));
-        // SAFETY: the weight block is 18 bytes (load of 2..18) and the
-        // activation block 34 (load of 2..34).
+        // SAFETY: the weight block's 16 quant bytes end at its end (load
+        // of quants..quants + 16), and the activation block is 34 (load
+        // of 2..34).
         let (nibbles, qy) = unsafe {
             (
-                _mm_loadu_si128(x.as_ptr().add(2) as *const __m128i),
+                _mm_loadu_si128(x.as_ptr().add(quants) as *const __m128i),
                 _mm256_loadu_si256(y.as_ptr().add(2) as *const __m256i),
             )
         };
         let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
-        let qx = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, qy), acc);
+        let mut q = _mm256_and_si256(both, mask);
+        if FIVE {
+            q = _mm256_or_si256(q, super::q5::q5_0_high(x));
+        }
+        acc = _mm256_fmadd_ps(d, mul_sum_i8(_mm256_sub_epi8(q, offset), qy), acc);
     }
     hsum(acc)
 }

@@ -48,7 +48,7 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q4k(w, a) }
 }
 pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
-    unsafe { q5::dot_q5_0(w, a) }
+    unsafe { imp::dot_q5_0(w, a) }
 }
 pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q5k(w, a) }
