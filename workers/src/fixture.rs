@@ -25,7 +25,8 @@ pub enum Recipe {
 
 impl Recipe {
     /// Parses a weight type's name (`f32`, `f16`, `bf16`, `q8_0`, `q5_0`,
-    /// `q4_0`, `q4_k`, `q5_k`, `q6_k`), `q4_k_m` or `q5_k_m`.
+    /// `q5_1`, `q4_0`, `q4_1`, `q4_k`, `q5_k`, `q6_k`), `q4_k_m` or
+    /// `q5_k_m`.
     pub fn parse(name: &str) -> Option<Recipe> {
         if name.eq_ignore_ascii_case("q4_k_m") {
             return Some(Recipe::Medium(GgmlType::Q4K));
@@ -34,7 +35,7 @@ impl Recipe {
             return Some(Recipe::Medium(GgmlType::Q5K));
         }
         GgmlType::from_name(name)
-            .filter(|t| *t != GgmlType::Q8K)
+            .filter(|t| !t.activation_only())
             .map(Recipe::Uniform)
     }
 
@@ -221,13 +222,15 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
         GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 3,
         GgmlType::Q5_0 => 8,
+        GgmlType::Q5_1 => 9,
         GgmlType::Q8_0 => 7,
         GgmlType::Q4K => 15,
         GgmlType::Q5K => 16,
         GgmlType::Q6K => 18,
         GgmlType::BF16 => 32,
-        GgmlType::Q8K => 7,
+        GgmlType::Q8K | GgmlType::Q8_1 => 7,
     }
 }
 
@@ -355,6 +358,18 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         name: "small-q5_0",
         shape: "small",
         recipe: "q5_0",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q4_1",
+        shape: "small",
+        recipe: "q4_1",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q5_1",
+        shape: "small",
+        recipe: "q5_1",
         seed: 1,
     },
     GoldenFixture {

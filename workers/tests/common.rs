@@ -2,6 +2,10 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use workers::kernels::Matrix;
+use workers::rng::SplitMix64;
+use workers::tensor::GgmlType;
+use workers::tensor::quantize::quantized;
 
 /// The trained model every developer and CI run has beside the repository.
 pub fn stories() -> PathBuf {
@@ -115,4 +119,29 @@ pub fn assert_alone_and_batched(
             );
         }
     }
+}
+
+/// `n` values in `-scale..scale` from `rng`.
+pub fn row(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.symmetric(scale)).collect()
+}
+
+/// `data` as a `rows` × `cols` matrix of `ty`.
+pub fn matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Matrix<'_> {
+    Matrix {
+        ty,
+        rows,
+        cols,
+        data,
+        packed: false,
+    }
+}
+
+/// A `rows` × `cols` matrix of `ty` encoded from values in -1..1 from
+/// `rng`.
+pub fn matrix_bytes(rng: &mut SplitMix64, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let w: Vec<f32> = row(rng, rows * cols, 1.0);
+    w.chunks_exact(cols)
+        .flat_map(|r| quantized(ty, r))
+        .collect()
 }

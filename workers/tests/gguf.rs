@@ -305,17 +305,27 @@ fn tensors_outside_the_file_or_of_unknown_types_are_refused() {
     let (_, field, reason) = format_error(&bytes[..bytes.len() - 20]);
     assert_eq!(field, "tensor[0] \"w\"");
     assert!(reason.contains("outside the file"), "{reason}");
-    // Type code 3 (q4_1) is named and refused. The type sits after the
+    // Type code 11 (q3_K) is named and refused, and so are the types
+    // that only encode activations (q8_1, q8_K). The type sits after the
     // name (8 + 1 bytes), n_dims (4) and one dim (8).
     let type_at = 24 + 9 + 4 + 8;
-    let mut b = bytes.clone();
-    b[type_at..type_at + 4].copy_from_slice(&3u32.to_le_bytes());
-    let (offset, field, reason) = format_error(&b);
-    assert_eq!(
-        (offset, field.as_str()),
-        (type_at as u64, "tensor[0] \"w\" type")
-    );
-    assert!(reason.contains("q4_1"), "{reason}");
+    for (code, name) in [
+        (11u32, "q3_K"),
+        (9, "q8_1, an activation type"),
+        (15, "q8_K, an activation type"),
+    ] {
+        let mut b = bytes.clone();
+        b[type_at..type_at + 4].copy_from_slice(&code.to_le_bytes());
+        let (offset, field, reason) = format_error(&b);
+        assert_eq!(
+            (offset, field.as_str()),
+            (type_at as u64, "tensor[0] \"w\" type")
+        );
+        assert!(
+            reason.contains(&format!("ggml type {code} ({name}) is not supported")),
+            "{reason}"
+        );
+    }
     // An offset that is not aligned.
     let mut b = bytes.clone();
     b[type_at + 4..type_at + 12].copy_from_slice(&4u64.to_le_bytes());

@@ -75,13 +75,19 @@ fn release_example(name: &str, args: &[&str]) -> Command {
     cargo(&all)
 }
 
-pub(crate) fn bench(what: &str, provider: &str, hop: bool, no_avx512: bool) -> bool {
+pub(crate) fn bench(
+    what: &str,
+    provider: &str,
+    hop: bool,
+    no_avx512: bool,
+    types: &[String],
+) -> bool {
     if hop && what != "pipeline" {
         eprintln!("xtask bench: --hop is for `bench pipeline`, not `{what}`");
         return false;
     }
-    if no_avx512 && what != "worker" {
-        eprintln!("xtask bench: --no-avx512 is for `bench worker`, not `{what}`");
+    if (no_avx512 || !types.is_empty()) && what != "worker" {
+        eprintln!("xtask bench: --no-avx512 and --types are for `bench worker`, not `{what}`");
         return false;
     }
     match what {
@@ -101,7 +107,7 @@ pub(crate) fn bench(what: &str, provider: &str, hop: bool, no_avx512: bool) -> b
             ]),
         ),
         "sim" => bench_sim(),
-        "worker" => worker::bench_worker(no_avx512)
+        "worker" => worker::bench_worker(no_avx512, types)
             .map_err(|e| eprintln!("xtask bench worker: {e}"))
             .is_ok(),
         "pipeline" => pipeline_bench::bench_pipeline(hop)

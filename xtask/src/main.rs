@@ -79,6 +79,10 @@ enum Task {
         /// once), drover-worker on its AVX2 kernels (`DROVER_KERNELS=avx2`).
         #[arg(long)]
         no_avx512: bool,
+        /// `bench worker` only: these weight types, comma-separated
+        /// (default: every one the benchmark knows).
+        #[arg(long, value_delimiter = ',')]
+        types: Vec<String>,
     },
     /// Run cargo-mutants over core-fsm against its tests and the simulation
     /// battery, and report the share caught.
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
             baseline,
             hop,
             no_avx512,
+            types,
         } => match baseline {
             Some(rev) => {
                 let done = match what.as_str() {
@@ -126,7 +131,7 @@ fn main() -> ExitCode {
                 done.map_err(|e| eprintln!("xtask bench --baseline: {e}"))
                     .is_ok()
             }
-            None => benches::bench(&what, &provider, hop, no_avx512),
+            None => benches::bench(&what, &provider, hop, no_avx512, &types),
         },
         Task::Mutants { args } => mutants(&args),
         Task::Spec => write_spec(),

@@ -182,6 +182,11 @@ fn json(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))
 }
 
+/// The weight types `bench worker` runs by default.
+const BENCH_TYPES: [&str; 8] = [
+    "f16", "q8_0", "q4_0", "q4_k_m", "q5_0", "q5_k_m", "q4_1", "q5_1",
+];
+
 /// Rounds of `bench worker`: each runs drover-worker and llama.cpp once,
 /// one after the other (the order alternating), so a minute in which the
 /// machine runs slow touches both sides alike; the best of each side is
@@ -191,8 +196,21 @@ const ROUNDS: usize = 3;
 /// `cargo xtask bench worker`: drover-worker and llama.cpp side by side on
 /// the same GGUF files, the same prompt ids and the same thread count.
 /// `no_avx512`: both as on a processor without AVX-512 (llama.cpp built
-/// without it, drover-worker on `DROVER_KERNELS=avx2`).
-pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
+/// without it, drover-worker on `DROVER_KERNELS=avx2`); `types`: the
+/// weight types to run (empty: [`BENCH_TYPES`]).
+pub fn bench_worker(no_avx512: bool, types: &[String]) -> Result<(), String> {
+    let known = |t: &String| BENCH_TYPES.contains(&t.as_str());
+    if let Some(other) = types.iter().find(|t| !known(t)) {
+        return Err(format!(
+            "--types: {other} is not one of {}",
+            BENCH_TYPES.join(", ")
+        ));
+    }
+    let types: Vec<&str> = if types.is_empty() {
+        BENCH_TYPES.to_vec()
+    } else {
+        types.iter().map(String::as_str).collect()
+    };
     let python = llama_venv(no_avx512)?;
     let worker = worker_binary()?;
     let threads = std::thread::available_parallelism()
@@ -217,7 +235,7 @@ pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
         "RSS over"
     );
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-    for ty in ["f16", "q8_0", "q4_0", "q4_k_m", "q5_0", "q5_k_m"] {
+    for ty in types.iter().copied() {
         let model = bench_model(&worker, "0.5b", ty)?;
         let run_ours = || -> Result<serde_json::Value, String> {
             let mut command = Command::new(&worker);
@@ -261,7 +279,7 @@ pub fn bench_worker(no_avx512: bool) -> Result<(), String> {
             };
             rounds.push((ours, theirs));
         }
-        if ty == "f16" {
+        if ty == types[0] {
             let set = rounds[0].0["kernels"].as_str().unwrap_or("?");
             println!("(drover-worker's kernels: {set})");
         }

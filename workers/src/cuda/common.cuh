@@ -55,3 +55,12 @@ __device__ __forceinline__ int group_sum(int v, int width) {
     }
     return v;
 }
+
+// Lanes per warp; warp w of a block of warps computes output row
+// blockIdx.x * warps + w (-1 past the last row).
+#define WARP 32
+
+__device__ __forceinline__ int warp_row(int rows) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    return row < rows ? row : -1;
+}

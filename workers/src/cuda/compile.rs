@@ -28,21 +28,27 @@ pub const QUANT: Source = Source {
     text: include_str!("quant.cu"),
     kernels: &[
         "quantize_q8_0",
-        "quantize_q8_k",
+        "quantize_q8_1",
         "encode_f16",
         "encode_bf16",
         "matvec_q8_0",
         "matvec_q4_0",
         "matvec_q5_0",
+        "matvec_q4_1",
+        "matvec_q5_1",
         "matvec_q8_0_tiled",
         "matvec_q4_0_tiled",
-        "matvec_q4_k",
-        "matvec_q5_k",
-        "matvec_q6_k",
         "matvec_f32",
         "matvec_f16",
         "matvec_bf16",
     ],
+};
+
+/// The k-quant products and their activation encoder.
+pub const KQUANT: Source = Source {
+    name: "kquant.cu",
+    text: include_str!("kquant.cu"),
+    kernels: &["quantize_q8_k", "matvec_q4_k", "matvec_q5_k", "matvec_q6_k"],
 };
 
 /// Norms, rope, attention, SwiGLU, biases and residual adds.
@@ -61,7 +67,7 @@ pub const OPS: Source = Source {
 };
 
 /// Every kernel source.
-pub const SOURCES: [Source; 2] = [QUANT, OPS];
+pub const SOURCES: [Source; 3] = [QUANT, KQUANT, OPS];
 
 impl Source {
     /// The text NVRTC compiles: the helpers, then the file.

@@ -130,10 +130,15 @@ fn fifth_bits(b: u32) -> i32 {
     (((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25)) as i32
 }
 
-/// `matvec_q45_0`'s two lanes on one block: `matvec_q4_0`'s, or
-/// `matvec_q5_0`'s (`five`); the pair's integer sum.
-fn q45_0_block(five: bool, blk: &[u8], a: &[i8]) -> i32 {
-    let (quants, offset) = if five { (6, 16) } else { (2, 8) };
+/// `matvec_q45`'s two lanes on one block of `ty` (q4_0, q5_0, q4_1 or
+/// q5_1): the pair's integer sum.
+fn q45_block(ty: GgmlType, blk: &[u8], a: &[i8]) -> i32 {
+    let (quants, fifth, offset) = match ty {
+        GgmlType::Q4_0 => (2, None, 8),
+        GgmlType::Q5_0 => (6, Some(2), 16),
+        GgmlType::Q4_1 => (4, None, 0),
+        _ => (8, Some(4), 0),
+    };
     (0..2)
         .map(|half| {
             let q = &blk[quants + half * 8..];
@@ -144,18 +149,35 @@ fn q45_0_block(five: bool, blk: &[u8], a: &[i8]) -> i32 {
                 (w0 >> 4) & 0x0F0F_0F0F,
                 (w1 >> 4) & 0x0F0F_0F0F,
             ];
-            if five {
-                let (qh, v) = (word(&blk[2..]) as u32, half * 8);
+            if let Some(fifth) = fifth {
+                let (qh, v) = (word(&blk[fifth..]) as u32, half * 8);
                 for (w, shift) in w.iter_mut().zip([v, v + 4, v + 16, v + 20]) {
                     *w |= fifth_bits(qh >> shift);
                 }
             }
             let at = [half * 8, half * 8 + 4, 16 + half * 8, 20 + half * 8];
             let s = (0..4).fold(0, |s, k| dp4a(w[k], act(a, at[k]), s));
+            if offset == 0 {
+                return s;
+            }
             let total = (0..4).fold(0, |t, k| dp4a(0x0101_0101, act(a, at[k]), t));
             s - offset * total
         })
         .sum()
+}
+
+/// `quantize_q8_1` for one 32-value block: (d, q, s), the scales as the
+/// f32 of their f16.
+fn quantize_q8_1(x: &[f32]) -> (f32, Vec<i8>, f32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let (scale, inverse) = (amax / 127.0, if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let q: Vec<i8> = x
+        .iter()
+        .map(|v| (v * inverse).round_ties_even() as i32 as i8)
+        .collect();
+    let sum: i32 = q.iter().map(|&v| v as i32).sum();
+    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+    (f16(scale), q, f16(scale * sum as f32))
 }
 
 /// The Q8_K activation block as the CPU encodes it, in the kernel's parts.
@@ -190,7 +212,22 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_q4_0_and_q5_0_blocks_read_as_the_cpu_reads_them() {
+    fn q8_1_encoding_matches_the_cpu() {
+        let mut cases: Vec<Vec<f32>> = (0..40).map(|s| values(s, 32)).collect();
+        cases.extend([vec![0.0; 32], vec![-1.0; 32], vec![1.0; 32]]);
+        for x in cases {
+            let b = quantized(GgmlType::Q8_1, &x);
+            let cpu = (
+                f16_at(&b, 0),
+                b[4..].iter().map(|&v| v as i8).collect(),
+                f16_at(&b, 2),
+            );
+            assert_eq!(quantize_q8_1(&x), cpu);
+        }
+    }
+
+    #[test]
+    fn q8_0_q4_0_q5_0_q4_1_and_q5_1_blocks_read_as_the_cpu_reads_them() {
         let mut cases: Vec<(Vec<f32>, Vec<f32>)> = (0..40)
             .map(|s| (values(s, 32), values(s + 100, 32)))
             .collect();
@@ -202,28 +239,37 @@ mod tests {
             vec![-1.0; 32],
         ));
         for (w, x) in cases {
-            let acts = quantized(GgmlType::Q8_0, &x);
-            let a: Vec<i8> = acts[2..].iter().map(|&b| b as i8).collect();
-            let scale = |blk: &[u8]| f16_at(blk, 0) * f16_at(&acts, 0);
-            let q8 = quantized(GgmlType::Q8_0, &w);
-            assert_eq!(
-                (q8_0_block(&q8, &a) as f32 * scale(&q8)).to_bits(),
-                scalar::dot_q8_0(&q8, &acts).to_bits()
-            );
-            for (five, ty, dot) in [
-                (
-                    false,
-                    GgmlType::Q4_0,
-                    scalar::dot_q4_0 as fn(&[u8], &[u8]) -> f32,
-                ),
-                (true, GgmlType::Q5_0, scalar::dot_q5_0),
+            for ty in [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::Q4_1,
+                GgmlType::Q5_1,
             ] {
+                let acts = quantized(ty.activation_type(), &x);
+                let (d, a, s) = quantize_q8_1(&x);
                 let blk = quantized(ty, &w);
-                assert_eq!(
-                    (q45_0_block(five, &blk, &a) as f32 * scale(&blk)).to_bits(),
-                    dot(&blk, &acts).to_bits(),
-                    "{ty}"
-                );
+                let scaled = |sum: i32| sum as f32 * (f16_at(&blk, 0) * d);
+                let (got, want) = match ty {
+                    GgmlType::Q8_0 => (scaled(q8_0_block(&blk, &a)), scalar::dot_q8_0(&blk, &acts)),
+                    GgmlType::Q4_0 => (
+                        scaled(q45_block(ty, &blk, &a)),
+                        scalar::dot_q4_0(&blk, &acts),
+                    ),
+                    GgmlType::Q5_0 => (
+                        scaled(q45_block(ty, &blk, &a)),
+                        scalar::dot_q5_0(&blk, &acts),
+                    ),
+                    GgmlType::Q4_1 => (
+                        scaled(q45_block(ty, &blk, &a)) + f16_at(&blk, 2) * s,
+                        scalar::dot_q4_1(&blk, &acts),
+                    ),
+                    _ => (
+                        scaled(q45_block(ty, &blk, &a)) + f16_at(&blk, 2) * s,
+                        scalar::dot_q5_1(&blk, &acts),
+                    ),
+                };
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty}");
             }
         }
     }

@@ -24,6 +24,11 @@ enum ActsData<'x> {
         q: CudaSlice<i8>,
         d: CudaSlice<f32>,
     },
+    Q8_1 {
+        q: CudaSlice<i8>,
+        d: CudaSlice<f32>,
+        s: CudaSlice<f32>,
+    },
     Q8K {
         q: CudaSlice<i8>,
         d: CudaSlice<f32>,
@@ -103,6 +108,16 @@ impl Gpu {
                 })?;
                 ActsData::Q8_0 { q, d }
             }
+            GgmlType::Q8_1 => {
+                let blocks = len / 32;
+                let (mut q, mut d) = (self.alloc::<i8>(len)?, self.alloc::<f32>(blocks)?);
+                let mut s = self.alloc::<f32>(blocks)?;
+                let count = int(blocks)?;
+                self.launch("quantize_q8_1", launch::per_block(blocks)?, |b| {
+                    b.arg(x).arg(&mut q).arg(&mut d).arg(&mut s).arg(&count);
+                })?;
+                ActsData::Q8_1 { q, d, s }
+            }
             GgmlType::Q8K => {
                 let blocks = len / 256;
                 let (mut q, mut d) = (self.alloc::<i8>(len)?, self.alloc::<f32>(blocks)?);
@@ -166,6 +181,23 @@ impl Gpu {
                         .arg(&rows)
                         .arg(&cols)
                         .arg(&tokens);
+                })?;
+            }
+            // q4_1 and q5_1: one kernel for both, a grid row a token.
+            (ActsData::Q8_1 { q, d, s }, GgmlType::Q4_1 | GgmlType::Q5_1) => {
+                let name = if w.ty == GgmlType::Q4_1 {
+                    "matvec_q4_1"
+                } else {
+                    "matvec_q5_1"
+                };
+                self.launch(name, config, |b| {
+                    b.arg(&w.data)
+                        .arg(q)
+                        .arg(d)
+                        .arg(s)
+                        .arg(&mut y)
+                        .arg(&rows)
+                        .arg(&cols);
                 })?;
             }
             (ActsData::Q8K { q, d, sums }, GgmlType::Q4K | GgmlType::Q5K) => {

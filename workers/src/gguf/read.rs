@@ -260,16 +260,19 @@ impl<R: Read> Reader<'_, R> {
         }
         let at = self.offset;
         let code = self.u32(&format!("{field} type"))?;
-        let ty = GgmlType::from_code(code).ok_or_else(|| {
-            self.error(
-                at,
-                &format!("{field} type"),
-                format!(
-                    "ggml type {code} ({}) is not supported",
-                    unsupported_type_name(code)
-                ),
-            )
-        })?;
+        let ty = GgmlType::from_code(code)
+            .filter(|t| !t.activation_only())
+            .ok_or_else(|| {
+                let name = match GgmlType::from_code(code) {
+                    Some(t) => format!("{t}, an activation type"),
+                    None => unsupported_type_name(code).to_owned(),
+                };
+                self.error(
+                    at,
+                    &format!("{field} type"),
+                    format!("ggml type {code} ({name}) is not supported"),
+                )
+            })?;
         let offset = self.u64(&format!("{field} offset"))?;
         Ok(TensorInfo {
             name,

@@ -188,6 +188,8 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 q8_0: dot_q8_0,
                 q4_0: dot_q4_0,
                 q5_0: dot_q5_0,
+                q4_1: dot_q4_1,
+                q5_1: dot_q5_1,
                 q4k: dot_q4k,
                 q5k: dot_q5k,
                 q6k: dot_q6k,
@@ -201,6 +203,11 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 // quants; the one-row kernel elsewhere.
                 tile_q5_0: vnni.then(|| tile(Q0_ROWS, Q0_TOKENS, vnni_q5_0)),
                 decode_q5_0: vnni.then(|| tile(Q0_DECODE_ROWS, 1, vnni_q5_0)),
+                // q4_1 and q5_1 likewise.
+                tile_q4_1: vnni.then(|| tile(Q0_ROWS, Q0_TOKENS, vnni_q4_1)),
+                decode_q4_1: vnni.then(|| tile(Q0_DECODE_ROWS, 1, vnni_q4_1)),
+                tile_q5_1: vnni.then(|| tile(Q0_ROWS, Q0_TOKENS, vnni_q5_1)),
+                decode_q5_1: vnni.then(|| tile(Q0_DECODE_ROWS, 1, vnni_q5_1)),
                 tile_q4k: Some(tile(K_ROWS, K_TOKENS, q4k)),
                 tile_q5k: Some(tile(K_ROWS, K_TOKENS, q5k)),
                 unpacked_q5k: Some(Unpacked {

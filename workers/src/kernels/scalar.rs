@@ -2,7 +2,7 @@
 //! encoded in the weight type's activation type. The reference the SIMD
 //! kernels are tested against, and the fallback where none applies.
 
-use crate::tensor::blocks::{f16_at, q4k_scale_min, q5_0_value, q5k_value};
+use crate::tensor::blocks::{f16_at, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value, q5k_value};
 use half::{bf16, f16};
 
 /// f32 · f32.
@@ -72,6 +72,28 @@ pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
             .map(|j| q5_0_value(x, j) * y[2 + j] as i8 as i32)
             .sum();
         sum += s as f32 * (f16_at(x, 0) * f16_at(y, 0));
+    }
+    sum
+}
+
+/// Q4_1 · Q8_1: per block the scaled integer sum, plus the weights' min
+/// times the activations' scaled sum.
+pub fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
+    dot_x_1(w, a, 20, q4_1_value)
+}
+
+/// Q5_1 · Q8_1.
+pub fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
+    dot_x_1(w, a, 24, q5_1_value)
+}
+
+fn dot_x_1(w: &[u8], a: &[u8], size: usize, value: fn(&[u8], usize) -> u8) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(36)) {
+        let s: i32 = (0..32)
+            .map(|j| value(x, j) as i32 * y[4 + j] as i8 as i32)
+            .sum();
+        sum += s as f32 * (f16_at(x, 0) * f16_at(y, 0)) + f16_at(x, 2) * f16_at(y, 2);
     }
     sum
 }

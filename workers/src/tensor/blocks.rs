@@ -40,6 +40,23 @@ pub fn q5_0_value(b: &[u8], j: usize) -> i32 {
     (nibble as i32 | (((qh >> j) & 1) << 4) as i32) - 16
 }
 
+/// Value `j` (0..32) of a Q5_1 block, 0..=31, before its scale and min:
+/// laid out as [`q5_0_value`]'s, four bytes later (the min), unsigned.
+#[inline]
+pub fn q5_1_value(b: &[u8], j: usize) -> u8 {
+    (q5_0_value(&b[2..], j) + 16) as u8
+}
+
+/// Value `j` (0..32) of a Q4_1 block, 0..=15, before its scale and min.
+#[inline]
+pub fn q4_1_value(b: &[u8], j: usize) -> u8 {
+    if j < 16 {
+        b[4 + j] & 0xF
+    } else {
+        b[4 + j - 16] >> 4
+    }
+}
+
 /// Value `i` (0..256) of a Q5_K block, 0..=31, before its sub-block's
 /// scale and min: the nibble of quant byte `32 (i / 64) + i % 32` (low for
 /// the first 32 of each 64), and bit `i / 32` of high byte `i % 32`.
@@ -96,6 +113,29 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 let d = f16_at(b, 0);
                 for (j, x) in o.iter_mut().enumerate() {
                     *x = q5_0_value(b, j) as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
+            let five = ty == GgmlType::Q5_1;
+            let size = ty.block_bytes() as usize;
+            for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(size)) {
+                let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+                for (j, x) in o.iter_mut().enumerate() {
+                    let q = if five {
+                        q5_1_value(b, j)
+                    } else {
+                        q4_1_value(b, j)
+                    };
+                    *x = q as f32 * d + m;
+                }
+            }
+        }
+        GgmlType::Q8_1 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(36)) {
+                let d = f16_at(b, 0);
+                for (x, &q) in o.iter_mut().zip(&b[4..]) {
+                    *x = q as i8 as f32 * d;
                 }
             }
         }

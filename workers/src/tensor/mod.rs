@@ -18,10 +18,19 @@ pub enum GgmlType {
     F16,
     /// 4-bit, 32 per block, one f16 scale (2).
     Q4_0,
+    /// 4-bit, 32 per block, an f16 scale and an f16 min (3).
+    Q4_1,
     /// 5-bit, 32 per block, one f16 scale, the fifth bits apart (6).
     Q5_0,
+    /// 5-bit, 32 per block, an f16 scale and an f16 min, the fifth bits
+    /// apart (7).
+    Q5_1,
     /// 8-bit, 32 per block, one f16 scale (8).
     Q8_0,
+    /// 8-bit, 32 per block, an f16 scale and the f16 of the scale times
+    /// the block's sum of quants: the activation side of q4_1 and q5_1
+    /// dot products (9).
+    Q8_1,
     /// 4-bit k-quant, 256 per block, 6-bit sub-block scales and mins (12).
     Q4K,
     /// 5-bit k-quant, 256 per block, 6-bit sub-block scales and mins (13).
@@ -36,12 +45,15 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 10] = [
+    pub const ALL: [GgmlType; 13] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q8_1,
         GgmlType::Q4K,
         GgmlType::Q5K,
         GgmlType::Q6K,
@@ -60,8 +72,11 @@ impl GgmlType {
             GgmlType::F32 => 0,
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
             GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
+            GgmlType::Q8_1 => 9,
             GgmlType::Q4K => 12,
             GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
@@ -74,7 +89,12 @@ impl GgmlType {
     pub fn block_elements(self) -> u64 {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q8_1 => 32,
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => 256,
         }
     }
@@ -85,8 +105,11 @@ impl GgmlType {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => 18,
+            GgmlType::Q4_1 => 20,
             GgmlType::Q5_0 => 22,
+            GgmlType::Q5_1 => 24,
             GgmlType::Q8_0 => 34,
+            GgmlType::Q8_1 => 36,
             GgmlType::Q4K => 144,
             GgmlType::Q5K => 176,
             GgmlType::Q6K => 210,
@@ -106,8 +129,11 @@ impl GgmlType {
             GgmlType::F32 => "f32",
             GgmlType::F16 => "f16",
             GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q4_1 => "q4_1",
             GgmlType::Q5_0 => "q5_0",
+            GgmlType::Q5_1 => "q5_1",
             GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q8_1 => "q8_1",
             GgmlType::Q4K => "q4_K",
             GgmlType::Q5K => "q5_K",
             GgmlType::Q6K => "q6_K",
@@ -123,6 +149,12 @@ impl GgmlType {
             .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
+    /// Whether this type only encodes activations (q8_1, q8_K): ggml has
+    /// no dot product with weights of it, nor has drover.
+    pub fn activation_only(self) -> bool {
+        matches!(self, GgmlType::Q8_1 | GgmlType::Q8K)
+    }
+
     /// The type activations are converted to before a dot product with a
     /// weight row of this type, as ggml's `vec_dot_type` says.
     pub fn activation_type(self) -> GgmlType {
@@ -131,6 +163,7 @@ impl GgmlType {
             GgmlType::F16 => GgmlType::F16,
             GgmlType::BF16 => GgmlType::BF16,
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => GgmlType::Q8K,
         }
     }
@@ -145,9 +178,6 @@ impl fmt::Display for GgmlType {
 /// Name of a ggml type code drover does not compute, for error messages.
 pub fn unsupported_type_name(code: u32) -> &'static str {
     match code {
-        3 => "q4_1",
-        7 => "q5_1",
-        9 => "q8_1",
         10 => "q2_K",
         11 => "q3_K",
         16..=23 => "an i-quant",

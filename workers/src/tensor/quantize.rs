@@ -1,11 +1,12 @@
 //! Encoding f32 rows into every supported type.
 //!
 //! Activations are quantized exactly as ggml's CPU backend does before a dot
-//! product (Q8_0 as its AVX2 path, Q8_K as its reference), so that a
-//! quantized matmul sees the same integers as llama.cpp's. The k-quant
-//! encoders for weights are simple (one pass, no search): they write valid
-//! blocks for the project's own fixtures and benchmark models; llama.cpp's
-//! quantizer makes the k-quant fixtures the goldens compare against.
+//! product (Q8_0 and Q8_1 as its AVX2 path, Q8_K as its reference), so that
+//! a quantized matmul sees the same integers as llama.cpp's. The weight
+//! encoders are simple: q4_0, q4_1, q5_0 and q5_1 are ggml's reference
+//! quantizers, the k-quants one pass without ggml's search. They write
+//! valid blocks for the project's own fixtures and benchmark models, and
+//! the goldens hold llama.cpp's answers on those same files.
 
 use super::GgmlType;
 use half::{bf16, f16};
@@ -31,6 +32,9 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
         GgmlType::Q8_0 => x.chunks_exact(32).for_each(|b| q8_0_block(b, out)),
         GgmlType::Q4_0 => x.chunks_exact(32).for_each(|b| q4_0_block(b, out)),
         GgmlType::Q5_0 => x.chunks_exact(32).for_each(|b| q5_0_block(b, out)),
+        GgmlType::Q8_1 => x.chunks_exact(32).for_each(|b| q8_1_block(b, out)),
+        GgmlType::Q4_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 15, out)),
+        GgmlType::Q5_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 31, out)),
         GgmlType::Q8K => x.chunks_exact(256).for_each(|b| q8k_block(b, out)),
         GgmlType::Q4K => x.chunks_exact(256).for_each(|b| kquant_block(b, 15, out)),
         GgmlType::Q5K => x.chunks_exact(256).for_each(|b| kquant_block(b, 31, out)),
@@ -74,6 +78,52 @@ fn q8_0_block(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&q);
 }
 
+/// ggml's AVX2 `quantize_row_q8_1`: q8_0's scale and quants, and the
+/// f16 of the (unrounded) scale times the quants' sum.
+fn q8_1_block(x: &[f32], out: &mut Vec<u8>) {
+    let start = out.len();
+    q8_0_block(x, out);
+    let sum: i32 = out[start + 2..].iter().map(|&q| q as i8 as i32).sum();
+    let d = amax(x) / 127.0;
+    let s = f16::from_f32(d * sum as f32).to_le_bytes();
+    out.splice(start + 2..start + 2, s);
+}
+
+/// ggml's `quantize_row_q4_1_ref` (`top` 15) and `quantize_row_q5_1_ref`
+/// (`top` 31): the block's range in `top` steps from its least value.
+fn q1_block(x: &[f32], top: u8, out: &mut Vec<u8>) {
+    let min = x.iter().fold(f32::MAX, |m, &v| if v < m { v } else { m });
+    let max = x.iter().fold(-f32::MAX, |m, &v| if v > m { v } else { m });
+    let d = (max - min) / f32::from(top);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
+    pack_quants(
+        x,
+        |v| (((v - min) * id + 0.5) as u8).min(top),
+        top > 15,
+        out,
+    );
+}
+
+/// Appends the quants `q` gives `x`'s 32 values as ggml lays out four
+/// and five bits: the fifth bits (`five`) first, as a little-endian word
+/// whose bit `j` is value `j`'s, then 16 bytes, value `j` in byte `j`'s
+/// low nibble and value `j + 16` in its high one.
+fn pack_quants(x: &[f32], q: impl Fn(f32) -> u8, five: bool, out: &mut Vec<u8>) {
+    let mut qh = 0u32;
+    let mut qs = [0u8; 16];
+    for j in 0..16 {
+        let (lo, hi) = (q(x[j]), q(x[j + 16]));
+        qs[j] = (lo & 0xF) | ((hi & 0xF) << 4);
+        qh |= u32::from(lo >> 4) << j | u32::from(hi >> 4) << (j + 16);
+    }
+    if five {
+        out.extend_from_slice(&qh.to_le_bytes());
+    }
+    out.extend_from_slice(&qs);
+}
+
 /// The first value of the largest magnitude, its sign kept (0 for none).
 fn signed_max(x: &[f32]) -> f32 {
     x.iter()
@@ -86,10 +136,7 @@ fn q4_0_block(x: &[f32], out: &mut Vec<u8>) {
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-    let q = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
-    for j in 0..16 {
-        out.push(q(x[j]) | (q(x[j + 16]) << 4));
-    }
+    pack_quants(x, |v| ((v * id + 8.5) as i8).min(15) as u8, false, out);
 }
 
 /// ggml's `quantize_row_q5_0_ref`.
@@ -98,16 +145,7 @@ fn q5_0_block(x: &[f32], out: &mut Vec<u8>) {
     let d = max / -16.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-    let q = |v: f32| ((v * id + 16.5) as i8).min(31) as u8;
-    let mut qh = 0u32;
-    let mut qs = [0u8; 16];
-    for j in 0..16 {
-        let (lo, hi) = (q(x[j]), q(x[j + 16]));
-        qs[j] = (lo & 0xF) | ((hi & 0xF) << 4);
-        qh |= u32::from(lo >> 4) << j | u32::from(hi >> 4) << (j + 16);
-    }
-    out.extend_from_slice(&qh.to_le_bytes());
-    out.extend_from_slice(&qs);
+    pack_quants(x, |v| ((v * id + 16.5) as i8).min(31) as u8, true, out);
 }
 
 /// ggml's `quantize_row_q8_K_ref`: the scale from the first value of the

@@ -135,42 +135,75 @@ pub fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
-    dot_x_0::<false>(w, a)
+    dot_x::<false, false>(w, a)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
-    dot_x_0::<true>(w, a)
+    dot_x::<true, false>(w, a)
 }
 
-/// q4_0, or q5_0 (`FIVE`: 22-byte blocks, the fifth bits in the word at
-/// byte 2, the nibbles at 6, offset 16), against q8_0.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
+    dot_x::<false, true>(w, a)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
+    dot_x::<true, true>(w, a)
+}
+
+/// q4_0 (18-byte blocks, the nibbles at 2, offset 8), or q5_0 (`FIVE`:
+/// 22 bytes, the fifth bits in the word at byte 2, the nibbles at 6,
+/// offset 16), against q8_0; or (`MIN`) q4_1 (20 bytes, nibbles at 4) or
+/// q5_1 (24, the fifth bits at 4, nibbles at 8), against q8_1. ggml's
+/// order: each lane's integer sums scaled and accumulated fused; for
+/// q4_1 and q5_1 the weights' mins times the activations' scaled sums
+/// fused into one float apart, added last.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_x_0<const FIVE: bool>(w: &[u8], a: &[u8]) -> f32 {
-    let (size, quants) = if FIVE { (22, 6) } else { (18, 2) };
+fn dot_x<const FIVE: bool, const MIN: bool>(w: &[u8], a: &[u8]) -> f32 {
+    let (size, quants) = match (FIVE, MIN) {
+        (false, false) => (18, 2),
+        (true, false) => (22, 6),
+        (false, true) => (20, 4),
+        (true, true) => (24, 8),
+    };
+    let (act, at) = if MIN { (36, 4) } else { (34, 2) };
     assert_eq!(w.len() % size, 0);
-    assert_eq!(w.len() / size * 34, a.len());
+    assert_eq!(w.len() / size * act, a.len());
     let mut acc = _mm256_setzero_ps();
+    let mut mins = 0.0f32;
     let mask = _mm256_set1_epi8(0x0F);
     let offset = _mm256_set1_epi8(if FIVE { 16 } else { 8 });
-    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(34)) {
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(act)) {
+        if MIN {
+            mins = f16(x, 2).mul_add(f16(y, 2), mins);
+        }
         let d = _mm256_set1_ps(f16(x, 0) * f16(y, 0));
         // SAFETY: the weight block's 16 quant bytes end at its end (load
-        // of quants..quants + 16), and the activation block is 34 (load
-        // of 2..34).
+        // of quants..quants + 16), and the activation block's 32 quants
+        // end at its end (load of at..at + 32).
         let (nibbles, qy) = unsafe {
             (
                 _mm_loadu_si128(x.as_ptr().add(quants) as *const __m128i),
-                _mm256_loadu_si256(y.as_ptr().add(2) as *const __m256i),
+                _mm256_loadu_si256(y.as_ptr().add(at) as *const __m256i),
             )
         };
         let both = _mm256_set_m128i(_mm_srli_epi16::<4>(nibbles), nibbles);
         let mut q = _mm256_and_si256(both, mask);
         if FIVE {
-            q = _mm256_or_si256(q, super::q5::q5_0_high(x));
+            // The fifth bits sit in the word just before the nibbles.
+            q = _mm256_or_si256(q, super::q5::q5_0_high(&x[quants - 6..]));
         }
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(_mm256_sub_epi8(q, offset), qy), acc);
+        let sum = if MIN {
+            // Unsigned quants (at most 31) by signed: no pair saturates.
+            let pairs = _mm256_maddubs_epi16(q, qy);
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        } else {
+            mul_sum_i8(_mm256_sub_epi8(q, offset), qy)
+        };
+        acc = _mm256_fmadd_ps(d, sum, acc);
     }
-    hsum(acc)
+    if MIN { hsum(acc) + mins } else { hsum(acc) }
 }

@@ -1,12 +1,14 @@
-//! q5_0's fifth bits as bytes (for `imp::dot_q5_0` and the VNNI tile),
+//! q5_0's and q5_1's fifth bits as bytes (for `imp`'s one-row products
+//! and the VNNI tiles),
 //! and q5_K rows unpacked for a batch's tiles (`ktile`).
 
 use super::ktile::load;
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
-/// The fifth bits of a q5_0 block (the word at byte 2 of `x`), one byte a
-/// value: 0x10 where value `i`'s bit is set, else 0.
+/// The fifth bits of a q5_0 block (the word at byte 2 of `x`; a q5_1
+/// block's from its byte 2), one byte a value: 0x10 where value `i`'s
+/// bit is set, else 0.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn q5_0_high(x: &[u8]) -> __m256i {

@@ -59,6 +59,8 @@ q0_shapes!(tile_q4_0, tile::q4_0);
 q0_shapes!(vnni_q8_0, vnni::q8_0);
 q0_shapes!(vnni_q4_0, vnni::q4_0);
 q0_shapes!(vnni_q5_0, vnni::q5_0);
+q0_shapes!(vnni_q4_1, vnni::q4_1);
+q0_shapes!(vnni_q5_1, vnni::q5_1);
 q0_shapes!(avx_vnni_q8_0, vnni::q8_0_avx_vnni);
 // Two tokens a 512-bit register: up to six rows by six tokens.
 tile_shapes!(

@@ -50,6 +50,12 @@ pub fn dot_q4k(w: &[u8], a: &[u8]) -> f32 {
 pub fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp::dot_q5_0(w, a) }
 }
+pub fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_q4_1(w, a) }
+}
+pub fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { imp::dot_q5_1(w, a) }
+}
 pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q5k(w, a) }
 }

@@ -1,0 +1,148 @@
+// The k-quant products and their Q8_K activations, in `quant.cu`'s
+// shape (one warp per output, grid (ceil(rows / warps), tokens); each
+// block's integer sums exact and scaled as the CPU scales them).
+
+// Q8_K activations: one warp per 256-value block, 8 values a lane. The
+// scale is set by the first value of largest magnitude, as the CPU's.
+extern "C" __global__ void quantize_q8_k(const float* x, i8* q, float* d, int* sums, int blocks) {
+    int block = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (block >= blocks) return;
+    int lane = threadIdx.x % WARP;
+    const float* v = x + block * 256 + lane * 8;
+    float max = 0.0f;
+    int at = 1 << 30;
+    for (int i = 0; i < 8; i++) {
+        if (fabsf(v[i]) > fabsf(max)) {
+            max = v[i];
+            at = lane * 8 + i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m = __shfl_xor_sync(0xffffffffu, max, o);
+        int a = __shfl_xor_sync(0xffffffffu, at, o);
+        if (fabsf(m) > fabsf(max) || (fabsf(m) == fabsf(max) && a < at)) {
+            max = m;
+            at = a;
+        }
+    }
+    int sum = 0;
+    if (max == 0.0f) {
+        for (int i = 0; i < 8; i++) q[block * 256 + lane * 8 + i] = 0;
+        if (lane == 0) d[block] = 0.0f;
+    } else {
+        float iscale = -127.0f / max;
+        for (int i = 0; i < 8; i++) {
+            int l = min(__float2int_rn(iscale * v[i]), 127);
+            q[block * 256 + lane * 8 + i] = (i8)l;
+            sum += l;
+        }
+        if (lane == 0) d[block] = 1.0f / iscale;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (lane % 2 == 0) sums[block * 16 + lane / 2] = sum;
+}
+
+// ggml's get_scale_min_k4: sub-block j's 6-bit scale and min.
+__device__ __forceinline__ void q4k_scale_min(int j, const u8* s, int* scale, int* min) {
+    if (j < 4) {
+        *scale = s[j] & 63;
+        *min = s[j + 4] & 63;
+    } else {
+        *scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Q4_K · Q8_K (and Q5_K, `FIVE`): eight lanes per 256-value block, one
+// 32-value sub-block each; the group's integer sums meet in its first
+// lane, which scales them. A Q5_K block (176 bytes) keeps its fifth bits
+// at byte 16 (bit j of byte l: sub-block j's value l) and its nibbles at
+// 48; a Q4_K block (144 bytes) its nibbles at 16.
+template <bool FIVE>
+__device__ __forceinline__ void matvec_k45(const u8* w, const i8* aq, const float* ad,
+                                           const int* sums, float* y, int rows, int cols) {
+    const int size = FIVE ? 176 : 144, quants = FIVE ? 48 : 16;
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
+    int group = lane / 8, j = lane % 8;
+    const u8* wrow = w + (size_t)row * blocks * size;
+    float sum = 0.0f;
+    for (int b0 = 0; b0 < blocks; b0 += 4) {
+        int b = b0 + group;
+        int sumi = 0, summ = 0;
+        if (b < blocks) {
+            const u8* blk = wrow + b * size;
+            const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
+            const int* bs = sums + ((size_t)t * blocks + b) * 16;
+            int scale, min;
+            q4k_scale_min(j, blk + 4, &scale, &min);
+            const u8* q = blk + quants + (j / 2) * 32;
+            int shift = (j % 2) * 4, s = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> shift) & 0xF;
+                if (FIVE) v |= ((blk[16 + l] >> j) & 1) << 4;
+                s += v * a[l];
+            }
+            sumi = scale * s;
+            summ = min * (bs[2 * j] + bs[2 * j + 1]);
+        }
+        sumi = group_sum(sumi, 8);
+        summ = group_sum(summ, 8);
+        if (b < blocks && j == 0) {
+            const u8* blk = wrow + b * size;
+            float dy = ad[(size_t)t * blocks + b];
+            sum += load_f16(blk) * dy * (float)sumi - load_f16(blk + 2) * dy * (float)summ;
+        }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_k45<false>(w, aq, ad, sums, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_k45<true>(w, aq, ad, sums, y, rows, cols);
+}
+
+// Q6_K · Q8_K: eight lanes per block, 32 values (two 16-value sub-blocks)
+// each. Lane j's values are one quarter of one half of the block.
+extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    int row = warp_row(rows);
+    if (row < 0) return;
+    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
+    int group = lane / 8, j = lane % 8;
+    int half = j / 4, quarter = j % 4;
+    const u8* wrow = w + (size_t)row * blocks * 210;
+    float sum = 0.0f;
+    for (int b0 = 0; b0 < blocks; b0 += 4) {
+        int b = b0 + group;
+        int sumi = 0;
+        if (b < blocks) {
+            const u8* blk = wrow + b * 210;
+            const u8* ql = blk + half * 64 + (quarter & 1) * 32;
+            const u8* qh = blk + 128 + half * 32;
+            const i8* sc = (const i8*)(blk + 192);
+            const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
+            int lo = 0, hi = 0;
+            for (int l = 0; l < 32; l++) {
+                int nibble = quarter >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
+                int q = (nibble | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+                if (l < 16) lo += q * a[l]; else hi += q * a[l];
+            }
+            sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+        }
+        sumi = group_sum(sumi, 8);
+        if (b < blocks && j == 0) {
+            float dy = ad[(size_t)t * blocks + b];
+            sum += load_f16(wrow + b * 210 + 208) * dy * (float)sumi;
+        }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) y[(size_t)t * rows + row] = sum;
+}

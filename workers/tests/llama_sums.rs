@@ -1,0 +1,119 @@
+//! drover-worker's SIMD products against llama.cpp's float order, bit for
+//! bit: each kernel set's one-row kernels, decode kernels and tiles against
+//! a plain replay of the steps llama.cpp's x86 kernels take.
+
+mod common;
+
+use common::{kernel_sets, matrix, matrix_bytes, row};
+use workers::kernels::Kernels;
+use workers::rng::SplitMix64;
+use workers::tensor::GgmlType;
+
+/// One q8_0 row against one q8_0 activation row as llama.cpp sums it on
+/// x86 (llamafile's tinyBLAS, for a batch and for one token alike): each
+/// block's eight groups of four products in eight float lanes, each lane
+/// `fma(dx * dy, group, lane)` block after block, then the lanes added
+/// pairwise (4 apart, then 2, then 1).
+fn q8_0_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::f16_at;
+    let mut lanes = [0f32; 8];
+    for (x, y) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            let group: i32 = (2 + 4 * j..6 + 4 * j)
+                .map(|i| x[i] as i8 as i32 * y[i] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(group as f32, *lane);
+        }
+    }
+    let l = lanes;
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+#[test]
+fn q8_0_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(17);
+    let simd: Vec<Kernels> = kernel_sets()
+        .into_iter()
+        .filter(|k| k.name != "portable")
+        .collect();
+    #[cfg(target_arch = "x86_64")]
+    assert!(
+        !std::is_x86_feature_detected!("avx2") || !simd.is_empty(),
+        "an AVX2 processor without a SIMD kernel set"
+    );
+    for kernels in &simd {
+        // Row counts that whole groups of eight would have packed, and
+        // others; one token and batches on and off the tiles' edges.
+        for (rows, blocks, n) in [
+            (8, 1, 1),
+            (16, 40, 4),
+            (40, 9, 7),
+            (264, 28, 13),
+            (37, 5, 3),
+        ] {
+            assert!(!kernels.packs(GgmlType::Q8_0, rows), "{}", kernels.name);
+            let cols = 32 * blocks;
+            let data = matrix_bytes(&mut rng, GgmlType::Q8_0, rows, cols);
+            let m = matrix(GgmlType::Q8_0, rows, cols, &data);
+            let x = row(&mut rng, n * cols, 2.0);
+            let row_bytes = data.len() / rows;
+            let want = |r: usize, a: &[u8]| {
+                q8_0_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
+            };
+            let what = format!("q8_0 rows {rows} blocks {blocks}");
+            common::assert_alone_and_batched(kernels, &m, &x, n, want, &what);
+        }
+    }
+}
+
+/// One q4_1 or q5_1 row against one q8_1 activation row as llama.cpp sums
+/// it on x86 (`ggml_vec_dot_q4_1_q8_1`, `_q5_1_`): the block's values
+/// 0..32 as bytes, each group of four products in a float lane, each lane
+/// `fma(dx * dy, group, lane)` block after block, the lanes added as
+/// [`q8_0_in_eight_lanes`] adds them, and last the weights' mins times the
+/// activations' scaled sums, fused into one float block after block.
+fn q_1_in_eight_lanes(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::{f16_at, q4_1_value, q5_1_value};
+    let size = ty.block_bytes() as usize;
+    let mut lanes = [0f32; 8];
+    let mut mins = 0f32;
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(36)) {
+        mins = f16_at(x, 2).mul_add(f16_at(y, 2), mins);
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        let value = |i| match ty {
+            GgmlType::Q4_1 => q4_1_value(x, i),
+            _ => q5_1_value(x, i),
+        };
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            let group: i32 = (4 * j..4 * j + 4)
+                .map(|i| value(i) as i32 * y[4 + i] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(group as f32, *lane);
+        }
+    }
+    let l = lanes;
+    (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + mins
+}
+
+#[test]
+fn q4_1_and_q5_1_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(19);
+    let simd = kernel_sets().into_iter().filter(|k| k.name != "portable");
+    for kernels in simd {
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
+            for (rows, blocks, n) in [(1, 1, 1), (8, 3, 1), (13, 40, 4), (37, 9, 7), (5, 2, 13)] {
+                let cols = 32 * blocks;
+                let data = matrix_bytes(&mut rng, ty, rows, cols);
+                let m = matrix(ty, rows, cols, &data);
+                let x = row(&mut rng, n * cols, 2.0);
+                let row_bytes = data.len() / rows;
+                let want = |r: usize, a: &[u8]| {
+                    q_1_in_eight_lanes(ty, &data[r * row_bytes..(r + 1) * row_bytes], a)
+                };
+                let what = format!("{ty} rows {rows} blocks {blocks}");
+                common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
+            }
+        }
+    }
+}
