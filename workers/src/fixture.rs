@@ -19,15 +19,21 @@ pub enum Recipe {
     /// llama.cpp's Q4_K_M (`Medium(Q4K)`) or Q5_K_M (`Medium(Q5K)`) mix:
     /// the given k-quant, with q6_K for the head and for the value and
     /// down projections of the first and last eighth of the blocks and
-    /// every third block between.
+    /// every third block between. Its Q3_K_M (`Medium(Q3K)`): q3_K, with
+    /// q6_K for the head, q4_K for the attention output, and q4_K for the
+    /// value and down projections but for the first two blocks' values and
+    /// the first sixteenth's downs, q5_K.
     Medium(GgmlType),
 }
 
 impl Recipe {
     /// Parses a weight type's name (`f32`, `f16`, `bf16`, `q8_0`, `q5_0`,
-    /// `q5_1`, `q4_0`, `q4_1`, `q4_k`, `q5_k`, `q6_k`), `q4_k_m` or
-    /// `q5_k_m`.
+    /// `q5_1`, `q4_0`, `q4_1`, `q3_k`, `q4_k`, `q5_k`, `q6_k`), `q3_k_m`,
+    /// `q4_k_m` or `q5_k_m`.
     pub fn parse(name: &str) -> Option<Recipe> {
+        if name.eq_ignore_ascii_case("q3_k_m") {
+            return Some(Recipe::Medium(GgmlType::Q3K));
+        }
         if name.eq_ignore_ascii_case("q4_k_m") {
             return Some(Recipe::Medium(GgmlType::Q4K));
         }
@@ -42,6 +48,21 @@ impl Recipe {
     fn for_tensor(self, name: &str, layer: usize, layers: usize) -> GgmlType {
         match self {
             Recipe::Uniform(t) => t,
+            Recipe::Medium(GgmlType::Q3K) => {
+                let (value, down) = (
+                    name.ends_with("attn_v.weight"),
+                    name.ends_with("ffn_down.weight"),
+                );
+                if name == "output.weight" {
+                    GgmlType::Q6K
+                } else if (value && layer < 2) || (down && layer < layers / 16) {
+                    GgmlType::Q5K
+                } else if value || down || name.ends_with("attn_output.weight") {
+                    GgmlType::Q4K
+                } else {
+                    GgmlType::Q3K
+                }
+            }
             Recipe::Medium(base) => {
                 let more_bits =
                     layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
@@ -60,6 +81,7 @@ impl Recipe {
         match self {
             Recipe::Uniform(t) => file_type(t),
             Recipe::Medium(GgmlType::Q5K) => 17,
+            Recipe::Medium(GgmlType::Q3K) => 12,
             Recipe::Medium(_) => 15,
         }
     }
@@ -226,6 +248,7 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q5_0 => 8,
         GgmlType::Q5_1 => 9,
         GgmlType::Q8_0 => 7,
+        GgmlType::Q3K => 11,
         GgmlType::Q4K => 15,
         GgmlType::Q5K => 16,
         GgmlType::Q6K => 18,
@@ -352,6 +375,12 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         name: "small-q5_k_m",
         shape: "small",
         recipe: "q5_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q3_k_m",
+        shape: "small",
+        recipe: "q3_k_m",
         seed: 1,
     },
     GoldenFixture {

@@ -11,7 +11,7 @@ use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
 use workers::tensor::quantize::quantized;
 
-const WEIGHT_TYPES: [GgmlType; 11] = [
+const WEIGHT_TYPES: [GgmlType; 12] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -20,6 +20,7 @@ const WEIGHT_TYPES: [GgmlType; 11] = [
     GgmlType::Q5_1,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
@@ -92,6 +93,7 @@ fn quantized_rows_decode_close_to_their_values() {
         (GgmlType::Q5K, 0.08),
         (GgmlType::Q4_0, 0.15),
         (GgmlType::Q4_1, 0.15),
+        (GgmlType::Q3K, 0.3),
         (GgmlType::Q4K, 0.15),
     ] {
         let d = decoded(ty, &x);
@@ -306,6 +308,7 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             GgmlType::Q5_1,
             GgmlType::Q4_0,
             GgmlType::Q4_1,
+            GgmlType::Q3K,
             GgmlType::Q4K,
             GgmlType::Q5K,
             GgmlType::Q6K,

@@ -117,3 +117,56 @@ fn q4_1_and_q5_1_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() 
         }
     }
 }
+
+/// One q3_K row against one q8_K activation row as llama.cpp sums it on
+/// x86 (`ggml_vec_dot_q3_K_q8_K`): per block, eight integer lanes, lane
+/// `k` the products of values `32 v + 4 k .. 32 v + 4 k + 4` over the
+/// block's eight runs of 32, each by its sub-block's scale; then each
+/// lane `fma(dy * dx, lane, acc)` block after block, the lanes added as
+/// [`q8_0_in_eight_lanes`] adds them.
+fn q3k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::{f16_at, q3k_scales, q3k_value};
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
+        let d = f32::from_le_bytes([y[0], y[1], y[2], y[3]]) * f16_at(x, 108);
+        let scales = q3k_scales(x);
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let sum: i32 = (0..8)
+                .flat_map(|v| 32 * v + 4 * k..32 * v + 4 * k + 4)
+                .map(|n| scales[n / 16] * q3k_value(x, n) * y[4 + n] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(sum as f32, *lane);
+        }
+    }
+    let l = acc;
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+#[test]
+fn q3_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(23);
+    for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
+        for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
+            let cols = 256 * blocks;
+            // The encoder's blocks, then the same with random bytes for
+            // everything but the scale: negative sub-block scales and
+            // every pattern of high bits, as llama.cpp's quantizer writes.
+            let mut data = matrix_bytes(&mut rng, GgmlType::Q3K, rows, cols);
+            for (b, block) in data.chunks_exact_mut(110).enumerate() {
+                if b % 2 == 1 {
+                    block[..108]
+                        .iter_mut()
+                        .for_each(|x| *x = rng.next_u64() as u8);
+                }
+            }
+            let m = matrix(GgmlType::Q3K, rows, cols, &data);
+            let x = row(&mut rng, n * cols, 2.0);
+            let row_bytes = data.len() / rows;
+            let want = |r: usize, a: &[u8]| {
+                q3k_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
+            };
+            let what = format!("q3_K rows {rows} blocks {blocks}");
+            common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
+        }
+    }
+}

@@ -48,7 +48,13 @@ pub const QUANT: Source = Source {
 pub const KQUANT: Source = Source {
     name: "kquant.cu",
     text: include_str!("kquant.cu"),
-    kernels: &["quantize_q8_k", "matvec_q4_k", "matvec_q5_k", "matvec_q6_k"],
+    kernels: &[
+        "quantize_q8_k",
+        "matvec_q3_k",
+        "matvec_q4_k",
+        "matvec_q5_k",
+        "matvec_q6_k",
+    ],
 };
 
 /// Norms, rope, attention, SwiGLU, biases and residual adds.

@@ -74,30 +74,42 @@ fn k45_block(five: bool, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
     f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
 }
 
-/// `matvec_q6_k`'s group of eight lanes on one block.
-fn q6k_block(blk: &[u8], a: &[i8], d: f32) -> f32 {
+/// `matvec_k36`'s group of eight lanes on one block: `matvec_q6_k`'s, or
+/// `matvec_q3_k`'s (`three`).
+fn k36_block(three: bool, blk: &[u8], a: &[i8], d: f32) -> f32 {
+    let q3k_scale = |k: usize| {
+        let s = &blk[96..];
+        let low = if k < 8 { s[k] & 0xF } else { s[k - 8] >> 4 } as i32;
+        let high = ((s[8 + k % 4] >> (2 * (k / 4))) & 3) as i32;
+        (low | (high << 4)) - 32
+    };
+    let value = |j: usize, l: usize| -> i32 {
+        if three {
+            let low = ((blk[32 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3) as i32;
+            low - if (blk[l] >> j) & 1 == 1 { 0 } else { 4 }
+        } else {
+            let (half, quarter) = (j / 4, j % 4);
+            let ql = blk[half * 64 + (quarter & 1) * 32 + l];
+            let qh = blk[128 + half * 32 + l];
+            let nibble = if quarter >= 2 { ql >> 4 } else { ql & 0xF } as i32;
+            (nibble | ((((qh >> (2 * quarter)) & 3) as i32) << 4)) - 32
+        }
+    };
     let mut sumi = 0i32;
     for j in 0..8 {
-        let (half, quarter) = (j / 4, j % 4);
-        let ql = &blk[half * 64 + (quarter & 1) * 32..];
-        let qh = &blk[128 + half * 32..];
         let (mut lo, mut hi) = (0i32, 0i32);
         for l in 0..32 {
-            let nibble = if quarter >= 2 {
-                ql[l] >> 4
-            } else {
-                ql[l] & 0xF
-            } as i32;
-            let q = (nibble | ((((qh[l] >> (2 * quarter)) & 3) as i32) << 4)) - 32;
-            if l < 16 {
-                lo += q * a[j * 32 + l] as i32
-            } else {
-                hi += q * a[j * 32 + l] as i32
-            }
+            let p = value(j, l) * a[j * 32 + l] as i32;
+            if l < 16 { lo += p } else { hi += p }
         }
-        sumi += blk[192 + 2 * j] as i8 as i32 * lo + blk[193 + 2 * j] as i8 as i32 * hi;
+        sumi += if three {
+            q3k_scale(2 * j) * lo + q3k_scale(2 * j + 1) * hi
+        } else {
+            blk[192 + 2 * j] as i8 as i32 * lo + blk[193 + 2 * j] as i8 as i32 * hi
+        };
     }
-    f16_at(blk, 208) * d * sumi as f32
+    let size = if three { 110 } else { 210 };
+    f16_at(blk, size - 2) * d * sumi as f32
 }
 
 /// `__dp4a(a, b, c)`: the four signed byte products of `a` and `b`, plus `c`.
@@ -137,7 +149,8 @@ fn q45_block(ty: GgmlType, blk: &[u8], a: &[i8]) -> i32 {
         GgmlType::Q4_0 => (2, None, 8),
         GgmlType::Q5_0 => (6, Some(2), 16),
         GgmlType::Q4_1 => (4, None, 0),
-        _ => (8, Some(4), 0),
+        GgmlType::Q5_1 => (8, Some(4), 0),
+        other => unreachable!("matvec_q45 takes no {other}"),
     };
     (0..2)
         .map(|half| {
@@ -297,9 +310,20 @@ mod tests {
             }
             let q6k = quantized(GgmlType::Q6K, &w);
             assert_eq!(
-                q6k_block(&q6k, &q, d).to_bits(),
+                k36_block(false, &q6k, &q, d).to_bits(),
                 scalar::dot_q6k(&q6k, &acts).to_bits()
             );
+            // The encoder's block, and one of random bytes (negative
+            // scales, every high bit pattern) with a finite scale.
+            let mut random = SplitMix64::new(seed);
+            let mut raw: Vec<u8> = (0..110).map(|_| random.next_u64() as u8).collect();
+            raw[108..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            for q3k in [quantized(GgmlType::Q3K, &w), raw] {
+                assert_eq!(
+                    k36_block(true, &q3k, &q, d).to_bits(),
+                    scalar::dot_q3k(&q3k, &acts).to_bits()
+                );
+            }
         }
     }
 }

@@ -216,8 +216,13 @@ impl Gpu {
                         .arg(&cols);
                 })?;
             }
-            (ActsData::Q8K { q, d, .. }, GgmlType::Q6K) => {
-                self.launch("matvec_q6_k", config, |b| {
+            (ActsData::Q8K { q, d, .. }, GgmlType::Q3K | GgmlType::Q6K) => {
+                let name = if w.ty == GgmlType::Q3K {
+                    "matvec_q3_k"
+                } else {
+                    "matvec_q6_k"
+                };
+                self.launch(name, config, |b| {
                     b.arg(&w.data)
                         .arg(q)
                         .arg(d)

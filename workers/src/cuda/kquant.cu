@@ -1,4 +1,4 @@
-// The k-quant products and their Q8_K activations, in `quant.cu`'s
+// The k-quant products (Q3_K to Q6_K) and their Q8_K activations, in `quant.cu`'s
 // shape (one warp per output, grid (ceil(rows / warps), tokens); each
 // block's integer sums exact and scaled as the CPU scales them).
 
@@ -109,40 +109,78 @@ extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* a
     matvec_k45<true>(w, aq, ad, sums, y, rows, cols);
 }
 
-// Q6_K · Q8_K: eight lanes per block, 32 values (two 16-value sub-blocks)
-// each. Lane j's values are one quarter of one half of the block.
-extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* ad, float* y,
-                                       int rows, int cols) {
+// Q3_K's six-bit scale `k` (of 16) from its 12 scale bytes at `s`, less 32.
+__device__ __forceinline__ int q3k_scale(const u8* s, int k) {
+    int low = k < 8 ? (s[k] & 0xF) : (s[k - 8] >> 4);
+    int high = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+// Value 32 j + l of a Q6_K block: lane j's values are one quarter of one
+// half of the block.
+__device__ __forceinline__ int q6k_value(const u8* blk, int j, int l) {
+    int half = j / 4, quarter = j % 4;
+    const u8* ql = blk + half * 64 + (quarter & 1) * 32;
+    const u8* qh = blk + 128 + half * 32;
+    int nibble = quarter >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
+    return (nibble | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+}
+
+// Value 32 j + l of a Q3_K block: its two low bits at bits 2 (j % 4) of
+// quant byte 32 (j / 4) + l (quants from byte 32), its high bit at bit j
+// of mask byte l; 0..3, less 4 where that bit is clear.
+__device__ __forceinline__ int q3k_value(const u8* blk, int j, int l) {
+    int low = (blk[32 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3;
+    return low - (((blk[l] >> j) & 1) ? 0 : 4);
+}
+
+// Q6_K (and Q3_K, `THREE`) · Q8_K: eight lanes per block, lane j the 32
+// values 32 j .. 32 j + 32 (two 16-value sub-blocks, two scales: Q6_K's
+// signed bytes at 192, Q3_K's six bits at 96).
+template <bool THREE>
+__device__ __forceinline__ void matvec_k36(const u8* w, const i8* aq, const float* ad, float* y,
+                                           int rows, int cols) {
+    const int size = THREE ? 110 : 210;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
     int group = lane / 8, j = lane % 8;
-    int half = j / 4, quarter = j % 4;
-    const u8* wrow = w + (size_t)row * blocks * 210;
+    const u8* wrow = w + (size_t)row * blocks * size;
     float sum = 0.0f;
     for (int b0 = 0; b0 < blocks; b0 += 4) {
         int b = b0 + group;
         int sumi = 0;
         if (b < blocks) {
-            const u8* blk = wrow + b * 210;
-            const u8* ql = blk + half * 64 + (quarter & 1) * 32;
-            const u8* qh = blk + 128 + half * 32;
-            const i8* sc = (const i8*)(blk + 192);
+            const u8* blk = wrow + b * size;
             const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
             int lo = 0, hi = 0;
             for (int l = 0; l < 32; l++) {
-                int nibble = quarter >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
-                int q = (nibble | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+                int q = THREE ? q3k_value(blk, j, l) : q6k_value(blk, j, l);
                 if (l < 16) lo += q * a[l]; else hi += q * a[l];
             }
-            sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+            if (THREE) {
+                sumi = q3k_scale(blk + 96, 2 * j) * lo + q3k_scale(blk + 96, 2 * j + 1) * hi;
+            } else {
+                const i8* sc = (const i8*)(blk + 192);
+                sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+            }
         }
         sumi = group_sum(sumi, 8);
         if (b < blocks && j == 0) {
             float dy = ad[(size_t)t * blocks + b];
-            sum += load_f16(wrow + b * 210 + 208) * dy * (float)sumi;
+            sum += load_f16(wrow + b * size + size - 2) * dy * (float)sumi;
         }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    matvec_k36<false>(w, aq, ad, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_q3_k(const u8* w, const i8* aq, const float* ad, float* y,
+                                       int rows, int cols) {
+    matvec_k36<true>(w, aq, ad, y, rows, cols);
 }

@@ -12,7 +12,10 @@
 //
 // Each block's integer sum is exact and is scaled as the CPU scales it
 // (the host compiles with --fmad=false so no multiply-add is fused); only
-// the order in which block results are added differs from the CPU's.
+// the order in which block results are added differs from the CPU's. (A
+// Q4_1 or Q5_1 block's min times the activations' scaled sum is added
+// to its scaled sum unfused, as the portable CPU kernel adds it; the SIMD
+// ones keep those products apart, fused, as llama.cpp does.)
 
 // Q8_0 activations: one warp per 32-value block. `q` gets the values,
 // `d` the block scale rounded to f16 as the CPU stores it.

@@ -190,6 +190,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 q5_0: dot_q5_0,
                 q4_1: dot_q4_1,
                 q5_1: dot_q5_1,
+                q3k: dot_q3k,
                 q4k: dot_q4k,
                 q5k: dot_q5k,
                 q6k: dot_q6k,
@@ -216,6 +217,8 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                     block_bytes: q5::UNPACKED_Q5K_BLOCK,
                 }),
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
+                tile_q3k: Some(tile(K_ROWS, K_TOKENS, tile_q3k)),
+                decode_q3k: Some(tile(K_ROWS, 1, next_q3k)),
                 decode_q8_0: Some(tile(Q0_DECODE_ROWS, 1, next_q8_0)),
                 decode_q4_0: Some(tile(Q0_DECODE_ROWS, 1, next_q4_0)),
                 // Rows asked for a call ahead (see F16_DECODE_ROWS). On a
@@ -255,6 +258,10 @@ mod attend;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod kquants;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod q3;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

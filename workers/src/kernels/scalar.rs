@@ -2,7 +2,9 @@
 //! encoded in the weight type's activation type. The reference the SIMD
 //! kernels are tested against, and the fallback where none applies.
 
-use crate::tensor::blocks::{f16_at, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value, q5k_value};
+use crate::tensor::blocks::{
+    f16_at, q3k_scales, q3k_value, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value, q5k_value,
+};
 use half::{bf16, f16};
 
 /// f32 · f32.
@@ -148,6 +150,24 @@ pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
             sumi += sc as i32 * s;
         }
         sum += f16_at(x, 0) * dy * sumi as f32 - f16_at(x, 2) * dy * summ as f32;
+    }
+    sum
+}
+
+/// Q3_K · Q8_K: per block the integer sums of each 16-value sub-block by
+/// its scale.
+pub fn dot_q3k(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
+        let (dy, qy, _) = q8k_parts(y);
+        let mut sumi = 0i32;
+        for (j, s) in q3k_scales(x).into_iter().enumerate() {
+            let part: i32 = (16 * j..16 * j + 16)
+                .map(|n| q3k_value(x, n) * qy[n] as i8 as i32)
+                .sum();
+            sumi += s * part;
+        }
+        sum += f16_at(x, 108) * dy * sumi as f32;
     }
     sum
 }

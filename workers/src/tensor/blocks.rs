@@ -41,7 +41,8 @@ pub fn q5_0_value(b: &[u8], j: usize) -> i32 {
 }
 
 /// Value `j` (0..32) of a Q5_1 block, 0..=31, before its scale and min:
-/// laid out as [`q5_0_value`]'s, four bytes later (the min), unsigned.
+/// laid out as [`q5_0_value`]'s two bytes later (after the min),
+/// unsigned.
 #[inline]
 pub fn q5_1_value(b: &[u8], j: usize) -> u8 {
     (q5_0_value(&b[2..], j) + 16) as u8
@@ -55,6 +56,32 @@ pub fn q4_1_value(b: &[u8], j: usize) -> u8 {
     } else {
         b[4 + j - 16] >> 4
     }
+}
+
+/// The sixteen 6-bit scales of a Q3_K block (its bytes 96..108), less
+/// 32: sub-block `j`'s low four bits are byte `j`'s low nibble (`j < 8`)
+/// or byte `j - 8`'s high one, its high two bits are bits `2 (j / 4)` of
+/// byte `8 + j % 4` (ggml's unpacking of `scales`).
+#[inline]
+pub fn q3k_scales(b: &[u8]) -> [i32; 16] {
+    let s = &b[96..108];
+    std::array::from_fn(|j| {
+        let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        (low | (high << 4)) as i32 - 32
+    })
+}
+
+/// Value `n` (0..256) of a Q3_K block, -4..=3, before its sub-block's
+/// scale: with `c = n / 128`, `p = n % 128 / 32` and `i = n % 32`, bits
+/// `2p` of quant byte `32 + 32c + i`, less 4 where bit `4c + p` of high
+/// mask byte `i` is clear.
+#[inline]
+pub fn q3k_value(b: &[u8], n: usize) -> i32 {
+    let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+    let low = (b[32 + 32 * c + i] >> (2 * p)) & 3;
+    let set = (b[i] >> (4 * c + p)) & 1 == 1;
+    low as i32 - if set { 0 } else { 4 }
 }
 
 /// Value `i` (0..256) of a Q5_K block, 0..=31, before its sub-block's
@@ -136,6 +163,14 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 let d = f16_at(b, 0);
                 for (x, &q) in o.iter_mut().zip(&b[4..]) {
                     *x = q as i8 as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q3K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(110)) {
+                let (d, scales) = (f16_at(b, 108), q3k_scales(b));
+                for (n, x) in o.iter_mut().enumerate() {
+                    *x = d * scales[n / 16] as f32 * q3k_value(b, n) as f32;
                 }
             }
         }

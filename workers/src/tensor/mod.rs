@@ -31,6 +31,9 @@ pub enum GgmlType {
     /// the block's sum of quants: the activation side of q4_1 and q5_1
     /// dot products (9).
     Q8_1,
+    /// 3-bit k-quant, 256 per block, 6-bit signed scales for 16-value
+    /// sub-blocks (11).
+    Q3K,
     /// 4-bit k-quant, 256 per block, 6-bit sub-block scales and mins (12).
     Q4K,
     /// 5-bit k-quant, 256 per block, 6-bit sub-block scales and mins (13).
@@ -45,7 +48,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 14] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -54,6 +57,7 @@ impl GgmlType {
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q8_1,
+        GgmlType::Q3K,
         GgmlType::Q4K,
         GgmlType::Q5K,
         GgmlType::Q6K,
@@ -77,6 +81,7 @@ impl GgmlType {
             GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q8_1 => 9,
+            GgmlType::Q3K => 11,
             GgmlType::Q4K => 12,
             GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
@@ -95,7 +100,7 @@ impl GgmlType {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::Q8_1 => 32,
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => 256,
+            GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => 256,
         }
     }
 
@@ -110,6 +115,7 @@ impl GgmlType {
             GgmlType::Q5_1 => 24,
             GgmlType::Q8_0 => 34,
             GgmlType::Q8_1 => 36,
+            GgmlType::Q3K => 110,
             GgmlType::Q4K => 144,
             GgmlType::Q5K => 176,
             GgmlType::Q6K => 210,
@@ -134,6 +140,7 @@ impl GgmlType {
             GgmlType::Q5_1 => "q5_1",
             GgmlType::Q8_0 => "q8_0",
             GgmlType::Q8_1 => "q8_1",
+            GgmlType::Q3K => "q3_K",
             GgmlType::Q4K => "q4_K",
             GgmlType::Q5K => "q5_K",
             GgmlType::Q6K => "q6_K",
@@ -164,7 +171,9 @@ impl GgmlType {
             GgmlType::BF16 => GgmlType::BF16,
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => GgmlType::Q8K,
+            GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => {
+                GgmlType::Q8K
+            }
         }
     }
 }
@@ -179,7 +188,6 @@ impl fmt::Display for GgmlType {
 pub fn unsupported_type_name(code: u32) -> &'static str {
     match code {
         10 => "q2_K",
-        11 => "q3_K",
         16..=23 => "an i-quant",
         24..=28 => "an integer type",
         _ => "unknown",

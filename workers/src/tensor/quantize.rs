@@ -36,6 +36,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
         GgmlType::Q4_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 15, out)),
         GgmlType::Q5_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 31, out)),
         GgmlType::Q8K => x.chunks_exact(256).for_each(|b| q8k_block(b, out)),
+        GgmlType::Q3K => x.chunks_exact(256).for_each(|b| q3k_block(b, out)),
         GgmlType::Q4K => x.chunks_exact(256).for_each(|b| kquant_block(b, 15, out)),
         GgmlType::Q5K => x.chunks_exact(256).for_each(|b| kquant_block(b, 31, out)),
         GgmlType::Q6K => x.chunks_exact(256).for_each(|b| q6k_block(b, out)),
@@ -238,6 +239,51 @@ fn kquant_block(x: &[f32], top: u8, out: &mut Vec<u8>) {
             out.push((q[chunk * 64 + l] & 0xF) | ((q[chunk * 64 + 32 + l] & 0xF) << 4));
         }
     }
+}
+
+/// A one-pass Q3_K encoder: per 16-value sub-block a symmetric scale
+/// (its largest magnitude at 4 steps), the scales then quantized to six
+/// signed bits against the block maximum.
+fn q3k_block(x: &[f32], out: &mut Vec<u8>) {
+    let sub_scales: Vec<f32> = x.chunks_exact(16).map(|s| amax(s) / 4.0).collect();
+    let max_scale = sub_scales.iter().fold(0.0f32, |m, &v| m.max(v));
+    let d16 = f16::from_f32(max_scale / 31.0);
+    let d = d16.to_f32();
+    let ls: Vec<i32> = sub_scales
+        .iter()
+        .map(|&s| {
+            if d > 0.0 {
+                (s / d).round().clamp(-32.0, 31.0) as i32
+            } else {
+                0
+            }
+        })
+        .collect();
+    let (mut hmask, mut qs, mut scales) = ([0u8; 32], [0u8; 64], [0u8; 12]);
+    for (n, v) in x.iter().enumerate() {
+        let step = d * ls[n / 16] as f32;
+        let l = if step != 0.0 {
+            (v / step).round().clamp(-4.0, 3.0) as i32 + 4
+        } else {
+            4
+        } as u8;
+        let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+        qs[32 * c + i] |= (l & 3) << (2 * p);
+        hmask[i] |= (l >> 2) << (4 * c + p);
+    }
+    for (j, &s) in ls.iter().enumerate() {
+        let v = (s + 32) as u8;
+        if j < 8 {
+            scales[j] |= v & 0xF;
+        } else {
+            scales[j - 8] |= (v & 0xF) << 4;
+        }
+        scales[8 + j % 4] |= (v >> 4) << (2 * (j / 4));
+    }
+    out.extend_from_slice(&hmask);
+    out.extend_from_slice(&qs);
+    out.extend_from_slice(&scales);
+    out.extend_from_slice(&d16.to_le_bytes());
 }
 
 /// A one-pass Q6_K encoder: per 16-value sub-block a symmetric scale, the

@@ -6,9 +6,9 @@ use super::ktile::load;
 use crate::tensor::blocks::q4k_scale_min;
 use std::arch::x86_64::*;
 
-/// The fifth bits of a q5_0 block (the word at byte 2 of `x`; a q5_1
-/// block's from its byte 2), one byte a value: 0x10 where value `i`'s
-/// bit is set, else 0.
+/// The fifth bits of a q5_0 block (the word at byte 2 of `x`; for a q5_1
+/// block, `x` starts at the block's byte 2), one byte a value: 0x10 where
+/// value `i`'s bit is set, else 0.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn q5_0_high(x: &[u8]) -> __m256i {

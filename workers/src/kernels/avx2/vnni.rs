@@ -161,7 +161,11 @@ macro_rules! q0_tile {
         }
         for r in 0..$r {
             for t in 0..$t {
-                out[r * stride + t] = hsum(acc[r][t]) + mins[r][t];
+                out[r * stride + t] = if min {
+                    hsum(acc[r][t]) + mins[r][t]
+                } else {
+                    hsum(acc[r][t])
+                };
             }
         }
     }};
