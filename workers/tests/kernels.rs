@@ -93,7 +93,7 @@ fn quantized_rows_decode_close_to_their_values() {
         (GgmlType::Q5K, 0.08),
         (GgmlType::Q4_0, 0.15),
         (GgmlType::Q4_1, 0.15),
-        (GgmlType::Q3K, 0.3),
+        (GgmlType::Q3K, 0.2),
         (GgmlType::Q4K, 0.15),
     ] {
         let d = decoded(ty, &x);

@@ -277,10 +277,11 @@ mod tests {
                         scaled(q45_block(ty, &blk, &a)) + f16_at(&blk, 2) * s,
                         scalar::dot_q4_1(&blk, &acts),
                     ),
-                    _ => (
+                    GgmlType::Q5_1 => (
                         scaled(q45_block(ty, &blk, &a)) + f16_at(&blk, 2) * s,
                         scalar::dot_q5_1(&blk, &acts),
                     ),
+                    other => unreachable!("no {other} case"),
                 };
                 assert_eq!(got.to_bits(), want.to_bits(), "{ty}");
             }

@@ -241,19 +241,19 @@ fn kquant_block(x: &[f32], top: u8, out: &mut Vec<u8>) {
     }
 }
 
-/// A one-pass Q3_K encoder: per 16-value sub-block a symmetric scale
-/// (its largest magnitude at 4 steps), the scales then quantized to six
-/// signed bits against the block maximum.
+/// A one-pass Q3_K encoder: per 16-value sub-block a signed scale that
+/// puts its value of largest magnitude at -4 steps (the wider side of
+/// -4..=3), the scales then quantized to six signed bits so that the one
+/// of largest magnitude is -32.
 fn q3k_block(x: &[f32], out: &mut Vec<u8>) {
-    let sub_scales: Vec<f32> = x.chunks_exact(16).map(|s| amax(s) / 4.0).collect();
-    let max_scale = sub_scales.iter().fold(0.0f32, |m, &v| m.max(v));
-    let d16 = f16::from_f32(max_scale / 31.0);
+    let sub_scales: Vec<f32> = x.chunks_exact(16).map(|s| signed_max(s) / -4.0).collect();
+    let d16 = f16::from_f32(signed_max(&sub_scales) / -32.0);
     let d = d16.to_f32();
     let ls: Vec<i32> = sub_scales
         .iter()
         .map(|&s| {
-            if d > 0.0 {
-                (s / d).round().clamp(-32.0, 31.0) as i32
+            if d != 0.0 {
+                (s / d).round_ties_even().clamp(-32.0, 31.0) as i32
             } else {
                 0
             }
@@ -263,7 +263,7 @@ fn q3k_block(x: &[f32], out: &mut Vec<u8>) {
     for (n, v) in x.iter().enumerate() {
         let step = d * ls[n / 16] as f32;
         let l = if step != 0.0 {
-            (v / step).round().clamp(-4.0, 3.0) as i32 + 4
+            (v / step).round_ties_even().clamp(-4.0, 3.0) as i32 + 4
         } else {
             4
         } as u8;
