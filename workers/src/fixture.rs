@@ -28,7 +28,7 @@ pub enum Recipe {
 
 impl Recipe {
     /// Parses a weight type's name (`f32`, `f16`, `bf16`, `q8_0`, `q5_0`,
-    /// `q5_1`, `q4_0`, `q4_1`, `q3_k`, `q4_k`, `q5_k`, `q6_k`), `q3_k_m`,
+    /// `q5_1`, `q4_0`, `q4_1`, `q2_k`, `q3_k`, `q4_k`, `q5_k`, `q6_k`), `q3_k_m`,
     /// `q4_k_m` or `q5_k_m`.
     pub fn parse(name: &str) -> Option<Recipe> {
         if name.eq_ignore_ascii_case("q3_k_m") {
@@ -248,6 +248,7 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q5_0 => 8,
         GgmlType::Q5_1 => 9,
         GgmlType::Q8_0 => 7,
+        GgmlType::Q2K => 10,
         GgmlType::Q3K => 11,
         GgmlType::Q4K => 15,
         GgmlType::Q5K => 16,
@@ -381,6 +382,12 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         name: "small-q3_k_m",
         shape: "small",
         recipe: "q3_k_m",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-q2_k",
+        shape: "small",
+        recipe: "q2_k",
         seed: 1,
     },
     GoldenFixture {

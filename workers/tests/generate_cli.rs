@@ -164,8 +164,8 @@ fn bad_arguments_are_named() {
         e.contains("--logits-out /nonexistent-dir/logits.f32"),
         "{e}"
     );
-    let e = run(&["make-model", "--type", "q2_k", "/tmp/x.gguf"]);
-    assert!(e.contains("--type q2_k"), "{e}");
+    let e = run(&["make-model", "--type", "iq2_xs", "/tmp/x.gguf"]);
+    assert!(e.contains("--type iq2_xs"), "{e}");
     let e = run(&["make-model", "--type", "q8_1", "/tmp/x.gguf"]);
     assert!(e.contains("--type q8_1"), "{e}");
     let e = run(&["make-model", "--shape", "heads=3", "/tmp/x.gguf"]);

@@ -305,12 +305,12 @@ fn tensors_outside_the_file_or_of_unknown_types_are_refused() {
     let (_, field, reason) = format_error(&bytes[..bytes.len() - 20]);
     assert_eq!(field, "tensor[0] \"w\"");
     assert!(reason.contains("outside the file"), "{reason}");
-    // Type code 10 (q2_K) is named and refused, and so are the types
+    // Type code 16 (an i-quant) is named and refused, and so are the types
     // that only encode activations (q8_1, q8_K). The type sits after the
     // name (8 + 1 bytes), n_dims (4) and one dim (8).
     let type_at = 24 + 9 + 4 + 8;
     for (code, name) in [
-        (10u32, "q2_K"),
+        (16u32, "an i-quant"),
         (9, "q8_1, an activation type"),
         (15, "q8_K, an activation type"),
     ] {

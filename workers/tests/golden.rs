@@ -135,6 +135,25 @@ fn bound(name: &str, portable: bool) -> Bound {
             mean: 0.05,
             flip_margin: 0.5,
         },
+        // llama.cpp repacks q2_K on a processor with AVX-512 (groups of
+        // eight rows, `q2_K_8x8`, for one token and a batch alike) and
+        // sums those in an order of their own; drover-worker's q2_K
+        // products are llama.cpp's AVX2 one-row ones. The logits came
+        // within 4e-6 of the repacked ones but where an activation
+        // crossed a rounding edge (0.21, the second prompt's last
+        // positions). On the portable kernels, whose float order is
+        // their own, two-bit weights move further (0.35) and the greedy
+        // tokens part after the first; only that one is compared there.
+        "small-q2_k" if portable => Bound {
+            max: 0.5,
+            mean: 0.1,
+            flip_margin: f32::INFINITY,
+        },
+        "small-q2_k" => Bound {
+            max: 0.3,
+            mean: 0.05,
+            flip_margin: 0.5,
+        },
         // Every greedy token too: one token's attention (64 lanes) is
         // only met by the decode steps, never by the logits' prefill.
         "small-f16" if !portable => Bound {

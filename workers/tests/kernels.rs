@@ -11,7 +11,7 @@ use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
 use workers::tensor::quantize::quantized;
 
-const WEIGHT_TYPES: [GgmlType; 12] = [
+const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -20,6 +20,7 @@ const WEIGHT_TYPES: [GgmlType; 12] = [
     GgmlType::Q5_1,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q2K,
     GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
@@ -94,6 +95,7 @@ fn quantized_rows_decode_close_to_their_values() {
         (GgmlType::Q4_0, 0.15),
         (GgmlType::Q4_1, 0.15),
         (GgmlType::Q3K, 0.2),
+        (GgmlType::Q2K, 0.35),
         (GgmlType::Q4K, 0.15),
     ] {
         let d = decoded(ty, &x);
@@ -308,6 +310,7 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             GgmlType::Q5_1,
             GgmlType::Q4_0,
             GgmlType::Q4_1,
+            GgmlType::Q2K,
             GgmlType::Q3K,
             GgmlType::Q4K,
             GgmlType::Q5K,

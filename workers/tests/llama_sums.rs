@@ -170,3 +170,61 @@ fn q3_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
         }
     }
 }
+
+/// One q2_K row against one q8_K activation row as llama.cpp sums it on
+/// x86 (`ggml_vec_dot_q2_K_q8_K`): per block, first eight lanes of the
+/// mins against the 16-value sums, lane `k` sub-blocks `2k` and `2k + 1`,
+/// into `fma(-dy * dmin, lane, acc)`; then [`q3k_in_eight_lanes`]'s
+/// value lanes (values 0..=3, the scales the low nibbles) into
+/// `fma(dy * d, lane, acc)`.
+fn q2k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::{f16_at, q2k_value};
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(84).zip(a.chunks_exact(292)) {
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+        let (d, dmin) = (dy * f16_at(x, 80), -dy * f16_at(x, 82));
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let mins =
+                (x[2 * k] >> 4) as i32 * bsum(2 * k) + (x[2 * k + 1] >> 4) as i32 * bsum(2 * k + 1);
+            *lane = dmin.mul_add(mins as f32, *lane);
+        }
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let sum: i32 = (0..8)
+                .flat_map(|v| 32 * v + 4 * k..32 * v + 4 * k + 4)
+                .map(|n| (x[n / 16] & 0xF) as i32 * q2k_value(x, n) as i32 * y[4 + n] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(sum as f32, *lane);
+        }
+    }
+    let l = acc;
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+#[test]
+fn q2_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(29);
+    for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
+        for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
+            let cols = 256 * blocks;
+            // The encoder's blocks, and blocks of random bytes but their
+            // two scales.
+            let mut data = matrix_bytes(&mut rng, GgmlType::Q2K, rows, cols);
+            for (b, block) in data.chunks_exact_mut(84).enumerate() {
+                if b % 2 == 1 {
+                    block[..80]
+                        .iter_mut()
+                        .for_each(|x| *x = rng.next_u64() as u8);
+                }
+            }
+            let m = matrix(GgmlType::Q2K, rows, cols, &data);
+            let x = row(&mut rng, n * cols, 2.0);
+            let row_bytes = data.len() / rows;
+            let want = |r: usize, a: &[u8]| {
+                q2k_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
+            };
+            let what = format!("q2_K rows {rows} blocks {blocks}");
+            common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
+        }
+    }
+}

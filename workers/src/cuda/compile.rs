@@ -50,6 +50,7 @@ pub const KQUANT: Source = Source {
     text: include_str!("kquant.cu"),
     kernels: &[
         "quantize_q8_k",
+        "matvec_q2_k",
         "matvec_q3_k",
         "matvec_q4_k",
         "matvec_q5_k",

@@ -50,19 +50,30 @@ fn quantize_q8_k(x: &[f32]) -> (f32, Vec<i8>, Vec<i32>) {
     (1.0 / iscale, q, sums)
 }
 
-/// `matvec_k45`'s group of eight lanes on one block: `matvec_q4_k`'s, or
-/// `matvec_q5_k`'s (`five`).
-fn k45_block(five: bool, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
-    let quants = if five { 48 } else { 16 };
+/// `matvec_k245`'s group of eight lanes on one block: `matvec_q4_k`'s
+/// (`bits` 4), `matvec_q5_k`'s (5) or `matvec_q2_k`'s (2).
+fn k245_block(bits: u8, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
     let (mut sumi, mut summ) = (0i32, 0i32);
     for j in 0..8 {
+        if bits == 2 {
+            let q = &blk[16 + (j / 4) * 32..];
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                let p = ((q[l] >> (2 * (j % 4))) & 3) as i32 * a[j * 32 + l] as i32;
+                if l < 16 { lo += p } else { hi += p }
+            }
+            let (s0, s1) = (blk[2 * j] as i32, blk[2 * j + 1] as i32);
+            sumi += (s0 & 0xF) * lo + (s1 & 0xF) * hi;
+            summ += (s0 >> 4) * sums[2 * j] + (s1 >> 4) * sums[2 * j + 1];
+            continue;
+        }
         let (scale, min) = q4k_scale_min(j, &blk[4..16]);
-        let q = &blk[quants + (j / 2) * 32..];
+        let q = &blk[if bits == 5 { 48 } else { 16 } + (j / 2) * 32..];
         let shift = (j % 2) * 4;
         let s: i32 = (0..32)
             .map(|l| {
                 let mut v = (q[l] >> shift) & 0xF;
-                if five {
+                if bits == 5 {
                     v |= ((blk[16 + l] >> j) & 1) << 4;
                 }
                 v as i32 * a[j * 32 + l] as i32
@@ -71,7 +82,8 @@ fn k45_block(five: bool, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
         sumi += scale as i32 * s;
         summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
     }
-    f16_at(blk, 0) * d * sumi as f32 - f16_at(blk, 2) * d * summ as f32
+    let at = if bits == 2 { 80 } else { 0 };
+    f16_at(blk, at) * d * sumi as f32 - f16_at(blk, at + 2) * d * summ as f32
 }
 
 /// `matvec_k36`'s group of eight lanes on one block: `matvec_q6_k`'s, or
@@ -294,21 +306,27 @@ mod tests {
             let (w, x) = (values(seed, 256), values(seed + 100, 256));
             let acts = quantized(GgmlType::Q8K, &x);
             let (d, q, sums) = q8k_parts(&acts);
-            for (five, ty, dot) in [
-                (
-                    false,
-                    GgmlType::Q4K,
-                    scalar::dot_q4k as fn(&[u8], &[u8]) -> f32,
-                ),
-                (true, GgmlType::Q5K, scalar::dot_q5k),
+            for (bits, ty, dot) in [
+                (4, GgmlType::Q4K, scalar::dot_q4k as fn(&[u8], &[u8]) -> f32),
+                (5, GgmlType::Q5K, scalar::dot_q5k),
+                (2, GgmlType::Q2K, scalar::dot_q2k),
             ] {
                 let blk = quantized(ty, &w);
                 assert_eq!(
-                    k45_block(five, &blk, &q, d, &sums).to_bits(),
+                    k245_block(bits, &blk, &q, d, &sums).to_bits(),
                     dot(&blk, &acts).to_bits(),
                     "{ty}"
                 );
             }
+            // A q2_K block of random bytes but its scales.
+            let mut random = SplitMix64::new(seed + 1000);
+            let mut raw: Vec<u8> = (0..84).map(|_| random.next_u64() as u8).collect();
+            raw[80..82].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            raw[82..].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
+            assert_eq!(
+                k245_block(2, &raw, &q, d, &sums).to_bits(),
+                scalar::dot_q2k(&raw, &acts).to_bits()
+            );
             let q6k = quantized(GgmlType::Q6K, &w);
             assert_eq!(
                 k36_block(false, &q6k, &q, d).to_bits(),

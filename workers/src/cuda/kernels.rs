@@ -200,11 +200,11 @@ impl Gpu {
                         .arg(&cols);
                 })?;
             }
-            (ActsData::Q8K { q, d, sums }, GgmlType::Q4K | GgmlType::Q5K) => {
-                let name = if w.ty == GgmlType::Q4K {
-                    "matvec_q4_k"
-                } else {
-                    "matvec_q5_k"
+            (ActsData::Q8K { q, d, sums }, GgmlType::Q2K | GgmlType::Q4K | GgmlType::Q5K) => {
+                let name = match w.ty {
+                    GgmlType::Q2K => "matvec_q2_k",
+                    GgmlType::Q4K => "matvec_q4_k",
+                    _ => "matvec_q5_k",
                 };
                 self.launch(name, config, |b| {
                     b.arg(&w.data)

@@ -1,4 +1,4 @@
-// The k-quant products (Q3_K to Q6_K) and their Q8_K activations, in `quant.cu`'s
+// The k-quant products (Q2_K to Q6_K) and their Q8_K activations, in `quant.cu`'s
 // shape (one warp per output, grid (ceil(rows / warps), tokens); each
 // block's integer sums exact and scaled as the CPU scales them).
 
@@ -53,15 +53,20 @@ __device__ __forceinline__ void q4k_scale_min(int j, const u8* s, int* scale, in
     }
 }
 
-// Q4_K · Q8_K (and Q5_K, `FIVE`): eight lanes per 256-value block, one
-// 32-value sub-block each; the group's integer sums meet in its first
-// lane, which scales them. A Q5_K block (176 bytes) keeps its fifth bits
-// at byte 16 (bit j of byte l: sub-block j's value l) and its nibbles at
-// 48; a Q4_K block (144 bytes) its nibbles at 16.
-template <bool FIVE>
-__device__ __forceinline__ void matvec_k45(const u8* w, const i8* aq, const float* ad,
-                                           const int* sums, float* y, int rows, int cols) {
-    const int size = FIVE ? 176 : 144, quants = FIVE ? 48 : 16;
+// Q4_K · Q8_K (and Q5_K, `BITS` 5; Q2_K, `BITS` 2): eight lanes per
+// 256-value block, 32 values each; the group's integer sums meet in its
+// first lane, which scales them. A Q4_K lane's values are one 32-value
+// sub-block, a Q5_K block (176 bytes) keeps its fifth bits at byte 16
+// (bit j of byte l: sub-block j's value l) and its nibbles at 48, a Q4_K
+// block (144 bytes) its nibbles at 16. A Q2_K block (84 bytes) has 16
+// sub-blocks of 16 values, their 4-bit scales and mins at bytes 0..16,
+// lane j's values' two bits at bits 2 (j % 4) of bytes 16 + 32 (j / 4)
+// .. + 32, and its d and dmin at 80 and 82.
+template <int BITS>
+__device__ __forceinline__ void matvec_k245(const u8* w, const i8* aq, const float* ad,
+                                            const int* sums, float* y, int rows, int cols) {
+    const int size = BITS == 2 ? 84 : BITS == 5 ? 176 : 144;
+    const int quants = BITS == 5 ? 48 : 16, scales_at = BITS == 2 ? 80 : 0;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
@@ -75,38 +80,55 @@ __device__ __forceinline__ void matvec_k45(const u8* w, const i8* aq, const floa
             const u8* blk = wrow + b * size;
             const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
             const int* bs = sums + ((size_t)t * blocks + b) * 16;
-            int scale, min;
-            q4k_scale_min(j, blk + 4, &scale, &min);
-            const u8* q = blk + quants + (j / 2) * 32;
-            int shift = (j % 2) * 4, s = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = (q[l] >> shift) & 0xF;
-                if (FIVE) v |= ((blk[16 + l] >> j) & 1) << 4;
-                s += v * a[l];
+            if (BITS == 2) {
+                const u8* q = blk + 16 + (j / 4) * 32;
+                int shift = 2 * (j % 4), lo = 0, hi = 0;
+                for (int l = 0; l < 32; l++) {
+                    int v = (q[l] >> shift) & 3;
+                    if (l < 16) lo += v * a[l]; else hi += v * a[l];
+                }
+                int s0 = blk[2 * j], s1 = blk[2 * j + 1];
+                sumi = (s0 & 0xF) * lo + (s1 & 0xF) * hi;
+                summ = (s0 >> 4) * bs[2 * j] + (s1 >> 4) * bs[2 * j + 1];
+            } else {
+                int scale, min;
+                q4k_scale_min(j, blk + 4, &scale, &min);
+                const u8* q = blk + quants + (j / 2) * 32;
+                int shift = (j % 2) * 4, s = 0;
+                for (int l = 0; l < 32; l++) {
+                    int v = (q[l] >> shift) & 0xF;
+                    if (BITS == 5) v |= ((blk[16 + l] >> j) & 1) << 4;
+                    s += v * a[l];
+                }
+                sumi = scale * s;
+                summ = min * (bs[2 * j] + bs[2 * j + 1]);
             }
-            sumi = scale * s;
-            summ = min * (bs[2 * j] + bs[2 * j + 1]);
         }
         sumi = group_sum(sumi, 8);
         summ = group_sum(summ, 8);
         if (b < blocks && j == 0) {
-            const u8* blk = wrow + b * size;
+            const u8* d = wrow + b * size + scales_at;
             float dy = ad[(size_t)t * blocks + b];
-            sum += load_f16(blk) * dy * (float)sumi - load_f16(blk + 2) * dy * (float)summ;
+            sum += load_f16(d) * dy * (float)sumi - load_f16(d + 2) * dy * (float)summ;
         }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
 }
 
+extern "C" __global__ void matvec_q2_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_k245<2>(w, aq, ad, sums, y, rows, cols);
+}
+
 extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
                                        const int* sums, float* y, int rows, int cols) {
-    matvec_k45<false>(w, aq, ad, sums, y, rows, cols);
+    matvec_k245<4>(w, aq, ad, sums, y, rows, cols);
 }
 
 extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* ad,
                                        const int* sums, float* y, int rows, int cols) {
-    matvec_k45<true>(w, aq, ad, sums, y, rows, cols);
+    matvec_k245<5>(w, aq, ad, sums, y, rows, cols);
 }
 
 // Q3_K's six-bit scale `k` (of 16) from its 12 scale bytes at `s`, less 32.

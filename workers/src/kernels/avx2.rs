@@ -190,6 +190,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 q5_0: dot_q5_0,
                 q4_1: dot_q4_1,
                 q5_1: dot_q5_1,
+                q2k: dot_q2k,
                 q3k: dot_q3k,
                 q4k: dot_q4k,
                 q5k: dot_q5k,
@@ -219,6 +220,8 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 tile_q6k: Some(tile(K_ROWS, K_TOKENS, q6k)),
                 tile_q3k: Some(tile(K_ROWS, K_TOKENS, tile_q3k)),
                 decode_q3k: Some(tile(K_ROWS, 1, next_q3k)),
+                tile_q2k: Some(tile(K_ROWS, K_TOKENS, tile_q2k)),
+                decode_q2k: Some(tile(K_ROWS, 1, next_q2k)),
                 decode_q8_0: Some(tile(Q0_DECODE_ROWS, 1, next_q8_0)),
                 decode_q4_0: Some(tile(Q0_DECODE_ROWS, 1, next_q4_0)),
                 // Rows asked for a call ahead (see F16_DECODE_ROWS). On a
@@ -258,6 +261,10 @@ mod attend;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod kquants;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod q2;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

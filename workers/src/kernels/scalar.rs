@@ -3,7 +3,8 @@
 //! kernels are tested against, and the fallback where none applies.
 
 use crate::tensor::blocks::{
-    f16_at, q3k_scales, q3k_value, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value, q5k_value,
+    f16_at, q2k_value, q3k_scales, q3k_value, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value,
+    q5k_value,
 };
 use half::{bf16, f16};
 
@@ -150,6 +151,25 @@ pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
             sumi += sc as i32 * s;
         }
         sum += f16_at(x, 0) * dy * sumi as f32 - f16_at(x, 2) * dy * summ as f32;
+    }
+    sum
+}
+
+/// Q2_K · Q8_K: per block the integer sums of each 16-value sub-block by
+/// its scale, less its min against the activation's 16-value sum.
+pub fn dot_q2k(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(84).zip(a.chunks_exact(292)) {
+        let (dy, qy, bsum) = q8k_parts(y);
+        let (mut sumi, mut summ) = (0i32, 0i32);
+        for j in 0..16 {
+            let part: i32 = (16 * j..16 * j + 16)
+                .map(|n| q2k_value(x, n) as i32 * qy[n] as i8 as i32)
+                .sum();
+            sumi += (x[j] & 0xF) as i32 * part;
+            summ += (x[j] >> 4) as i32 * bsum(j);
+        }
+        sum += f16_at(x, 80) * dy * sumi as f32 - f16_at(x, 82) * dy * summ as f32;
     }
     sum
 }

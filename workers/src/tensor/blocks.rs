@@ -58,6 +58,16 @@ pub fn q4_1_value(b: &[u8], j: usize) -> u8 {
     }
 }
 
+/// Value `n` (0..256) of a Q2_K block, 0..=3, before its sub-block's
+/// scale and min: bits `2p` of quant byte `16 + 32c + i`, with `c = n /
+/// 128`, `p = n % 128 / 32` and `i = n % 32`. Sub-block `j`'s scale is
+/// byte `j`'s low nibble, its min the high one.
+#[inline]
+pub fn q2k_value(b: &[u8], n: usize) -> u8 {
+    let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+    (b[16 + 32 * c + i] >> (2 * p)) & 3
+}
+
 /// The sixteen 6-bit scales of a Q3_K block (its bytes 96..108), less
 /// 32: sub-block `j`'s low four bits are byte `j`'s low nibble (`j < 8`)
 /// or byte `j - 8`'s high one, its high two bits are bits `2 (j / 4)` of
@@ -163,6 +173,16 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 let d = f16_at(b, 0);
                 for (x, &q) in o.iter_mut().zip(&b[4..]) {
                     *x = q as i8 as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q2K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(84)) {
+                let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+                for (n, x) in o.iter_mut().enumerate() {
+                    let sc = b[n / 16];
+                    let (step, min) = (d * (sc & 0xF) as f32, dmin * (sc >> 4) as f32);
+                    *x = step * q2k_value(b, n) as f32 - min;
                 }
             }
         }

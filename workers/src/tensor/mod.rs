@@ -31,6 +31,9 @@ pub enum GgmlType {
     /// the block's sum of quants: the activation side of q4_1 and q5_1
     /// dot products (9).
     Q8_1,
+    /// 2-bit k-quant, 256 per block, 4-bit scales and mins for 16-value
+    /// sub-blocks (10).
+    Q2K,
     /// 3-bit k-quant, 256 per block, 6-bit signed scales for 16-value
     /// sub-blocks (11).
     Q3K,
@@ -48,7 +51,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 14] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -57,6 +60,7 @@ impl GgmlType {
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q8_1,
+        GgmlType::Q2K,
         GgmlType::Q3K,
         GgmlType::Q4K,
         GgmlType::Q5K,
@@ -81,6 +85,7 @@ impl GgmlType {
             GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q8_1 => 9,
+            GgmlType::Q2K => 10,
             GgmlType::Q3K => 11,
             GgmlType::Q4K => 12,
             GgmlType::Q5K => 13,
@@ -100,7 +105,12 @@ impl GgmlType {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::Q8_1 => 32,
-            GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => 256,
+            GgmlType::Q2K
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
+            | GgmlType::Q8K => 256,
         }
     }
 
@@ -115,6 +125,7 @@ impl GgmlType {
             GgmlType::Q5_1 => 24,
             GgmlType::Q8_0 => 34,
             GgmlType::Q8_1 => 36,
+            GgmlType::Q2K => 84,
             GgmlType::Q3K => 110,
             GgmlType::Q4K => 144,
             GgmlType::Q5K => 176,
@@ -140,6 +151,7 @@ impl GgmlType {
             GgmlType::Q5_1 => "q5_1",
             GgmlType::Q8_0 => "q8_0",
             GgmlType::Q8_1 => "q8_1",
+            GgmlType::Q2K => "q2_K",
             GgmlType::Q3K => "q3_K",
             GgmlType::Q4K => "q4_K",
             GgmlType::Q5K => "q5_K",
@@ -171,9 +183,12 @@ impl GgmlType {
             GgmlType::BF16 => GgmlType::BF16,
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
-            GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q8K => {
-                GgmlType::Q8K
-            }
+            GgmlType::Q2K
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
+            | GgmlType::Q8K => GgmlType::Q8K,
         }
     }
 }
@@ -187,7 +202,6 @@ impl fmt::Display for GgmlType {
 /// Name of a ggml type code drover does not compute, for error messages.
 pub fn unsupported_type_name(code: u32) -> &'static str {
     match code {
-        10 => "q2_K",
         16..=23 => "an i-quant",
         24..=28 => "an integer type",
         _ => "unknown",

@@ -36,6 +36,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
         GgmlType::Q4_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 15, out)),
         GgmlType::Q5_1 => x.chunks_exact(32).for_each(|b| q1_block(b, 31, out)),
         GgmlType::Q8K => x.chunks_exact(256).for_each(|b| q8k_block(b, out)),
+        GgmlType::Q2K => x.chunks_exact(256).for_each(|b| q2k_block(b, out)),
         GgmlType::Q3K => x.chunks_exact(256).for_each(|b| q3k_block(b, out)),
         GgmlType::Q4K => x.chunks_exact(256).for_each(|b| kquant_block(b, 15, out)),
         GgmlType::Q5K => x.chunks_exact(256).for_each(|b| kquant_block(b, 31, out)),
@@ -239,6 +240,53 @@ fn kquant_block(x: &[f32], top: u8, out: &mut Vec<u8>) {
             out.push((q[chunk * 64 + l] & 0xF) | ((q[chunk * 64 + 32 + l] & 0xF) << 4));
         }
     }
+}
+
+/// A one-pass Q2_K encoder: per 16-value sub-block an affine range from
+/// its least value (or 0) in three steps, the steps and mins then
+/// quantized to four bits against their block maxima.
+fn q2k_block(x: &[f32], out: &mut Vec<u8>) {
+    let mut steps = [0f32; 16];
+    let mut mins = [0f32; 16];
+    for (j, sub) in x.chunks_exact(16).enumerate() {
+        let lo = sub.iter().fold(0.0f32, |m, &v| m.min(v));
+        let hi = sub.iter().fold(f32::MIN, |m, &v| m.max(v));
+        (steps[j], mins[j]) = ((hi - lo) / 3.0, -lo);
+    }
+    let top = |v: &[f32]| v.iter().fold(0.0f32, |m, &s| m.max(s));
+    let (d16, dmin16) = (
+        f16::from_f32(top(&steps) / 15.0),
+        f16::from_f32(top(&mins) / 15.0),
+    );
+    let (d, dmin) = (d16.to_f32(), dmin16.to_f32());
+    let q4 = |v: f32, unit: f32| {
+        if unit > 0.0 {
+            (v / unit).round_ties_even().clamp(0.0, 15.0) as u8
+        } else {
+            0
+        }
+    };
+    let mut scales = [0u8; 16];
+    let mut qs = [0u8; 64];
+    for j in 0..16 {
+        let (ls, lm) = (q4(steps[j], d), q4(mins[j], dmin));
+        scales[j] = ls | (lm << 4);
+        let (step, base) = (d * ls as f32, dmin * lm as f32);
+        for l in 0..16 {
+            let n = 16 * j + l;
+            let q = if step > 0.0 {
+                ((x[n] + base) / step).round_ties_even().clamp(0.0, 3.0) as u8
+            } else {
+                0
+            };
+            let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+            qs[32 * c + i] |= q << (2 * p);
+        }
+    }
+    out.extend_from_slice(&scales);
+    out.extend_from_slice(&qs);
+    out.extend_from_slice(&d16.to_le_bytes());
+    out.extend_from_slice(&dmin16.to_le_bytes());
 }
 
 /// A one-pass Q3_K encoder: per 16-value sub-block a signed scale that

@@ -72,11 +72,27 @@ fn block_rows<'a, const N: usize>(rows: &[&'a [u8]], at: usize, len: usize) -> [
 }
 
 /// Checks a tile's shapes and returns its number of 256-value blocks.
-fn blocks(w: &[&[u8]], a: &[&[u8]], weight_block: usize) -> usize {
+pub(super) fn blocks(w: &[&[u8]], a: &[&[u8]], weight_block: usize) -> usize {
     let blocks = a[0].len() / 292;
     assert!(a.iter().all(|y| y.len() == blocks * 292));
     assert!(w.iter().all(|x| x.len() == blocks * weight_block));
     blocks
+}
+
+/// Each tile output's lanes added, row `r` · token `t` to
+/// `out[r * stride + t]`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn store<const R: usize, const T: usize>(
+    acc: &[[__m256; T]; R],
+    out: &mut [f32],
+    stride: usize,
+) {
+    for r in 0..R {
+        for t in 0..T {
+            out[r * stride + t] = hsum(acc[r][t]);
+        }
+    }
 }
 
 /// `acc + Σ` of the pairwise products of `a` and `b`'s i16 lanes.
@@ -365,11 +381,7 @@ macro_rules! k_tiles {
                     }
                 }
             }
-            for r in 0..R {
-                for t in 0..T {
-                    out[r * stride + t] = hsum(acc[r][t]);
-                }
-            }
+            store(&acc, out, stride);
         }
     };
 }

@@ -10,7 +10,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::imp::{f16, hsum};
-use super::ktile::{load, prefetch_next};
+use super::ktile::{blocks, load, prefetch_next, store};
 use crate::tensor::blocks::q3k_scales;
 use std::arch::x86_64::*;
 
@@ -94,9 +94,7 @@ fn q3k_any<const R: usize, const T: usize, const NEXT: bool>(
     stride: usize,
 ) {
     assert!(w.len() == R && a.len() == T);
-    let blocks = a[0].len() / 292;
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
-    assert!(w.iter().all(|x| x.len() == blocks * 110));
+    let blocks = blocks(w, a, 110);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for b in 0..blocks {
         if NEXT {
@@ -133,9 +131,5 @@ fn q3k_any<const R: usize, const T: usize, const NEXT: bool>(
             }
         }
     }
-    for r in 0..R {
-        for t in 0..T {
-            out[r * stride + t] = hsum(acc[r][t]);
-        }
-    }
+    store(&acc, out, stride);
 }

@@ -56,6 +56,9 @@ pub fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
 pub fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp::dot_q5_1(w, a) }
 }
+pub fn dot_q2k(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { super::q2::dot_q2k(w, a) }
+}
 pub fn dot_q3k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { super::q3::dot_q3k(w, a) }
 }
