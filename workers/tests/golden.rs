@@ -96,7 +96,9 @@ struct Bound {
 /// in llama.cpp's eight lanes), q5_0, q4_1, q5_1 and f16 match bit for
 /// bit, and q4_K_M and q3_K_M within 4e-6; q3_K, q5_K and q6_K match
 /// llama.cpp's one-row dot products bit for bit (q3_K_M's and q5_K_M's
-/// first prompt, under 8 tokens, exactly). The portable kernels sum a q8_0, q5_0, q4_1 or q5_1 block
+/// first prompt, under 8 tokens, exactly); q2_K llama.cpp's AVX2 build's
+/// (its AVX-512 one, which made the golden, repacks q2_K: below). The
+/// portable kernels sum a q8_0, q5_0, q4_1 or q5_1 block
 /// whole (as the GPU does) and f16 rows in another order, so there they
 /// drift as a flip moves them. (q5_0 and q5_K_M were made on a Zen 4
 /// without AVX-VNNI, the others on Xeons with it; VNNI changes no integer

@@ -1,6 +1,7 @@
 // The k-quant products (Q2_K to Q6_K) and their Q8_K activations, in `quant.cu`'s
 // shape (one warp per output, grid (ceil(rows / warps), tokens); each
-// block's integer sums exact and scaled as the CPU scales them).
+// block's integer sums exact and scaled in the portable CPU kernels'
+// steps; the SIMD ones order some float steps as llama.cpp does).
 
 // Q8_K activations: one warp per 256-value block, 8 values a lane. The
 // scale is set by the first value of largest magnitude, as the CPU's.

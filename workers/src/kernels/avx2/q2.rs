@@ -125,13 +125,17 @@ fn q2k_any<const R: usize, const T: usize, const NEXT: bool>(
         for r in 0..R {
             m[r] = mins(&w[r][84 * b..84 * b + 84]);
         }
+        let mut dmin = [0f32; R];
+        for r in 0..R {
+            dmin[r] = f16(&w[r][84 * b..], 82);
+        }
         for t in 0..T {
             let y = &a[t][292 * b..292 * b + 292];
             let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
             let sums = bsums(y);
             for r in 0..R {
                 let prod = _mm256_madd_epi16(m[r], sums);
-                let dmin = _mm256_set1_ps(-dy * f16(&w[r][84 * b..], 82));
+                let dmin = _mm256_set1_ps(-dy * dmin[r]);
                 acc[r][t] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc[r][t]);
             }
         }
