@@ -142,33 +142,43 @@ fn q3k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
     ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
 }
 
-#[test]
-fn q3_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
-    let mut rng = SplitMix64::new(23);
+/// Every SIMD set's products of `ty` (q2_K or q3_K) against `reference`,
+/// bit for bit: one token and batches, on the encoder's blocks and on
+/// blocks of random bytes but their f16 scales (from byte `scales_at`):
+/// negative sub-block scales, every pattern of high bits, as llama.cpp's
+/// quantizer writes.
+fn k_products_sum_as(
+    ty: GgmlType,
+    scales_at: usize,
+    seed: u64,
+    reference: fn(&[u8], &[u8]) -> f32,
+) {
+    let mut rng = SplitMix64::new(seed);
+    let size = ty.block_bytes() as usize;
     for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
         for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
             let cols = 256 * blocks;
-            // The encoder's blocks, then the same with random bytes for
-            // everything but the scale: negative sub-block scales and
-            // every pattern of high bits, as llama.cpp's quantizer writes.
-            let mut data = matrix_bytes(&mut rng, GgmlType::Q3K, rows, cols);
-            for (b, block) in data.chunks_exact_mut(110).enumerate() {
+            let mut data = matrix_bytes(&mut rng, ty, rows, cols);
+            for (b, block) in data.chunks_exact_mut(size).enumerate() {
                 if b % 2 == 1 {
-                    block[..108]
+                    block[..scales_at]
                         .iter_mut()
                         .for_each(|x| *x = rng.next_u64() as u8);
                 }
             }
-            let m = matrix(GgmlType::Q3K, rows, cols, &data);
+            let m = matrix(ty, rows, cols, &data);
             let x = row(&mut rng, n * cols, 2.0);
             let row_bytes = data.len() / rows;
-            let want = |r: usize, a: &[u8]| {
-                q3k_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
-            };
-            let what = format!("q3_K rows {rows} blocks {blocks}");
+            let want = |r: usize, a: &[u8]| reference(&data[r * row_bytes..(r + 1) * row_bytes], a);
+            let what = format!("{ty} rows {rows} blocks {blocks}");
             common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
         }
     }
+}
+
+#[test]
+fn q3_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    k_products_sum_as(GgmlType::Q3K, 108, 23, q3k_in_eight_lanes);
 }
 
 /// One q2_K row against one q8_K activation row as llama.cpp sums it on
@@ -203,28 +213,5 @@ fn q2k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
 
 #[test]
 fn q2_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
-    let mut rng = SplitMix64::new(29);
-    for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
-        for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
-            let cols = 256 * blocks;
-            // The encoder's blocks, and blocks of random bytes but their
-            // two scales.
-            let mut data = matrix_bytes(&mut rng, GgmlType::Q2K, rows, cols);
-            for (b, block) in data.chunks_exact_mut(84).enumerate() {
-                if b % 2 == 1 {
-                    block[..80]
-                        .iter_mut()
-                        .for_each(|x| *x = rng.next_u64() as u8);
-                }
-            }
-            let m = matrix(GgmlType::Q2K, rows, cols, &data);
-            let x = row(&mut rng, n * cols, 2.0);
-            let row_bytes = data.len() / rows;
-            let want = |r: usize, a: &[u8]| {
-                q2k_in_eight_lanes(&data[r * row_bytes..(r + 1) * row_bytes], a)
-            };
-            let what = format!("q2_K rows {rows} blocks {blocks}");
-            common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
-        }
-    }
+    k_products_sum_as(GgmlType::Q2K, 80, 29, q2k_in_eight_lanes);
 }

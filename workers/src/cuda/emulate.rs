@@ -50,78 +50,73 @@ fn quantize_q8_k(x: &[f32]) -> (f32, Vec<i8>, Vec<i32>) {
     (1.0 / iscale, q, sums)
 }
 
-/// `matvec_k245`'s group of eight lanes on one block: `matvec_q4_k`'s
-/// (`bits` 4), `matvec_q5_k`'s (5) or `matvec_q2_k`'s (2).
-fn k245_block(bits: u8, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
+/// `matvec_kq`'s group of eight lanes on one block of q2_K to q6_K
+/// (`bits` 2 to 6): `matvec_q2_k`'s, `matvec_q3_k`'s and so on.
+fn k_block(bits: u8, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
     let (mut sumi, mut summ) = (0i32, 0i32);
     for j in 0..8 {
-        if bits == 2 {
-            let q = &blk[16 + (j / 4) * 32..];
-            let (mut lo, mut hi) = (0i32, 0i32);
-            for l in 0..32 {
-                let p = ((q[l] >> (2 * (j % 4))) & 3) as i32 * a[j * 32 + l] as i32;
-                if l < 16 { lo += p } else { hi += p }
-            }
-            let (s0, s1) = (blk[2 * j] as i32, blk[2 * j + 1] as i32);
-            sumi += (s0 & 0xF) * lo + (s1 & 0xF) * hi;
-            summ += (s0 >> 4) * sums[2 * j] + (s1 >> 4) * sums[2 * j + 1];
+        if bits == 4 || bits == 5 {
+            let (scale, min) = q4k_scale_min(j, &blk[4..16]);
+            let q = &blk[if bits == 5 { 48 } else { 16 } + (j / 2) * 32..];
+            let shift = (j % 2) * 4;
+            let s: i32 = (0..32)
+                .map(|l| {
+                    let mut v = (q[l] >> shift) & 0xF;
+                    if bits == 5 {
+                        v |= ((blk[16 + l] >> j) & 1) << 4;
+                    }
+                    v as i32 * a[j * 32 + l] as i32
+                })
+                .sum();
+            sumi += scale as i32 * s;
+            summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
             continue;
         }
-        let (scale, min) = q4k_scale_min(j, &blk[4..16]);
-        let q = &blk[if bits == 5 { 48 } else { 16 } + (j / 2) * 32..];
-        let shift = (j % 2) * 4;
-        let s: i32 = (0..32)
-            .map(|l| {
-                let mut v = (q[l] >> shift) & 0xF;
-                if bits == 5 {
-                    v |= ((blk[16 + l] >> j) & 1) << 4;
+        let value = |l: usize| -> i32 {
+            match bits {
+                2 => ((blk[16 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3) as i32,
+                3 => {
+                    let low = ((blk[32 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3) as i32;
+                    low - if (blk[l] >> j) & 1 == 1 { 0 } else { 4 }
                 }
-                v as i32 * a[j * 32 + l] as i32
-            })
-            .sum();
-        sumi += scale as i32 * s;
-        summ += min as i32 * (sums[2 * j] + sums[2 * j + 1]);
-    }
-    let at = if bits == 2 { 80 } else { 0 };
-    f16_at(blk, at) * d * sumi as f32 - f16_at(blk, at + 2) * d * summ as f32
-}
-
-/// `matvec_k36`'s group of eight lanes on one block: `matvec_q6_k`'s, or
-/// `matvec_q3_k`'s (`three`).
-fn k36_block(three: bool, blk: &[u8], a: &[i8], d: f32) -> f32 {
-    let q3k_scale = |k: usize| {
-        let s = &blk[96..];
-        let low = if k < 8 { s[k] & 0xF } else { s[k - 8] >> 4 } as i32;
-        let high = ((s[8 + k % 4] >> (2 * (k / 4))) & 3) as i32;
-        (low | (high << 4)) - 32
-    };
-    let value = |j: usize, l: usize| -> i32 {
-        if three {
-            let low = ((blk[32 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3) as i32;
-            low - if (blk[l] >> j) & 1 == 1 { 0 } else { 4 }
-        } else {
-            let (half, quarter) = (j / 4, j % 4);
-            let ql = blk[half * 64 + (quarter & 1) * 32 + l];
-            let qh = blk[128 + half * 32 + l];
-            let nibble = if quarter >= 2 { ql >> 4 } else { ql & 0xF } as i32;
-            (nibble | ((((qh >> (2 * quarter)) & 3) as i32) << 4)) - 32
-        }
-    };
-    let mut sumi = 0i32;
-    for j in 0..8 {
+                _ => {
+                    let (half, quarter) = (j / 4, j % 4);
+                    let ql = blk[half * 64 + (quarter & 1) * 32 + l];
+                    let qh = blk[128 + half * 32 + l];
+                    let nibble = if quarter >= 2 { ql >> 4 } else { ql & 0xF } as i32;
+                    (nibble | ((((qh >> (2 * quarter)) & 3) as i32) << 4)) - 32
+                }
+            }
+        };
         let (mut lo, mut hi) = (0i32, 0i32);
         for l in 0..32 {
-            let p = value(j, l) * a[j * 32 + l] as i32;
+            let p = value(l) * a[j * 32 + l] as i32;
             if l < 16 { lo += p } else { hi += p }
         }
-        sumi += if three {
-            q3k_scale(2 * j) * lo + q3k_scale(2 * j + 1) * hi
-        } else {
-            blk[192 + 2 * j] as i8 as i32 * lo + blk[193 + 2 * j] as i8 as i32 * hi
+        let q3k_scale = |k: usize| {
+            let s = &blk[96..];
+            let low = if k < 8 { s[k] & 0xF } else { s[k - 8] >> 4 } as i32;
+            let high = ((s[8 + k % 4] >> (2 * (k / 4))) & 3) as i32;
+            (low | (high << 4)) - 32
         };
+        let (s0, s1) = (2 * j, 2 * j + 1);
+        sumi += match bits {
+            2 => (blk[s0] & 0xF) as i32 * lo + (blk[s1] & 0xF) as i32 * hi,
+            3 => q3k_scale(s0) * lo + q3k_scale(s1) * hi,
+            _ => blk[192 + s0] as i8 as i32 * lo + blk[192 + s1] as i8 as i32 * hi,
+        };
+        if bits == 2 {
+            summ += (blk[s0] >> 4) as i32 * sums[s0] + (blk[s1] >> 4) as i32 * sums[s1];
+        }
     }
-    let size = if three { 110 } else { 210 };
-    f16_at(blk, size - 2) * d * sumi as f32
+    match bits {
+        3 => f16_at(blk, 108) * d * sumi as f32,
+        6 => f16_at(blk, 208) * d * sumi as f32,
+        _ => {
+            let at = if bits == 2 { 80 } else { 0 };
+            f16_at(blk, at) * d * sumi as f32 - f16_at(blk, at + 2) * d * summ as f32
+        }
+    }
 }
 
 /// `__dp4a(a, b, c)`: the four signed byte products of `a` and `b`, plus `c`.
@@ -313,7 +308,7 @@ mod tests {
             ] {
                 let blk = quantized(ty, &w);
                 assert_eq!(
-                    k245_block(bits, &blk, &q, d, &sums).to_bits(),
+                    k_block(bits, &blk, &q, d, &sums).to_bits(),
                     dot(&blk, &acts).to_bits(),
                     "{ty}"
                 );
@@ -324,12 +319,12 @@ mod tests {
             raw[80..82].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             raw[82..].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
             assert_eq!(
-                k245_block(2, &raw, &q, d, &sums).to_bits(),
+                k_block(2, &raw, &q, d, &sums).to_bits(),
                 scalar::dot_q2k(&raw, &acts).to_bits()
             );
             let q6k = quantized(GgmlType::Q6K, &w);
             assert_eq!(
-                k36_block(false, &q6k, &q, d).to_bits(),
+                k_block(6, &q6k, &q, d, &sums).to_bits(),
                 scalar::dot_q6k(&q6k, &acts).to_bits()
             );
             // The encoder's block, and one of random bytes (negative
@@ -339,7 +334,7 @@ mod tests {
             raw[108..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             for q3k in [quantized(GgmlType::Q3K, &w), raw] {
                 assert_eq!(
-                    k36_block(true, &q3k, &q, d).to_bits(),
+                    k_block(3, &q3k, &q, d, &sums).to_bits(),
                     scalar::dot_q3k(&q3k, &acts).to_bits()
                 );
             }

@@ -54,84 +54,6 @@ __device__ __forceinline__ void q4k_scale_min(int j, const u8* s, int* scale, in
     }
 }
 
-// Q4_K · Q8_K (and Q5_K, `BITS` 5; Q2_K, `BITS` 2): eight lanes per
-// 256-value block, 32 values each; the group's integer sums meet in its
-// first lane, which scales them. A Q4_K lane's values are one 32-value
-// sub-block, a Q5_K block (176 bytes) keeps its fifth bits at byte 16
-// (bit j of byte l: sub-block j's value l) and its nibbles at 48, a Q4_K
-// block (144 bytes) its nibbles at 16. A Q2_K block (84 bytes) has 16
-// sub-blocks of 16 values, their 4-bit scales and mins at bytes 0..16,
-// lane j's values' two bits at bits 2 (j % 4) of bytes 16 + 32 (j / 4)
-// .. + 32, and its d and dmin at 80 and 82.
-template <int BITS>
-__device__ __forceinline__ void matvec_k245(const u8* w, const i8* aq, const float* ad,
-                                            const int* sums, float* y, int rows, int cols) {
-    const int size = BITS == 2 ? 84 : BITS == 5 ? 176 : 144;
-    const int quants = BITS == 5 ? 48 : 16, scales_at = BITS == 2 ? 80 : 0;
-    int row = warp_row(rows);
-    if (row < 0) return;
-    int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
-    int group = lane / 8, j = lane % 8;
-    const u8* wrow = w + (size_t)row * blocks * size;
-    float sum = 0.0f;
-    for (int b0 = 0; b0 < blocks; b0 += 4) {
-        int b = b0 + group;
-        int sumi = 0, summ = 0;
-        if (b < blocks) {
-            const u8* blk = wrow + b * size;
-            const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
-            const int* bs = sums + ((size_t)t * blocks + b) * 16;
-            if (BITS == 2) {
-                const u8* q = blk + 16 + (j / 4) * 32;
-                int shift = 2 * (j % 4), lo = 0, hi = 0;
-                for (int l = 0; l < 32; l++) {
-                    int v = (q[l] >> shift) & 3;
-                    if (l < 16) lo += v * a[l]; else hi += v * a[l];
-                }
-                int s0 = blk[2 * j], s1 = blk[2 * j + 1];
-                sumi = (s0 & 0xF) * lo + (s1 & 0xF) * hi;
-                summ = (s0 >> 4) * bs[2 * j] + (s1 >> 4) * bs[2 * j + 1];
-            } else {
-                int scale, min;
-                q4k_scale_min(j, blk + 4, &scale, &min);
-                const u8* q = blk + quants + (j / 2) * 32;
-                int shift = (j % 2) * 4, s = 0;
-                for (int l = 0; l < 32; l++) {
-                    int v = (q[l] >> shift) & 0xF;
-                    if (BITS == 5) v |= ((blk[16 + l] >> j) & 1) << 4;
-                    s += v * a[l];
-                }
-                sumi = scale * s;
-                summ = min * (bs[2 * j] + bs[2 * j + 1]);
-            }
-        }
-        sumi = group_sum(sumi, 8);
-        summ = group_sum(summ, 8);
-        if (b < blocks && j == 0) {
-            const u8* d = wrow + b * size + scales_at;
-            float dy = ad[(size_t)t * blocks + b];
-            sum += load_f16(d) * dy * (float)sumi - load_f16(d + 2) * dy * (float)summ;
-        }
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) y[(size_t)t * rows + row] = sum;
-}
-
-extern "C" __global__ void matvec_q2_k(const u8* w, const i8* aq, const float* ad,
-                                       const int* sums, float* y, int rows, int cols) {
-    matvec_k245<2>(w, aq, ad, sums, y, rows, cols);
-}
-
-extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
-                                       const int* sums, float* y, int rows, int cols) {
-    matvec_k245<4>(w, aq, ad, sums, y, rows, cols);
-}
-
-extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* ad,
-                                       const int* sums, float* y, int rows, int cols) {
-    matvec_k245<5>(w, aq, ad, sums, y, rows, cols);
-}
-
 // Q3_K's six-bit scale `k` (of 16) from its 12 scale bytes at `s`, less 32.
 __device__ __forceinline__ int q3k_scale(const u8* s, int k) {
     int low = k < 8 ? (s[k] & 0xF) : (s[k - 8] >> 4);
@@ -157,13 +79,26 @@ __device__ __forceinline__ int q3k_value(const u8* blk, int j, int l) {
     return low - (((blk[l] >> j) & 1) ? 0 : 4);
 }
 
-// Q6_K (and Q3_K, `THREE`) · Q8_K: eight lanes per block, lane j the 32
-// values 32 j .. 32 j + 32 (two 16-value sub-blocks, two scales: Q6_K's
-// signed bytes at 192, Q3_K's six bits at 96).
-template <bool THREE>
-__device__ __forceinline__ void matvec_k36(const u8* w, const i8* aq, const float* ad, float* y,
-                                           int rows, int cols) {
-    const int size = THREE ? 110 : 210;
+// The k-quants · Q8_K, `BITS` 2 to 6: eight lanes per 256-value block,
+// lane j the 32 values 32 j .. 32 j + 32; the group's integer sums meet in
+// its first lane, which scales them.
+// - Q4_K (144 bytes) and Q5_K (176): lane j's values are sub-block j, its
+//   6-bit scale and min at bytes 4..16; Q4_K's nibbles at 16, Q5_K's at
+//   48 with its fifth bits at 16 (bit j of byte l: sub-block j's value l).
+// - Q2_K (84), Q3_K (110) and Q6_K (210): lane j's values are two
+//   16-value sub-blocks, two scales: Q2_K's 4-bit scales and mins at
+//   bytes 0..16 and its values' two bits at bits 2 (j % 4) of bytes
+//   16 + 32 (j / 4) .. + 32; Q3_K's six-bit scales at 96; Q6_K's signed
+//   bytes at 192.
+// - d at 0 (Q4_K, Q5_K), 80 (Q2_K), 108 (Q3_K), 208 (Q6_K); where there
+//   are mins (Q2_K, Q4_K, Q5_K), dmin right after it, against the
+//   activations' 16-value sums.
+template <int BITS>
+__device__ __forceinline__ void matvec_kq(const u8* w, const i8* aq, const float* ad,
+                                          const int* sums, float* y, int rows, int cols) {
+    const bool mins = BITS == 2 || BITS == 4 || BITS == 5;
+    const int size = BITS == 2 ? 84 : BITS == 3 ? 110 : BITS == 4 ? 144 : BITS == 5 ? 176 : 210;
+    const int d_at = BITS == 2 ? 80 : BITS == 3 ? 108 : BITS == 6 ? 208 : 0;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
@@ -172,38 +107,81 @@ __device__ __forceinline__ void matvec_k36(const u8* w, const i8* aq, const floa
     float sum = 0.0f;
     for (int b0 = 0; b0 < blocks; b0 += 4) {
         int b = b0 + group;
-        int sumi = 0;
+        int sumi = 0, summ = 0;
         if (b < blocks) {
             const u8* blk = wrow + b * size;
             const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
-            int lo = 0, hi = 0;
-            for (int l = 0; l < 32; l++) {
-                int q = THREE ? q3k_value(blk, j, l) : q6k_value(blk, j, l);
-                if (l < 16) lo += q * a[l]; else hi += q * a[l];
-            }
-            if (THREE) {
-                sumi = q3k_scale(blk + 96, 2 * j) * lo + q3k_scale(blk + 96, 2 * j + 1) * hi;
+            if (BITS == 4 || BITS == 5) {
+                const int* bs = sums + ((size_t)t * blocks + b) * 16;
+                int scale, min;
+                q4k_scale_min(j, blk + 4, &scale, &min);
+                const u8* q = blk + (BITS == 5 ? 48 : 16) + (j / 2) * 32;
+                int shift = (j % 2) * 4, s = 0;
+                for (int l = 0; l < 32; l++) {
+                    int v = (q[l] >> shift) & 0xF;
+                    if (BITS == 5) v |= ((blk[16 + l] >> j) & 1) << 4;
+                    s += v * a[l];
+                }
+                sumi = scale * s;
+                summ = min * (bs[2 * j] + bs[2 * j + 1]);
             } else {
-                const i8* sc = (const i8*)(blk + 192);
-                sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+                int lo = 0, hi = 0;
+                for (int l = 0; l < 32; l++) {
+                    int q = BITS == 2 ? (blk[16 + (j / 4) * 32 + l] >> (2 * (j % 4))) & 3
+                          : BITS == 3 ? q3k_value(blk, j, l)
+                                      : q6k_value(blk, j, l);
+                    if (l < 16) lo += q * a[l]; else hi += q * a[l];
+                }
+                if (BITS == 2) {
+                    const int* bs = sums + ((size_t)t * blocks + b) * 16;
+                    int s0 = blk[2 * j], s1 = blk[2 * j + 1];
+                    sumi = (s0 & 0xF) * lo + (s1 & 0xF) * hi;
+                    summ = (s0 >> 4) * bs[2 * j] + (s1 >> 4) * bs[2 * j + 1];
+                } else if (BITS == 3) {
+                    sumi = q3k_scale(blk + 96, 2 * j) * lo + q3k_scale(blk + 96, 2 * j + 1) * hi;
+                } else {
+                    const i8* sc = (const i8*)(blk + 192);
+                    sumi = sc[2 * j] * lo + sc[2 * j + 1] * hi;
+                }
             }
         }
         sumi = group_sum(sumi, 8);
+        if (mins) summ = group_sum(summ, 8);
         if (b < blocks && j == 0) {
+            const u8* d = wrow + b * size + d_at;
             float dy = ad[(size_t)t * blocks + b];
-            sum += load_f16(wrow + b * size + size - 2) * dy * (float)sumi;
+            if (mins) {
+                sum += load_f16(d) * dy * (float)sumi - load_f16(d + 2) * dy * (float)summ;
+            } else {
+                sum += load_f16(d) * dy * (float)sumi;
+            }
         }
     }
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
 }
 
+extern "C" __global__ void matvec_q2_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_kq<2>(w, aq, ad, sums, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_q4_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_kq<4>(w, aq, ad, sums, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_q5_k(const u8* w, const i8* aq, const float* ad,
+                                       const int* sums, float* y, int rows, int cols) {
+    matvec_kq<5>(w, aq, ad, sums, y, rows, cols);
+}
+
 extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* ad, float* y,
                                        int rows, int cols) {
-    matvec_k36<false>(w, aq, ad, y, rows, cols);
+    matvec_kq<6>(w, aq, ad, nullptr, y, rows, cols);
 }
 
 extern "C" __global__ void matvec_q3_k(const u8* w, const i8* aq, const float* ad, float* y,
                                        int rows, int cols) {
-    matvec_k36<true>(w, aq, ad, y, rows, cols);
+    matvec_kq<3>(w, aq, ad, nullptr, y, rows, cols);
 }

@@ -264,11 +264,7 @@ mod kquants;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod q2;
-
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod q3;
+mod k23;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

@@ -2,7 +2,7 @@
 //! kernel is compiled once per shape it is called with (rows by tokens, or
 //! tokens), and one function per kernel dispatches a call to its shape.
 
-use super::{f16x16, gemv, ktile, q2, q3, tile, vnni, x8, x16};
+use super::{f16x16, gemv, k23, ktile, tile, vnni, x8, x16};
 
 /// One tile function per element type, dispatching on the tile's shape to
 /// the kernel compiled for it; every shape up to the full tile is listed,
@@ -131,8 +131,8 @@ six_shapes!(tile_q5k, ktile::q5k);
 six_shapes!(tile_q5k_bytes, ktile::q5k_bytes);
 six_shapes!(vnni_q5k_bytes, ktile::q5k_vnni_bytes);
 six_shapes!(tile_q6k, ktile::q6k);
-six_shapes!(tile_q3k, q3::q3k);
-six_shapes!(tile_q2k, q2::q2k);
+six_shapes!(tile_q3k, k23::q3k);
+six_shapes!(tile_q2k, k23::q2k);
 six_shapes!(vnni_q4k, ktile::q4k_vnni);
 six_shapes!(vnni_q5k, ktile::q5k_vnni);
 six_shapes!(vnni_q6k, ktile::q6k_vnni);
@@ -179,8 +179,8 @@ decode_shapes!(
     next_q4k = ktile::q4k_next,
     next_q5k = ktile::q5k_next,
     next_q6k = ktile::q6k_next,
-    next_q3k = q3::q3k_next,
-    next_q2k = q2::q2k_next,
+    next_q3k = k23::q3k_next,
+    next_q2k = k23::q2k_next,
     vnni_next_q4k = ktile::q4k_vnni_next,
     vnni_next_q5k = ktile::q5k_vnni_next,
     vnni_next_q6k = ktile::q6k_vnni_next

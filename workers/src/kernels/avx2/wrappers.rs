@@ -57,10 +57,10 @@ pub fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp::dot_q5_1(w, a) }
 }
 pub fn dot_q2k(w: &[u8], a: &[u8]) -> f32 {
-    unsafe { super::q2::dot_q2k(w, a) }
+    unsafe { super::k23::dot_q2k(w, a) }
 }
 pub fn dot_q3k(w: &[u8], a: &[u8]) -> f32 {
-    unsafe { super::q3::dot_q3k(w, a) }
+    unsafe { super::k23::dot_q3k(w, a) }
 }
 pub fn dot_q5k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q5k(w, a) }
