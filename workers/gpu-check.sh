@@ -13,7 +13,7 @@
 # `drover-worker make-model` with stories260k's vocabulary: the `small`
 # shape (256 wide, 4 blocks, 8 heads over 4 KV heads) as llama and as
 # qwen2 (NEOX rope, QKV biases), in f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q2_k, q3_k, q3_k_m,
-# q4_k, q5_k, q6_k, q4_k_m and q5_k_m; the llama q4_k_m one also split into two stages; a
+# q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q4_k_m and q5_k_m; the llama q4_k_m one also split into two stages; a
 # tied head (tied=1) in q8_0 and q4_k_m; a rope over 16 of each head's 32
 # dimensions (rope_dims=16) as llama q8_0 and qwen2 q4_k; heads of their
 # own size (4 heads of 48 in a 256-wide model, head_dim=48) in q8_0. Each run also
@@ -136,7 +136,7 @@ else
   say "stories260k.gguf: not on this machine; fixtures get a made-up vocabulary"
 fi
 for arch in llama qwen2; do
-  for ty in f32 f16 bf16 q8_0 q5_0 q5_1 q4_0 q4_1 q2_k q3_k q4_k q5_k q6_k q3_k_m q4_k_m q5_k_m; do
+  for ty in f32 f16 bf16 q8_0 q5_0 q5_1 q4_0 q4_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q3_k_m q4_k_m q5_k_m; do
     path=$WORK/models/small-$arch-$ty.gguf
     if [ ! -f "$path" ]; then
       "$W" make-model --shape "small,arch=$arch" --type "$ty" --seed 7 \

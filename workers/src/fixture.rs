@@ -28,7 +28,8 @@ pub enum Recipe {
 
 impl Recipe {
     /// Parses a weight type's name (`f32`, `f16`, `bf16`, `q8_0`, `q5_0`,
-    /// `q5_1`, `q4_0`, `q4_1`, `q2_k`, `q3_k`, `q4_k`, `q5_k`, `q6_k`), `q3_k_m`,
+    /// `q5_1`, `q4_0`, `q4_1`, `q2_k`, `q3_k`, `q4_k`, `q5_k`, `q6_k`,
+    /// `iq4_nl`, `iq4_xs`), `q3_k_m`,
     /// `q4_k_m` or `q5_k_m`.
     pub fn parse(name: &str) -> Option<Recipe> {
         if name.eq_ignore_ascii_case("q3_k_m") {
@@ -253,6 +254,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q4K => 15,
         GgmlType::Q5K => 16,
         GgmlType::Q6K => 18,
+        GgmlType::IQ4NL => 25,
+        GgmlType::IQ4XS => 30,
         GgmlType::BF16 => 32,
         GgmlType::Q8K | GgmlType::Q8_1 => 7,
     }
@@ -406,6 +409,18 @@ pub const GOLDEN_FIXTURES: &[GoldenFixture] = &[
         name: "small-q5_1",
         shape: "small",
         recipe: "q5_1",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-iq4_nl",
+        shape: "small",
+        recipe: "iq4_nl",
+        seed: 1,
+    },
+    GoldenFixture {
+        name: "small-iq4_xs",
+        shape: "small",
+        recipe: "iq4_xs",
         seed: 1,
     },
     GoldenFixture {

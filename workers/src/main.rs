@@ -39,7 +39,7 @@ enum Command {
         /// tied, rope_dims.
         #[arg(long, default_value = "tiny")]
         shape: String,
-        /// Weight type: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m.
+        /// Weight type: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q3_k_m, q4_k_m, q5_k_m.
         #[arg(long = "type", default_value = "f32")]
         ty: String,
         /// Seed of the weights.

@@ -311,6 +311,7 @@ fn tensors_outside_the_file_or_of_unknown_types_are_refused() {
     let type_at = 24 + 9 + 4 + 8;
     for (code, name) in [
         (16u32, "an i-quant"),
+        (29, "an i-quant"),
         (9, "q8_1, an activation type"),
         (15, "q8_K, an activation type"),
     ] {

@@ -93,12 +93,13 @@ struct Bound {
 /// SIMD kernels sum in the AVX-512 build's order on every x86 processor
 /// (attention's lanes of 16 and 64, its `expf`, rope's fused products), so
 /// against these q4_0 (packed, as llama.cpp repacks it), q8_0 (as stored,
-/// in llama.cpp's eight lanes), q5_0, q4_1, q5_1 and f16 match bit for
-/// bit, and q4_K_M and q3_K_M within 4e-6; q3_K, q5_K and q6_K match
-/// llama.cpp's one-row dot products bit for bit (q3_K_M's and q5_K_M's
-/// first prompt, under 8 tokens, exactly); q2_K llama.cpp's AVX2 build's
-/// (its AVX-512 one, which made the golden, repacks q2_K: below). The
-/// portable kernels sum a q8_0, q5_0, q4_1 or q5_1 block
+/// in llama.cpp's eight lanes), iq4_nl (packed, as llama.cpp repacks
+/// it), q5_0, q4_1, q5_1 and f16 match bit for bit, and q4_K_M, q3_K_M
+/// and iq4_xs (packed; llama.cpp does not repack it) within 4e-6; q3_K,
+/// q5_K and q6_K match llama.cpp's one-row dot products bit for bit
+/// (q3_K_M's and q5_K_M's first prompt, under 8 tokens, exactly); q2_K llama.cpp's AVX2
+/// build's (its AVX-512 one, which made the golden, repacks q2_K: below).
+/// The portable kernels sum a q8_0, q5_0, q4_1, q5_1 or iq4_nl block
 /// whole (as the GPU does) and f16 rows in another order, so there they
 /// drift as a flip moves them. (q5_0 and q5_K_M were made on a Zen 4
 /// without AVX-VNNI, the others on Xeons with it; VNNI changes no integer
@@ -110,11 +111,14 @@ fn bound(name: &str, portable: bool) -> Bound {
             mean: 1e-5,
             flip_margin: 0.0,
         },
-        // q3_K_M goes through llama.cpp's tiles (below) too, but came
-        // within 4e-6 of them (its first prompt, under 8 tokens, exactly).
+        // q3_K_M and iq4_xs go through llama.cpp's tiles (below) too, but
+        // came within 4e-6 of them (q3_K_M's first prompt, under 8
+        // tokens, exactly; iq4_xs within 3e-6 on the portable kernels
+        // too).
         n if n == "small-q4_0"
             || n == "small-q4_k_m"
-            || (n == "small-q3_k_m" && !portable)
+            || n == "small-iq4_xs"
+            || (["small-q3_k_m", "small-iq4_nl"].contains(&n) && !portable)
             || (["small-q5_0", "small-q8_0", "small-q4_1", "small-q5_1"].contains(&n)
                 && !portable) =>
         {

@@ -11,7 +11,7 @@ use workers::tensor::GgmlType;
 use workers::tensor::blocks::dequantize_row;
 use workers::tensor::quantize::quantized;
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
+const WEIGHT_TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -25,6 +25,8 @@ const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::IQ4NL,
+    GgmlType::IQ4XS,
 ];
 
 fn decoded(ty: GgmlType, x: &[f32]) -> Vec<f32> {
@@ -38,7 +40,12 @@ fn every_kernel_equals_the_dot_product_of_its_decoded_rows() {
     let mut rng = SplitMix64::new(11);
     for kernels in kernel_sets() {
         for ty in WEIGHT_TYPES {
-            for n in [256usize, 512, 4096] {
+            // An odd count of 32-value blocks too (iq4_nl's one-row kernel
+            // takes them in pairs).
+            for n in [256usize, 512, 4096, 288] {
+                if n % ty.block_elements() as usize != 0 {
+                    continue;
+                }
                 let w = row(&mut rng, n, 1.0);
                 let a = row(&mut rng, n, 3.0);
                 let (wq, aq) = (quantized(ty, &w), quantized(ty.activation_type(), &a));
@@ -97,6 +104,8 @@ fn quantized_rows_decode_close_to_their_values() {
         (GgmlType::Q3K, 0.2),
         (GgmlType::Q2K, 0.35),
         (GgmlType::Q4K, 0.15),
+        (GgmlType::IQ4NL, 0.15),
+        (GgmlType::IQ4XS, 0.15),
     ] {
         let d = decoded(ty, &x);
         let err: f32 = x.iter().zip(&d).map(|(a, b)| (a - b).abs()).sum::<f32>() / x.len() as f32;
@@ -315,6 +324,8 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             GgmlType::Q4K,
             GgmlType::Q5K,
             GgmlType::Q6K,
+            GgmlType::IQ4NL,
+            GgmlType::IQ4XS,
         ] {
             // Whole chunks of eight blocks and remainders (the q0 decode
             // kernels' scales are converted eight blocks at a time), and

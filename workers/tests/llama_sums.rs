@@ -142,14 +142,14 @@ fn q3k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
     ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
 }
 
-/// Every SIMD set's products of `ty` (q2_K or q3_K) against `reference`,
-/// bit for bit: one token and batches, on the encoder's blocks and on
-/// blocks of random bytes but their f16 scales (from byte `scales_at`):
-/// negative sub-block scales, every pattern of high bits, as llama.cpp's
-/// quantizer writes.
+/// Every SIMD set's products of `ty` (q2_K, q3_K or iq4_xs) against
+/// `reference`, bit for bit: one token and batches, on the encoder's
+/// blocks and on blocks of random bytes but their f16 scales (`random`
+/// the bytes made random): negative sub-block scales, every pattern of
+/// high bits, as llama.cpp's quantizer writes.
 fn k_products_sum_as(
     ty: GgmlType,
-    scales_at: usize,
+    random: std::ops::Range<usize>,
     seed: u64,
     reference: fn(&[u8], &[u8]) -> f32,
 ) {
@@ -161,7 +161,7 @@ fn k_products_sum_as(
             let mut data = matrix_bytes(&mut rng, ty, rows, cols);
             for (b, block) in data.chunks_exact_mut(size).enumerate() {
                 if b % 2 == 1 {
-                    block[..scales_at]
+                    block[random.clone()]
                         .iter_mut()
                         .for_each(|x| *x = rng.next_u64() as u8);
                 }
@@ -178,7 +178,7 @@ fn k_products_sum_as(
 
 #[test]
 fn q3_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
-    k_products_sum_as(GgmlType::Q3K, 108, 23, q3k_in_eight_lanes);
+    k_products_sum_as(GgmlType::Q3K, 0..108, 23, q3k_in_eight_lanes);
 }
 
 /// One q2_K row against one q8_K activation row as llama.cpp sums it on
@@ -213,5 +213,96 @@ fn q2k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
 
 #[test]
 fn q2_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
-    k_products_sum_as(GgmlType::Q2K, 80, 29, q2k_in_eight_lanes);
+    k_products_sum_as(GgmlType::Q2K, 0..80, 29, q2k_in_eight_lanes);
+}
+
+/// One iq4_xs row against one q8_K activation row as llama.cpp sums it on
+/// x86 (`ggml_vec_dot_iq4_xs_q8_K`): [`q3k_in_eight_lanes`]'s lanes, each
+/// 32-value run by its own scale.
+fn iq4xs_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::f16_at;
+    use workers::tensor::iq4::{iq4_value, iq4xs_scale};
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(136).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let sum: i32 = (0..8)
+                .map(|v| {
+                    let q = &x[8 + 16 * v..];
+                    let part: i32 = (4 * k..4 * k + 4)
+                        .map(|i| iq4_value(q, i) * y[4 + 32 * v + i] as i8 as i32)
+                        .sum();
+                    iq4xs_scale(x, v) * part
+                })
+                .sum();
+            *lane = d.mul_add(sum as f32, *lane);
+        }
+    }
+    let l = acc;
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+#[test]
+fn iq4_xs_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    k_products_sum_as(GgmlType::IQ4XS, 2..136, 31, iq4xs_in_eight_lanes);
+}
+
+/// One iq4_nl row against one q8_0 activation row as llama.cpp sums it on
+/// x86 where it does not repack the matrix (`ggml_vec_dot_iq4_nl_q8_0`):
+/// each block's eight lanes (lane `k` values `4k..4k + 4`) into
+/// `fma(dy * dx, lane, acc)`, even blocks into one accumulator and odd
+/// ones into another, the two added lane by lane and then across as
+/// [`q8_0_in_eight_lanes`] adds them; an odd last block's whole sum fused
+/// in last.
+fn iq4nl_in_two_accumulators(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::f16_at;
+    use workers::tensor::iq4::iq4_value;
+    let mut acc = [[0f32; 8]; 2];
+    let blocks = w.len() / 18;
+    let isum = |b: usize, r: std::ops::Range<usize>| -> i32 {
+        r.map(|i| iq4_value(&w[18 * b + 2..], i) * a[34 * b + 2 + i] as i8 as i32)
+            .sum()
+    };
+    let d = |b: usize| f16_at(a, 34 * b) * f16_at(w, 18 * b);
+    for b in 0..blocks / 2 * 2 {
+        for (k, lane) in acc[b % 2].iter_mut().enumerate() {
+            *lane = d(b).mul_add(isum(b, 4 * k..4 * k + 4) as f32, *lane);
+        }
+    }
+    let l: [f32; 8] = std::array::from_fn(|k| acc[0][k] + acc[1][k]);
+    let sum = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    if blocks % 2 == 1 {
+        d(blocks - 1).mul_add(isum(blocks - 1, 0..32) as f32, sum)
+    } else {
+        sum
+    }
+}
+
+#[test]
+fn unpacked_iq4_nl_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    let mut rng = SplitMix64::new(37);
+    for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
+        // Row counts that are not whole groups of eight (those are packed,
+        // `tests/packed.rs`), even and odd block counts, one token and
+        // batches.
+        for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 9, 11), (13, 2, 2)] {
+            assert!(!kernels.packs(GgmlType::IQ4NL, rows), "{}", kernels.name);
+            let cols = 32 * blocks;
+            let mut data = matrix_bytes(&mut rng, GgmlType::IQ4NL, rows, cols);
+            // Every index: the odd blocks' nibbles random.
+            for block in data.chunks_exact_mut(18).skip(1).step_by(2) {
+                block[2..]
+                    .iter_mut()
+                    .for_each(|x| *x = rng.next_u64() as u8);
+            }
+            let m = matrix(GgmlType::IQ4NL, rows, cols, &data);
+            let x = row(&mut rng, n * cols, 2.0);
+            let row_bytes = data.len() / rows;
+            let want = |r: usize, a: &[u8]| {
+                iq4nl_in_two_accumulators(&data[r * row_bytes..(r + 1) * row_bytes], a)
+            };
+            let what = format!("iq4_nl rows {rows} blocks {blocks}");
+            common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
+        }
+    }
 }

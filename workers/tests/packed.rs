@@ -1,4 +1,4 @@
-//! q4_0 and q4_K weights packed eight rows together (`kernels::x8`): every
+//! q4_0, iq4_nl, q4_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -11,7 +11,12 @@ use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q4K];
+const PACKED_TYPES: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::IQ4NL,
+    GgmlType::Q4K,
+    GgmlType::IQ4XS,
+];
 
 /// Columns of `blocks` blocks of `ty`.
 fn cols(ty: GgmlType, blocks: usize) -> usize {
@@ -48,7 +53,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
         let plain = rows_of(&mut rng, ty, rows, cols);
         let data = x8::pack(ty, rows, cols, &plain);
         assert_eq!(data.len(), rows / 8 * x8::group_bytes(ty, cols), "{ty}");
-        if ty != GgmlType::Q4K {
+        if ![GgmlType::Q4K, GgmlType::IQ4XS].contains(&ty) {
             assert_eq!(data.len(), plain.len(), "{ty}: packing only moves bytes");
         }
         assert_ne!(
@@ -88,6 +93,8 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
     assert!(!x8::packable(GgmlType::Q4_0, 12));
     assert!(!x8::packable(GgmlType::Q6K, 16));
     assert!(x8::packable(GgmlType::Q4_0, 24));
+    assert!(x8::packable(GgmlType::IQ4NL, 24));
+    assert!(!x8::packable(GgmlType::IQ4NL, 12));
     // q8_0 stays as stored, summed as llama.cpp sums it (`kernels.rs`).
     assert!(!x8::packable(GgmlType::Q8_0, 24));
 }
@@ -108,9 +115,9 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                 (96, 16, 1),
                 (264, 28, 13),
             ] {
-                // q4_K blocks are 256 wide: fewer of them.
+                // q4_K and iq4_xs blocks are 256 wide: fewer of them.
                 let cols = match ty {
-                    GgmlType::Q4K => cols(ty, blocks.min(3)),
+                    GgmlType::Q4K | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
                     _ => cols(ty, blocks),
                 };
                 let plain = rows_of(&mut rng, ty, rows, cols);

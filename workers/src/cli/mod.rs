@@ -118,7 +118,7 @@ pub fn make_model(
     let shape = Shape::parse(shape).map_err(|e| format!("--shape: {e}"))?;
     let recipe = Recipe::parse(ty).ok_or_else(|| {
         format!(
-            "--type {ty}: one of f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m"
+            "--type {ty}: one of f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q3_k_m, q4_k_m, q5_k_m"
         )
     })?;
     let vocab = match vocab_from {

@@ -36,6 +36,13 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
     return (u16)(x >> 16);
 }
 
+// Two bytes at a 2-byte alignment (blocks of 34 and 18 bytes leave their
+// quants there) as one 16-bit load each: four bytes as one word.
+__device__ __forceinline__ int load_i32_b2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
 // The little-endian f16 at `p` (block scales sit at 2-byte offsets).
 __device__ __forceinline__ float load_f16(const u8* p) {
     return f16_to_f32((u16)p[0] | ((u16)p[1] << 8));
@@ -63,4 +70,22 @@ __device__ __forceinline__ int group_sum(int v, int width) {
 __device__ __forceinline__ int warp_row(int rows) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     return row < rows ? row : -1;
+}
+
+// iq4_nl's and iq4_xs's table of 16 values (`tensor::iq4::IQ4_VALUES`) as
+// four little-endian words: values 0..4, 4..8, 8..12, 12..16.
+#define IQ4_WORD0 0xBFAD9881u
+#define IQ4_WORD1 0xF6EADDCFu
+#define IQ4_WORD2 0x26190D01u
+#define IQ4_WORD3 0x71594535u
+
+// The table's values of four indices (each byte of `q` 0..15), as four
+// signed bytes: __byte_perm picks each byte's value among values 0..8 and
+// among 8..16 by the index's low three bits, and its fourth bit chooses.
+__device__ __forceinline__ int iq4_lookup(u32 q) {
+    u32 select = (q & 0x7u) | ((q >> 4) & 0x70u) | ((q >> 8) & 0x700u) | ((q >> 12) & 0x7000u);
+    u32 low = __byte_perm(IQ4_WORD0, IQ4_WORD1, select);
+    u32 high = __byte_perm(IQ4_WORD2, IQ4_WORD3, select);
+    u32 upper = ((q >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((high & upper) | (low & ~upper));
 }

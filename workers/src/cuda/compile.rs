@@ -36,6 +36,7 @@ pub const QUANT: Source = Source {
         "matvec_q5_0",
         "matvec_q4_1",
         "matvec_q5_1",
+        "matvec_iq4_nl",
         "matvec_q8_0_tiled",
         "matvec_q4_0_tiled",
         "matvec_f32",
@@ -55,6 +56,7 @@ pub const KQUANT: Source = Source {
         "matvec_q4_k",
         "matvec_q5_k",
         "matvec_q6_k",
+        "matvec_iq4_xs",
     ],
 };
 

@@ -119,6 +119,49 @@ fn k_block(bits: u8, blk: &[u8], a: &[i8], d: f32, sums: &[i32]) -> f32 {
     }
 }
 
+/// `__byte_perm(x, y, s)`: result byte `i` is byte `s`'s nibble `i`
+/// (its low three bits) of `y:x` (x bytes 0..4, y 4..8).
+fn byte_perm(x: u32, y: u32, s: u32) -> u32 {
+    let bytes = (u64::from(y) << 32 | u64::from(x)).to_le_bytes();
+    (0..4).fold(0, |r, i| {
+        r | u32::from(bytes[((s >> (4 * i)) & 7) as usize]) << (8 * i)
+    })
+}
+
+/// `iq4_lookup` (common.cuh): four indices' table values, as in the
+/// kernel, its table as the kernel's four words.
+fn iq4_lookup(q: u32) -> i32 {
+    const WORDS: [u32; 4] = [0xBFAD_9881, 0xF6EA_DDCF, 0x2619_0D01, 0x7159_4535];
+    let select = (q & 0x7) | ((q >> 4) & 0x70) | ((q >> 8) & 0x700) | ((q >> 12) & 0x7000);
+    let low = byte_perm(WORDS[0], WORDS[1], select);
+    let high = byte_perm(WORDS[2], WORDS[3], select);
+    let upper = ((q >> 3) & 0x0101_0101) * 0xFF;
+    ((high & upper) | (low & !upper)) as i32
+}
+
+/// `matvec_kq<4, true>`'s group of eight lanes on one iq4_xs block
+/// (`matvec_iq4_xs`).
+fn iq4xs_block(blk: &[u8], a: &[i8], d: f32) -> f32 {
+    let mut sumi = 0i32;
+    for j in 0..8 {
+        let q = &blk[8 + 16 * j..];
+        let mut s = 0;
+        for l in 0..4 {
+            let w = word(&q[4 * l..]) as u32;
+            s = dp4a(iq4_lookup(w & 0x0F0F_0F0F), act(a, 32 * j + 4 * l), s);
+            s = dp4a(
+                iq4_lookup((w >> 4) & 0x0F0F_0F0F),
+                act(a, 32 * j + 16 + 4 * l),
+                s,
+            );
+        }
+        let high = u32::from(blk[2]) | u32::from(blk[3]) << 8;
+        let low = u32::from(blk[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+        sumi += ((low | ((high >> (2 * j)) & 3) << 4) as i32 - 32) * s;
+    }
+    f16_at(blk, 0) * d * sumi as f32
+}
+
 /// `__dp4a(a, b, c)`: the four signed byte products of `a` and `b`, plus `c`.
 fn dp4a(a: i32, b: i32, c: i32) -> i32 {
     let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
@@ -149,14 +192,15 @@ fn fifth_bits(b: u32) -> i32 {
     (((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25)) as i32
 }
 
-/// `matvec_q45`'s two lanes on one block of `ty` (q4_0, q5_0, q4_1 or
-/// q5_1): the pair's integer sum.
+/// `matvec_q45`'s two lanes on one block of `ty` (q4_0, q5_0, q4_1, q5_1
+/// or iq4_nl): the pair's integer sum.
 fn q45_block(ty: GgmlType, blk: &[u8], a: &[i8]) -> i32 {
     let (quants, fifth, offset) = match ty {
         GgmlType::Q4_0 => (2, None, 8),
         GgmlType::Q5_0 => (6, Some(2), 16),
         GgmlType::Q4_1 => (4, None, 0),
         GgmlType::Q5_1 => (8, Some(4), 0),
+        GgmlType::IQ4NL => (2, None, 0),
         other => unreachable!("matvec_q45 takes no {other}"),
     };
     (0..2)
@@ -174,6 +218,9 @@ fn q45_block(ty: GgmlType, blk: &[u8], a: &[i8]) -> i32 {
                 for (w, shift) in w.iter_mut().zip([v, v + 4, v + 16, v + 20]) {
                     *w |= fifth_bits(qh >> shift);
                 }
+            }
+            if ty == GgmlType::IQ4NL {
+                w = w.map(|w| iq4_lookup(w as u32));
             }
             let at = [half * 8, half * 8 + 4, 16 + half * 8, 20 + half * 8];
             let s = (0..4).fold(0, |s, k| dp4a(w[k], act(a, at[k]), s));
@@ -247,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_q4_0_q5_0_q4_1_and_q5_1_blocks_read_as_the_cpu_reads_them() {
+    fn q8_0_q4_0_q5_0_q4_1_q5_1_and_iq4_nl_blocks_read_as_the_cpu_reads_them() {
         let mut cases: Vec<(Vec<f32>, Vec<f32>)> = (0..40)
             .map(|s| (values(s, 32), values(s + 100, 32)))
             .collect();
@@ -265,6 +312,7 @@ mod tests {
                 GgmlType::Q5_0,
                 GgmlType::Q4_1,
                 GgmlType::Q5_1,
+                GgmlType::IQ4NL,
             ] {
                 let acts = quantized(ty.activation_type(), &x);
                 let (d, a, s) = quantize_q8_1(&x);
@@ -287,6 +335,10 @@ mod tests {
                     GgmlType::Q5_1 => (
                         scaled(q45_block(ty, &blk, &a)) + f16_at(&blk, 2) * s,
                         scalar::dot_q5_1(&blk, &acts),
+                    ),
+                    GgmlType::IQ4NL => (
+                        scaled(q45_block(ty, &blk, &a)),
+                        scalar::dot_iq4nl(&blk, &acts),
                     ),
                     other => unreachable!("no {other} case"),
                 };
@@ -337,6 +389,38 @@ mod tests {
                     k_block(3, &q3k, &q, d, &sums).to_bits(),
                     scalar::dot_q3k(&q3k, &acts).to_bits()
                 );
+            }
+            // iq4_xs: the encoder's block, and random bytes (every index
+            // and every scale) with a finite scale.
+            let mut raw: Vec<u8> = (0..136).map(|_| random.next_u64() as u8).collect();
+            raw[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            for xs in [quantized(GgmlType::IQ4XS, &w), raw] {
+                assert_eq!(
+                    iq4xs_block(&xs, &q, d).to_bits(),
+                    scalar::dot_iq4xs(&xs, &acts).to_bits()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+    use crate::tensor::iq4::IQ4_VALUES;
+
+    #[test]
+    fn the_kernels_table_lookup_gives_every_value_in_every_byte() {
+        for i in 0..16u32 {
+            for other in [0u32, 7, 8, 15] {
+                for at in 0..4 {
+                    let mut q = [other; 4];
+                    q[at] = i;
+                    let word = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
+                    let got = iq4_lookup(word).to_le_bytes().map(|b| b as i8);
+                    let want = q.map(|v| IQ4_VALUES[v as usize]);
+                    assert_eq!(got, want, "indices {q:?}");
+                }
             }
         }
     }

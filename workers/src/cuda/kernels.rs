@@ -148,13 +148,16 @@ impl Gpu {
         match (&acts.data, w.ty) {
             // One token (decode): the one-token kernels. A batch: tiles of
             // tokens, each weight word loaded once a tile (`quant.cu`).
-            // (q5_0 has the one kernel for both, a grid row a token.)
-            (ActsData::Q8_0 { q, d }, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
-                if n == 1 || w.ty == GgmlType::Q5_0 =>
-            {
+            // (q5_0 and iq4_nl have the one kernel for both, a grid row a
+            // token.)
+            (
+                ActsData::Q8_0 { q, d },
+                GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4NL,
+            ) if n == 1 || matches!(w.ty, GgmlType::Q5_0 | GgmlType::IQ4NL) => {
                 let name = match w.ty {
                     GgmlType::Q8_0 => "matvec_q8_0",
                     GgmlType::Q4_0 => "matvec_q4_0",
+                    GgmlType::IQ4NL => "matvec_iq4_nl",
                     _ => "matvec_q5_0",
                 };
                 self.launch(name, config, |b| {
@@ -216,11 +219,11 @@ impl Gpu {
                         .arg(&cols);
                 })?;
             }
-            (ActsData::Q8K { q, d, .. }, GgmlType::Q3K | GgmlType::Q6K) => {
-                let name = if w.ty == GgmlType::Q3K {
-                    "matvec_q3_k"
-                } else {
-                    "matvec_q6_k"
+            (ActsData::Q8K { q, d, .. }, GgmlType::Q3K | GgmlType::Q6K | GgmlType::IQ4XS) => {
+                let name = match w.ty {
+                    GgmlType::Q3K => "matvec_q3_k",
+                    GgmlType::IQ4XS => "matvec_iq4_xs",
+                    _ => "matvec_q6_k",
                 };
                 self.launch(name, config, |b| {
                     b.arg(&w.data)

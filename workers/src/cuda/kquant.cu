@@ -1,7 +1,8 @@
-// The k-quant products (Q2_K to Q6_K) and their Q8_K activations, in `quant.cu`'s
-// shape (one warp per output, grid (ceil(rows / warps), tokens); each
-// block's integer sums exact and scaled in the portable CPU kernels'
-// steps; the SIMD ones order some float steps as llama.cpp does).
+// The k-quant products (Q2_K to Q6_K, and IQ4_XS) and their Q8_K
+// activations, in `quant.cu`'s shape (one warp per output, grid
+// (ceil(rows / warps), tokens); each block's integer sums exact and
+// scaled in the portable CPU kernels' steps; the SIMD ones order some
+// float steps as llama.cpp does).
 
 // Q8_K activations: one warp per 256-value block, 8 values a lane. The
 // scale is set by the first value of largest magnitude, as the CPU's.
@@ -79,7 +80,7 @@ __device__ __forceinline__ int q3k_value(const u8* blk, int j, int l) {
     return low - (((blk[l] >> j) & 1) ? 0 : 4);
 }
 
-// The k-quants · Q8_K, `BITS` 2 to 6: eight lanes per 256-value block,
+// The k-quants · Q8_K, `BITS` 2 to 6 (and IQ4_XS, below): eight lanes per 256-value block,
 // lane j the 32 values 32 j .. 32 j + 32; the group's integer sums meet in
 // its first lane, which scales them.
 // - Q4_K (144 bytes) and Q5_K (176): lane j's values are sub-block j, its
@@ -93,12 +94,18 @@ __device__ __forceinline__ int q3k_value(const u8* blk, int j, int l) {
 // - d at 0 (Q4_K, Q5_K), 80 (Q2_K), 108 (Q3_K), 208 (Q6_K); where there
 //   are mins (Q2_K, Q4_K, Q5_K), dmin right after it, against the
 //   activations' 16-value sums.
-template <int BITS>
+// - IQ4_XS (`XS`, with BITS 4; 136 bytes): lane j's values are sub-block
+//   j, 16 bytes at 8 + 16 j (low nibbles its values 0..16, high ones
+//   16..32), each an index into the table of values; its six-bit scale
+//   less 32 (low four bits in byte 4 + j / 2, high two at bits 2 j of
+//   the word at 2); d at 0, no mins.
+template <int BITS, bool XS = false>
 __device__ __forceinline__ void matvec_kq(const u8* w, const i8* aq, const float* ad,
                                           const int* sums, float* y, int rows, int cols) {
-    const bool mins = BITS == 2 || BITS == 4 || BITS == 5;
-    const int size = BITS == 2 ? 84 : BITS == 3 ? 110 : BITS == 4 ? 144 : BITS == 5 ? 176 : 210;
-    const int d_at = BITS == 2 ? 80 : BITS == 3 ? 108 : BITS == 6 ? 208 : 0;
+    const bool mins = !XS && (BITS == 2 || BITS == 4 || BITS == 5);
+    const int size = XS ? 136 : BITS == 2 ? 84 : BITS == 3 ? 110 : BITS == 4 ? 144
+                   : BITS == 5 ? 176 : 210;
+    const int d_at = XS ? 0 : BITS == 2 ? 80 : BITS == 3 ? 108 : BITS == 6 ? 208 : 0;
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 256;
@@ -111,7 +118,19 @@ __device__ __forceinline__ void matvec_kq(const u8* w, const i8* aq, const float
         if (b < blocks) {
             const u8* blk = wrow + b * size;
             const i8* a = aq + (size_t)t * cols + b * 256 + j * 32;
-            if (BITS == 4 || BITS == 5) {
+            if (XS) {
+                const u8* q = blk + 8 + 16 * j;
+                const int* aw = (const int*)a;
+                int s = 0;
+                for (int l = 0; l < 4; l++) {
+                    u32 word = (u32)load_i32_b2(q + 4 * l);
+                    s = __dp4a(iq4_lookup(word & 0x0F0F0F0Fu), aw[l], s);
+                    s = __dp4a(iq4_lookup((word >> 4) & 0x0F0F0F0Fu), aw[4 + l], s);
+                }
+                u32 high = (u32)blk[2] | ((u32)blk[3] << 8);
+                int scale = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((high >> (2 * j)) & 3) << 4)) - 32;
+                sumi = scale * s;
+            } else if (BITS == 4 || BITS == 5) {
                 const int* bs = sums + ((size_t)t * blocks + b) * 16;
                 int scale, min;
                 q4k_scale_min(j, blk + 4, &scale, &min);
@@ -184,4 +203,9 @@ extern "C" __global__ void matvec_q6_k(const u8* w, const i8* aq, const float* a
 extern "C" __global__ void matvec_q3_k(const u8* w, const i8* aq, const float* ad, float* y,
                                        int rows, int cols) {
     matvec_kq<3>(w, aq, ad, nullptr, y, rows, cols);
+}
+
+extern "C" __global__ void matvec_iq4_xs(const u8* w, const i8* aq, const float* ad, float* y,
+                                         int rows, int cols) {
+    matvec_kq<4, true>(w, aq, ad, nullptr, y, rows, cols);
 }

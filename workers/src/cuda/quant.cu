@@ -68,13 +68,6 @@ extern "C" __global__ void encode_bf16(const float* x, u16* out, int n) {
     if (i < n) out[i] = f32_to_bf16(x[i]);
 }
 
-// Two bytes at a 2-byte alignment (blocks of 34 and 18 bytes leave their
-// quants there) as one 16-bit load each: four bytes as one word.
-__device__ __forceinline__ int load_i32_b2(const u8* p) {
-    const u16* h = (const u16*)p;
-    return (int)((u32)h[0] | ((u32)h[1] << 16));
-}
-
 // Q8_0 · Q8_0: four lanes per block, eight values each (two words of
 // weights, 16-bit loads, against two of activations); the block's integer
 // sum meets in its first lane, which scales it. A warp reads eight
@@ -123,13 +116,15 @@ __device__ __forceinline__ int fifth_bits(u32 b) {
 // the activations' sum comes off after (sum((q - 8) a) = sum(q a) - 8
 // sum(a)), exactly; for Q4_1 and Q5_1 the block's min times the
 // activations' `as` (the Q8_1 block's scaled sum) is added to the scaled
-// sum. A warp reads sixteen neighbouring blocks per step.
-template <bool FIVE, bool MIN>
+// sum. IQ4_NL (`NL`, 18 bytes, Q4_0's layout) looks each nibble up in
+// its table of values, signed, with no offset. A warp reads sixteen
+// neighbouring blocks per step.
+template <bool FIVE, bool MIN, bool NL = false>
 __device__ __forceinline__ void matvec_q45(const u8* w, const i8* aq, const float* ad,
                                            const float* as, float* y, int rows, int cols) {
     const int size = MIN ? (FIVE ? 24 : 20) : (FIVE ? 22 : 18);
     const int quants = MIN ? (FIVE ? 8 : 4) : (FIVE ? 6 : 2);
-    const int fifth = MIN ? 4 : 2, offset = MIN ? 0 : (FIVE ? 16 : 8);
+    const int fifth = MIN ? 4 : 2, offset = MIN || NL ? 0 : (FIVE ? 16 : 8);
     int row = warp_row(rows);
     if (row < 0) return;
     int lane = threadIdx.x % WARP, t = blockIdx.y, blocks = cols / 32;
@@ -157,11 +152,17 @@ __device__ __forceinline__ void matvec_q45(const u8* w, const i8* aq, const floa
                 h0 |= fifth_bits(qh >> (v + 16));
                 h1 |= fifth_bits(qh >> (v + 20));
             }
+            if (NL) {
+                l0 = iq4_lookup(l0);
+                l1 = iq4_lookup(l1);
+                h0 = iq4_lookup(h0);
+                h1 = iq4_lookup(h1);
+            }
             s = __dp4a(l0, lo[0], s);
             s = __dp4a(l1, lo[1], s);
             s = __dp4a(h0, hi[0], s);
             s = __dp4a(h1, hi[1], s);
-            if (!MIN) {
+            if (offset != 0) {
                 int total = __dp4a(0x01010101, lo[0], 0);
                 total = __dp4a(0x01010101, lo[1], total);
                 total = __dp4a(0x01010101, hi[0], total);
@@ -357,4 +358,9 @@ extern "C" __global__ void matvec_bf16(const u16* w, const u16* x, float* y, int
     for (int i = lane; i < cols; i += WARP) sum += bf16_to_f32(wr[i]) * bf16_to_f32(a[i]);
     sum = warp_sum(sum);
     if (lane == 0) y[(size_t)t * rows + row] = sum;
+}
+
+extern "C" __global__ void matvec_iq4_nl(const u8* w, const i8* aq, const float* ad, float* y,
+                                         int rows, int cols) {
+    matvec_q45<false, false, true>(w, aq, ad, nullptr, y, rows, cols);
 }

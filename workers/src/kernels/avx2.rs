@@ -94,6 +94,8 @@ pub fn kernels_vnni_for(tuning: Tuning) -> Option<Kernels> {
             }
             kernels.x16_q4_0 = Some(x16_q4_0_vnni);
             kernels.x16_q4k = Some(x16_q4k_vnni);
+            kernels.x16_iq4nl = Some(x16_iq4nl_vnni);
+            kernels.x16_iq4xs = Some(x16_iq4xs_vnni);
         }
         return Some(kernels);
     }
@@ -171,12 +173,23 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             } else {
                 (next_q4k, next_q6k)
             };
-            let (x8_q4_0, x8_q4k): (X8Fn, X8Fn) = match (vnni, tuning.prefetch()) {
-                (true, true) => (x8_q4_0_vnni, x8_q4k_vnni),
-                (true, false) => (flat_q4_0_vnni, flat_q4k_vnni),
-                (false, true) => (x8_q4_0_avx2, x8_q4k_avx2),
-                (false, false) => (flat_q4_0_avx2, flat_q4k_avx2),
-            };
+            let (x8_q4_0, x8_q4k, x8_iq4nl, x8_iq4xs): (X8Fn, X8Fn, X8Fn, X8Fn) =
+                match (vnni, tuning.prefetch()) {
+                    (true, true) => (x8_q4_0_vnni, x8_q4k_vnni, x8_iq4nl_vnni, x8_iq4xs_vnni),
+                    (true, false) => (
+                        flat_q4_0_vnni,
+                        flat_q4k_vnni,
+                        flat_iq4nl_vnni,
+                        flat_iq4xs_vnni,
+                    ),
+                    (false, true) => (x8_q4_0_avx2, x8_q4k_avx2, x8_iq4nl_avx2, x8_iq4xs_avx2),
+                    (false, false) => (
+                        flat_q4_0_avx2,
+                        flat_q4k_avx2,
+                        flat_iq4nl_avx2,
+                        flat_iq4xs_avx2,
+                    ),
+                };
             return Some(Kernels {
                 name,
                 attend: attend_heads,
@@ -195,6 +208,8 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 q4k: dot_q4k,
                 q5k: dot_q5k,
                 q6k: dot_q6k,
+                iq4nl: dot_iq4nl,
+                iq4xs: dot_iq4xs,
                 tile_q8_0: Some(tile(Q8_0_ROWS, Q8_0_TOKENS, q8_0)),
                 tile_q4_0: Some(tile(Q0_ROWS, Q0_TOKENS, q4_0)),
                 tile_f16: Some(Tile {
@@ -235,10 +250,21 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 decode_q4k: Some(tile(K_ROWS, 1, next_q4k)),
                 decode_q5k: Some(tile(K_ROWS, 1, next_q5k)),
                 decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
+                // iq4_nl and iq4_xs matrices whose rows are a multiple of
+                // eight are packed (`x8_iq4nl`, `x8_iq4xs`); the others
+                // take the one-row kernels.
+                tile_iq4nl: None,
+                decode_iq4nl: None,
+                tile_iq4xs: None,
+                decode_iq4xs: None,
                 x8_q4_0,
                 x8_q4k,
+                x8_iq4nl,
+                x8_iq4xs,
                 x16_q4_0: None,
                 x16_q4k: None,
+                x16_iq4nl: None,
+                x16_iq4xs: None,
                 pair_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(pairs::ROWS, F16_PAIR_TOKENS, pair_f16)
@@ -269,6 +295,10 @@ mod k23;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod q5;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod iq4;
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

@@ -37,9 +37,9 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0 or q4_K
-/// weight rows against up to [`x8::TOKENS`] activation rows and, for
-/// q4_0's q8_0 activations, their block sums (`sums[t][b]`, the sum of
+/// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0, iq4_nl,
+/// q4_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
+/// for q8_0 activations, their block sums (`sums[t][b]`, the sum of
 /// block `b`'s quants of token `t`), writing token `t`'s eight outputs to
 /// `out[t]`.
 pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; x8::ROWS]]);
@@ -95,6 +95,8 @@ pub struct Kernels {
     q4k: DotFn,
     q5k: DotFn,
     q6k: DotFn,
+    iq4nl: DotFn,
+    iq4xs: DotFn,
     tile_q8_0: Option<Tile>,
     tile_q4_0: Option<Tile>,
     tile_f16: Option<Tile>,
@@ -108,6 +110,8 @@ pub struct Kernels {
     /// q5_K batches on rows unpacked first (see [`Unpacked`]).
     unpacked_q5k: Option<Unpacked>,
     tile_q6k: Option<Tile>,
+    tile_iq4nl: Option<Tile>,
+    tile_iq4xs: Option<Tile>,
     decode_q8_0: Option<Tile>,
     decode_q4_0: Option<Tile>,
     decode_f16: Option<Tile>,
@@ -119,13 +123,19 @@ pub struct Kernels {
     decode_q4k: Option<Tile>,
     decode_q5k: Option<Tile>,
     decode_q6k: Option<Tile>,
+    decode_iq4nl: Option<Tile>,
+    decode_iq4xs: Option<Tile>,
     x8_q4_0: X8Fn,
     x8_q4k: X8Fn,
+    x8_iq4nl: X8Fn,
+    x8_iq4xs: X8Fn,
     /// Packed q4_0 and q4_K two groups a call (`group` the two back
     /// to back, the second's outputs after the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
     x16_q4_0: Option<X8Fn>,
     x16_q4k: Option<X8Fn>,
+    x16_iq4nl: Option<X8Fn>,
+    x16_iq4xs: Option<X8Fn>,
     /// The tile for f16 rows packed in pairs ([`pairs`]; two rows, one
     /// slice a pair), where these kernels pack f16.
     pair_f16: Option<Tile>,
@@ -154,6 +164,8 @@ impl Kernels {
             q4k: scalar::dot_q4k,
             q5k: scalar::dot_q5k,
             q6k: scalar::dot_q6k,
+            iq4nl: scalar::dot_iq4nl,
+            iq4xs: scalar::dot_iq4xs,
             tile_q8_0: None,
             tile_q4_0: None,
             tile_f16: None,
@@ -166,6 +178,8 @@ impl Kernels {
             tile_q5k: None,
             unpacked_q5k: None,
             tile_q6k: None,
+            tile_iq4nl: None,
+            tile_iq4xs: None,
             decode_q8_0: None,
             decode_q4_0: None,
             decode_f16: None,
@@ -177,10 +191,16 @@ impl Kernels {
             decode_q4k: None,
             decode_q5k: None,
             decode_q6k: None,
+            decode_iq4nl: None,
+            decode_iq4xs: None,
             x8_q4_0: x8::portable_q4_0,
             x8_q4k: x8::portable_q4k,
+            x8_iq4nl: x8::portable_iq4nl,
+            x8_iq4xs: x8::portable_iq4xs,
             x16_q4_0: None,
             x16_q4k: None,
+            x16_iq4nl: None,
+            x16_iq4xs: None,
             pair_f16: None,
             pack: false,
         }
@@ -236,6 +256,8 @@ impl Kernels {
             GgmlType::Q4K => self.q4k,
             GgmlType::Q5K => self.q5k,
             GgmlType::Q6K => self.q6k,
+            GgmlType::IQ4NL => self.iq4nl,
+            GgmlType::IQ4XS => self.iq4xs,
             GgmlType::Q8K | GgmlType::Q8_1 => {
                 panic!("{ty} is an activation type, not a weight type")
             }
@@ -258,6 +280,8 @@ impl Kernels {
             GgmlType::Q4K => self.decode_q4k,
             GgmlType::Q5K => self.decode_q5k,
             GgmlType::Q6K => self.decode_q6k,
+            GgmlType::IQ4NL => self.decode_iq4nl,
+            GgmlType::IQ4XS => self.decode_iq4xs,
             _ => None,
         }
     }
@@ -267,6 +291,8 @@ impl Kernels {
         match ty {
             GgmlType::Q4_0 => Some(self.x8_q4_0),
             GgmlType::Q4K => Some(self.x8_q4k),
+            GgmlType::IQ4NL => Some(self.x8_iq4nl),
+            GgmlType::IQ4XS => Some(self.x8_iq4xs),
             _ => None,
         }
     }
@@ -277,6 +303,8 @@ impl Kernels {
         match ty {
             GgmlType::Q4_0 => self.x16_q4_0,
             GgmlType::Q4K => self.x16_q4k,
+            GgmlType::IQ4NL => self.x16_iq4nl,
+            GgmlType::IQ4XS => self.x16_iq4xs,
             _ => None,
         }
     }
@@ -338,6 +366,8 @@ impl Kernels {
             GgmlType::Q4K => self.tile_q4k,
             GgmlType::Q5K => self.tile_q5k,
             GgmlType::Q6K => self.tile_q6k,
+            GgmlType::IQ4NL => self.tile_iq4nl,
+            GgmlType::IQ4XS => self.tile_iq4xs,
             _ => None,
         }
     }

@@ -6,6 +6,7 @@ use crate::tensor::blocks::{
     f16_at, q2k_value, q3k_scales, q3k_value, q4_1_value, q4k_scale_min, q5_0_value, q5_1_value,
     q5k_value,
 };
+use crate::tensor::iq4::{iq4_value, iq4xs_scale};
 use half::{bf16, f16};
 
 /// f32 · f32.
@@ -217,6 +218,37 @@ pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
             sumi += s as i8 as i32 * part;
         }
         sum += f16_at(x, 208) * dy * sumi as f32;
+    }
+    sum
+}
+
+/// IQ4_NL · Q8_0: as Q4_0, each value looked up in the table.
+pub fn dot_iq4nl(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
+        let s: i32 = (0..32)
+            .map(|j| iq4_value(&x[2..], j) * y[2 + j] as i8 as i32)
+            .sum();
+        sum += s as f32 * (f16_at(x, 0) * f16_at(y, 0));
+    }
+    sum
+}
+
+/// IQ4_XS · Q8_K: per block the integer sums of each 32-value sub-block
+/// by its scale.
+pub fn dot_iq4xs(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(136).zip(a.chunks_exact(292)) {
+        let (dy, qy, _) = q8k_parts(y);
+        let mut sumi = 0i32;
+        for j in 0..8 {
+            let q = &x[8 + 16 * j..];
+            let part: i32 = (0..32)
+                .map(|l| iq4_value(q, l) * qy[32 * j + l] as i8 as i32)
+                .sum();
+            sumi += iq4xs_scale(x, j) * part;
+        }
+        sum += f16_at(x, 0) * dy * sumi as f32;
     }
     sum
 }

@@ -1,6 +1,7 @@
-//! q4_0 and q4_K weights packed eight rows together, the layout the
-//! processor reads best for these types on x86, as llama.cpp repacks them
-//! there.
+//! q4_0, iq4_nl, q4_K and iq4_xs weights packed eight rows together, the
+//! layout the processor reads best for these types on x86, as llama.cpp
+//! repacks q4_0, iq4_nl and q4_K there (iq4_xs it does not: packed here
+//! for the same reads, in the packed float order, not its one-row one).
 //!
 //! q8_0 is not packed: llama.cpp does not repack it on x86, and its
 //! products there (llamafile's tinyBLAS, batch or one token) keep each
@@ -16,21 +17,27 @@
 //! - q4_0 (32 columns a block): the eight f16 scales (16 bytes), then
 //!   four chunks (16 bytes of packed nibbles a row: the low nibbles are
 //!   columns `4j..4j + 4`, the high ones `16 + 4j..16 + 4j + 4`): the
-//!   bytes of its eight rows unpacked, only moved.
+//!   bytes of its eight rows unpacked, only moved. iq4_nl likewise (its
+//!   nibbles index its table of values instead of being less 8).
 //! - q4_K (256 columns): the eight `d` (16 bytes) and `dmin` (16), the
 //!   six-bit sub-block scales decoded to bytes, `[sub-block][row]` (64),
 //!   the mins likewise but in pairs of sub-blocks, `[pair][row][2]` (64),
 //!   then for each pair of sub-blocks `p` eight chunks of the row's
 //!   nibbles `32p..32p + 32` (low: sub-block `2p`, high: `2p + 1`):
 //!   1184 bytes for eight rows' 1152.
+//! - iq4_xs (256 columns): the eight `d` (16 bytes), the sub-block
+//!   scales decoded to signed bytes, `[sub-block][row]` (64), then each
+//!   sub-block's four chunks, as a q4_0 block's (its 16 bytes of
+//!   nibbles: low values `4j..4j + 4`, high `16 + 4j..`): 1104 bytes for
+//!   eight rows' 1088.
 //!
 //! So one 32-byte load holds four quants of each of eight rows, and one
 //! integer multiply-add against four activation bytes broadcast sums them
 //! into eight lanes, one a row: no horizontal sum anywhere. The float
 //! steps follow, per block, from zero, with `isum` the block's exact
-//! integer dot product (q4_0) or its sub-block sums times their
-//! scales (q4_K, and `msum` its mins times the activation's sub-block
-//! sums): `acc = fma(dx * dy, isum as f32, acc)`, and for q4_K also
+//! integer dot product (q4_0, iq4_nl) or its sub-block sums times their
+//! scales (q4_K, iq4_xs; for q4_K `msum` its mins times the activation's
+//! sub-block sums): `acc = fma(dx * dy, isum as f32, acc)`, and for q4_K also
 //! `macc = fma(dmin * dy, msum as f32, macc)`, the result `acc - macc`
 //! ([`dot`] is that order, one row at a time). Every kernel on packed
 //! weights keeps that order, so a batch equals one token at a time bit
@@ -38,6 +45,7 @@
 
 use crate::tensor::GgmlType;
 use crate::tensor::blocks::{f16_at, q4k_scale_min};
+use crate::tensor::iq4::{IQ4_VALUES, iq4_value, iq4xs_scale};
 use rayon::prelude::*;
 
 /// Rows per group.
@@ -49,8 +57,9 @@ pub const TOKENS: usize = 4;
 /// Bytes of one encoded block of one row of `ty`, and its columns.
 fn block_shape(ty: GgmlType) -> (usize, usize) {
     match ty {
-        GgmlType::Q4_0 => (18, 32),
+        GgmlType::Q4_0 | GgmlType::IQ4NL => (18, 32),
         GgmlType::Q4K => (144, 256),
+        GgmlType::IQ4XS => (136, 256),
         _ => panic!("{ty} is not packed eight rows together"),
     }
 }
@@ -59,6 +68,7 @@ fn block_shape(ty: GgmlType) -> (usize, usize) {
 fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q4K => Q4K_GROUP_BLOCK,
+        GgmlType::IQ4XS => IQ4XS_GROUP_BLOCK,
         _ => ROWS * block_shape(ty).0,
     }
 }
@@ -66,9 +76,16 @@ fn group_block_bytes(ty: GgmlType) -> usize {
 /// Bytes of a q4_K block of eight rows packed.
 pub const Q4K_GROUP_BLOCK: usize = 160 + 8 * 128;
 
+/// Bytes of an iq4_xs block of eight rows packed.
+pub const IQ4XS_GROUP_BLOCK: usize = 80 + 8 * 128;
+
 /// Whether a matrix of `ty` with `rows` rows can be packed.
 pub fn packable(ty: GgmlType, rows: usize) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4K) && rows.is_multiple_of(ROWS) && rows > 0
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4K | GgmlType::IQ4XS
+    ) && rows.is_multiple_of(ROWS)
+        && rows > 0
 }
 
 /// Bytes of one packed group of eight rows of `cols` values of `ty`.
@@ -128,6 +145,14 @@ fn pack_block(ty: GgmlType, rows: [&[u8]; ROWS], out: &mut [u8]) {
             }
             (16, 128)
         }
+        GgmlType::IQ4XS => {
+            rows.iter().for_each(|x| put(&x[..2]));
+            for j in 0..8 {
+                rows.iter()
+                    .for_each(|x| put(&[iq4xs_scale(x, j) as i8 as u8]));
+            }
+            (8, 128)
+        }
         _ => {
             rows.iter().for_each(|x| put(&x[..2]));
             (2, block_shape(ty).0 - 2)
@@ -156,14 +181,18 @@ impl Q4kScales {
     }
 }
 
-/// The integer dot product of one q4_0 block of weights (`x`, plain
-/// layout) and one q8_0 activation block (`y`).
-fn block_isum(x: &[u8], y: &[u8]) -> i32 {
+/// The integer dot product of one q4_0 (or iq4_nl) block of weights
+/// (`x`, plain layout) and one q8_0 activation block (`y`).
+fn block_isum(ty: GgmlType, x: &[u8], y: &[u8]) -> i32 {
+    let value = |n: u8| match ty {
+        GgmlType::IQ4NL => IQ4_VALUES[n as usize] as i32,
+        _ => n as i32 - 8,
+    };
     let a = |i: usize| y[2 + i] as i8 as i32;
     (0..16)
         .map(|i| {
             let q = x[2 + i];
-            ((q & 0xF) as i32 - 8) * a(i) + ((q >> 4) as i32 - 8) * a(i + 16)
+            value(q & 0xF) * a(i) + value(q >> 4) * a(i + 16)
         })
         .sum()
 }
@@ -186,6 +215,21 @@ fn q4k_isums(parts: &Q4kScales, qs: impl Fn(usize) -> u8, y: &[u8]) -> (i32, i32
     (total, msum)
 }
 
+/// An iq4_xs block's integer sum against a q8_K block `y`: each
+/// sub-block's sum times its scale (`scale(j)`), the sub-block's 16 bytes
+/// of nibbles `qs(j, i)`.
+fn iq4xs_isum(scale: impl Fn(usize) -> i32, qs: impl Fn(usize, usize) -> u8, y: &[u8]) -> i32 {
+    (0..8)
+        .map(|j| {
+            let q: [u8; 16] = std::array::from_fn(|i| qs(j, i));
+            let sub: i32 = (0..32)
+                .map(|i| iq4_value(&q, i) * y[4 + 32 * j + i] as i8 as i32)
+                .sum();
+            scale(j) * sub
+        })
+        .sum()
+}
+
 /// The float steps of one block: `acc` and `macc` as the module says.
 fn step(acc: &mut [f32; 2], d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) {
     acc[0] = (d * dy).mul_add(isum as f32, acc[0]);
@@ -206,12 +250,17 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
                 let (isum, msum) = q4k_isums(&Q4kScales::of(&x[4..16]), |i| x[16 + i], y);
                 step(&mut acc, f16_at(x, 0), f16_at(x, 2), dy, isum, msum);
             }
+            GgmlType::IQ4XS => {
+                let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                let isum = iq4xs_isum(|j| iq4xs_scale(x, j), |j, i| x[8 + 16 * j + i], y);
+                step(&mut acc, f16_at(x, 0), 0.0, dy, isum, 0);
+            }
             _ => step(
                 &mut acc,
                 f16_at(x, 0),
                 0.0,
                 f16_at(y, 0),
-                block_isum(x, y),
+                block_isum(ty, x, y),
                 0,
             ),
         }
@@ -219,8 +268,8 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
     acc[0] - acc[1]
 }
 
-/// Row `r` (0..8) of block `b` of a packed group of q4_0, in the plain
-/// layout.
+/// Row `r` (0..8) of block `b` of a packed group of q4_0 (or iq4_nl),
+/// in the plain layout.
 fn unpacked_q4_0(group: &[u8], b: usize, r: usize) -> Vec<u8> {
     let bb = block_shape(GgmlType::Q4_0).0;
     let block = &group[b * ROWS * bb..(b + 1) * ROWS * bb];
@@ -257,6 +306,13 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                     let (d, dmin, parts, qs) = q4k_row(block, r);
                     let (isum, msum) = q4k_isums(&parts, qs, y);
                     step(&mut acc, d, dmin, dy, isum, msum);
+                } else if ty == GgmlType::IQ4XS {
+                    let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                    let scale = |j: usize| block[16 + 8 * j + r] as i8 as i32;
+                    let qs =
+                        |j: usize, i: usize| block[80 + 128 * j + 32 * (i / 4) + 4 * r + i % 4];
+                    let isum = iq4xs_isum(scale, qs, y);
+                    step(&mut acc, f16_at(block, 2 * r), 0.0, dy, isum, 0);
                 } else {
                     let x = unpacked_q4_0(group, b, r);
                     step(
@@ -264,7 +320,7 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                         f16_at(&x, 0),
                         0.0,
                         f16_at(y, 0),
-                        block_isum(&x, y),
+                        block_isum(ty, &x, y),
                         0,
                     );
                 }
@@ -277,6 +333,16 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
 /// The portable packed q4_0 kernel.
 pub fn portable_q4_0(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
     portable(GgmlType::Q4_0, group, a, out)
+}
+
+/// The portable packed iq4_nl kernel.
+pub fn portable_iq4nl(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::IQ4NL, group, a, out)
+}
+
+/// The portable packed iq4_xs kernel.
+pub fn portable_iq4xs(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::IQ4XS, group, a, out)
 }
 
 /// The portable packed q4_K kernel.

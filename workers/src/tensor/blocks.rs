@@ -209,6 +209,8 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 dequantize_q6k(b, o);
             }
         }
+        GgmlType::IQ4NL => super::iq4::dequantize_iq4nl(bytes, out),
+        GgmlType::IQ4XS => super::iq4::dequantize_iq4xs(bytes, out),
         GgmlType::Q8K => {
             for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(292)) {
                 let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

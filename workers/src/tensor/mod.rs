@@ -5,6 +5,7 @@
 //! blocks directly ([`crate::kernels`]); nothing dequantizes a whole matrix.
 
 pub mod blocks;
+pub mod iq4;
 pub mod quantize;
 
 use std::fmt;
@@ -45,13 +46,19 @@ pub enum GgmlType {
     Q6K,
     /// 8-bit k-quant, the activation side of k-quant dot products (15).
     Q8K,
+    /// 4-bit indices into a fixed table of 16 non-uniform values, 32 per
+    /// block, one f16 scale (20).
+    IQ4NL,
+    /// iq4_nl's values in 256-value blocks: an f16 scale and 6-bit signed
+    /// scales for 32-value sub-blocks (23).
+    IQ4XS,
     /// bfloat16 (30).
     BF16,
 }
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 15] = [
+    pub const ALL: [GgmlType; 17] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -66,6 +73,8 @@ impl GgmlType {
         GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q8K,
+        GgmlType::IQ4NL,
+        GgmlType::IQ4XS,
         GgmlType::BF16,
     ];
 
@@ -91,6 +100,8 @@ impl GgmlType {
             GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
             GgmlType::Q8K => 15,
+            GgmlType::IQ4NL => 20,
+            GgmlType::IQ4XS => 23,
             GgmlType::BF16 => 30,
         }
     }
@@ -104,13 +115,15 @@ impl GgmlType {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
-            | GgmlType::Q8_1 => 32,
+            | GgmlType::Q8_1
+            | GgmlType::IQ4NL => 32,
             GgmlType::Q2K
             | GgmlType::Q3K
             | GgmlType::Q4K
             | GgmlType::Q5K
             | GgmlType::Q6K
-            | GgmlType::Q8K => 256,
+            | GgmlType::Q8K
+            | GgmlType::IQ4XS => 256,
         }
     }
 
@@ -131,6 +144,8 @@ impl GgmlType {
             GgmlType::Q5K => 176,
             GgmlType::Q6K => 210,
             GgmlType::Q8K => 292,
+            GgmlType::IQ4NL => 18,
+            GgmlType::IQ4XS => 136,
         }
     }
 
@@ -157,6 +172,8 @@ impl GgmlType {
             GgmlType::Q5K => "q5_K",
             GgmlType::Q6K => "q6_K",
             GgmlType::Q8K => "q8_K",
+            GgmlType::IQ4NL => "iq4_nl",
+            GgmlType::IQ4XS => "iq4_xs",
             GgmlType::BF16 => "bf16",
         }
     }
@@ -181,14 +198,15 @@ impl GgmlType {
             GgmlType::F32 => GgmlType::F32,
             GgmlType::F16 => GgmlType::F16,
             GgmlType::BF16 => GgmlType::BF16,
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4NL => GgmlType::Q8_0,
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
             GgmlType::Q2K
             | GgmlType::Q3K
             | GgmlType::Q4K
             | GgmlType::Q5K
             | GgmlType::Q6K
-            | GgmlType::Q8K => GgmlType::Q8K,
+            | GgmlType::Q8K
+            | GgmlType::IQ4XS => GgmlType::Q8K,
         }
     }
 }
@@ -202,7 +220,7 @@ impl fmt::Display for GgmlType {
 /// Name of a ggml type code drover does not compute, for error messages.
 pub fn unsupported_type_name(code: u32) -> &'static str {
     match code {
-        16..=23 => "an i-quant",
+        16..=19 | 21 | 22 | 29 => "an i-quant",
         24..=28 => "an integer type",
         _ => "unknown",
     }

@@ -4,11 +4,12 @@
 //! product (Q8_0 and Q8_1 as its AVX2 path, Q8_K as its reference), so that
 //! a quantized matmul sees the same integers as llama.cpp's. The weight
 //! encoders are simple: q4_0, q4_1, q5_0 and q5_1 are ggml's reference
-//! quantizers, the k-quants one pass without ggml's search. They write
+//! quantizers, the k-quants and the iq4 types ([`iq4`]) one pass without
+//! ggml's search. They write
 //! valid blocks for the project's own fixtures and benchmark models, and
 //! the goldens hold llama.cpp's answers on those same files.
 
-use super::GgmlType;
+use super::{GgmlType, iq4};
 use half::{bf16, f16};
 
 /// Encodes `x` (a whole number of blocks) as `ty`, appending to `out`.
@@ -41,6 +42,8 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
         GgmlType::Q4K => x.chunks_exact(256).for_each(|b| kquant_block(b, 15, out)),
         GgmlType::Q5K => x.chunks_exact(256).for_each(|b| kquant_block(b, 31, out)),
         GgmlType::Q6K => x.chunks_exact(256).for_each(|b| q6k_block(b, out)),
+        GgmlType::IQ4NL => x.chunks_exact(32).for_each(|b| iq4::iq4_nl_block(b, out)),
+        GgmlType::IQ4XS => x.chunks_exact(256).for_each(|b| iq4::iq4_xs_block(b, out)),
     }
 }
 

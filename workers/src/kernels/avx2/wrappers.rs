@@ -71,3 +71,9 @@ pub fn unpack_q5k(row: &[u8], out: &mut [u8]) {
 pub fn dot_q6k(w: &[u8], a: &[u8]) -> f32 {
     unsafe { imp_k::dot_q6k(w, a) }
 }
+pub fn dot_iq4nl(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { super::iq4::dot_iq4nl(w, a) }
+}
+pub fn dot_iq4xs(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { super::iq4::dot_iq4xs(w, a) }
+}

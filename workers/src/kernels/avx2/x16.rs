@@ -1,4 +1,4 @@
-//! Packed q4_0 and q4_K (layout and order: `kernels::x8`) two
+//! Packed q4_0, iq4_nl, q4_K and iq4_xs (layout and order: `kernels::x8`) two
 //! groups of eight rows a call in 512-bit registers, where the processor
 //! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
 //! the first group's eight rows, the high half the second's, so one
@@ -16,7 +16,7 @@
 
 use super::imp::f16;
 use super::ktile::{load, q8k_sub_sums};
-use crate::kernels::x8::{Q4K_GROUP_BLOCK, ROWS};
+use crate::kernels::x8::{IQ4XS_GROUP_BLOCK, Q4K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
 /// The 32 bytes at `at` of the first group (low half) and of the second,
@@ -127,11 +127,16 @@ pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     store(diff, out)
 }
 
-/// Two packed q4_0 groups back to back (`g`) against `T` tokens with
-/// 512-bit `vpdpbusd`, each lane as `x8::q4_0_vnni` sums its row; `out` as
-/// [`q4k_vnni`].
+/// Two packed q4_0 groups (iq4_nl, `NL`) back to back (`g`) against `T`
+/// tokens with 512-bit `vpdpbusd`, each lane as `x8::q4_0_vnni` sums its
+/// row; `out` as [`q4k_vnni`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+pub fn q4_0_vnni<const T: usize, const NL: bool>(
+    g: &[u8],
+    a: &[&[u8]],
+    sums: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
     let half = g.len() / 2;
     let blocks = half / (ROWS * 18);
     assert_eq!(g.len(), 2 * blocks * ROWS * 18);
@@ -139,6 +144,7 @@ pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &m
     assert!(a.iter().all(|y| y.len() == blocks * 34));
     assert!(sums.iter().all(|s| s.len() == blocks));
     let mask = _mm512_set1_epi8(0x0F);
+    let table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(super::x8::iq4_table::<true>()));
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * 18;
@@ -146,20 +152,76 @@ pub fn q4_0_vnni<const T: usize>(g: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &m
         let mut dp = [_mm512_setzero_si512(); T];
         for j in 0..4 {
             let w = both32(g, half, at + 16 + 32 * j);
-            let lo = _mm512_and_si512(w, mask);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+            let mut lo = _mm512_and_si512(w, mask);
+            let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+            if NL {
+                (lo, hi) = (
+                    _mm512_shuffle_epi8(table, lo),
+                    _mm512_shuffle_epi8(table, hi),
+                );
+            }
             for t in 0..T {
                 dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
                 dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
             }
         }
         let dx = _mm512_cvtph_ps(both16(g, half, at));
-        // The nibbles' offset, 8, times the activation block's sum, taken
-        // off each lane.
+        // The nibbles' offset, 8 (iq4_nl's values' 128), times the
+        // activation block's sum, taken off each lane.
         for t in 0..T {
-            let isum = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(sums[t][b].wrapping_shl(3)));
+            let offset = sums[t][b].wrapping_shl(if NL { 7 } else { 3 });
+            let isum = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(offset));
             let dy = _mm512_set1_ps(f16(&a[t][34 * b..], 0));
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum), acc[t]);
+        }
+    }
+    store(acc, out)
+}
+
+/// Two packed iq4_xs groups back to back (`g`) against `T` tokens with
+/// 512-bit `vpdpbusd`, each lane as `iq4::iq4xs_vnni` sums its row; `out`
+/// as [`q4k_vnni`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    let half = g.len() / 2;
+    let blocks = half / IQ4XS_GROUP_BLOCK;
+    assert_eq!(g.len(), 2 * blocks * IQ4XS_GROUP_BLOCK);
+    assert!(a.len() == T && out.len() >= 2 * T);
+    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    let mask = _mm512_set1_epi8(0x0F);
+    let table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(super::x8::iq4_table::<true>()));
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..blocks {
+        let at = b * IQ4XS_GROUP_BLOCK;
+        let mut isum = [_mm512_setzero_si512(); T];
+        for j in 0..8 {
+            let chunks = at + 80 + 128 * j;
+            let mut dp = [_mm512_setzero_si512(); T];
+            for c in 0..4 {
+                let w = both32(g, half, chunks + 32 * c);
+                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(w, mask));
+                let hi =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask));
+                for t in 0..T {
+                    let y = 292 * b + 4 + 32 * j + 4 * c;
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y));
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y + 16));
+                }
+            }
+            let scales = _mm512_cvtepi8_epi32(both8(g, half, at + 16 + 8 * j));
+            for t in 0..T {
+                let y = &a[t][292 * b + 260 + 4 * j..];
+                let sum = i16::from_le_bytes([y[0], y[1]]) as i32
+                    + i16::from_le_bytes([y[2], y[3]]) as i32;
+                let exact = _mm512_sub_epi32(dp[t], _mm512_set1_epi32(sum.wrapping_shl(7)));
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(exact, scales));
+            }
+        }
+        let dx = _mm512_cvtph_ps(both16(g, half, at));
+        for t in 0..T {
+            let y = &a[t][292 * b..];
+            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
         }
     }
     store(acc, out)

@@ -1,4 +1,4 @@
-//! The packed q4_0 and q4_K kernels (layout and order: `kernels::x8`):
+//! The packed q4_0, iq4_nl and q4_K kernels (layout and order: `kernels::x8`):
 //! one group of eight rows against up to `x8::TOKENS` tokens a call, with
 //! AVX2's `maddubs`/`madd` or AVX-512 VNNI's 256-bit `vpdpbusd`.
 //!
@@ -11,7 +11,10 @@
 //! The q4_0 nibbles are the unsigned side as stored (`vpdpbusd`, or
 //! AVX2's `maddubs` with eight products summed in 16 bits: at most
 //! 8 · 2 · 15 · 127 = 30480, no overflow), and 8 times the activation
-//! block's sum (`Encoded`'s block sums) is taken off the lane.
+//! block's sum (`Encoded`'s block sums) is taken off the lane. iq4_nl's
+//! nibbles index its table of values: plus 128 for `vpdpbusd` (128 times
+//! the sum taken off), signed for AVX2 (its `maddubs` would overflow on
+//! the values plus 128).
 //!
 //! Each kernel's `PF` says whether a one-token call asks for its bytes
 //! ahead of its reading ([`AHEAD`]; the maker's choice, `avx2::Tuning`).
@@ -48,7 +51,7 @@ const AHEAD: usize = 8192;
 /// each group from the cache again for every tile of tokens).
 #[inline]
 #[target_feature(enable = "sse")]
-fn ahead<const T: usize, const PF: bool>(group: &[u8], at: usize, len: usize) {
+pub(super) fn ahead<const T: usize, const PF: bool>(group: &[u8], at: usize, len: usize) {
     if T == 1 && PF {
         let p = group.as_ptr().wrapping_add(at + AHEAD);
         for k in (0..len).step_by(64) {
@@ -60,7 +63,7 @@ fn ahead<const T: usize, const PF: bool>(group: &[u8], at: usize, len: usize) {
 /// Four bytes of `y` from `at` in every 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn broadcast4(y: &[u8], at: usize) -> __m256i {
+pub(super) fn broadcast4(y: &[u8], at: usize) -> __m256i {
     assert!(at + 4 <= y.len());
     // SAFETY: bytes `at..at + 4` are inside `y` (checked above; the
     // callers' loops keep it true, so the check folds away).
@@ -70,7 +73,7 @@ fn broadcast4(y: &[u8], at: usize) -> __m256i {
 /// The low and high nibbles of the 32 bytes of `group` from `at`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn nibbles(group: &[u8], at: usize) -> (__m256i, __m256i) {
+pub(super) fn nibbles(group: &[u8], at: usize) -> (__m256i, __m256i) {
     let packed = load(group, at);
     let low = _mm256_set1_epi8(0x0F);
     let hi = _mm256_srli_epi16::<4>(packed);
@@ -80,16 +83,17 @@ fn nibbles(group: &[u8], at: usize) -> (__m256i, __m256i) {
 /// The eight rows' scales of the block at `at`, as f32.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn scales(group: &[u8], at: usize) -> __m256 {
+pub(super) fn scales(group: &[u8], at: usize) -> __m256 {
     _mm256_cvtph_ps(load128(group, at))
 }
 
 /// `acc = fma(dx * dy, isum, acc)` for one token's eight outputs, where
-/// `isum` is `dp` less 8 times the activation block's sum `sum`.
+/// `isum` is `dp` less `offset` (the weights' offset times the
+/// activation block's sum).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn accumulate(acc: __m256, dx: __m256, y: &[u8], dp: __m256i, sum: i32) -> __m256 {
-    let isum = _mm256_sub_epi32(dp, _mm256_slli_epi32::<3>(_mm256_set1_epi32(sum)));
+fn accumulate(acc: __m256, dx: __m256, y: &[u8], dp: __m256i, offset: i32) -> __m256 {
+    let isum = _mm256_sub_epi32(dp, _mm256_set1_epi32(offset));
     let dy = _mm256_set1_ps(f16(y, 0));
     _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc)
 }
@@ -97,16 +101,30 @@ fn accumulate(acc: __m256, dx: __m256, y: &[u8], dp: __m256i, sum: i32) -> __m25
 /// Writes each token's eight sums.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn store<const T: usize>(acc: [__m256; T], out: &mut [[f32; ROWS]]) {
+pub(super) fn store<const T: usize>(acc: [__m256; T], out: &mut [[f32; ROWS]]) {
     for t in 0..T {
         // SAFETY: `out[t]` holds eight f32.
         unsafe { _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]) };
     }
 }
 
-/// Packed q4_0 rows against `T` tokens with `vpdpbusd`.
+/// The table of iq4_nl's values (`tensor::iq4::IQ4_VALUES`) in both
+/// 128-bit halves, each value plus 128 (`UNSIGNED`: the unsigned side of
+/// `vpdpbusd`, 1..=241) or as it is.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn iq4_table<const UNSIGNED: bool>() -> __m256i {
+    let values = crate::tensor::iq4::IQ4_VALUES.map(|v| if UNSIGNED { v ^ -128 } else { v });
+    // SAFETY: `values` holds the 16 bytes loaded.
+    let half = unsafe { _mm_loadu_si128(values.as_ptr() as *const __m128i) };
+    _mm256_set_m128i(half, half)
+}
+
+/// Packed q4_0 rows (or, `NL`, iq4_nl rows: each nibble looked up in the
+/// table plus 128, and 128 times the sum taken off) against `T` tokens
+/// with `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q4_0_vnni<const T: usize, const PF: bool>(
+pub fn q4_0_vnni<const T: usize, const PF: bool, const NL: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
@@ -114,6 +132,7 @@ pub fn q4_0_vnni<const T: usize, const PF: bool>(
 ) {
     let blocks = blocks(group, a, sums, out);
     assert_eq!(a.len(), T);
+    let table = iq4_table::<true>();
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * 18;
@@ -121,7 +140,13 @@ pub fn q4_0_vnni<const T: usize, const PF: bool>(
         let y0 = 34 * b + 2;
         let mut dp = [_mm256_setzero_si256(); T];
         for j in 0..4 {
-            let (lo, hi) = nibbles(group, at + 16 + 32 * j);
+            let (mut lo, mut hi) = nibbles(group, at + 16 + 32 * j);
+            if NL {
+                (lo, hi) = (
+                    _mm256_shuffle_epi8(table, lo),
+                    _mm256_shuffle_epi8(table, hi),
+                );
+            }
             for t in 0..T {
                 dp[t] = _mm256_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
                 dp[t] = _mm256_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
@@ -129,15 +154,19 @@ pub fn q4_0_vnni<const T: usize, const PF: bool>(
         }
         let dx = scales(group, at);
         for t in 0..T {
-            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp[t], sums[t][b]);
+            let offset = sums[t][b].wrapping_shl(if NL { 7 } else { 3 });
+            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp[t], offset);
         }
     }
     store(acc, out)
 }
 
-/// Packed q4_0 rows against `T` tokens with AVX2.
+/// Packed q4_0 rows against `T` tokens with AVX2; `NL`: iq4_nl rows,
+/// their signed values by the sign trick (`maddubs` of the values'
+/// magnitudes and the activations signed by them: at most 2 · 127 · 127
+/// a pair, so each goes to 32 bits at once).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_0_avx2<const T: usize, const PF: bool>(
+pub fn q4_0_avx2<const T: usize, const PF: bool, const NL: bool>(
     group: &[u8],
     a: &[&[u8]],
     sums: &[&[i32]],
@@ -146,6 +175,7 @@ pub fn q4_0_avx2<const T: usize, const PF: bool>(
     let blocks = blocks(group, a, sums, out);
     assert_eq!(a.len(), T);
     let ones = _mm256_set1_epi16(1);
+    let table = iq4_table::<false>();
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * 18;
@@ -156,14 +186,36 @@ pub fn q4_0_avx2<const T: usize, const PF: bool>(
         for j in 0..4 {
             let (lo, hi) = nibbles(group, at + 16 + 32 * j);
             for t in 0..T {
-                let l = _mm256_maddubs_epi16(lo, broadcast4(a[t], y0 + 4 * j));
-                let h = _mm256_maddubs_epi16(hi, broadcast4(a[t], y0 + 16 + 4 * j));
-                dp[t] = _mm256_add_epi16(dp[t], _mm256_add_epi16(l, h));
+                let (ylo, yhi) = (
+                    broadcast4(a[t], y0 + 4 * j),
+                    broadcast4(a[t], y0 + 16 + 4 * j),
+                );
+                if NL {
+                    let (lo, hi) = (
+                        _mm256_shuffle_epi8(table, lo),
+                        _mm256_shuffle_epi8(table, hi),
+                    );
+                    let l =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(ylo, lo));
+                    let h =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(yhi, hi));
+                    let both =
+                        _mm256_add_epi32(_mm256_madd_epi16(l, ones), _mm256_madd_epi16(h, ones));
+                    dp[t] = _mm256_add_epi32(dp[t], both);
+                } else {
+                    let l = _mm256_maddubs_epi16(lo, ylo);
+                    let h = _mm256_maddubs_epi16(hi, yhi);
+                    dp[t] = _mm256_add_epi16(dp[t], _mm256_add_epi16(l, h));
+                }
             }
         }
         for t in 0..T {
-            let dp = _mm256_madd_epi16(dp[t], ones);
-            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp, sums[t][b]);
+            let (dp, offset) = if NL {
+                (dp[t], 0)
+            } else {
+                (_mm256_madd_epi16(dp[t], ones), sums[t][b].wrapping_shl(3))
+            };
+            acc[t] = accumulate(acc[t], dx, &a[t][34 * b..], dp, offset);
         }
     }
     store(acc, out)
