@@ -324,8 +324,6 @@ fn decoding_long_rows_equals_the_one_row_kernel_and_the_batch_bit_for_bit() {
             GgmlType::Q4K,
             GgmlType::Q5K,
             GgmlType::Q6K,
-            GgmlType::IQ4NL,
-            GgmlType::IQ4XS,
         ] {
             // Whole chunks of eight blocks and remainders (the q0 decode
             // kernels' scales are converted eight blocks at a time), and

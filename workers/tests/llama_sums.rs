@@ -157,6 +157,8 @@ fn k_products_sum_as(
     let size = ty.block_bytes() as usize;
     for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
         for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
+            // Row counts no group of eight would pack (iq4_xs).
+            assert!(!kernels.packs(ty, rows), "{}", kernels.name);
             let cols = 256 * blocks;
             let mut data = matrix_bytes(&mut rng, ty, rows, cols);
             for (b, block) in data.chunks_exact_mut(size).enumerate() {
@@ -247,8 +249,11 @@ fn iq4_xs_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
     k_products_sum_as(GgmlType::IQ4XS, 2..136, 31, iq4xs_in_eight_lanes);
 }
 
-/// One iq4_nl row against one q8_0 activation row as llama.cpp sums it on
-/// x86 where it does not repack the matrix (`ggml_vec_dot_iq4_nl_q8_0`):
+/// One iq4_nl row against one q8_0 activation row as llama.cpp sums one
+/// token on x86 where it does not repack the matrix
+/// (`ggml_vec_dot_iq4_nl_q8_0`; a batch of two or more it takes through
+/// llamafile's tinyBLAS, whose order drover-worker's batches, equal to
+/// one token at a time, do not follow):
 /// each block's eight lanes (lane `k` values `4k..4k + 4`) into
 /// `fma(dy * dx, lane, acc)`, even blocks into one accumulator and odd
 /// ones into another, the two added lane by lane and then across as
@@ -279,7 +284,7 @@ fn iq4nl_in_two_accumulators(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[test]
-fn unpacked_iq4_nl_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+fn unpacked_iq4_nl_products_on_every_simd_set_sum_as_llama_cpps_one_token_does() {
     let mut rng = SplitMix64::new(37);
     for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
         // Row counts that are not whole groups of eight (those are packed,

@@ -120,7 +120,17 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                     GgmlType::Q4K | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
                     _ => cols(ty, blocks),
                 };
-                let plain = rows_of(&mut rng, ty, rows, cols);
+                let mut plain = rows_of(&mut rng, ty, rows, cols);
+                // iq4 blocks of random bytes but their f16 scale: every
+                // index, and iq4_xs sub-block scales from -32 to 31.
+                if matches!(ty, GgmlType::IQ4NL | GgmlType::IQ4XS) {
+                    let size = ty.block_bytes() as usize;
+                    for block in plain.chunks_exact_mut(size).skip(1).step_by(2) {
+                        block[2..]
+                            .iter_mut()
+                            .for_each(|x| *x = rng.next_u64() as u8);
+                    }
+                }
                 let data = x8::pack(ty, rows, cols, &plain);
                 let m = packed(ty, rows, cols, &data);
                 let x = values(&mut rng, n * cols, 2.0);

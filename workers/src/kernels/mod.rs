@@ -129,7 +129,7 @@ pub struct Kernels {
     x8_q4k: X8Fn,
     x8_iq4nl: X8Fn,
     x8_iq4xs: X8Fn,
-    /// Packed q4_0 and q4_K two groups a call (`group` the two back
+    /// Packed q4_0, q4_K, iq4_nl and iq4_xs two groups a call (`group` the two back
     /// to back, the second's outputs after the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
     x16_q4_0: Option<X8Fn>,

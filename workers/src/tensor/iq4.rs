@@ -69,9 +69,11 @@ pub fn dequantize_iq4xs(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The index of the table value nearest `v` (the lower on a tie).
+/// The index of the table value nearest `v` (the lower on a tie; for a
+/// NaN, as a zero times an infinite inverse scale gives, index 8, the
+/// value nearest zero).
 fn nearest(v: f32) -> u8 {
-    let mut best = 0;
+    let mut best = 8;
     for (i, &t) in IQ4_VALUES.iter().enumerate() {
         if (v - t as f32).abs() < (v - IQ4_VALUES[best] as f32).abs() {
             best = i;

@@ -14,7 +14,9 @@
 //!   (`fma(dx · dy, isum, sum)`, fused as llama.cpp's build fuses it).
 //!   llama.cpp repacks a matrix of iq4_nl whose rows are a multiple of 8;
 //!   drover-worker packs those too (`kernels::x8`), so this serves only
-//!   the others, as llama.cpp's does.
+//!   the others. For those llama.cpp sums one token so, but a batch of
+//!   two or more in llamafile's tinyBLAS (one 8-lane accumulator an
+//!   output); drover-worker sums a batch as one token at a time.
 //! - iq4_xs: each sub-block's lanes times its scale (`madd`), summed over
 //!   the block in integers, then one `fma(dx · dy, lanes, acc)` a block
 //!   and a sum across at the end. A matrix of whole groups of eight rows

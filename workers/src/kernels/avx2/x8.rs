@@ -184,21 +184,21 @@ pub fn q4_0_avx2<const T: usize, const PF: bool, const NL: bool>(
         let dx = scales(group, at);
         let mut dp = [_mm256_setzero_si256(); T];
         for j in 0..4 {
-            let (lo, hi) = nibbles(group, at + 16 + 32 * j);
+            let (mut lo, mut hi) = nibbles(group, at + 16 + 32 * j);
+            if NL {
+                (lo, hi) = (
+                    _mm256_shuffle_epi8(table, lo),
+                    _mm256_shuffle_epi8(table, hi),
+                );
+            }
             for t in 0..T {
                 let (ylo, yhi) = (
                     broadcast4(a[t], y0 + 4 * j),
                     broadcast4(a[t], y0 + 16 + 4 * j),
                 );
                 if NL {
-                    let (lo, hi) = (
-                        _mm256_shuffle_epi8(table, lo),
-                        _mm256_shuffle_epi8(table, hi),
-                    );
-                    let l =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(ylo, lo));
-                    let h =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(yhi, hi));
+                    let l = super::iq4::pair_sums(lo, ylo);
+                    let h = super::iq4::pair_sums(hi, yhi);
                     let both =
                         _mm256_add_epi32(_mm256_madd_epi16(l, ones), _mm256_madd_epi16(h, ones));
                     dp[t] = _mm256_add_epi32(dp[t], both);
