@@ -96,8 +96,9 @@ struct Bound {
 /// in llama.cpp's eight lanes), iq4_nl (packed, as llama.cpp repacks
 /// it), q5_0, q4_1, q5_1 and f16 match bit for bit, and q4_K_M, q3_K_M
 /// and iq4_xs (packed; llama.cpp does not repack it) within 4e-6; q3_K,
-/// q5_K and q6_K match llama.cpp's one-row dot products bit for bit
-/// (q3_K_M's and q5_K_M's first prompt, under 8 tokens, exactly); q2_K llama.cpp's AVX2
+/// q6_K (and q5_K where not packed) match llama.cpp's one-row dot
+/// products bit for bit (q3_K_M's first prompt, under 8 tokens,
+/// exactly; q5_K_M's within 4e-6, its q5_K packed); q2_K llama.cpp's AVX2
 /// build's (its AVX-512 one, which made the golden, repacks q2_K: below).
 /// The portable kernels sum a q8_0, q5_0, q4_1, q5_1 or iq4_nl block
 /// whole (as the GPU does) and f16 rows in another order, so there they
@@ -131,7 +132,8 @@ fn bound(name: &str, portable: bool) -> Bound {
         // llama.cpp multiplies a batch of 8 or more tokens by q4_K, q5_K
         // and q6_K weights in tiles of its own ("tiled", not repacked
         // q4_K), whose float sums take another order than its one-row
-        // dot products, which drover-worker's match; its own logits at
+        // dot products, which drover-worker's q6_K match (its q5_K is
+        // packed: within 4e-6 of llama.cpp's); its own logits at
         // position 0 then differ by up to 5e-6 between a 5-token prompt
         // and a 22-token one. Here that moved an activation across a
         // rounding edge in the third prompt (11 tokens): 0.16 at its

@@ -1,4 +1,4 @@
-//! q4_0, iq4_nl, q4_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
+//! q4_0, iq4_nl, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -11,10 +11,11 @@ use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 4] = [
+const PACKED_TYPES: [GgmlType; 5] = [
     GgmlType::Q4_0,
     GgmlType::IQ4NL,
     GgmlType::Q4K,
+    GgmlType::Q5K,
     GgmlType::IQ4XS,
 ];
 
@@ -53,7 +54,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
         let plain = rows_of(&mut rng, ty, rows, cols);
         let data = x8::pack(ty, rows, cols, &plain);
         assert_eq!(data.len(), rows / 8 * x8::group_bytes(ty, cols), "{ty}");
-        if ![GgmlType::Q4K, GgmlType::IQ4XS].contains(&ty) {
+        if ![GgmlType::Q4K, GgmlType::Q5K, GgmlType::IQ4XS].contains(&ty) {
             assert_eq!(data.len(), plain.len(), "{ty}: packing only moves bytes");
         }
         assert_ne!(
@@ -115,9 +116,9 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                 (96, 16, 1),
                 (264, 28, 13),
             ] {
-                // q4_K and iq4_xs blocks are 256 wide: fewer of them.
+                // q4_K, q5_K and iq4_xs blocks are 256 wide: fewer of them.
                 let cols = match ty {
-                    GgmlType::Q4K | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
+                    GgmlType::Q4K | GgmlType::Q5K | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
                     _ => cols(ty, blocks),
                 };
                 let mut plain = rows_of(&mut rng, ty, rows, cols);

@@ -96,6 +96,7 @@ pub fn kernels_vnni_for(tuning: Tuning) -> Option<Kernels> {
             kernels.x16_q4k = Some(x16_q4k_vnni);
             kernels.x16_iq4nl = Some(x16_iq4nl_vnni);
             kernels.x16_iq4xs = Some(x16_iq4xs_vnni);
+            kernels.x16_q5k = Some(x16_q5k_vnni);
         }
         return Some(kernels);
     }
@@ -172,6 +173,16 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 (vnni_next_q4k, vnni_next_q6k)
             } else {
                 (next_q4k, next_q6k)
+            };
+            let (x8_q5k, x8_q5k_flat): (X8Fn, X8Fn) = if vnni {
+                (x8_q5k_vnni, flat_q5k_vnni)
+            } else {
+                (x8_q5k_avx2, flat_q5k_avx2)
+            };
+            let x8_q5k = if tuning.prefetch() {
+                x8_q5k
+            } else {
+                x8_q5k_flat
             };
             let (x8_q4_0, x8_q4k, x8_iq4nl, x8_iq4xs): (X8Fn, X8Fn, X8Fn, X8Fn) =
                 match (vnni, tuning.prefetch()) {
@@ -261,10 +272,12 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 x8_q4k,
                 x8_iq4nl,
                 x8_iq4xs,
+                x8_q5k,
                 x16_q4_0: None,
                 x16_q4k: None,
                 x16_iq4nl: None,
                 x16_iq4xs: None,
+                x16_q5k: None,
                 pair_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(pairs::ROWS, F16_PAIR_TOKENS, pair_f16)
@@ -327,6 +340,10 @@ mod f16x16;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x16;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x8k;
 
 #[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};

@@ -2,7 +2,7 @@
 //! kernel is compiled once per shape it is called with (rows by tokens, or
 //! tokens), and one function per kernel dispatches a call to its shape.
 
-use super::{f16x16, gemv, iq4, k23, ktile, tile, vnni, x8, x16};
+use super::{f16x16, gemv, iq4, k23, ktile, tile, vnni, x8, x8k, x16};
 
 /// One tile function per element type, dispatching on the tile's shape to
 /// the kernel compiled for it; every shape up to the full tile is listed,
@@ -210,14 +210,19 @@ macro_rules! packed_tokens {
 packed_tokens!(
     x8_q4_0_vnni = x8::q4_0_vnni<true, false>,
     x8_q4_0_avx2 = x8::q4_0_avx2<true, false>,
-    x8_q4k_vnni = x8::q4k_vnni<true>,
-    x8_q4k_avx2 = x8::q4k_avx2<true>,
+    x8_q4k_vnni = x8k::q4k_vnni<true, false>,
+    x8_q4k_avx2 = x8k::q4k_avx2<true, false>,
+    x8_q5k_vnni = x8k::q4k_vnni<true, true>,
+    x8_q5k_avx2 = x8k::q4k_avx2<true, true>,
+    flat_q5k_vnni = x8k::q4k_vnni<false, true>,
+    flat_q5k_avx2 = x8k::q4k_avx2<false, true>,
+    x16_q5k_vnni = x16::q4k_vnni<true>,
     flat_q4_0_vnni = x8::q4_0_vnni<false, false>,
     flat_q4_0_avx2 = x8::q4_0_avx2<false, false>,
-    flat_q4k_vnni = x8::q4k_vnni<false>,
-    flat_q4k_avx2 = x8::q4k_avx2<false>,
+    flat_q4k_vnni = x8k::q4k_vnni<false, false>,
+    flat_q4k_avx2 = x8k::q4k_avx2<false, false>,
     x16_q4_0_vnni = x16::q4_0_vnni<false>,
-    x16_q4k_vnni = x16::q4k_vnni,
+    x16_q4k_vnni = x16::q4k_vnni<false>,
     x8_iq4nl_vnni = x8::q4_0_vnni<true, true>,
     x8_iq4nl_avx2 = x8::q4_0_avx2<true, true>,
     flat_iq4nl_vnni = x8::q4_0_vnni<false, true>,

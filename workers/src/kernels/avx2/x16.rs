@@ -1,4 +1,4 @@
-//! Packed q4_0, iq4_nl, q4_K and iq4_xs (layout and order: `kernels::x8`) two
+//! Packed q4_0, iq4_nl, q4_K, q5_K and iq4_xs (layout and order: `kernels::x8`) two
 //! groups of eight rows a call in 512-bit registers, where the processor
 //! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
 //! the first group's eight rows, the high half the second's, so one
@@ -16,7 +16,7 @@
 
 use super::imp::f16;
 use super::ktile::{load, q8k_sub_sums};
-use crate::kernels::x8::{IQ4XS_GROUP_BLOCK, Q4K_GROUP_BLOCK, ROWS};
+use crate::kernels::x8::{IQ4XS_GROUP_BLOCK, Q4K_GROUP_BLOCK, Q5K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
 /// The 32 bytes at `at` of the first group (low half) and of the second,
@@ -62,30 +62,48 @@ fn broadcast4(y: &[u8], at: usize) -> __m512i {
     _mm512_set1_epi32(i32::from_le_bytes([y[at], y[at + 1], y[at + 2], y[at + 3]]))
 }
 
-/// Two packed q4_K groups back to back (`g`) against `T` tokens with
-/// 512-bit `vpdpbusd`: `out[t]` receives the first group's eight outputs
-/// for token `t`, `out[T + t]` the second's.
+/// Two packed q4_K (`FIVE`: q5_K) groups back to back (`g`) against `T`
+/// tokens with 512-bit `vpdpbusd`: `out[t]` receives the first group's
+/// eight outputs for token `t`, `out[T + t]` the second's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn q4k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+pub fn q4k_vnni<const T: usize, const FIVE: bool>(
+    g: &[u8],
+    a: &[&[u8]],
+    _s: &[&[i32]],
+    out: &mut [[f32; ROWS]],
+) {
+    let size = if FIVE {
+        Q5K_GROUP_BLOCK
+    } else {
+        Q4K_GROUP_BLOCK
+    };
+    let pair = if FIVE { 320 } else { 256 };
     let half = g.len() / 2;
-    let blocks = half / Q4K_GROUP_BLOCK;
-    assert_eq!(g.len(), 2 * blocks * Q4K_GROUP_BLOCK);
+    let blocks = half / size;
+    assert_eq!(g.len(), 2 * blocks * size);
     assert!(a.len() == T && out.len() >= 2 * T);
     assert!(a.iter().all(|y| y.len() == blocks * 292));
     let mask = _mm512_set1_epi8(0x0F);
     let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
     for b in 0..blocks {
-        let at = b * Q4K_GROUP_BLOCK;
+        let at = b * size;
         let mut isum = [_mm512_setzero_si512(); T];
         for p in 0..4 {
             // The low nibbles of a pair's chunks against its first 32
             // activation bytes, the high ones against the next 32.
-            let chunks = at + 160 + 256 * p;
+            let chunks = at + 160 + pair * p;
             let mut dp = [[_mm512_setzero_si512(); T]; 2];
             for c in 0..8 {
                 let w = both32(g, half, chunks + 32 * c);
-                let lo = _mm512_and_si512(w, mask);
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+                let mut lo = _mm512_and_si512(w, mask);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
+                if FIVE {
+                    let (l1, h1) = super::x8k::fifth_bits(g, chunks + 256 + 8 * c);
+                    let (l2, h2) = super::x8k::fifth_bits(g, half + chunks + 256 + 8 * c);
+                    let both = |x, y| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(x), y);
+                    lo = _mm512_or_si512(lo, both(l1, l2));
+                    hi = _mm512_or_si512(hi, both(h1, h2));
+                }
                 for t in 0..T {
                     let y = 292 * b + 4 + 64 * p + 4 * c;
                     dp[0][t] = _mm512_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));

@@ -1,4 +1,5 @@
-//! The packed q4_0, iq4_nl and q4_K kernels (layout and order: `kernels::x8`):
+//! The packed q4_0 and iq4_nl kernels (layout and order: `kernels::x8`;
+//! q4_K's and q5_K's are in `x8k`):
 //! one group of eight rows against up to `x8::TOKENS` tokens a call, with
 //! AVX2's `maddubs`/`madd` or AVX-512 VNNI's 256-bit `vpdpbusd`.
 //!
@@ -24,7 +25,7 @@
 
 use super::imp::f16;
 use super::ktile::load;
-use crate::kernels::x8::{Q4K_GROUP_BLOCK, ROWS};
+use crate::kernels::x8::ROWS;
 use std::arch::x86_64::*;
 
 /// Checks the shapes one q4_0 call reads and returns the number of blocks.
@@ -224,177 +225,8 @@ pub fn q4_0_avx2<const T: usize, const PF: bool, const NL: bool>(
 /// The 16 bytes of `group` from `at`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load128(group: &[u8], at: usize) -> __m128i {
+pub(super) fn load128(group: &[u8], at: usize) -> __m128i {
     assert!(at + 16 <= group.len());
     // SAFETY: bytes `at..at + 16` are inside `group` (checked above).
     unsafe { _mm_loadu_si128(group.as_ptr().add(at) as *const __m128i) }
-}
-
-/// The 8 bytes of `group` from `at`, each widened to an i32 lane.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn bytes_to_i32(group: &[u8], at: usize) -> __m256i {
-    assert!(at + 8 <= group.len());
-    // SAFETY: bytes `at..at + 8` are inside `group` (checked above).
-    let v = unsafe { _mm_loadl_epi64(group.as_ptr().add(at) as *const __m128i) };
-    _mm256_cvtepu8_epi32(v)
-}
-
-/// One packed q4_K block (at `at`) of eight rows against `T` q8_K
-/// activation blocks (`b`-th of each token), `pair_sums(chunks, p)`
-/// summing sub-blocks `2p` and `2p + 1` (the low and high nibbles of the
-/// pair's chunks at `chunks`) of each row into its lane: adds the float
-/// steps to `acc` and `macc`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)] // one block's view of a call
-fn q4k_block<const T: usize>(
-    group: &[u8],
-    at: usize,
-    a: &[&[u8]],
-    b: usize,
-    acc: &mut [__m256; T],
-    macc: &mut [__m256; T],
-    pair_sums: impl Fn(usize, usize) -> [[__m256i; T]; 2],
-) {
-    let mut isum = [_mm256_setzero_si256(); T];
-    for p in 0..4 {
-        let sums = pair_sums(at + 160 + 256 * p, p);
-        for (k, sums) in sums.iter().enumerate() {
-            let scales = bytes_to_i32(group, at + 32 + 8 * (2 * p + k));
-            for t in 0..T {
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(sums[t], scales));
-            }
-        }
-    }
-    let mut msum = [_mm256_setzero_si256(); T];
-    for t in 0..T {
-        let y = &a[t][292 * b..292 * (b + 1)];
-        let mut pairs = [0i32; 4];
-        // SAFETY: `pairs` holds the 16 bytes stored.
-        unsafe {
-            _mm_storeu_si128(
-                pairs.as_mut_ptr() as *mut __m128i,
-                super::ktile::q8k_sub_sums(y),
-            )
-        };
-        for (p, &pair) in pairs.iter().enumerate() {
-            let mins = _mm256_cvtepu8_epi16(load128(group, at + 96 + 16 * p));
-            let m = _mm256_madd_epi16(mins, _mm256_set1_epi32(pair));
-            msum[t] = _mm256_add_epi32(msum[t], m);
-        }
-    }
-    let dx = scales(group, at);
-    let mx = scales(group, at + 16);
-    for t in 0..T {
-        let y = &a[t][292 * b..];
-        let dy = _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-        macc[t] = _mm256_fmadd_ps(_mm256_mul_ps(mx, dy), _mm256_cvtepi32_ps(msum[t]), macc[t]);
-    }
-}
-
-/// Packed q4_K rows against `T` tokens with `vpdpbusd`.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q4k_vnni<const T: usize, const PF: bool>(
-    g: &[u8],
-    a: &[&[u8]],
-    _s: &[&[i32]],
-    out: &mut [[f32; ROWS]],
-) {
-    let blocks = q4k_blocks(g, a, out);
-    let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
-    for b in 0..blocks {
-        let at = b * Q4K_GROUP_BLOCK;
-        ahead::<T, PF>(g, at, Q4K_GROUP_BLOCK);
-        // The low nibbles of a pair's chunks against its first 32
-        // activation bytes, the high ones against the next 32.
-        let pair_sums = |chunks: usize, p: usize| {
-            let mut dp = [[_mm256_setzero_si256(); T]; 2];
-            for c in 0..8 {
-                let (lo, hi) = nibbles(g, chunks + 32 * c);
-                for t in 0..T {
-                    let y = 292 * b + 4 + 64 * p + 4 * c;
-                    dp[0][t] = _mm256_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));
-                    dp[1][t] = _mm256_dpbusd_epi32(dp[1][t], hi, broadcast4(a[t], y + 32));
-                }
-            }
-            dp
-        };
-        q4k_block(g, at, a, b, &mut acc, &mut macc, pair_sums);
-    }
-    q4k_store(acc, macc, out)
-}
-
-/// Packed q4_K rows against `T` tokens with AVX2: `maddubs` pairs summed
-/// in 16 bits over the sub-block (at most 8 · 2 · 15 · 127), then `madd`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4k_avx2<const T: usize, const PF: bool>(
-    g: &[u8],
-    a: &[&[u8]],
-    _s: &[&[i32]],
-    out: &mut [[f32; ROWS]],
-) {
-    let blocks = q4k_blocks(g, a, out);
-    let ones = _mm256_set1_epi16(1);
-    let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
-    for b in 0..blocks {
-        let at = b * Q4K_GROUP_BLOCK;
-        ahead::<T, PF>(g, at, Q4K_GROUP_BLOCK);
-        let pair_sums = |chunks: usize, p: usize| {
-            let mut ys: [&[u8]; T] = [&[]; T];
-            for t in 0..T {
-                ys[t] = &a[t][292 * b + 4 + 64 * p..292 * b + 68 + 64 * p];
-            }
-            let mut dp = q4k_pair_avx2::<T>(&g[chunks..chunks + 256], &ys);
-            for d in dp.iter_mut().flatten() {
-                *d = _mm256_madd_epi16(*d, ones);
-            }
-            dp
-        };
-        q4k_block(g, at, a, b, &mut acc, &mut macc, pair_sums);
-    }
-    q4k_store(acc, macc, out)
-}
-
-/// One pair of sub-blocks of a packed q4_K block (its eight chunks,
-/// `chunks`) against each token's 64 activation bytes of the pair (`ys`):
-/// the low nibbles against the first 32, the high ones against the next
-/// 32, in 16-bit sums. Apart from [`q4k_avx2`] (not inlined) its sums
-/// stay in registers; inlined, they went through the stack every chunk.
-#[inline(never)]
-#[target_feature(enable = "avx2")]
-fn q4k_pair_avx2<const T: usize>(chunks: &[u8], ys: &[&[u8]; T]) -> [[__m256i; T]; 2] {
-    assert!(chunks.len() == 256 && ys.iter().all(|y| y.len() == 64));
-    let mut dp = [[_mm256_setzero_si256(); T]; 2];
-    for c in 0..8 {
-        let (lo, hi) = nibbles(chunks, 32 * c);
-        for t in 0..T {
-            let l = _mm256_maddubs_epi16(lo, broadcast4(ys[t], 4 * c));
-            let h = _mm256_maddubs_epi16(hi, broadcast4(ys[t], 32 + 4 * c));
-            dp[0][t] = _mm256_add_epi16(dp[0][t], l);
-            dp[1][t] = _mm256_add_epi16(dp[1][t], h);
-        }
-    }
-    dp
-}
-
-/// Checks a q4_K call's shapes and returns its number of blocks.
-fn q4k_blocks(group: &[u8], a: &[&[u8]], out: &[[f32; ROWS]]) -> usize {
-    let blocks = group.len() / Q4K_GROUP_BLOCK;
-    assert_eq!(group.len(), blocks * Q4K_GROUP_BLOCK);
-    assert!(out.len() >= a.len());
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
-    blocks
-}
-
-/// Writes each token's eight outputs, `acc - macc`.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn q4k_store<const T: usize>(acc: [__m256; T], macc: [__m256; T], out: &mut [[f32; ROWS]]) {
-    let mut diff = [_mm256_setzero_ps(); T];
-    for t in 0..T {
-        diff[t] = _mm256_sub_ps(acc[t], macc[t]);
-    }
-    store(diff, out)
 }
