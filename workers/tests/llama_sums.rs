@@ -142,7 +142,7 @@ fn q3k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
     ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
 }
 
-/// Every SIMD set's products of `ty` (q2_K, q3_K or iq4_xs) against
+/// Every SIMD set's products of `ty` (q2_K, q3_K, q5_K or iq4_xs) against
 /// `reference`, bit for bit: one token and batches, on the encoder's
 /// blocks and on blocks of random bytes but their f16 scales (`random`
 /// the bytes made random): negative sub-block scales, every pattern of
@@ -157,7 +157,7 @@ fn k_products_sum_as(
     let size = ty.block_bytes() as usize;
     for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
         for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
-            // Row counts no group of eight would pack (iq4_xs).
+            // Row counts no group of eight would pack (q5_K, iq4_xs).
             assert!(!kernels.packs(ty, rows), "{}", kernels.name);
             let cols = 256 * blocks;
             let mut data = matrix_bytes(&mut rng, ty, rows, cols);
@@ -310,4 +310,43 @@ fn unpacked_iq4_nl_products_on_every_simd_set_sum_as_llama_cpps_one_token_does()
             common::assert_alone_and_batched(&kernels, &m, &x, n, want, &what);
         }
     }
+}
+
+/// One q5_K row against one q8_K activation row as llama.cpp sums it on
+/// x86 (`ggml_vec_dot_q5_K_q8_K`): per block, [`q3k_in_eight_lanes`]'s
+/// lanes (each run of 32 a sub-block, by its six-bit scale) into
+/// `fma(dy * dx, lane, acc)`, and the mins against the 16-value sums
+/// into one float apart, `fma(-dy * dmin, mins, summs)`, added last.
+fn q5k_in_eight_lanes(w: &[u8], a: &[u8]) -> f32 {
+    use workers::tensor::blocks::{f16_at, q4k_scale_min, q5k_value};
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (x, y) in w.chunks_exact(176).zip(a.chunks_exact(292)) {
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let (d, dmin) = (dy * f16_at(x, 0), -dy * f16_at(x, 2));
+        let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+        let parts: Vec<(u8, u8)> = (0..8).map(|j| q4k_scale_min(j, &x[4..16])).collect();
+        let mins: i32 = (0..8)
+            .map(|j| parts[j].1 as i32 * (bsum(2 * j) + bsum(2 * j + 1)))
+            .sum();
+        summs = dmin.mul_add(mins as f32, summs);
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let sum: i32 = (0..8)
+                .map(|j| {
+                    let part: i32 = (32 * j + 4 * k..32 * j + 4 * k + 4)
+                        .map(|n| q5k_value(x, n) as i32 * y[4 + n] as i8 as i32)
+                        .sum();
+                    parts[j].0 as i32 * part
+                })
+                .sum();
+            *lane = d.mul_add(sum as f32, *lane);
+        }
+    }
+    let l = acc;
+    (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + summs
+}
+
+#[test]
+fn unpacked_q5_k_products_on_every_simd_set_sum_as_llama_cpp_does_bit_for_bit() {
+    k_products_sum_as(GgmlType::Q5K, 4..176, 41, q5k_in_eight_lanes);
 }

@@ -96,6 +96,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
     assert!(x8::packable(GgmlType::Q4_0, 24));
     assert!(x8::packable(GgmlType::IQ4NL, 24));
     assert!(!x8::packable(GgmlType::IQ4NL, 12));
+    assert!(!x8::packable(GgmlType::Q5K, 12));
     // q8_0 stays as stored, summed as llama.cpp sums it (`kernels.rs`).
     assert!(!x8::packable(GgmlType::Q8_0, 24));
 }
@@ -146,6 +147,31 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
 }
 
 #[test]
+fn the_largest_q5_k_values_against_the_largest_activations_stay_exact() {
+    // Every value 31 (nibbles 15, fifth bits set) against activations all
+    // 127 of one sign: the AVX2 kernel's 16-bit sums at their bound (four
+    // chunks of 2 · 31 · 127 a lane before they widen), against the
+    // reference, one token and a batch.
+    let (rows, cols) = (16, 512);
+    let mut plain = rows_of(&mut SplitMix64::new(3), GgmlType::Q5K, rows, cols);
+    for block in plain.chunks_exact_mut(176) {
+        block[16..].iter_mut().for_each(|b| *b = 0xFF);
+    }
+    let data = x8::pack(GgmlType::Q5K, rows, cols, &plain);
+    let m = packed(GgmlType::Q5K, rows, cols, &data);
+    let row_bytes = plain.len() / rows;
+    let want =
+        |r: usize, a: &[u8]| x8::dot(GgmlType::Q5K, &plain[r * row_bytes..(r + 1) * row_bytes], a);
+    for kernels in kernel_sets() {
+        for sign in [1.0f32, -1.0] {
+            let x = vec![sign; 2 * cols];
+            let what = format!("q5_K at its largest, activations of sign {sign}");
+            common::assert_alone_and_batched(&kernels, &m, &x, 2, want, &what);
+        }
+    }
+}
+
+#[test]
 fn packed_products_are_close_to_the_portable_ones_on_the_rows_as_stored() {
     let mut rng = SplitMix64::new(21);
     for ty in PACKED_TYPES {
@@ -181,6 +207,7 @@ fn packed_and_stored_products_share_activations_as_each_alone() {
     for (ty, other) in [
         (GgmlType::Q4_0, GgmlType::Q4_0),
         (GgmlType::Q4K, GgmlType::Q6K),
+        (GgmlType::Q5K, GgmlType::Q6K),
     ] {
         let cols = cols(ty, 2).max(128);
         for kernels in kernel_sets() {

@@ -38,7 +38,7 @@ pub struct Tile {
 }
 
 /// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0, iq4_nl,
-/// q4_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
+/// q4_K, q5_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
 /// for q8_0 activations, their block sums (`sums[t][b]`, the sum of
 /// block `b`'s quants of token `t`), writing token `t`'s eight outputs to
 /// `out[t]`.
@@ -46,8 +46,9 @@ pub type X8Fn = fn(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &mut [[f32; 
 
 /// A tile on weight rows unpacked first, a task's rows once, so a batch's
 /// tiles of tokens do not decode the same blocks again each: q5_K's values
-/// one a byte. The tile's integers and float steps are the packed tile's,
-/// so its outputs are the same bits.
+/// one a byte (a q5_K matrix that is not packed). The tile's integers and
+/// float steps are those of the q5_K tile on rows as stored, so its
+/// outputs are the same bits.
 #[derive(Clone, Copy)]
 pub struct Unpacked {
     /// The tile on unpacked rows.
@@ -107,7 +108,8 @@ pub struct Kernels {
     tile_q3k: Option<Tile>,
     tile_q4k: Option<Tile>,
     tile_q5k: Option<Tile>,
-    /// q5_K batches on rows unpacked first (see [`Unpacked`]).
+    /// Batches of q5_K matrices that are not packed, on rows unpacked
+    /// first (see [`Unpacked`]).
     unpacked_q5k: Option<Unpacked>,
     tile_q6k: Option<Tile>,
     tile_iq4nl: Option<Tile>,

@@ -5,9 +5,10 @@
 //! `vpdpbusd` sums sixteen rows against four activation bytes broadcast.
 //!
 //! Each lane takes exactly the steps of its row in the 256-bit kernels
-//! (`x8::q4_0_vnni`, `x8::q4k_vnni`): the same exact integer sums, then per
-//! block `acc = fma(dx * dy, isum, acc)` (q4_K also `macc = fma(dmin *
-//! dy, msum, macc)`, then `acc - macc`); so the outputs are their bits,
+//! (`x8::q4_0_vnni`, `x8k::q4k_vnni`, `iq4::iq4xs_vnni`): the same exact
+//! integer sums, then per block `acc = fma(dx * dy, isum, acc)` (q4_K and
+//! q5_K also `macc = fma(dmin * dy, msum, macc)`, then `acc - macc`); so
+//! the outputs are their bits,
 //! alone and in a batch. A batch only: one token reads the two groups as
 //! two streams, slower than the 256-bit kernels' one (see `x8::AHEAD`).
 
