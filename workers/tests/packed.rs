@@ -1,4 +1,4 @@
-//! q4_0, iq4_nl, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
+//! q4_0, iq4_nl, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -11,9 +11,10 @@ use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 5] = [
+const PACKED_TYPES: [GgmlType; 6] = [
     GgmlType::Q4_0,
     GgmlType::IQ4NL,
+    GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::IQ4XS,
@@ -54,7 +55,7 @@ fn packing_keeps_each_row_and_takes_the_bytes_it_had() {
         let plain = rows_of(&mut rng, ty, rows, cols);
         let data = x8::pack(ty, rows, cols, &plain);
         assert_eq!(data.len(), rows / 8 * x8::group_bytes(ty, cols), "{ty}");
-        if ![GgmlType::Q4K, GgmlType::Q5K, GgmlType::IQ4XS].contains(&ty) {
+        if ![GgmlType::Q3K, GgmlType::Q4K, GgmlType::Q5K, GgmlType::IQ4XS].contains(&ty) {
             assert_eq!(data.len(), plain.len(), "{ty}: packing only moves bytes");
         }
         assert_ne!(
@@ -119,19 +120,24 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
             ] {
                 // q4_K, q5_K and iq4_xs blocks are 256 wide: fewer of them.
                 let cols = match ty {
-                    GgmlType::Q4K | GgmlType::Q5K | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
+                    GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::IQ4XS => {
+                        cols(ty, blocks.min(3))
+                    }
                     _ => cols(ty, blocks),
                 };
                 let mut plain = rows_of(&mut rng, ty, rows, cols);
-                // iq4 blocks of random bytes but their f16 scale: every
-                // index, and iq4_xs sub-block scales from -32 to 31.
-                if matches!(ty, GgmlType::IQ4NL | GgmlType::IQ4XS) {
-                    let size = ty.block_bytes() as usize;
-                    for block in plain.chunks_exact_mut(size).skip(1).step_by(2) {
-                        block[2..]
-                            .iter_mut()
-                            .for_each(|x| *x = rng.next_u64() as u8);
-                    }
+                // iq4 and q3_K blocks of random bytes but their f16
+                // scale: every index, and sub-block scales from -32 to 31.
+                let random = match ty {
+                    GgmlType::IQ4NL | GgmlType::IQ4XS => 2..ty.block_bytes() as usize,
+                    GgmlType::Q3K => 0..108,
+                    _ => 0..0,
+                };
+                let size = ty.block_bytes() as usize;
+                for block in plain.chunks_exact_mut(size).skip(1).step_by(2) {
+                    block[random.clone()]
+                        .iter_mut()
+                        .for_each(|x| *x = rng.next_u64() as u8);
                 }
                 let data = x8::pack(ty, rows, cols, &plain);
                 let m = packed(ty, rows, cols, &data);

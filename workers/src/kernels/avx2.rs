@@ -179,6 +179,12 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             } else {
                 (x8_q5k_avx2, flat_q5k_avx2)
             };
+            let x8_q3k: X8Fn = match (vnni, tuning.prefetch()) {
+                (true, true) => x8_q3k_vnni,
+                (true, false) => flat_q3k_vnni,
+                (false, true) => x8_q3k_avx2,
+                (false, false) => flat_q3k_avx2,
+            };
             let x8_q5k = if tuning.prefetch() {
                 x8_q5k
             } else {
@@ -273,6 +279,7 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 x8_iq4nl,
                 x8_iq4xs,
                 x8_q5k,
+                x8_q3k,
                 x16_q4_0: None,
                 x16_q4k: None,
                 x16_iq4nl: None,

@@ -38,7 +38,7 @@ pub struct Tile {
 }
 
 /// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0, iq4_nl,
-/// q4_K, q5_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
+/// q3_K, q4_K, q5_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
 /// for q8_0 activations, their block sums (`sums[t][b]`, the sum of
 /// block `b`'s quants of token `t`), writing token `t`'s eight outputs to
 /// `out[t]`.
@@ -132,6 +132,7 @@ pub struct Kernels {
     x8_iq4nl: X8Fn,
     x8_iq4xs: X8Fn,
     x8_q5k: X8Fn,
+    x8_q3k: X8Fn,
     /// Packed q4_0, q4_K, q5_K, iq4_nl and iq4_xs two groups a call (`group` the two back
     /// to back, the second's outputs after the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
@@ -202,6 +203,7 @@ impl Kernels {
             x8_iq4nl: x8::portable_iq4nl,
             x8_iq4xs: x8::portable_iq4xs,
             x8_q5k: x8::portable_q5k,
+            x8_q3k: x8::portable_q3k,
             x16_q4_0: None,
             x16_q4k: None,
             x16_iq4nl: None,
@@ -300,6 +302,7 @@ impl Kernels {
             GgmlType::IQ4NL => Some(self.x8_iq4nl),
             GgmlType::IQ4XS => Some(self.x8_iq4xs),
             GgmlType::Q5K => Some(self.x8_q5k),
+            GgmlType::Q3K => Some(self.x8_q3k),
             _ => None,
         }
     }

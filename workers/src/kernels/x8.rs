@@ -1,7 +1,7 @@
-//! q4_0, iq4_nl, q4_K, q5_K and iq4_xs weights packed eight rows
+//! q4_0, iq4_nl, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows
 //! together, the layout the processor reads best for these types on x86,
-//! as llama.cpp repacks q4_0, iq4_nl and q4_K there (q5_K and iq4_xs it
-//! does not: packed here for the same reads, in the packed float order,
+//! as llama.cpp repacks q4_0, iq4_nl and q4_K there (q3_K, q5_K and
+//! iq4_xs it does not: packed here for the same reads, in the packed float order,
 //! not its one-row one).
 //!
 //! q8_0 is not packed: llama.cpp does not repack it on x86, and its
@@ -30,6 +30,14 @@
 //!   followed by their fifth bits, eight bytes a chunk, a byte a row
 //!   (bit `i` value `4c + i` of sub-block `2p`, bit `4 + i` of `2p + 1`):
 //!   1440 bytes for eight rows' 1408.
+//! - q3_K (256 columns): the eight `d` (16 bytes), the sixteen six-bit
+//!   sub-block scales less 32 as signed bytes, `[sub-block][row]` (128),
+//!   then the two halves' quant chunks (chunk `8c + j`: bytes `4j..4j +
+//!   4` of half `c`'s 32 bytes of two-bit quants; each byte value `i`'s
+//!   bits 0-1, `32 + i`'s 2-3, `64 + i`'s 4-5, `96 + i`'s 6-7 of the
+//!   half), then eight chunks of the high-bit mask (bytes `4j..4j + 4`;
+//!   bit `4c + p` of byte `i` value `128c + 32p + i`'s): 912 bytes for
+//!   eight rows' 880.
 //! - iq4_xs (256 columns): the eight `d` (16 bytes), the sub-block
 //!   scales decoded to signed bytes, `[sub-block][row]` (64), then each
 //!   sub-block's four chunks, as a q4_0 block's (its 16 bytes of
@@ -41,7 +49,7 @@
 //! into eight lanes, one a row: no horizontal sum anywhere. The float
 //! steps follow, per block, from zero, with `isum` the block's exact
 //! integer dot product (q4_0, iq4_nl) or its sub-block sums times their
-//! scales (q4_K, q5_K, iq4_xs; for the k-quants `msum` their mins times
+//! scales (q3_K, q4_K, q5_K, iq4_xs; for q4_K and q5_K `msum` their mins times
 //! the activation's sub-block sums): `acc = fma(dx * dy, isum as f32,
 //! acc)`, and for q4_K and q5_K also
 //! `macc = fma(dmin * dy, msum as f32, macc)`, the result `acc - macc`
@@ -52,11 +60,11 @@
 mod reference;
 
 pub use reference::{
-    dot, portable_iq4nl, portable_iq4xs, portable_q4_0, portable_q4k, portable_q5k,
+    dot, portable_iq4nl, portable_iq4xs, portable_q3k, portable_q4_0, portable_q4k, portable_q5k,
 };
 
 use crate::tensor::GgmlType;
-use crate::tensor::blocks::q4k_scale_min;
+use crate::tensor::blocks::{q3k_scales, q4k_scale_min};
 use crate::tensor::iq4::iq4xs_scale;
 use rayon::prelude::*;
 
@@ -72,6 +80,7 @@ fn block_shape(ty: GgmlType) -> (usize, usize) {
         GgmlType::Q4_0 | GgmlType::IQ4NL => (18, 32),
         GgmlType::Q4K => (144, 256),
         GgmlType::Q5K => (176, 256),
+        GgmlType::Q3K => (110, 256),
         GgmlType::IQ4XS => (136, 256),
         _ => panic!("{ty} is not packed eight rows together"),
     }
@@ -82,6 +91,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q4K => Q4K_GROUP_BLOCK,
         GgmlType::Q5K => Q5K_GROUP_BLOCK,
+        GgmlType::Q3K => Q3K_GROUP_BLOCK,
         GgmlType::IQ4XS => IQ4XS_GROUP_BLOCK,
         _ => ROWS * block_shape(ty).0,
     }
@@ -94,6 +104,12 @@ pub const Q4K_GROUP_BLOCK: usize = 160 + 8 * 128;
 /// sub-blocks' chunks followed by their fifth bits (64 bytes).
 pub const Q5K_GROUP_BLOCK: usize = 160 + 4 * (256 + 64);
 
+/// Bytes of a q3_K block of eight rows packed: the eight `d`, the 16
+/// sub-block scales of each row as signed bytes (`[sub-block][row]`),
+/// each half's eight chunks of two-bit quants, then the eight chunks of
+/// high bits the two halves share.
+pub const Q3K_GROUP_BLOCK: usize = 16 + 128 + 8 * 64 + 8 * 32;
+
 /// Bytes of an iq4_xs block of eight rows packed.
 pub const IQ4XS_GROUP_BLOCK: usize = 80 + 8 * 128;
 
@@ -101,7 +117,12 @@ pub const IQ4XS_GROUP_BLOCK: usize = 80 + 8 * 128;
 pub fn packable(ty: GgmlType, rows: usize) -> bool {
     matches!(
         ty,
-        GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4K | GgmlType::Q5K | GgmlType::IQ4XS
+        GgmlType::Q4_0
+            | GgmlType::IQ4NL
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::IQ4XS
     ) && rows.is_multiple_of(ROWS)
         && rows > 0
 }
@@ -174,6 +195,20 @@ fn pack_block(ty: GgmlType, rows: [&[u8]; ROWS], out: &mut [u8]) {
                 return;
             }
             (16, 128)
+        }
+        GgmlType::Q3K => {
+            rows.iter().for_each(|x| put(&x[108..110]));
+            let scales = rows.map(q3k_scales);
+            for j in 0..16 {
+                scales.iter().for_each(|s| put(&[s[j] as i8 as u8]));
+            }
+            for j in 0..16 {
+                rows.iter().for_each(|x| put(&x[32 + 4 * j..][..4]));
+            }
+            for j in 0..8 {
+                rows.iter().for_each(|x| put(&x[4 * j..][..4]));
+            }
+            return;
         }
         GgmlType::IQ4XS => {
             rows.iter().for_each(|x| put(&x[..2]));

@@ -29,7 +29,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::imp::{f16, hsum};
-use super::x8::{ahead, broadcast4, iq4_table, nibbles, scales, store};
+use super::x8::{broadcast4, iq4_table, nibbles};
+use super::x8k::{add_scaled, scaled_blocks};
 use crate::kernels::x8::{IQ4XS_GROUP_BLOCK, ROWS};
 use crate::tensor::iq4::{iq4_value, iq4xs_scale};
 use std::arch::x86_64::*;
@@ -136,15 +137,8 @@ fn iq4xs_packed<const T: usize, const PF: bool, const UNSIGNED: bool>(
     out: &mut [[f32; ROWS]],
     product: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
 ) {
-    let blocks = g.len() / IQ4XS_GROUP_BLOCK;
-    assert_eq!(g.len(), blocks * IQ4XS_GROUP_BLOCK);
-    assert!(a.len() == T && out.len() >= T);
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
     let table = iq4_table::<UNSIGNED>();
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..blocks {
-        let at = b * IQ4XS_GROUP_BLOCK;
-        ahead::<T, PF>(g, at, IQ4XS_GROUP_BLOCK);
+    let block_sums = |at: usize, b: usize| {
         let mut total = [_mm256_setzero_si256(); T];
         for j in 0..8 {
             let mut dp = [_mm256_setzero_si256(); T];
@@ -160,26 +154,17 @@ fn iq4xs_packed<const T: usize, const PF: bool, const UNSIGNED: bool>(
                     dp[t] = product(dp[t], hi, broadcast4(a[t], y + 16));
                 }
             }
-            let s = &g[at + 16 + 8 * j..at + 24 + 8 * j];
-            // SAFETY: `s` holds the 8 bytes loaded.
-            let scales =
-                _mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(s.as_ptr() as *const __m128i) });
-            for t in 0..T {
-                if UNSIGNED {
+            if UNSIGNED {
+                for t in 0..T {
                     let offset = sub_block_sum(a[t], b, j).wrapping_shl(7);
                     dp[t] = _mm256_sub_epi32(dp[t], _mm256_set1_epi32(offset));
                 }
-                total[t] = _mm256_add_epi32(total[t], _mm256_mullo_epi32(dp[t], scales));
             }
+            add_scaled(&mut total, &dp, g, at + 16 + 8 * j);
         }
-        let dx = scales(g, at);
-        for t in 0..T {
-            let y = &a[t][292 * b..];
-            let dy = _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(total[t]), acc[t]);
-        }
-    }
-    store(acc, out)
+        total
+    };
+    scaled_blocks::<T, PF>(g, a, out, IQ4XS_GROUP_BLOCK, block_sums)
 }
 
 /// The sum of token `y`'s 32 activations of sub-block `j` of block `b`

@@ -4,7 +4,7 @@
 
 use super::{Q4kScales, ROWS, block_shape, group_block_bytes};
 use crate::tensor::GgmlType;
-use crate::tensor::blocks::{f16_at, q5k_value};
+use crate::tensor::blocks::{f16_at, q3k_scales, q3k_value, q5k_value};
 use crate::tensor::iq4::{IQ4_VALUES, iq4_value, iq4xs_scale};
 
 /// The integer dot product of one q4_0 (or iq4_nl) block of weights
@@ -36,6 +36,19 @@ fn q4k_isums(parts: &Q4kScales, value: impl Fn(usize, usize) -> i32, y: &[u8]) -
         msum += parts.mins[j] as i32 * (bsum(2 * j) + bsum(2 * j + 1));
     }
     (total, msum)
+}
+
+/// A q3_K block's integer sum against a q8_K block `y`: each 16-value
+/// sub-block's sum (value `n` is `value(n)`) times its scale.
+fn q3k_isum(scale: impl Fn(usize) -> i32, value: impl Fn(usize) -> i32, y: &[u8]) -> i32 {
+    (0..16)
+        .map(|j| {
+            let sub: i32 = (16 * j..16 * j + 16)
+                .map(|n| value(n) * y[4 + n] as i8 as i32)
+                .sum();
+            scale(j) * sub
+        })
+        .sum()
 }
 
 /// An iq4_xs block's integer sum against a q8_K block `y`: each
@@ -76,6 +89,12 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
                 };
                 let (isum, msum) = q4k_isums(&Q4kScales::of(&x[4..16]), value, y);
                 step(&mut acc, f16_at(x, 0), f16_at(x, 2), dy, isum, msum);
+            }
+            GgmlType::Q3K => {
+                let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                let scales = q3k_scales(x);
+                let isum = q3k_isum(|j| scales[j], |n| q3k_value(x, n), y);
+                step(&mut acc, f16_at(x, 108), 0.0, dy, isum, 0);
             }
             GgmlType::IQ4XS => {
                 let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
@@ -152,6 +171,18 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                     let (d, dmin, parts, value) = q4k_row(block, r, ty == GgmlType::Q5K);
                     let (isum, msum) = q4k_isums(&parts, value, y);
                     step(&mut acc, d, dmin, dy, isum, msum);
+                } else if ty == GgmlType::Q3K {
+                    let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                    let scale = |j: usize| block[16 + 8 * j + r] as i8 as i32;
+                    let value = |n: usize| {
+                        let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+                        let q = block[144 + 256 * c + 32 * (i / 4) + 4 * r + i % 4];
+                        let h = block[656 + 32 * (i / 4) + 4 * r + i % 4];
+                        let low = ((q >> (2 * p)) & 3) as i32;
+                        low - if (h >> (4 * c + p)) & 1 == 1 { 0 } else { 4 }
+                    };
+                    let isum = q3k_isum(scale, value, y);
+                    step(&mut acc, f16_at(block, 2 * r), 0.0, dy, isum, 0);
                 } else if ty == GgmlType::IQ4XS {
                     let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
                     let scale = |j: usize| block[16 + 8 * j + r] as i8 as i32;
@@ -184,6 +215,11 @@ pub fn portable_q4_0(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f3
 /// The portable packed iq4_nl kernel.
 pub fn portable_iq4nl(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
     portable(GgmlType::IQ4NL, group, a, out)
+}
+
+/// The portable packed q3_K kernel.
+pub fn portable_q3k(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::Q3K, group, a, out)
 }
 
 /// The portable packed q5_K kernel.
