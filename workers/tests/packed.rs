@@ -214,6 +214,7 @@ fn packed_and_stored_products_share_activations_as_each_alone() {
         (GgmlType::Q4_0, GgmlType::Q4_0),
         (GgmlType::Q4K, GgmlType::Q6K),
         (GgmlType::Q5K, GgmlType::Q6K),
+        (GgmlType::Q3K, GgmlType::Q6K),
     ] {
         let cols = cols(ty, 2).max(128);
         for kernels in kernel_sets() {

@@ -73,7 +73,7 @@ fn step(acc: &mut [f32; 2], d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) {
 }
 
 /// One row of `ty` (plain layout) against one activation row (q8_0, or
-/// q8_K for q4_K, q5_K and iq4_xs), in the packed kernels' order: the reference they are
+/// q8_K for q3_K, q4_K, q5_K and iq4_xs), in the packed kernels' order: the reference they are
 /// tested against.
 pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
     let (bb, _) = block_shape(ty);
