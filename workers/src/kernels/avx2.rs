@@ -267,13 +267,6 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 decode_q4k: Some(tile(K_ROWS, 1, next_q4k)),
                 decode_q5k: Some(tile(K_ROWS, 1, next_q5k)),
                 decode_q6k: Some(tile(K_ROWS, 1, next_q6k)),
-                // iq4_nl and iq4_xs matrices whose rows are a multiple of
-                // eight are packed (`x8_iq4nl`, `x8_iq4xs`); the others
-                // take the one-row kernels.
-                tile_iq4nl: None,
-                decode_iq4nl: None,
-                tile_iq4xs: None,
-                decode_iq4xs: None,
                 x8_q4_0,
                 x8_q4k,
                 x8_iq4nl,

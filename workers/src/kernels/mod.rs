@@ -112,8 +112,6 @@ pub struct Kernels {
     /// first (see [`Unpacked`]).
     unpacked_q5k: Option<Unpacked>,
     tile_q6k: Option<Tile>,
-    tile_iq4nl: Option<Tile>,
-    tile_iq4xs: Option<Tile>,
     decode_q8_0: Option<Tile>,
     decode_q4_0: Option<Tile>,
     decode_f16: Option<Tile>,
@@ -125,8 +123,6 @@ pub struct Kernels {
     decode_q4k: Option<Tile>,
     decode_q5k: Option<Tile>,
     decode_q6k: Option<Tile>,
-    decode_iq4nl: Option<Tile>,
-    decode_iq4xs: Option<Tile>,
     x8_q4_0: X8Fn,
     x8_q4k: X8Fn,
     x8_iq4nl: X8Fn,
@@ -183,8 +179,6 @@ impl Kernels {
             tile_q5k: None,
             unpacked_q5k: None,
             tile_q6k: None,
-            tile_iq4nl: None,
-            tile_iq4xs: None,
             decode_q8_0: None,
             decode_q4_0: None,
             decode_f16: None,
@@ -196,8 +190,6 @@ impl Kernels {
             decode_q4k: None,
             decode_q5k: None,
             decode_q6k: None,
-            decode_iq4nl: None,
-            decode_iq4xs: None,
             x8_q4_0: x8::portable_q4_0,
             x8_q4k: x8::portable_q4k,
             x8_iq4nl: x8::portable_iq4nl,
@@ -288,8 +280,6 @@ impl Kernels {
             GgmlType::Q4K => self.decode_q4k,
             GgmlType::Q5K => self.decode_q5k,
             GgmlType::Q6K => self.decode_q6k,
-            GgmlType::IQ4NL => self.decode_iq4nl,
-            GgmlType::IQ4XS => self.decode_iq4xs,
             _ => None,
         }
     }
@@ -377,8 +367,6 @@ impl Kernels {
             GgmlType::Q4K => self.tile_q4k,
             GgmlType::Q5K => self.tile_q5k,
             GgmlType::Q6K => self.tile_q6k,
-            GgmlType::IQ4NL => self.tile_iq4nl,
-            GgmlType::IQ4XS => self.tile_iq4xs,
             _ => None,
         }
     }

@@ -200,13 +200,11 @@ impl GgmlType {
             GgmlType::BF16 => GgmlType::BF16,
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4NL => GgmlType::Q8_0,
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
-            GgmlType::Q2K
-            | GgmlType::Q3K
-            | GgmlType::Q4K
-            | GgmlType::Q5K
-            | GgmlType::Q6K
-            | GgmlType::Q8K
-            | GgmlType::IQ4XS => GgmlType::Q8K,
+            // Every 256-value type (the k-quants, iq4_xs) takes q8_K.
+            _ => {
+                debug_assert_eq!(self.block_elements(), 256, "{self}");
+                GgmlType::Q8K
+            }
         }
     }
 }

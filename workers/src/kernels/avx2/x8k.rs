@@ -23,11 +23,31 @@ fn bytes_to_i32(group: &[u8], at: usize) -> __m256i {
     _mm256_cvtepu8_epi32(v)
 }
 
-/// One packed q4_K (`FIVE`: q5_K) block (at `at`) of eight rows against
-/// `T` q8_K activation blocks (`b`-th of each token), `pair_sums(chunks,
-/// p)` summing sub-blocks `2p` and `2p + 1` (the low and high nibbles of
-/// the pair's chunks at `chunks`, and q5_K's fifth bits after them) of
-/// each row into its lane: adds the float steps to `acc` and `macc`.
+/// Packed q4_K (`FIVE`: q5_K) rows against `T` q8_K activation rows:
+/// for each block `b`, `pair_sums(chunks, p, b)` sums sub-blocks `2p` and
+/// `2p + 1` (the low and high nibbles of the pair's chunks at `chunks`,
+/// and q5_K's fifth bits after them) of each row into its lane; then the
+/// scales, the mins and the float steps, `acc - macc` written out.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_packed<const T: usize, const PF: bool, const FIVE: bool>(
+    group: &[u8],
+    a: &[&[u8]],
+    out: &mut [[f32; ROWS]],
+    pair_sums: impl Fn(usize, usize, usize) -> [[__m256i; T]; 2],
+) {
+    let (blocks, size) = q4k_blocks::<FIVE>(group, a, out);
+    let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
+    for b in 0..blocks {
+        let at = b * size;
+        ahead::<T, PF>(group, at, size);
+        q4k_block::<T, FIVE>(group, at, a, b, &mut acc, &mut macc, &pair_sums);
+    }
+    q4k_store(acc, macc, out)
+}
+
+/// One packed block of [`q4k_packed`] (at `at`, block `b`): adds its
+/// float steps to `acc` and `macc`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)] // one block's view of a call
@@ -38,11 +58,11 @@ fn q4k_block<const T: usize, const FIVE: bool>(
     b: usize,
     acc: &mut [__m256; T],
     macc: &mut [__m256; T],
-    pair_sums: impl Fn(usize, usize) -> [[__m256i; T]; 2],
+    pair_sums: &impl Fn(usize, usize, usize) -> [[__m256i; T]; 2],
 ) {
     let mut isum = [_mm256_setzero_si256(); T];
     for p in 0..4 {
-        let sums = pair_sums(at + 160 + pair_bytes::<FIVE>() * p, p);
+        let sums = pair_sums(at + 160 + pair_bytes::<FIVE>() * p, p, b);
         for (k, sums) in sums.iter().enumerate() {
             let scales = bytes_to_i32(group, at + 32 + 8 * (2 * p + k));
             for t in 0..T {
@@ -85,28 +105,21 @@ pub fn q4k_vnni<const T: usize, const PF: bool, const FIVE: bool>(
     _s: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let (blocks, size) = q4k_blocks::<FIVE>(g, a, out);
-    let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
-    for b in 0..blocks {
-        let at = b * size;
-        ahead::<T, PF>(g, at, size);
-        // The low nibbles of a pair's chunks against its first 32
-        // activation bytes, the high ones against the next 32.
-        let pair_sums = |chunks: usize, p: usize| {
-            let mut dp = [[_mm256_setzero_si256(); T]; 2];
-            for c in 0..8 {
-                let (lo, hi) = values::<FIVE>(g, chunks, c);
-                for t in 0..T {
-                    let y = 292 * b + 4 + 64 * p + 4 * c;
-                    dp[0][t] = _mm256_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));
-                    dp[1][t] = _mm256_dpbusd_epi32(dp[1][t], hi, broadcast4(a[t], y + 32));
-                }
+    // The low nibbles of a pair's chunks against its first 32 activation
+    // bytes, the high ones against the next 32.
+    let pair_sums = |chunks: usize, p: usize, b: usize| {
+        let mut dp = [[_mm256_setzero_si256(); T]; 2];
+        for c in 0..8 {
+            let (lo, hi) = values::<FIVE>(g, chunks, c);
+            for t in 0..T {
+                let y = 292 * b + 4 + 64 * p + 4 * c;
+                dp[0][t] = _mm256_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));
+                dp[1][t] = _mm256_dpbusd_epi32(dp[1][t], hi, broadcast4(a[t], y + 32));
             }
-            dp
-        };
-        q4k_block::<T, FIVE>(g, at, a, b, &mut acc, &mut macc, pair_sums);
-    }
-    q4k_store(acc, macc, out)
+        }
+        dp
+    };
+    q4k_packed::<T, PF, FIVE>(g, a, out, pair_sums)
 }
 
 /// Packed q4_K (`FIVE`: q5_K) rows against `T` tokens with AVX2:
@@ -119,21 +132,14 @@ pub fn q4k_avx2<const T: usize, const PF: bool, const FIVE: bool>(
     _s: &[&[i32]],
     out: &mut [[f32; ROWS]],
 ) {
-    let (blocks, size) = q4k_blocks::<FIVE>(g, a, out);
-    let (mut acc, mut macc) = ([_mm256_setzero_ps(); T], [_mm256_setzero_ps(); T]);
-    for b in 0..blocks {
-        let at = b * size;
-        ahead::<T, PF>(g, at, size);
-        let pair_sums = |chunks: usize, p: usize| {
-            let mut ys: [&[u8]; T] = [&[]; T];
-            for t in 0..T {
-                ys[t] = &a[t][292 * b + 4 + 64 * p..292 * b + 68 + 64 * p];
-            }
-            q4k_pair_avx2::<T, FIVE>(&g[chunks..chunks + pair_bytes::<FIVE>()], &ys)
-        };
-        q4k_block::<T, FIVE>(g, at, a, b, &mut acc, &mut macc, pair_sums);
-    }
-    q4k_store(acc, macc, out)
+    let pair_sums = |chunks: usize, p: usize, b: usize| {
+        let mut ys: [&[u8]; T] = [&[]; T];
+        for t in 0..T {
+            ys[t] = &a[t][292 * b + 4 + 64 * p..292 * b + 68 + 64 * p];
+        }
+        q4k_pair_avx2::<T, FIVE>(&g[chunks..chunks + pair_bytes::<FIVE>()], &ys)
+    };
+    q4k_packed::<T, PF, FIVE>(g, a, out, pair_sums)
 }
 
 /// One pair of sub-blocks of a packed q4_K or q5_K block (its eight
