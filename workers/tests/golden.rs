@@ -98,8 +98,8 @@ struct Bound {
 /// iq4_xs (packed; llama.cpp does not repack it) within 4e-6; q6_K (and
 /// q3_K and q5_K where not packed) match llama.cpp's one-row dot
 /// products bit for bit (q3_K_M's and q5_K_M's first prompt within
-/// 5e-6, their q3_K and q5_K packed); q2_K llama.cpp's AVX2
-/// build's (its AVX-512 one, which made the golden, repacks q2_K: below).
+/// 5e-6, their q3_K and q5_K packed); q2_K (packed) within 6e-6 but a
+/// rounding flip (below).
 /// The portable kernels sum a q8_0, q5_0, q4_1, q5_1 or iq4_nl block
 /// whole (as the GPU does) and f16 rows in another order, so there they
 /// drift as a flip moves them. (q5_0 and q5_K_M were made on a Zen 4
@@ -145,22 +145,18 @@ fn bound(name: &str, portable: bool) -> Bound {
         },
         // llama.cpp repacks q2_K on a processor with AVX-512 (groups of
         // eight rows, `q2_K_8x8`, for one token and a batch alike) and
-        // sums those in an order of their own; drover-worker's q2_K
-        // products are llama.cpp's AVX2 one-row ones. The logits came
-        // within 4e-6 of the repacked ones but where an activation
-        // crossed a rounding edge (0.21, the second prompt's last
-        // positions). On the portable kernels, whose float order is
-        // their own, two-bit weights move further (0.35) and the greedy
-        // tokens part after the first; only that one is compared there.
-        "small-q2_k" if portable => Bound {
+        // sums those in an order of its own; drover-worker packs q2_K
+        // too, in its packed float order (as the portable kernels, a
+        // block whole). The logits come within 6e-6 of llama.cpp's but
+        // where an activation crosses a rounding edge (the second
+        // prompt's last positions: 0.35, on every kernel set), and after
+        // it the two-bit model's greedy tokens part at llama.cpp's own
+        // near-ties (margins under 0.5 at the first and second tokens of
+        // each prompt): only the first token is compared.
+        "small-q2_k" => Bound {
             max: 0.5,
             mean: 0.1,
             flip_margin: f32::INFINITY,
-        },
-        "small-q2_k" => Bound {
-            max: 0.3,
-            mean: 0.05,
-            flip_margin: 0.5,
         },
         // Every greedy token too: one token's attention (64 lanes) is
         // only met by the decode steps, never by the logits' prefill.

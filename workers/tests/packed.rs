@@ -1,4 +1,4 @@
-//! q4_0, iq4_nl, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
+//! q4_0, iq4_nl, q2_K, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
 //! kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
@@ -11,9 +11,10 @@ use workers::rng::SplitMix64;
 use workers::tensor::GgmlType;
 use workers::tensor::quantize::quantized;
 
-const PACKED_TYPES: [GgmlType; 6] = [
+const PACKED_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::IQ4NL,
+    GgmlType::Q2K,
     GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
@@ -118,19 +119,23 @@ fn packed_products_equal_the_one_row_reference_bit_for_bit() {
                 (96, 16, 1),
                 (264, 28, 13),
             ] {
-                // q4_K, q5_K and iq4_xs blocks are 256 wide: fewer of them.
+                // The k-quant and iq4_xs blocks are 256 wide: fewer of them.
                 let cols = match ty {
-                    GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::IQ4XS => {
-                        cols(ty, blocks.min(3))
-                    }
+                    GgmlType::Q2K
+                    | GgmlType::Q3K
+                    | GgmlType::Q4K
+                    | GgmlType::Q5K
+                    | GgmlType::IQ4XS => cols(ty, blocks.min(3)),
                     _ => cols(ty, blocks),
                 };
                 let mut plain = rows_of(&mut rng, ty, rows, cols);
-                // iq4 and q3_K blocks of random bytes but their f16
-                // scale: every index, and sub-block scales from -32 to 31.
+                // iq4, q2_K and q3_K blocks of random bytes but their f16
+                // scales: every index, sub-block scales from -32 to 31
+                // (q3_K), scales and mins from 0 to 15 (q2_K).
                 let random = match ty {
                     GgmlType::IQ4NL | GgmlType::IQ4XS => 2..ty.block_bytes() as usize,
                     GgmlType::Q3K => 0..108,
+                    GgmlType::Q2K => 0..80,
                     _ => 0..0,
                 };
                 let size = ty.block_bytes() as usize;
@@ -215,6 +220,7 @@ fn packed_and_stored_products_share_activations_as_each_alone() {
         (GgmlType::Q4K, GgmlType::Q6K),
         (GgmlType::Q5K, GgmlType::Q6K),
         (GgmlType::Q3K, GgmlType::Q6K),
+        (GgmlType::Q2K, GgmlType::Q3K),
     ] {
         let cols = cols(ty, 2).max(128);
         for kernels in kernel_sets() {

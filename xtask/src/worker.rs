@@ -183,8 +183,9 @@ fn json(text: &str) -> Result<serde_json::Value, String> {
 }
 
 /// The weight types `bench worker` runs by default.
-const BENCH_TYPES: [&str; 11] = [
-    "f16", "q8_0", "q4_0", "q4_k_m", "q5_0", "q5_k_m", "q4_1", "q5_1", "q3_k_m", "iq4_nl", "iq4_xs",
+const BENCH_TYPES: [&str; 12] = [
+    "f16", "q8_0", "q4_0", "q4_k_m", "q5_0", "q5_k_m", "q4_1", "q5_1", "q3_k_m", "q2_k", "iq4_nl",
+    "iq4_xs",
 ];
 
 /// Rounds of `bench worker`: each runs drover-worker and llama.cpp once,

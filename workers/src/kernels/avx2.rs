@@ -97,6 +97,8 @@ pub fn kernels_vnni_for(tuning: Tuning) -> Option<Kernels> {
             kernels.x16_iq4nl = Some(x16_iq4nl_vnni);
             kernels.x16_iq4xs = Some(x16_iq4xs_vnni);
             kernels.x16_q5k = Some(x16_q5k_vnni);
+            kernels.x16_q3k = Some(x16_q3k_vnni);
+            kernels.x16_q2k = Some(x16_q2k_vnni);
         }
         return Some(kernels);
     }
@@ -179,11 +181,11 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             } else {
                 (x8_q5k_avx2, flat_q5k_avx2)
             };
-            let x8_q3k: X8Fn = match (vnni, tuning.prefetch()) {
-                (true, true) => x8_q3k_vnni,
-                (true, false) => flat_q3k_vnni,
-                (false, true) => x8_q3k_avx2,
-                (false, false) => flat_q3k_avx2,
+            let (x8_q3k, x8_q2k): (X8Fn, X8Fn) = match (vnni, tuning.prefetch()) {
+                (true, true) => (x8_q3k_vnni, x8_q2k_vnni),
+                (true, false) => (flat_q3k_vnni, flat_q2k_vnni),
+                (false, true) => (x8_q3k_avx2, x8_q2k_avx2),
+                (false, false) => (flat_q3k_avx2, flat_q2k_avx2),
             };
             let x8_q5k = if tuning.prefetch() {
                 x8_q5k
@@ -273,11 +275,14 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
                 x8_iq4xs,
                 x8_q5k,
                 x8_q3k,
+                x8_q2k,
                 x16_q4_0: None,
                 x16_q4k: None,
                 x16_iq4nl: None,
                 x16_iq4xs: None,
                 x16_q5k: None,
+                x16_q3k: None,
+                x16_q2k: None,
                 pair_f16: Some(Tile {
                     widen_f16: true,
                     ..tile(pairs::ROWS, F16_PAIR_TOKENS, pair_f16)
@@ -344,6 +349,14 @@ mod x16;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x8k;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x8k23;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x16k23;
 
 #[cfg(target_arch = "x86_64")]
 use ktile::{K_ROWS, K_TOKENS};

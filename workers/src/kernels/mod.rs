@@ -129,7 +129,8 @@ pub struct Kernels {
     x8_iq4xs: X8Fn,
     x8_q5k: X8Fn,
     x8_q3k: X8Fn,
-    /// Packed q4_0, q4_K, q5_K, iq4_nl and iq4_xs two groups a call (`group` the two back
+    x8_q2k: X8Fn,
+    /// Packed q4_0, q2_K, q3_K, q4_K, q5_K, iq4_nl and iq4_xs two groups a call (`group` the two back
     /// to back, the second's outputs after the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
     x16_q4_0: Option<X8Fn>,
@@ -137,6 +138,8 @@ pub struct Kernels {
     x16_iq4nl: Option<X8Fn>,
     x16_iq4xs: Option<X8Fn>,
     x16_q5k: Option<X8Fn>,
+    x16_q3k: Option<X8Fn>,
+    x16_q2k: Option<X8Fn>,
     /// The tile for f16 rows packed in pairs ([`pairs`]; two rows, one
     /// slice a pair), where these kernels pack f16.
     pair_f16: Option<Tile>,
@@ -196,11 +199,14 @@ impl Kernels {
             x8_iq4xs: x8::portable_iq4xs,
             x8_q5k: x8::portable_q5k,
             x8_q3k: x8::portable_q3k,
+            x8_q2k: x8::portable_q2k,
             x16_q4_0: None,
             x16_q4k: None,
             x16_iq4nl: None,
             x16_iq4xs: None,
             x16_q5k: None,
+            x16_q3k: None,
+            x16_q2k: None,
             pair_f16: None,
             pack: false,
         }
@@ -293,6 +299,7 @@ impl Kernels {
             GgmlType::IQ4XS => Some(self.x8_iq4xs),
             GgmlType::Q5K => Some(self.x8_q5k),
             GgmlType::Q3K => Some(self.x8_q3k),
+            GgmlType::Q2K => Some(self.x8_q2k),
             _ => None,
         }
     }
@@ -306,6 +313,8 @@ impl Kernels {
             GgmlType::IQ4NL => self.x16_iq4nl,
             GgmlType::IQ4XS => self.x16_iq4xs,
             GgmlType::Q5K => self.x16_q5k,
+            GgmlType::Q3K => self.x16_q3k,
+            GgmlType::Q2K => self.x16_q2k,
             _ => None,
         }
     }

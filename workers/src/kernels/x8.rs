@@ -1,8 +1,8 @@
-//! q4_0, iq4_nl, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows
-//! together, the layout the processor reads best for these types on x86,
-//! as llama.cpp repacks q4_0, iq4_nl and q4_K there (q3_K, q5_K and
-//! iq4_xs it does not: packed here for the same reads, in the packed float order,
-//! not its one-row one).
+//! q4_0, iq4_nl, q2_K, q3_K, q4_K, q5_K and iq4_xs weights packed eight
+//! rows together, the layout the processor reads best for these types on
+//! x86, as llama.cpp repacks q4_0, iq4_nl, q2_K and q4_K there (q3_K,
+//! q5_K and iq4_xs it does not: packed here for the same reads; all in
+//! the packed float order below, not llama.cpp's).
 //!
 //! q8_0 is not packed: llama.cpp does not repack it on x86, and its
 //! products there (llamafile's tinyBLAS, batch or one token) keep each
@@ -38,6 +38,10 @@
 //!   half), then eight chunks of the high-bit mask (bytes `4j..4j + 4`;
 //!   bit `4c + p` of byte `i` value `128c + 32p + i`'s): 912 bytes for
 //!   eight rows' 880.
+//! - q2_K (256 columns): the eight `d` (16 bytes) and `dmin` (16), the
+//!   sixteen sub-blocks' scale bytes as stored (scale the low nibble, min
+//!   the high one), `[sub-block][row]` (128), then the two halves' quant
+//!   chunks as q3_K's: 672 bytes, as many as eight rows'.
 //! - iq4_xs (256 columns): the eight `d` (16 bytes), the sub-block
 //!   scales decoded to signed bytes, `[sub-block][row]` (64), then each
 //!   sub-block's four chunks, as a q4_0 block's (its 16 bytes of
@@ -49,9 +53,9 @@
 //! into eight lanes, one a row: no horizontal sum anywhere. The float
 //! steps follow, per block, from zero, with `isum` the block's exact
 //! integer dot product (q4_0, iq4_nl) or its sub-block sums times their
-//! scales (q3_K, q4_K, q5_K, iq4_xs; for q4_K and q5_K `msum` their mins times
-//! the activation's sub-block sums): `acc = fma(dx * dy, isum as f32,
-//! acc)`, and for q4_K and q5_K also
+//! scales (q2_K, q3_K, q4_K, q5_K, iq4_xs; for q2_K, q4_K and q5_K `msum`
+//! their mins times the activation's sub-block sums): `acc = fma(dx * dy,
+//! isum as f32, acc)`, and for q2_K, q4_K and q5_K also
 //! `macc = fma(dmin * dy, msum as f32, macc)`, the result `acc - macc`
 //! ([`dot`] is that order, one row at a time). Every kernel on packed
 //! weights keeps that order, so a batch equals one token at a time bit
@@ -60,7 +64,8 @@
 mod reference;
 
 pub use reference::{
-    dot, portable_iq4nl, portable_iq4xs, portable_q3k, portable_q4_0, portable_q4k, portable_q5k,
+    dot, portable_iq4nl, portable_iq4xs, portable_q2k, portable_q3k, portable_q4_0, portable_q4k,
+    portable_q5k,
 };
 
 use crate::tensor::GgmlType;
@@ -81,6 +86,7 @@ fn block_shape(ty: GgmlType) -> (usize, usize) {
         GgmlType::Q4K => (144, 256),
         GgmlType::Q5K => (176, 256),
         GgmlType::Q3K => (110, 256),
+        GgmlType::Q2K => (84, 256),
         GgmlType::IQ4XS => (136, 256),
         _ => panic!("{ty} is not packed eight rows together"),
     }
@@ -92,6 +98,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
         GgmlType::Q4K => Q4K_GROUP_BLOCK,
         GgmlType::Q5K => Q5K_GROUP_BLOCK,
         GgmlType::Q3K => Q3K_GROUP_BLOCK,
+        GgmlType::Q2K => Q2K_GROUP_BLOCK,
         GgmlType::IQ4XS => IQ4XS_GROUP_BLOCK,
         _ => ROWS * block_shape(ty).0,
     }
@@ -110,6 +117,11 @@ pub const Q5K_GROUP_BLOCK: usize = 160 + 4 * (256 + 64);
 /// high bits the two halves share.
 pub const Q3K_GROUP_BLOCK: usize = 16 + 128 + 8 * 64 + 8 * 32;
 
+/// Bytes of a q2_K block of eight rows packed: the eight `d` and `dmin`,
+/// the 16 sub-blocks' scale bytes of each row (`[sub-block][row]`), each
+/// half's eight chunks of two-bit quants.
+pub const Q2K_GROUP_BLOCK: usize = 32 + 128 + 8 * 64;
+
 /// Bytes of an iq4_xs block of eight rows packed.
 pub const IQ4XS_GROUP_BLOCK: usize = 80 + 8 * 128;
 
@@ -119,6 +131,7 @@ pub fn packable(ty: GgmlType, rows: usize) -> bool {
         ty,
         GgmlType::Q4_0
             | GgmlType::IQ4NL
+            | GgmlType::Q2K
             | GgmlType::Q3K
             | GgmlType::Q4K
             | GgmlType::Q5K
@@ -209,6 +222,14 @@ fn pack_block(ty: GgmlType, rows: [&[u8]; ROWS], out: &mut [u8]) {
                 rows.iter().for_each(|x| put(&x[4 * j..][..4]));
             }
             return;
+        }
+        GgmlType::Q2K => {
+            rows.iter().for_each(|x| put(&x[80..82]));
+            rows.iter().for_each(|x| put(&x[82..84]));
+            for j in 0..16 {
+                rows.iter().for_each(|x| put(&x[j..j + 1]));
+            }
+            (16, 64)
         }
         GgmlType::IQ4XS => {
             rows.iter().for_each(|x| put(&x[..2]));

@@ -2,7 +2,7 @@
 //! kernel is compiled once per shape it is called with (rows by tokens, or
 //! tokens), and one function per kernel dispatches a call to its shape.
 
-use super::{f16x16, gemv, iq4, k23, ktile, tile, vnni, x8, x8k, x16};
+use super::{f16x16, gemv, iq4, k23, ktile, tile, vnni, x8, x8k, x8k23, x16, x16k23};
 
 /// One tile function per element type, dispatching on the tile's shape to
 /// the kernel compiled for it; every shape up to the full tile is listed,
@@ -217,10 +217,14 @@ packed_tokens!(
     flat_q5k_vnni = x8k::q4k_vnni<false, true>,
     flat_q5k_avx2 = x8k::q4k_avx2<false, true>,
     x16_q5k_vnni = x16::q4k_vnni<true>,
-    x8_q3k_vnni = x8k::q3k_vnni<true>,
-    x8_q3k_avx2 = x8k::q3k_avx2<true>,
-    flat_q3k_vnni = x8k::q3k_vnni<false>,
-    flat_q3k_avx2 = x8k::q3k_avx2<false>,
+    x8_q3k_vnni = x8k23::q3k_vnni<true>,
+    x8_q3k_avx2 = x8k23::q3k_avx2<true>,
+    flat_q3k_vnni = x8k23::q3k_vnni<false>,
+    flat_q3k_avx2 = x8k23::q3k_avx2<false>,
+    x8_q2k_vnni = x8k23::q2k_vnni<true>,
+    x8_q2k_avx2 = x8k23::q2k_avx2<true>,
+    flat_q2k_vnni = x8k23::q2k_vnni<false>,
+    flat_q2k_avx2 = x8k23::q2k_avx2<false>,
     flat_q4_0_vnni = x8::q4_0_vnni<false, false>,
     flat_q4_0_avx2 = x8::q4_0_avx2<false, false>,
     flat_q4k_vnni = x8k::q4k_vnni<false, false>,
@@ -236,5 +240,7 @@ packed_tokens!(
     x8_iq4xs_avx2 = iq4::iq4xs_avx2<true>,
     flat_iq4xs_vnni = iq4::iq4xs_vnni<false>,
     flat_iq4xs_avx2 = iq4::iq4xs_avx2<false>,
-    x16_iq4xs_vnni = x16::iq4xs_vnni
+    x16_iq4xs_vnni = x16::iq4xs_vnni,
+    x16_q3k_vnni = x16k23::q3k_vnni,
+    x16_q2k_vnni = x16k23::q2k_vnni
 );

@@ -1,4 +1,4 @@
-//! Packed q4_0, iq4_nl, q4_K, q5_K and iq4_xs (layout and order: `kernels::x8`) two
+//! Packed q4_0, iq4_nl, q4_K, q5_K and iq4_xs (layout and order: `kernels::x8`; q2_K and q3_K in `x16k23`) two
 //! groups of eight rows a call in 512-bit registers, where the processor
 //! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
 //! the first group's eight rows, the high half the second's, so one
@@ -24,14 +24,14 @@ use std::arch::x86_64::*;
 /// `half` bytes on.
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
-fn both32(g: &[u8], half: usize, at: usize) -> __m512i {
+pub(super) fn both32(g: &[u8], half: usize, at: usize) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load(g, at)), load(g, half + at))
 }
 
 /// The 16 bytes at `at` of each group, the first group's low.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn both16(g: &[u8], half: usize, at: usize) -> __m256i {
+pub(super) fn both16(g: &[u8], half: usize, at: usize) -> __m256i {
     assert!(half + at + 16 <= g.len() && at + 16 <= half);
     // SAFETY: both 16-byte loads lie inside `g` (checked above).
     unsafe {
@@ -45,7 +45,7 @@ fn both16(g: &[u8], half: usize, at: usize) -> __m256i {
 /// The 8 bytes at `at` of each group, the first group's low.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
+pub(super) fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
     assert!(half + at + 8 <= g.len() && at + 8 <= half);
     // SAFETY: both 8-byte loads lie inside `g` (checked above).
     unsafe {
@@ -59,8 +59,13 @@ fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
 /// Four bytes of `y` from `at` in every 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn broadcast4(y: &[u8], at: usize) -> __m512i {
-    _mm512_set1_epi32(i32::from_le_bytes([y[at], y[at + 1], y[at + 2], y[at + 3]]))
+pub(super) fn broadcast4(y: &[u8], at: usize) -> __m512i {
+    // One checked four-byte read: four bytes each checked were four byte
+    // loads, shifted and joined, in the kernels' innermost loop (iq4_xs
+    // prefill on a Zen 5: a quarter of the kernel's samples).
+    assert!(at + 4 <= y.len());
+    // SAFETY: bytes `at..at + 4` are inside `y` (checked above).
+    _mm512_set1_epi32(unsafe { (y.as_ptr().add(at) as *const i32).read_unaligned() })
 }
 
 /// Two packed q4_K (`FIVE`: q5_K) groups back to back (`g`) against `T`
@@ -130,20 +135,10 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
                 msum[t] = _mm512_add_epi32(msum[t], m);
             }
         }
-        let dx = _mm512_cvtph_ps(both16(g, half, at));
-        let mx = _mm512_cvtph_ps(both16(g, half, at + 16));
-        for t in 0..T {
-            let y = &a[t][292 * b..];
-            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
-            macc[t] = _mm512_fmadd_ps(_mm512_mul_ps(mx, dy), _mm512_cvtepi32_ps(msum[t]), macc[t]);
-        }
+        add_blocks(&mut acc, (g, half, at), a, b, &isum);
+        add_blocks(&mut macc, (g, half, at + 16), a, b, &msum);
     }
-    let mut diff = [_mm512_setzero_ps(); T];
-    for t in 0..T {
-        diff[t] = _mm512_sub_ps(acc[t], macc[t]);
-    }
-    store(diff, out)
+    store_diff(acc, macc, out)
 }
 
 /// Two packed q4_0 groups (iq4_nl, `NL`) back to back (`g`) against `T`
@@ -236,21 +231,51 @@ pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mu
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(exact, scales));
             }
         }
-        let dx = _mm512_cvtph_ps(both16(g, half, at));
-        for t in 0..T {
-            let y = &a[t][292 * b..];
-            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
-        }
+        add_blocks(&mut acc, (g, half, at), a, b, &isum);
     }
     store(acc, out)
+}
+
+/// Block `b`'s float step: `acc[t] = fma(d · dy, sums[t], acc[t])`, `d`
+/// the 16 rows' f16 scales at `at` of each group, `dy` token `t`'s q8_K
+/// scale.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(super) fn add_blocks<const T: usize>(
+    acc: &mut [__m512; T],
+    (g, half, at): (&[u8], usize, usize),
+    a: &[&[u8]],
+    b: usize,
+    sums: &[__m512i; T],
+) {
+    let d = _mm512_cvtph_ps(both16(g, half, at));
+    for t in 0..T {
+        let y = &a[t][292 * b..];
+        let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+    }
+}
+
+/// Writes each token's sixteen outputs `acc - macc` (as [`store`]).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn store_diff<const T: usize>(
+    acc: [__m512; T],
+    macc: [__m512; T],
+    out: &mut [[f32; ROWS]],
+) {
+    let mut diff = [_mm512_setzero_ps(); T];
+    for t in 0..T {
+        diff[t] = _mm512_sub_ps(acc[t], macc[t]);
+    }
+    store(diff, out)
 }
 
 /// Writes each token's sixteen outputs: the first group's eight to
 /// `out[t]`, the second's to `out[T + t]`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn store<const T: usize>(sums: [__m512; T], out: &mut [[f32; ROWS]]) {
+pub(super) fn store<const T: usize>(sums: [__m512; T], out: &mut [[f32; ROWS]]) {
     for t in 0..T {
         let mut both = [0f32; 2 * ROWS];
         // SAFETY: `both` holds sixteen f32.

@@ -1,4 +1,4 @@
-//! The packed q4_K, q5_K and q3_K kernels (layout and order: `kernels::x8`):
+//! The packed q4_K and q5_K kernels (layout and order: `kernels::x8`):
 //! one group of eight rows against up to `x8::TOKENS` tokens a call, with
 //! AVX2's `maddubs`/`madd` or AVX-512 VNNI's 256-bit `vpdpbusd`, each
 //! sub-block's eight row lanes times the rows' scales (`vpmulld`). q5_K's
@@ -8,9 +8,8 @@
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use super::ktile::load;
 use super::x8::{ahead, broadcast4, load128, nibbles, scales, store};
-use crate::kernels::x8::{Q3K_GROUP_BLOCK, Q4K_GROUP_BLOCK, Q5K_GROUP_BLOCK, ROWS};
+use crate::kernels::x8::{Q4K_GROUP_BLOCK, Q5K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
 /// The 8 bytes of `group` from `at`, each widened to an i32 lane.
@@ -245,7 +244,11 @@ fn q4k_blocks<const FIVE: bool>(group: &[u8], a: &[&[u8]], out: &[[f32; ROWS]]) 
 /// Writes each token's eight outputs, `acc - macc`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn q4k_store<const T: usize>(acc: [__m256; T], macc: [__m256; T], out: &mut [[f32; ROWS]]) {
+pub(super) fn q4k_store<const T: usize>(
+    acc: [__m256; T],
+    macc: [__m256; T],
+    out: &mut [[f32; ROWS]],
+) {
     let mut diff = [_mm256_setzero_ps(); T];
     for t in 0..T {
         diff[t] = _mm256_sub_ps(acc[t], macc[t]);
@@ -302,78 +305,4 @@ pub(super) fn add_scaled<const T: usize>(
     for t in 0..T {
         total[t] = _mm256_add_epi32(total[t], _mm256_mullo_epi32(lanes[t], scales));
     }
-}
-
-/// Packed q3_K rows (`kernels::x8`) against `T` tokens: each chunk's
-/// values unsigned (0..8: the two low bits, and 4 where the high bit is
-/// set) into `product(lanes, values, four activations broadcast)`, a
-/// 16-value sub-block's lanes apart; 4 times the sub-block's activation
-/// sum taken off, times the rows' scales, summed ([`scaled_blocks`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q3k_packed<const T: usize, const PF: bool>(
-    g: &[u8],
-    a: &[&[u8]],
-    out: &mut [[f32; ROWS]],
-    product: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) {
-    let (three, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
-    let block_sums = |at: usize, b: usize| {
-        let mut total = [_mm256_setzero_si256(); T];
-        for c in 0..2 {
-            for p in 0..4 {
-                let low_shift = _mm_cvtsi32_si128(2 * p as i32);
-                let high_shift = _mm_cvtsi32_si128((4 * c + p) as i32);
-                let mut dp = [[_mm256_setzero_si256(); T]; 2];
-                for j in 0..8 {
-                    let q = load(g, at + 144 + 256 * c + 32 * j);
-                    let h = load(g, at + 656 + 32 * j);
-                    let low = _mm256_and_si256(_mm256_srl_epi16(q, low_shift), three);
-                    let high = _mm256_and_si256(_mm256_srl_epi16(h, high_shift), one);
-                    let u = _mm256_or_si256(low, _mm256_slli_epi16::<2>(high));
-                    for t in 0..T {
-                        let y = 292 * b + 4 + 128 * c + 32 * p + 4 * j;
-                        dp[j / 4][t] = product(dp[j / 4][t], u, broadcast4(a[t], y));
-                    }
-                }
-                for (k, dp) in dp.iter_mut().enumerate() {
-                    let sub = 8 * c + 2 * p + k;
-                    for t in 0..T {
-                        let y = &a[t][292 * b + 260 + 2 * sub..];
-                        let sum = i16::from_le_bytes([y[0], y[1]]) as i32;
-                        dp[t] = _mm256_sub_epi32(dp[t], _mm256_set1_epi32(4 * sum));
-                    }
-                    add_scaled(&mut total, dp, g, at + 16 + 8 * sub);
-                }
-            }
-        }
-        total
-    };
-    scaled_blocks::<T, PF>(g, a, out, Q3K_GROUP_BLOCK, block_sums)
-}
-
-/// Packed q3_K rows against `T` tokens with `vpdpbusd`.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub fn q3k_vnni<const T: usize, const PF: bool>(
-    g: &[u8],
-    a: &[&[u8]],
-    _s: &[&[i32]],
-    out: &mut [[f32; ROWS]],
-) {
-    q3k_packed::<T, PF>(g, a, out, |dp, u, y| _mm256_dpbusd_epi32(dp, u, y))
-}
-
-/// Packed q3_K rows against `T` tokens with AVX2's `maddubs` (at most 2
-/// · 7 · 127 a pair) and `madd`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q3k_avx2<const T: usize, const PF: bool>(
-    g: &[u8],
-    a: &[&[u8]],
-    _s: &[&[i32]],
-    out: &mut [[f32; ROWS]],
-) {
-    let ones = _mm256_set1_epi16(1);
-    let product =
-        |dp, u, y| _mm256_add_epi32(dp, _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), ones));
-    q3k_packed::<T, PF>(g, a, out, product)
 }

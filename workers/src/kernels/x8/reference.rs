@@ -4,7 +4,7 @@
 
 use super::{Q4kScales, ROWS, block_shape, group_block_bytes};
 use crate::tensor::GgmlType;
-use crate::tensor::blocks::{f16_at, q3k_scales, q3k_value, q5k_value};
+use crate::tensor::blocks::{f16_at, q2k_value, q3k_scales, q3k_value, q5k_value};
 use crate::tensor::iq4::{IQ4_VALUES, iq4_value, iq4xs_scale};
 
 /// The integer dot product of one q4_0 (or iq4_nl) block of weights
@@ -38,7 +38,7 @@ fn q4k_isums(parts: &Q4kScales, value: impl Fn(usize, usize) -> i32, y: &[u8]) -
     (total, msum)
 }
 
-/// A q3_K block's integer sum against a q8_K block `y`: each 16-value
+/// A q2_K or q3_K block's integer sum against a q8_K block `y`: each 16-value
 /// sub-block's sum (value `n` is `value(n)`) times its scale.
 fn q3k_isum(scale: impl Fn(usize) -> i32, value: impl Fn(usize) -> i32, y: &[u8]) -> i32 {
     (0..16)
@@ -48,6 +48,14 @@ fn q3k_isum(scale: impl Fn(usize) -> i32, value: impl Fn(usize) -> i32, y: &[u8]
                 .sum();
             scale(j) * sub
         })
+        .sum()
+}
+
+/// A q2_K block's mins (`min(j)`, sub-block `j`'s) times the q8_K block
+/// `y`'s 16-value sums.
+fn q2k_msum(min: impl Fn(usize) -> i32, y: &[u8]) -> i32 {
+    (0..16)
+        .map(|j| min(j) * i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32)
         .sum()
 }
 
@@ -73,8 +81,8 @@ fn step(acc: &mut [f32; 2], d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) {
 }
 
 /// One row of `ty` (plain layout) against one activation row (q8_0, or
-/// q8_K for q3_K, q4_K, q5_K and iq4_xs), in the packed kernels' order: the reference they are
-/// tested against.
+/// q8_K for q2_K, q3_K, q4_K, q5_K and iq4_xs), in the packed kernels'
+/// order: the reference they are tested against.
 pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
     let (bb, _) = block_shape(ty);
     let ab = ty.activation_type().row_bytes(block_shape(ty).1 as u64) as usize;
@@ -95,6 +103,12 @@ pub fn dot(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
                 let scales = q3k_scales(x);
                 let isum = q3k_isum(|j| scales[j], |n| q3k_value(x, n), y);
                 step(&mut acc, f16_at(x, 108), 0.0, dy, isum, 0);
+            }
+            GgmlType::Q2K => {
+                let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                let isum = q3k_isum(|j| (x[j] & 0xF) as i32, |n| q2k_value(x, n) as i32, y);
+                let msum = q2k_msum(|j| (x[j] >> 4) as i32, y);
+                step(&mut acc, f16_at(x, 80), f16_at(x, 82), dy, isum, msum);
             }
             GgmlType::IQ4XS => {
                 let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
@@ -183,6 +197,18 @@ fn portable(ty: GgmlType, group: &[u8], a: &[&[u8]], out: &mut [[f32; ROWS]]) {
                     };
                     let isum = q3k_isum(scale, value, y);
                     step(&mut acc, f16_at(block, 2 * r), 0.0, dy, isum, 0);
+                } else if ty == GgmlType::Q2K {
+                    let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+                    let byte = |j: usize| block[32 + 8 * j + r];
+                    let value = |n: usize| {
+                        let (c, p, i) = (n / 128, n % 128 / 32, n % 32);
+                        let q = block[160 + 256 * c + 32 * (i / 4) + 4 * r + i % 4];
+                        ((q >> (2 * p)) & 3) as i32
+                    };
+                    let isum = q3k_isum(|j| (byte(j) & 0xF) as i32, value, y);
+                    let msum = q2k_msum(|j| (byte(j) >> 4) as i32, y);
+                    let (d, dmin) = (f16_at(block, 2 * r), f16_at(block, 16 + 2 * r));
+                    step(&mut acc, d, dmin, dy, isum, msum);
                 } else if ty == GgmlType::IQ4XS {
                     let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
                     let scale = |j: usize| block[16 + 8 * j + r] as i8 as i32;
@@ -220,6 +246,11 @@ pub fn portable_iq4nl(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f
 /// The portable packed q3_K kernel.
 pub fn portable_q3k(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
     portable(GgmlType::Q3K, group, a, out)
+}
+
+/// The portable packed q2_K kernel.
+pub fn portable_q2k(group: &[u8], a: &[&[u8]], _sums: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    portable(GgmlType::Q2K, group, a, out)
 }
 
 /// The portable packed q5_K kernel.

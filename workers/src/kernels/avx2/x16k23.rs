@@ -1,0 +1,142 @@
+//! Packed q2_K and q3_K (layout and order: `kernels::x8`, kernels:
+//! `x8k23`) two groups of eight rows a call in 512-bit registers, as
+//! `x16` takes the other packed types: the first group's rows in the low
+//! half of every register, the second's in the high half. Each lane takes
+//! exactly its row's steps in `x8k23`'s kernels, so the outputs are
+//! theirs, bit for bit. A batch only, as `x16`'s.
+
+// Tokens index accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
+use super::x16::{add_blocks, both8, both32, broadcast4, store, store_diff};
+use crate::kernels::x8::{Q2K_GROUP_BLOCK, Q3K_GROUP_BLOCK, ROWS};
+use std::arch::x86_64::*;
+
+/// The exact integer sum of block `b` of two packed q2_K groups or
+/// (`Q3`) q3_K ones (`g`, the second `half` bytes on; the block at `at`
+/// in the first), sixteen row lanes a token: `x8k23::run_sums` for every
+/// run, each sub-block's sums (q3_K's less 4 times its activation sum)
+/// times the rows' scales. One call a block, which the compiler keeps
+/// whole; called for each run, it was not inlined and passed its sums
+/// through memory (an all-q2_K 0.5B's prefill on a Zen 5: 347 tok/s,
+/// under the 256-bit kernel's 497).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+fn block_sums<const T: usize, const Q3: bool>(
+    (g, half): (&[u8], usize),
+    at: usize,
+    a: &[&[u8]],
+    b: usize,
+) -> [__m512i; T] {
+    let (three, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+    let nibble = _mm512_set1_epi32(0xF);
+    let (quants, scales) = if Q3 {
+        (at + 144, at + 16)
+    } else {
+        (at + 160, at + 32)
+    };
+    let mut total = [_mm512_setzero_si512(); T];
+    for sub in 0..16 {
+        // Sub-block `sub`: run `p` of half `c`, its first 16 values or
+        // (`k`) its last.
+        let (c, p, k) = (sub / 8, sub % 8 / 2, sub % 2);
+        let low_shift = _mm_cvtsi32_si128(2 * p as i32);
+        let high_shift = _mm_cvtsi32_si128((4 * c + p) as i32);
+        let y = 292 * b + 4 + 16 * sub;
+        let mut ys: [&[u8]; T] = [&[]; T];
+        for t in 0..T {
+            ys[t] = &a[t][y..y + 16];
+        }
+        let mut sums = [_mm512_setzero_si512(); T];
+        for j in 0..4 {
+            let chunk = 4 * k + j;
+            let q = both32(g, half, quants + 256 * c + 32 * chunk);
+            let mut u = _mm512_and_si512(_mm512_srl_epi16(q, low_shift), three);
+            if Q3 {
+                let h = _mm512_srl_epi16(both32(g, half, at + 656 + 32 * chunk), high_shift);
+                u = _mm512_or_si512(u, _mm512_slli_epi16::<2>(_mm512_and_si512(h, one)));
+            }
+            for t in 0..T {
+                sums[t] = _mm512_dpbusd_epi32(sums[t], u, broadcast4(ys[t], 4 * j));
+            }
+        }
+        let s = both8(g, half, scales + 8 * sub);
+        let s = if Q3 {
+            _mm512_cvtepi8_epi32(s)
+        } else {
+            _mm512_and_si512(_mm512_cvtepu8_epi32(s), nibble)
+        };
+        for t in 0..T {
+            if Q3 {
+                let y = &a[t][292 * b + 260 + 2 * sub..];
+                let sum = i16::from_le_bytes([y[0], y[1]]) as i32;
+                sums[t] = _mm512_sub_epi32(sums[t], _mm512_set1_epi32(4 * sum));
+            }
+            total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(sums[t], s));
+        }
+    }
+    total
+}
+
+/// Checks a call's shapes: its blocks of `size` bytes a group.
+fn blocks<const T: usize>(g: &[u8], a: &[&[u8]], out: &[[f32; ROWS]], size: usize) -> usize {
+    let blocks = g.len() / 2 / size;
+    assert_eq!(g.len(), 2 * blocks * size);
+    assert!(a.len() == T && out.len() >= 2 * T);
+    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    blocks
+}
+
+/// Two packed q3_K groups back to back (`g`) against `T` tokens with
+/// 512-bit `vpdpbusd`, each lane as `x8k23::q3k_vnni` sums its row ([`block_sums`]);
+/// `out[t]` the first group's eight outputs, `out[T + t]` the second's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn q3k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    let half = g.len() / 2;
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..blocks::<T>(g, a, out, Q3K_GROUP_BLOCK) {
+        let at = b * Q3K_GROUP_BLOCK;
+        let isum = block_sums::<T, true>((g, half), at, a, b);
+        add_blocks(&mut acc, (g, half, at), a, b, &isum);
+    }
+    store(acc, out)
+}
+
+/// The mins (high nibbles) of sub-blocks `2q` and `2q + 1` of the
+/// `[sub-block][row]` scale bytes at `at`, a row's two side by side as
+/// 16-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mins(g: &[u8], at: usize) -> __m128i {
+    assert!(at + 16 <= g.len());
+    // SAFETY: bytes at..at + 16 lie inside `g` (checked above).
+    let v = unsafe { _mm_loadu_si128(g.as_ptr().add(at) as *const __m128i) };
+    let pairs = _mm_unpacklo_epi8(v, _mm_srli_si128::<8>(v));
+    _mm_and_si128(_mm_srli_epi16::<4>(pairs), _mm_set1_epi8(0xF))
+}
+
+/// Two packed q2_K groups back to back (`g`) against `T` tokens with
+/// 512-bit `vpdpbusd`, each lane as `x8k23::q2k_vnni` sums its row;
+/// `out` as [`q3k_vnni`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn q2k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
+    let half = g.len() / 2;
+    let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
+    for b in 0..blocks::<T>(g, a, out, Q2K_GROUP_BLOCK) {
+        let at = b * Q2K_GROUP_BLOCK;
+        let isum = block_sums::<T, false>((g, half), at, a, b);
+        let mut msum = [_mm512_setzero_si512(); T];
+        for q in 0..8 {
+            let at = at + 32 + 16 * q;
+            let m = _mm512_cvtepu8_epi16(_mm256_set_m128i(mins(g, half + at), mins(g, at)));
+            for t in 0..T {
+                let y = &a[t][292 * b + 260 + 4 * q..];
+                let sums = _mm512_set1_epi32(i32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+                msum[t] = _mm512_add_epi32(msum[t], _mm512_madd_epi16(m, sums));
+            }
+        }
+        add_blocks(&mut acc, (g, half, at), a, b, &isum);
+        add_blocks(&mut macc, (g, half, at + 16), a, b, &msum);
+    }
+    store_diff(acc, macc, out)
+}
