@@ -157,7 +157,8 @@ fn k_products_sum_as(
     let size = ty.block_bytes() as usize;
     for kernels in kernel_sets().into_iter().filter(|k| k.name != "portable") {
         for (rows, blocks, n) in [(1, 1, 1), (7, 3, 1), (5, 6, 4), (3, 2, 11)] {
-            // Row counts no group of eight would pack (q5_K, iq4_xs).
+            // Row counts no group of eight would pack (q2_K, q3_K, q5_K,
+            // iq4_xs).
             assert!(!kernels.packs(ty, rows), "{}", kernels.name);
             let cols = 256 * blocks;
             let mut data = matrix_bytes(&mut rng, ty, rows, cols);

@@ -1,5 +1,5 @@
-//! q4_0, iq4_nl, q2_K, q3_K, q4_K, q5_K and iq4_xs weights packed eight rows together (`kernels::x8`): every
-//! kernel set's products on packed weights against the packed order's
+//! q4_0, iq4_nl, q2_K, q3_K, q4_K, q5_K and iq4_xs weights packed eight
+//! rows together (`kernels::x8`): every kernel set's products on packed weights against the packed order's
 //! one-row reference, bit for bit, and against the portable kernels on
 //! the rows as stored.
 

@@ -38,7 +38,8 @@ pub struct Tile {
 }
 
 /// A packed kernel (see [`x8`]): one group of [`x8::ROWS`] q4_0, iq4_nl,
-/// q3_K, q4_K, q5_K or iq4_xs weight rows against up to [`x8::TOKENS`] activation rows and,
+/// q2_K, q3_K, q4_K, q5_K or iq4_xs weight rows against up to
+/// [`x8::TOKENS`] activation rows and,
 /// for q8_0 activations, their block sums (`sums[t][b]`, the sum of
 /// block `b`'s quants of token `t`), writing token `t`'s eight outputs to
 /// `out[t]`.
@@ -130,8 +131,9 @@ pub struct Kernels {
     x8_q5k: X8Fn,
     x8_q3k: X8Fn,
     x8_q2k: X8Fn,
-    /// Packed q4_0, q2_K, q3_K, q4_K, q5_K, iq4_nl and iq4_xs two groups a call (`group` the two back
-    /// to back, the second's outputs after the first's: `out[T + t]`),
+    /// Packed q4_0, q2_K, q3_K, q4_K, q5_K, iq4_nl and iq4_xs two groups
+    /// a call (`group` the two back to back, the second's outputs after
+    /// the first's: `out[T + t]`),
     /// where these kernels have 512-bit ones.
     x16_q4_0: Option<X8Fn>,
     x16_q4k: Option<X8Fn>,

@@ -1,8 +1,9 @@
 //! q4_0, iq4_nl, q2_K, q3_K, q4_K, q5_K and iq4_xs weights packed eight
 //! rows together, the layout the processor reads best for these types on
-//! x86, as llama.cpp repacks q4_0, iq4_nl, q2_K and q4_K there (q3_K,
-//! q5_K and iq4_xs it does not: packed here for the same reads; all in
-//! the packed float order below, not llama.cpp's).
+//! x86, as llama.cpp repacks q4_0, iq4_nl and q4_K there, and q2_K where
+//! the processor has AVX-512 (q3_K, q5_K and iq4_xs it does not: packed
+//! here for the same reads; all in the packed float order below, which
+//! is not llama.cpp's one-row order).
 //!
 //! q8_0 is not packed: llama.cpp does not repack it on x86, and its
 //! products there (llamafile's tinyBLAS, batch or one token) keep each

@@ -1,5 +1,5 @@
-//! Packed q4_0, iq4_nl, q4_K, q5_K and iq4_xs (layout and order: `kernels::x8`; q2_K and q3_K in `x16k23`) two
-//! groups of eight rows a call in 512-bit registers, where the processor
+//! Packed q4_0, iq4_nl, q4_K, q5_K and iq4_xs (layout and order:
+//! `kernels::x8`; q2_K and q3_K in `x16k23`) two groups of eight rows a call in 512-bit registers, where the processor
 //! has AVX-512 F, BW, VL and VNNI: the low half of every register holds
 //! the first group's eight rows, the high half the second's, so one
 //! `vpdpbusd` sums sixteen rows against four activation bytes broadcast.

@@ -8,18 +8,20 @@
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
+use super::x8k23::q2k_mins;
 use super::x16::{add_blocks, both8, both32, broadcast4, store, store_diff};
 use crate::kernels::x8::{Q2K_GROUP_BLOCK, Q3K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
 /// The exact integer sum of block `b` of two packed q2_K groups or
 /// (`Q3`) q3_K ones (`g`, the second `half` bytes on; the block at `at`
-/// in the first), sixteen row lanes a token: `x8k23::run_sums` for every
-/// run, each sub-block's sums (q3_K's less 4 times its activation sum)
-/// times the rows' scales. One call a block, which the compiler keeps
-/// whole; called for each run, it was not inlined and passed its sums
-/// through memory (an all-q2_K 0.5B's prefill on a Zen 5: 347 tok/s,
-/// under the 256-bit kernel's 497).
+/// in the first), sixteen row lanes a token: the sums `x8k23::run_sums`
+/// takes, sub-block by sub-block in 512 bits, each sub-block's sums
+/// (q3_K's less 4 times its activation sum) times the rows' scales. One
+/// call a block, which the compiler keeps whole; a call for each run was
+/// not inlined and passed its sums through memory (an all-q2_K 0.5B's
+/// prefill on a Zen 5: 347 tok/s that way, 508 this way, 497 on the
+/// 256-bit kernels alone; all-q3_K 379, 355 on the 256-bit ones).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
 fn block_sums<const T: usize, const Q3: bool>(
@@ -102,19 +104,6 @@ pub fn q3k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
     store(acc, out)
 }
 
-/// The mins (high nibbles) of sub-blocks `2q` and `2q + 1` of the
-/// `[sub-block][row]` scale bytes at `at`, a row's two side by side as
-/// 16-bit lanes.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn mins(g: &[u8], at: usize) -> __m128i {
-    assert!(at + 16 <= g.len());
-    // SAFETY: bytes at..at + 16 lie inside `g` (checked above).
-    let v = unsafe { _mm_loadu_si128(g.as_ptr().add(at) as *const __m128i) };
-    let pairs = _mm_unpacklo_epi8(v, _mm_srli_si128::<8>(v));
-    _mm_and_si128(_mm_srli_epi16::<4>(pairs), _mm_set1_epi8(0xF))
-}
-
 /// Two packed q2_K groups back to back (`g`) against `T` tokens with
 /// 512-bit `vpdpbusd`, each lane as `x8k23::q2k_vnni` sums its row;
 /// `out` as [`q3k_vnni`].
@@ -128,7 +117,7 @@ pub fn q2k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
         let mut msum = [_mm512_setzero_si512(); T];
         for q in 0..8 {
             let at = at + 32 + 16 * q;
-            let m = _mm512_cvtepu8_epi16(_mm256_set_m128i(mins(g, half + at), mins(g, at)));
+            let m = _mm512_cvtepu8_epi16(_mm256_set_m128i(q2k_mins(g, half + at), q2k_mins(g, at)));
             for t in 0..T {
                 let y = &a[t][292 * b + 260 + 4 * q..];
                 let sums = _mm512_set1_epi32(i32::from_le_bytes([y[0], y[1], y[2], y[3]]));
