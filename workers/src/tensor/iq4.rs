@@ -18,6 +18,7 @@
 //! llama.cpp's answers on those files.
 
 use super::blocks::f16_at;
+use super::quantize::signed_max;
 use half::f16;
 
 /// ggml's `kvalues_iq4nl`, ascending.
@@ -104,12 +105,6 @@ fn indices(x: &[f32], scale: f32) -> ([u8; 16], f32) {
         scale
     };
     (qs, fitted)
-}
-
-/// The first value of the largest magnitude, its sign kept (0 for none).
-fn signed_max(x: &[f32]) -> f32 {
-    x.iter()
-        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m })
 }
 
 /// Encodes 32 values as an iq4_nl block: the value of largest magnitude
