@@ -56,6 +56,18 @@ pub(super) fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
     }
 }
 
+/// Each token's `len` activation bytes from `at`, sliced once for an
+/// inner loop: indexing `a[t]` there reloaded each token's slice and
+/// checked its bounds for every chunk.
+#[inline]
+pub(super) fn slices<'a, const T: usize>(a: &[&'a [u8]], at: usize, len: usize) -> [&'a [u8]; T] {
+    let mut ys: [&[u8]; T] = [&[]; T];
+    for t in 0..T {
+        ys[t] = &a[t][at..at + len];
+    }
+    ys
+}
+
 /// Four bytes of `y` from `at` in every 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -98,6 +110,7 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
             // The low nibbles of a pair's chunks against its first 32
             // activation bytes, the high ones against the next 32.
             let chunks = at + 160 + pair * p;
+            let ys = slices::<T>(a, 292 * b + 4 + 64 * p, 64);
             let mut dp = [[_mm512_setzero_si512(); T]; 2];
             for c in 0..8 {
                 let w = both32(g, half, chunks + 32 * c);
@@ -111,9 +124,8 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
                     hi = _mm512_or_si512(hi, both(h1, h2));
                 }
                 for t in 0..T {
-                    let y = 292 * b + 4 + 64 * p + 4 * c;
-                    dp[0][t] = _mm512_dpbusd_epi32(dp[0][t], lo, broadcast4(a[t], y));
-                    dp[1][t] = _mm512_dpbusd_epi32(dp[1][t], hi, broadcast4(a[t], y + 32));
+                    dp[0][t] = _mm512_dpbusd_epi32(dp[0][t], lo, broadcast4(ys[t], 4 * c));
+                    dp[1][t] = _mm512_dpbusd_epi32(dp[1][t], hi, broadcast4(ys[t], 32 + 4 * c));
                 }
             }
             for (k, dp) in dp.iter().enumerate() {
@@ -135,8 +147,14 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
                 msum[t] = _mm512_add_epi32(msum[t], m);
             }
         }
-        add_blocks(&mut acc, (g, half, at), a, b, &isum);
-        add_blocks(&mut macc, (g, half, at + 16), a, b, &msum);
+        let dx = _mm512_cvtph_ps(both16(g, half, at));
+        let mx = _mm512_cvtph_ps(both16(g, half, at + 16));
+        for t in 0..T {
+            let y = &a[t][292 * b..];
+            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+            macc[t] = _mm512_fmadd_ps(_mm512_mul_ps(mx, dy), _mm512_cvtepi32_ps(msum[t]), macc[t]);
+        }
     }
     store_diff(acc, macc, out)
 }
@@ -162,7 +180,7 @@ pub fn q4_0_vnni<const T: usize, const NL: bool>(
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..blocks {
         let at = b * ROWS * 18;
-        let y0 = 34 * b + 2;
+        let ys = slices::<T>(a, 34 * b + 2, 32);
         let mut dp = [_mm512_setzero_si512(); T];
         for j in 0..4 {
             let w = both32(g, half, at + 16 + 32 * j);
@@ -175,8 +193,8 @@ pub fn q4_0_vnni<const T: usize, const NL: bool>(
                 );
             }
             for t in 0..T {
-                dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y0 + 4 * j));
-                dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y0 + 16 + 4 * j));
+                dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(ys[t], 4 * j));
+                dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(ys[t], 16 + 4 * j));
             }
         }
         let dx = _mm512_cvtph_ps(both16(g, half, at));
@@ -210,6 +228,7 @@ pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mu
         let mut isum = [_mm512_setzero_si512(); T];
         for j in 0..8 {
             let chunks = at + 80 + 128 * j;
+            let ys = slices::<T>(a, 292 * b + 4 + 32 * j, 32);
             let mut dp = [_mm512_setzero_si512(); T];
             for c in 0..4 {
                 let w = both32(g, half, chunks + 32 * c);
@@ -217,9 +236,8 @@ pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mu
                 let hi =
                     _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask));
                 for t in 0..T {
-                    let y = 292 * b + 4 + 32 * j + 4 * c;
-                    dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(a[t], y));
-                    dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(a[t], y + 16));
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], lo, broadcast4(ys[t], 4 * c));
+                    dp[t] = _mm512_dpbusd_epi32(dp[t], hi, broadcast4(ys[t], 16 + 4 * c));
                 }
             }
             let scales = _mm512_cvtepi8_epi32(both8(g, half, at + 16 + 8 * j));
@@ -231,29 +249,14 @@ pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mu
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(exact, scales));
             }
         }
-        add_blocks(&mut acc, (g, half, at), a, b, &isum);
+        let dx = _mm512_cvtph_ps(both16(g, half, at));
+        for t in 0..T {
+            let y = &a[t][292 * b..];
+            let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        }
     }
     store(acc, out)
-}
-
-/// Block `b`'s float step: `acc[t] = fma(d · dy, sums[t], acc[t])`, `d`
-/// the 16 rows' f16 scales at `at` of each group, `dy` token `t`'s q8_K
-/// scale.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(super) fn add_blocks<const T: usize>(
-    acc: &mut [__m512; T],
-    (g, half, at): (&[u8], usize, usize),
-    a: &[&[u8]],
-    b: usize,
-    sums: &[__m512i; T],
-) {
-    let d = _mm512_cvtph_ps(both16(g, half, at));
-    for t in 0..T {
-        let y = &a[t][292 * b..];
-        let dy = _mm512_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(sums[t]), acc[t]);
-    }
 }
 
 /// Writes each token's sixteen outputs `acc - macc` (as [`store`]).
