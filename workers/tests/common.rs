@@ -39,7 +39,7 @@ pub fn scratch(name: &str) -> PathBuf {
 /// with every maker's tuning (whichever maker this is).
 pub fn kernel_sets() -> Vec<workers::kernels::Kernels> {
     use workers::kernels::avx2::{Tuning, kernels_avx_vnni_for, kernels_for, kernels_vnni_for};
-    let simd = [Tuning::Amd, Tuning::Other]
+    let simd = [Tuning::Amd, Tuning::Zen5, Tuning::Other]
         .into_iter()
         .flat_map(|t| [kernels_for(t), kernels_avx_vnni_for(t), kernels_vnni_for(t)]);
     std::iter::once(workers::kernels::Kernels::portable())

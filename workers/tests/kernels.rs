@@ -383,8 +383,11 @@ fn each_kernel_set_names_its_instructions_and_tuning() {
         ("avx2+avx-vnni", kernels_avx_vnni_for),
         ("avx2+vnni", kernels_vnni_for),
     ] {
-        if let (Some(amd), Some(other)) = (simd(Tuning::Amd), simd(Tuning::Other)) {
+        if let (Some(amd), Some(zen5), Some(other)) =
+            (simd(Tuning::Amd), simd(Tuning::Zen5), simd(Tuning::Other))
+        {
             assert_eq!(amd.name, format!("{set}, amd"));
+            assert_eq!(zen5.name, format!("{set}, zen 5"));
             assert_eq!(other.name, set);
         }
     }

@@ -41,6 +41,7 @@ pub fn kernels_avx_vnni_for(tuning: Tuning) -> Option<Kernels> {
         let mut kernels = build(false, tuning)?;
         kernels.name = match tuning {
             Tuning::Amd => "avx2+avx-vnni, amd",
+            Tuning::Zen5 => "avx2+avx-vnni, zen 5",
             Tuning::Other => "avx2+avx-vnni",
         };
         kernels.tile_q8_0 = Some(tile(Q0_ROWS, Q0_TOKENS, avx_vnni_q8_0));
@@ -167,8 +168,10 @@ fn build(vnni: bool, tuning: Tuning) -> Option<Kernels> {
             };
             let name = match (vnni, tuning) {
                 (true, Tuning::Amd) => "avx2+vnni, amd",
+                (true, Tuning::Zen5) => "avx2+vnni, zen 5",
                 (true, Tuning::Other) => "avx2+vnni",
                 (false, Tuning::Amd) => "avx2, amd",
+                (false, Tuning::Zen5) => "avx2, zen 5",
                 (false, Tuning::Other) => "avx2",
             };
             let (next_q4k, next_q6k): (TileFn, TileFn) = if vnni {

@@ -75,8 +75,8 @@ pub type RopeFn = fn(&mut [f32], usize, usize, f32, crate::model::RopeLayout, us
 #[derive(Clone, Copy)]
 pub struct Kernels {
     /// Which implementation was picked: `avx2+vnni`, `avx2+avx-vnni`,
-    /// `avx2` or `portable`, the SIMD ones followed by `, amd` where tuned
-    /// for AMD processors.
+    /// `avx2` or `portable`, the SIMD ones followed by `, amd` or `, zen 5`
+    /// where tuned for AMD processors.
     pub name: &'static str,
     /// [`ops::attend_heads`].
     pub attend: AttendFn,
