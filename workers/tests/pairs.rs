@@ -34,14 +34,16 @@ fn packed_f16_products_equal_the_rows_as_stored_bit_for_bit() {
         .into_iter()
         .filter(|k| k.pair(F16).is_some())
         .collect();
-    // The AVX2 set packs f16, and the AVX-512 one tuned for AMD (the
-    // portable one multiplies the rows as stored).
+    // The AVX2 set packs f16, and the AVX-512 ones tuned for AMD, Zen 5
+    // too (the portable one multiplies the rows as stored).
     if let Some(avx2) = workers::kernels::avx2::kernels() {
         assert!(avx2.pair(F16).is_some(), "the AVX2 set has no f16 pairs");
     }
-    let amd = workers::kernels::avx2::Tuning::Amd;
-    if let Some(wide) = workers::kernels::avx2::kernels_vnni_for(amd) {
-        assert!(wide.pair(F16).is_some(), "the AVX-512 set has no f16 pairs");
+    use workers::kernels::avx2::Tuning;
+    for amd in [Tuning::Amd, Tuning::Zen5] {
+        if let Some(wide) = workers::kernels::avx2::kernels_vnni_for(amd) {
+            assert!(wide.pair(F16).is_some(), "{}: no f16 pairs", wide.name);
+        }
     }
     for kernels in sets {
         assert!(kernels.packs(F16, 4) && !kernels.packs(F16, 5));

@@ -6,8 +6,8 @@
 /// Whose measurements pick the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tuning {
-    /// AMD processors (the choices measured on 2-core Zen 4 EPYC VMs; a
-    /// Zen 3 takes them unmeasured).
+    /// AMD processors before Zen 5, CPUID family under 26 (the choices
+    /// measured on 2-core Zen 4 EPYC VMs; a Zen 3 takes them unmeasured).
     Amd,
     /// AMD processors from Zen 5 on (CPUID family 26 and later; measured
     /// on a 2-core Zen 5 EPYC VM): [`Tuning::Amd`]'s choices but asking
@@ -38,7 +38,8 @@ impl Tuning {
     /// An AMD processor's tuning by its CPUID leaf 1 `eax`: the family is
     /// the base family (bits 8-11) plus, where that is 15, the extended
     /// family (bits 20-27); Zen 5 is family 26.
-    pub fn amd(eax: u32) -> Tuning {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn amd(eax: u32) -> Tuning {
         let base = (eax >> 8) & 0xF;
         let family = if base == 0xF {
             base + ((eax >> 20) & 0xFF)
@@ -62,7 +63,9 @@ impl Tuning {
     /// fused multiply-adds; two rows from their own places are two
     /// streams, which the EPYC reads slower. On a 2-core Xeon the rows as
     /// stored beat the 256-bit pairs (the 512-bit pairs were not measured
-    /// there).
+    /// there). On a 2-core Zen 5 the pairs and the rows as stored decode
+    /// alike (39.4-44.0 against 44.7-45.0 tok/s in two pairs of runs) and
+    /// the pairs prefill a little faster (349-357 against 337-339).
     pub fn f16_pairs(self) -> bool {
         self != Tuning::Other
     }

@@ -9,7 +9,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::x8k23::q2k_mins;
-use super::x16::{both8, both16, both32, broadcast4, store, store_diff};
+use super::x16::{both8, both16, both32, broadcast4, slices, store, store_diff};
 use crate::kernels::x8::{Q2K_GROUP_BLOCK, Q3K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
@@ -44,11 +44,7 @@ fn block_sums<const T: usize, const Q3: bool>(
         let (c, p, k) = (sub / 8, sub % 8 / 2, sub % 2);
         let low_shift = _mm_cvtsi32_si128(2 * p as i32);
         let high_shift = _mm_cvtsi32_si128((4 * c + p) as i32);
-        let y = 292 * b + 4 + 16 * sub;
-        let mut ys: [&[u8]; T] = [&[]; T];
-        for t in 0..T {
-            ys[t] = &a[t][y..y + 16];
-        }
+        let ys = slices::<T>(a, 292 * b + 4 + 16 * sub, 16);
         let mut sums = [_mm512_setzero_si512(); T];
         for j in 0..4 {
             let chunk = 4 * k + j;

@@ -18,7 +18,8 @@
 //! the values plus 128).
 //!
 //! Each kernel's `PF` says whether a one-token call asks for its bytes
-//! ahead of its reading ([`AHEAD`]; the maker's choice, `avx2::Tuning`).
+//! ahead of its reading ([`AHEAD`]; the maker's and family's choice,
+//! `avx2::Tuning`).
 
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
@@ -43,8 +44,8 @@ fn blocks(group: &[u8], a: &[&[u8]], sums: &[&[i32]], out: &[[f32; ROWS]]) -> us
 /// so past a group's end this asks for the next group's (or nothing: a
 /// hint, never a read). On a 2-core Xeon, 0.5B q4_0 decode, interleaved:
 /// none 34-37 tok/s, 1 KiB 40-43, 4 KiB 39-51, 8 KiB 47-54, 16 KiB 45-51.
-/// On a 2-core AMD EPYC (Zen 4) asking for nothing is faster (see
-/// `avx2::Tuning`).
+/// On a 2-core AMD EPYC (Zen 4) asking for nothing is faster, on a Zen 5
+/// asking is again (see `avx2::Tuning`).
 const AHEAD: usize = 8192;
 
 /// Asks for the `len` bytes at `at + AHEAD` of `group` when the call has
