@@ -30,7 +30,7 @@ fn block_sums<const T: usize, const Q3: bool>(
     a: &[&[u8]],
     b: usize,
 ) -> [__m512i; T] {
-    let (three, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+    let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
     let nibble = _mm512_set1_epi32(0xF);
     let (quants, scales) = if Q3 {
         (at + 144, at + 16)
@@ -43,7 +43,7 @@ fn block_sums<const T: usize, const Q3: bool>(
         // (`k`) its last.
         let (c, p, k) = (sub / 8, sub % 8 / 2, sub % 2);
         let low_shift = _mm_cvtsi32_si128(2 * p as i32);
-        let high_shift = _mm_cvtsi32_si128((4 * c + p) as i32);
+        let high_bit = _mm512_set1_epi8((1u8 << (4 * c + p)) as i8);
         let ys = slices::<T>(a, 292 * b + 4 + 16 * sub, 16);
         let mut sums = [_mm512_setzero_si512(); T];
         for j in 0..4 {
@@ -51,8 +51,10 @@ fn block_sums<const T: usize, const Q3: bool>(
             let q = both32(g, half, quants + 256 * c + 32 * chunk);
             let mut u = _mm512_and_si512(_mm512_srl_epi16(q, low_shift), three);
             if Q3 {
-                let h = _mm512_srl_epi16(both32(g, half, at + 656 + 32 * chunk), high_shift);
-                u = _mm512_or_si512(u, _mm512_slli_epi16::<2>(_mm512_and_si512(h, one)));
+                // 4 more where the value's high bit is set: a byte mask
+                // and a masked add, two instructions for four.
+                let set = _mm512_test_epi8_mask(both32(g, half, at + 656 + 32 * chunk), high_bit);
+                u = _mm512_mask_add_epi8(u, set, u, four);
             }
             for t in 0..T {
                 sums[t] = _mm512_dpbusd_epi32(sums[t], u, broadcast4(ys[t], 4 * j));
