@@ -70,6 +70,46 @@ pub(super) fn slices<'a, const T: usize>(a: &[&'a [u8]], at: usize, len: usize) 
     ys
 }
 
+/// q5_K's fifth bits of one chunk of both groups (each group's eight
+/// bytes at `at`, a byte a row, as `x8k::fifth_bits` reads them): the
+/// bytes where the low values' fifth bit is set, and where the high
+/// ones' is, as masks over the chunk's 64 bytes. One shuffle and two
+/// byte tests for both groups; two 256-bit spreads, each with its
+/// compares and masks, and the halves joined took more than the
+/// products they fed.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+fn fifth_bits(g: &[u8], half: usize, at: usize) -> (__mmask64, __mmask64) {
+    assert!(half + at + 8 <= g.len() && at + 8 <= half);
+    // SAFETY: both 8-byte loads lie inside `g` (checked above).
+    let (x1, x2) = unsafe {
+        (
+            _mm_loadl_epi64(g.as_ptr().add(at) as *const __m128i),
+            _mm_loadl_epi64(g.as_ptr().add(half + at) as *const __m128i),
+        )
+    };
+    let both = _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_set_m128i(x1, x1)),
+        _mm256_set_m128i(x2, x2),
+    );
+    // Row r's byte to bytes 4r..4r + 4 of its group's 32.
+    let spread = _mm512_set_epi64(
+        0x0707_0707_0606_0606,
+        0x0505_0505_0404_0404,
+        0x0303_0303_0202_0202,
+        0x0101_0101_0000_0000,
+        0x0707_0707_0606_0606,
+        0x0505_0505_0404_0404,
+        0x0303_0303_0202_0202,
+        0x0101_0101_0000_0000,
+    );
+    let rows = _mm512_shuffle_epi8(both, spread);
+    (
+        _mm512_test_epi8_mask(rows, _mm512_set1_epi64(0x0804_0201_0804_0201)),
+        _mm512_test_epi8_mask(rows, _mm512_set1_epi64(0x8040_2010_8040_2010u64 as i64)),
+    )
+}
+
 /// Four bytes of `y` from `at` in every 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -103,7 +143,7 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
     assert_eq!(g.len(), 2 * blocks * size);
     assert!(a.len() == T && out.len() >= 2 * T);
     assert!(a.iter().all(|y| y.len() == blocks * 292));
-    let mask = _mm512_set1_epi8(0x0F);
+    let (mask, sixteen) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(16));
     let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
     for b in 0..blocks {
         let at = b * size;
@@ -119,11 +159,9 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
                 let mut lo = _mm512_and_si512(w, mask);
                 let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), mask);
                 if FIVE {
-                    let (l1, h1) = super::x8k::fifth_bits(g, chunks + 256 + 8 * c);
-                    let (l2, h2) = super::x8k::fifth_bits(g, half + chunks + 256 + 8 * c);
-                    let both = |x, y| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(x), y);
-                    lo = _mm512_or_si512(lo, both(l1, l2));
-                    hi = _mm512_or_si512(hi, both(h1, h2));
+                    let (l5, h5) = fifth_bits(g, half, chunks + 256 + 8 * c);
+                    lo = _mm512_mask_add_epi8(lo, l5, lo, sixteen);
+                    hi = _mm512_mask_add_epi8(hi, h5, hi, sixteen);
                 }
                 for t in 0..T {
                     dp[0][t] = _mm512_dpbusd_epi32(dp[0][t], lo, broadcast4(ys[t], 4 * c));

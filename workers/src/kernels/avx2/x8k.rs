@@ -202,7 +202,7 @@ pub(super) fn values<const FIVE: bool>(g: &[u8], chunks: usize, c: usize) -> (__
 /// the high ones'.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn fifth_bits(g: &[u8], at: usize) -> (__m256i, __m256i) {
+fn fifth_bits(g: &[u8], at: usize) -> (__m256i, __m256i) {
     assert!(at + 8 <= g.len());
     // SAFETY: the load reads bytes at..at + 8 of `g` (checked above).
     let bytes = unsafe { _mm_loadl_epi64(g.as_ptr().add(at) as *const __m128i) };
