@@ -17,6 +17,7 @@
 
 use super::imp::f16;
 use super::ktile::{load, q8k_sub_sums};
+use super::x8::slices;
 use crate::kernels::x8::{IQ4XS_GROUP_BLOCK, Q4K_GROUP_BLOCK, Q5K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
@@ -56,18 +57,19 @@ pub(super) fn both8(g: &[u8], half: usize, at: usize) -> __m128i {
     }
 }
 
-/// Each token's `len` activation bytes from `at`, sliced once for an
-/// inner loop: indexing `a[t]` there reloaded each token's slice and
-/// checked its bounds for every chunk. (The kernels' float steps are
-/// written out in each for a like reason: a helper for them was not
-/// inlined, 3.5% of a q5_K_M prefill's samples.)
-#[inline]
-pub(super) fn slices<'a, const T: usize>(a: &[&'a [u8]], at: usize, len: usize) -> [&'a [u8]; T] {
-    let mut ys: [&[u8]; T] = [&[]; T];
-    for t in 0..T {
-        ys[t] = &a[t][at..at + len];
-    }
-    ys
+/// Checks a call on two groups of q8_K-activation blocks of `size` bytes
+/// a group (`g`), and returns the blocks a group.
+pub(super) fn q8k_blocks<const T: usize>(
+    g: &[u8],
+    a: &[&[u8]],
+    out: &[[f32; ROWS]],
+    size: usize,
+) -> usize {
+    let blocks = g.len() / 2 / size;
+    assert_eq!(g.len(), 2 * blocks * size);
+    assert!(a.len() == T && out.len() >= 2 * T);
+    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    blocks
 }
 
 /// q5_K's fifth bits of one chunk of both groups (each group's eight
@@ -139,10 +141,7 @@ pub fn q4k_vnni<const T: usize, const FIVE: bool>(
     };
     let pair = if FIVE { 320 } else { 256 };
     let half = g.len() / 2;
-    let blocks = half / size;
-    assert_eq!(g.len(), 2 * blocks * size);
-    assert!(a.len() == T && out.len() >= 2 * T);
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    let blocks = q8k_blocks::<T>(g, a, out, size);
     let (mask, sixteen) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(16));
     let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
     for b in 0..blocks {
@@ -256,10 +255,7 @@ pub fn q4_0_vnni<const T: usize, const NL: bool>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub fn iq4xs_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
     let half = g.len() / 2;
-    let blocks = half / IQ4XS_GROUP_BLOCK;
-    assert_eq!(g.len(), 2 * blocks * IQ4XS_GROUP_BLOCK);
-    assert!(a.len() == T && out.len() >= 2 * T);
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
+    let blocks = q8k_blocks::<T>(g, a, out, IQ4XS_GROUP_BLOCK);
     let mask = _mm512_set1_epi8(0x0F);
     let table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(super::x8::iq4_table::<true>()));
     let mut acc = [_mm512_setzero_ps(); T];

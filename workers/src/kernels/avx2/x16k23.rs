@@ -8,8 +8,9 @@
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
+use super::x8::slices;
 use super::x8k23::q2k_mins;
-use super::x16::{both8, both16, both32, broadcast4, slices, store, store_diff};
+use super::x16::{both8, both16, both32, broadcast4, q8k_blocks, store, store_diff};
 use crate::kernels::x8::{Q2K_GROUP_BLOCK, Q3K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
@@ -78,15 +79,6 @@ fn block_sums<const T: usize, const Q3: bool>(
     total
 }
 
-/// Checks a call's shapes: its blocks of `size` bytes a group.
-fn blocks<const T: usize>(g: &[u8], a: &[&[u8]], out: &[[f32; ROWS]], size: usize) -> usize {
-    let blocks = g.len() / 2 / size;
-    assert_eq!(g.len(), 2 * blocks * size);
-    assert!(a.len() == T && out.len() >= 2 * T);
-    assert!(a.iter().all(|y| y.len() == blocks * 292));
-    blocks
-}
-
 /// Two packed q3_K groups back to back (`g`) against `T` tokens with
 /// 512-bit `vpdpbusd`, each lane as `x8k23::q3k_vnni` sums its row ([`block_sums`]);
 /// `out[t]` the first group's eight outputs, `out[T + t]` the second's.
@@ -94,7 +86,7 @@ fn blocks<const T: usize>(g: &[u8], a: &[&[u8]], out: &[[f32; ROWS]], size: usiz
 pub fn q3k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
     let half = g.len() / 2;
     let mut acc = [_mm512_setzero_ps(); T];
-    for b in 0..blocks::<T>(g, a, out, Q3K_GROUP_BLOCK) {
+    for b in 0..q8k_blocks::<T>(g, a, out, Q3K_GROUP_BLOCK) {
         let at = b * Q3K_GROUP_BLOCK;
         let isum = block_sums::<T, true>((g, half), at, a, b);
         let dx = _mm512_cvtph_ps(both16(g, half, at));
@@ -114,7 +106,7 @@ pub fn q3k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut 
 pub fn q2k_vnni<const T: usize>(g: &[u8], a: &[&[u8]], _s: &[&[i32]], out: &mut [[f32; ROWS]]) {
     let half = g.len() / 2;
     let (mut acc, mut macc) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
-    for b in 0..blocks::<T>(g, a, out, Q2K_GROUP_BLOCK) {
+    for b in 0..q8k_blocks::<T>(g, a, out, Q2K_GROUP_BLOCK) {
         let at = b * Q2K_GROUP_BLOCK;
         let isum = block_sums::<T, false>((g, half), at, a, b);
         let mut msum = [_mm512_setzero_si512(); T];

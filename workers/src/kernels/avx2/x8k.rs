@@ -8,7 +8,7 @@
 // Tokens index accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use super::x8::{ahead, broadcast4, load128, nibbles, scales, store};
+use super::x8::{ahead, broadcast4, load128, nibbles, scales, slices, store};
 use crate::kernels::x8::{Q4K_GROUP_BLOCK, Q5K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
 
@@ -132,10 +132,7 @@ pub fn q4k_avx2<const T: usize, const PF: bool, const FIVE: bool>(
     out: &mut [[f32; ROWS]],
 ) {
     let pair_sums = |chunks: usize, p: usize, b: usize| {
-        let mut ys: [&[u8]; T] = [&[]; T];
-        for t in 0..T {
-            ys[t] = &a[t][292 * b + 4 + 64 * p..292 * b + 68 + 64 * p];
-        }
+        let ys = slices::<T>(a, 292 * b + 4 + 64 * p, 64);
         q4k_pair_avx2::<T, FIVE>(&g[chunks..chunks + pair_bytes::<FIVE>()], &ys)
     };
     q4k_packed::<T, PF, FIVE>(g, a, out, pair_sums)

@@ -11,7 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::ktile::load;
-use super::x8::{ahead, broadcast4, load128, scales};
+use super::x8::{ahead, broadcast4, load128, scales, slices};
 use super::x8k::{add_scaled, q4k_store, scaled_blocks};
 use crate::kernels::x8::{Q2K_GROUP_BLOCK, Q3K_GROUP_BLOCK, ROWS};
 use std::arch::x86_64::*;
@@ -42,11 +42,7 @@ fn run_sums<const T: usize>(
         // sub-blocks' chunks, the sums went through the stack every chunk
         // (an all-q3_K 0.5B's prefill on a Zen 5: 222 tok/s before, 355
         // after).
-        let mut ys: [&[u8]; T] = [&[]; T];
-        let y = 292 * b + 4 + 128 * c + 32 * p + 16 * k;
-        for t in 0..T {
-            ys[t] = &a[t][y..y + 16];
-        }
+        let ys = slices::<T>(a, 292 * b + 4 + 128 * c + 32 * p + 16 * k, 16);
         let mut sums = [_mm256_setzero_si256(); T];
         for j in 4 * k..4 * k + 4 {
             let q = load(g, quants + 32 * j);
